@@ -1,0 +1,494 @@
+//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep` and `dcp stats`.
+//!
+//! It works on OpenCode's data without OpenCode running: it reads sessions read-only and
+//! writes only dcp's own state files. Every command takes `--data-dir DIR` and `--json`;
+//! the JSON fields are listed in the README and stay stable. Exit codes: 0 success, 1 an
+//! error (printed as `dcp: <error chain>`), 2 bad usage.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use crate::config::{self, Config};
+use crate::context;
+use crate::format;
+use crate::host::paths::{self, Env};
+use crate::host::{DataDir, LoadedSession, SessionInfo};
+use crate::session::visible_history;
+use crate::state::manager::Manager;
+use crate::state::persist;
+use crate::stats;
+use crate::strategies::{self, Protection};
+use crate::tokens::EstimatorChoice;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dcp",
+    version,
+    about = "Dynamic context pruning for OpenCode: see what tool outputs cost a session, prune them, and report the savings."
+)]
+pub struct Cli {
+    /// OpenCode's data dir, holding opencode.db and/or storage/ [default: $XDG_DATA_HOME/opencode, else ~/.local/share/opencode]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List OpenCode's sessions, most recently updated first.
+    Sessions,
+    /// Show what the model is sent for a session, by category, before and after pruning.
+    Context {
+        /// The session [default: the most recently updated top-level session]
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+    /// Prune every tool call since the last user message, or the last N calls.
+    Sweep {
+        #[arg(long, value_name = "ID")]
+        session: String,
+        /// Prune the last N tool calls instead.
+        #[arg(value_name = "N")]
+        last: Option<usize>,
+        /// Show what would be pruned, and save nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show tokens and tools pruned, for a session and all-time.
+    Stats {
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+}
+
+/// What every command needs: where the data is, the config, and how to print.
+struct Ctx {
+    data_dir: PathBuf,
+    config: Config,
+    json: bool,
+}
+
+impl Ctx {
+    fn state_dir(&self) -> PathBuf {
+        paths::state_dir(&self.data_dir)
+    }
+
+    fn manager(&self) -> Manager {
+        Manager::new(&self.state_dir(), EstimatorChoice::Auto)
+    }
+
+    fn load_session(&self, id: &str) -> Result<LoadedSession> {
+        persist::validate_session_id(id)?;
+        let data = DataDir::new(&self.data_dir, &Env::from_process());
+        let loaded = data.load(id)?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        Ok(loaded)
+    }
+}
+
+/// Runs the CLI on already parsed arguments, printing to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    let env = Env::from_process();
+    let cwd = std::env::current_dir().ok();
+    let loaded = config::load(&config::Locations::standard(&env, cwd.as_deref()))?;
+    let _guard = crate::logging::init(
+        loaded
+            .config
+            .debug
+            .then(|| paths::log_dir(&env.config_dir()))
+            .as_deref(),
+    );
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let ctx = Ctx {
+        data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()),
+        config: loaded.config,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Sessions => sessions(&ctx, out),
+        Command::Context { session } => context_cmd(&ctx, session.as_deref(), out),
+        Command::Sweep {
+            session,
+            last,
+            dry_run,
+        } => sweep(&ctx, &session, last, dry_run, out),
+        Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+    }
+}
+
+fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn date(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+        .unwrap_or_default()
+}
+
+#[derive(Serialize)]
+struct SessionRow<'a> {
+    #[serde(flatten)]
+    info: &'a SessionInfo,
+    tokens_saved: u64,
+}
+
+fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
+    let data = DataDir::new(&ctx.data_dir, &Env::from_process());
+    let list = data.sessions()?;
+    let dir = ctx.state_dir();
+    let rows: Vec<SessionRow> = list
+        .iter()
+        .map(|info| {
+            let tokens_saved = match persist::load(&dir, &info.id) {
+                Ok(persist::LoadOutcome::Loaded(s)) => s.stats.tokens(),
+                _ => 0,
+            };
+            SessionRow { info, tokens_saved }
+        })
+        .collect();
+    if ctx.json {
+        return print_json(out, &serde_json::json!({ "sessions": rows }));
+    }
+    if rows.is_empty() {
+        writeln!(out, "No sessions in {}.", ctx.data_dir.display())?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE",
+        "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "SAVED"
+    )?;
+    for r in &rows {
+        let mut title = r.info.title.clone();
+        if r.info.parent_id.is_some() {
+            title = format!("(subagent) {title}");
+        }
+        writeln!(
+            out,
+            "{:<32} {:<11} {:>8} {:<16} {:>7}  {}",
+            r.info.id,
+            r.info.source.name(),
+            r.info.messages,
+            date(r.info.time_updated),
+            format::tokens(r.tokens_saved),
+            title
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct ContextJson<'a> {
+    session: &'a SessionInfo,
+    #[serde(flatten)]
+    analysis: &'a context::Analysis,
+}
+
+fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let id = match session {
+        Some(id) => id.to_string(),
+        None => {
+            let data = DataDir::new(&ctx.data_dir, &Env::from_process());
+            data.latest()?
+                .map(|s| s.id)
+                .with_context(|| format!("no sessions in {}", ctx.data_dir.display()))?
+        }
+    };
+    let loaded = ctx.load_session(&id)?;
+    let messages = visible_history(loaded.messages);
+    let protection = Protection::new(&ctx.config)?;
+    let mut manager = ctx.manager();
+    manager.observe(&id, &messages)?;
+    let (slot, _) = manager.slot(&id)?;
+    let analysis = context::analyse(
+        &messages,
+        &slot.state,
+        &ctx.config,
+        &protection,
+        &mut slot.tokens,
+    );
+    if ctx.json {
+        return print_json(
+            out,
+            &ContextJson {
+                session: &loaded.info,
+                analysis: &analysis,
+            },
+        );
+    }
+    let info = &loaded.info;
+    writeln!(out, "Session {}  \"{}\"", info.id, info.title)?;
+    writeln!(
+        out,
+        "{} messages sent, {} tool calls, from {}; tokens counted with {}",
+        analysis.messages,
+        analysis.tool_calls,
+        info.source.name(),
+        analysis.estimator
+    )?;
+    writeln!(out)?;
+    writeln!(out, "{:<18} {:>10} {:>10}", "Category", "Before", "After")?;
+    for ((name, before), (_, after)) in analysis.before.rows().iter().zip(analysis.after.rows()) {
+        writeln!(
+            out,
+            "  {:<16} {:>10} {:>10}",
+            name,
+            format::thousands(*before),
+            format::thousands(after)
+        )?;
+    }
+    let (b, a) = (analysis.before.total, analysis.after.total);
+    let pct = if b > 0 {
+        100.0 * (b - a.min(b)) as f64 / b as f64
+    } else {
+        0.0
+    };
+    writeln!(
+        out,
+        "  {:<16} {:>10} {:>10}   -{} ({pct:.1}%)",
+        "total",
+        format::thousands(b),
+        format::thousands(a),
+        format::thousands(b.saturating_sub(a))
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<18} {:>10} {:>10} {:>6}",
+        "After step", "Tokens", "Saved", "Tools"
+    )?;
+    writeln!(
+        out,
+        "  {:<16} {:>10}",
+        "before pruning",
+        format::thousands(b)
+    )?;
+    for s in &analysis.steps {
+        writeln!(
+            out,
+            "  {:<16} {:>10} {:>10} {:>6}",
+            s.step,
+            format::thousands(s.tokens),
+            format::thousands(s.saved),
+            s.tools
+        )?;
+    }
+    writeln!(out)?;
+    if analysis.pruned.is_empty() {
+        writeln!(out, "Nothing to prune.")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Pruned ({} recorded in the state file, {} proposed now)",
+        analysis.pruned.iter().filter(|p| p.recorded).count(),
+        analysis.pruned.iter().filter(|p| !p.recorded).count()
+    )?;
+    for p in &analysis.pruned {
+        writeln!(
+            out,
+            "  {:<22} {:<6} {:<17} {:>7}  {}",
+            p.call_id,
+            p.tool,
+            p.strategy,
+            format::thousands(p.tokens),
+            p.key.as_deref().map(|k| shorten(k, 60)).unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let tail: String = flat
+        .chars()
+        .rev()
+        .take(max - 1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("…{tail}")
+}
+
+#[derive(Serialize)]
+struct SweepJson<'a> {
+    session_id: &'a str,
+    dry_run: bool,
+    tokens: u64,
+    pruned: Vec<SweepItem>,
+    state_file: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct SweepItem {
+    call_id: String,
+    tool: String,
+    action: &'static str,
+    tokens: u64,
+}
+
+fn sweep(
+    ctx: &Ctx,
+    id: &str,
+    last: Option<usize>,
+    dry_run: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let loaded = ctx.load_session(id)?;
+    let messages = visible_history(loaded.messages);
+    let protection = Protection::new(&ctx.config)?;
+    let mut manager = ctx.manager();
+    manager.observe(id, &messages)?;
+    let (slot, _) = manager.slot(id)?;
+    let decisions = strategies::sweep::decide(
+        &messages,
+        &slot.state,
+        &ctx.config,
+        &protection,
+        last,
+        &mut slot.tokens,
+    );
+    let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
+    let items: Vec<SweepItem> = decisions
+        .iter()
+        .map(|d| SweepItem {
+            call_id: d.call_id.clone(),
+            tool: d.record.tool.clone(),
+            action: match d.record.action {
+                crate::state::Action::ErrorInputs => "error-inputs",
+                _ => "output",
+            },
+            tokens: d.record.tokens,
+        })
+        .collect();
+    let mut state_file = None;
+    if !dry_run && !decisions.is_empty() {
+        if slot.state.session_name.is_none() && !loaded.info.title.is_empty() {
+            slot.state.session_name = Some(loaded.info.title.clone());
+        }
+        for d in decisions {
+            slot.state.record(&d.call_id, d.record);
+        }
+        if let Some(aside) = manager.save_now(id)? {
+            tracing::warn!("set the corrupt state file aside as {}", aside.display());
+        }
+        state_file = Some(persist::state_path(&ctx.state_dir(), id)?);
+    }
+    if ctx.json {
+        return print_json(
+            out,
+            &SweepJson {
+                session_id: id,
+                dry_run,
+                tokens,
+                pruned: items,
+                state_file,
+            },
+        );
+    }
+    if items.is_empty() {
+        writeln!(out, "Nothing to sweep in {id}.")?;
+        return Ok(());
+    }
+    let verb = if dry_run { "Would prune" } else { "Pruned" };
+    writeln!(
+        out,
+        "{verb} {} tool calls, {} tokens:",
+        items.len(),
+        format::tokens(tokens)
+    )?;
+    for i in &items {
+        writeln!(
+            out,
+            "  {:<22} {:<6} {:<13} {:>7}",
+            i.call_id,
+            i.tool,
+            i.action,
+            format::thousands(i.tokens)
+        )?;
+    }
+    if let Some(file) = state_file {
+        writeln!(out, "Saved to {}", file.display())?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct StatsJson<'a> {
+    session: Option<stats::SessionStats>,
+    all_time: &'a stats::AllTime,
+    state_dir: &'a Path,
+}
+
+fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let dir = ctx.state_dir();
+    let session_stats = match session {
+        Some(id) => {
+            let mut manager = ctx.manager();
+            let (slot, _) = manager.slot(id)?;
+            Some(stats::session(id, &slot.state))
+        }
+        None => None,
+    };
+    let all = stats::all_time(&dir)
+        .with_context(|| format!("cannot list state files in {}", dir.display()))?;
+    for c in &all.corrupt {
+        tracing::warn!("{}: {}; counted as nothing", c.file.display(), c.reason);
+    }
+    if ctx.json {
+        return print_json(
+            out,
+            &StatsJson {
+                session: session_stats,
+                all_time: &all,
+                state_dir: &dir,
+            },
+        );
+    }
+    writeln!(out, "DCP statistics")?;
+    if let Some(s) = &session_stats {
+        writeln!(out)?;
+        writeln!(out, "Session {}:", s.session_id)?;
+        writeln!(out, "  Tokens pruned: {}", format::tokens(s.tokens_pruned))?;
+        writeln!(out, "  Tools pruned:  {}", s.tools_pruned)?;
+        for t in &s.by_strategy {
+            writeln!(
+                out,
+                "    {:<17} {:>8}  {} tools",
+                t.strategy,
+                format::tokens(t.tokens),
+                t.tools
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "All-time ({} state files, {}):",
+        all.files,
+        format::bytes(all.bytes)
+    )?;
+    writeln!(out, "  Tokens saved:  {}", format::tokens(all.tokens_saved))?;
+    writeln!(out, "  Tools pruned:  {}", all.tools_pruned)?;
+    writeln!(out, "  Sessions:      {}", all.sessions)?;
+    Ok(())
+}

@@ -1,0 +1,660 @@
+//! Configuration: `dcp.jsonc` layers, validated key by key, with DCP 1.2's keys and defaults.
+//!
+//! Layers are read in order: the global config dir (`~/.config/opencode/`), then
+//! `$OPENCODE_CONFIG_DIR/`, then the project's `.opencode/`. A later layer overrides an
+//! earlier one, except that protected lists (`*protectedTools`, `protectedFilePatterns`) are
+//! unioned. Comments and trailing commas are allowed. Unknown keys are warned about and
+//! ignored; a value of the wrong type is an error that names the file and the key.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Tools whose outputs are never pruned, whatever the config says.
+pub const DEFAULT_PROTECTED_TOOLS: &[&str] = &[
+    "task",
+    "todowrite",
+    "todoread",
+    "discard",
+    "extract",
+    "batch",
+    "write",
+    "edit",
+];
+
+/// How much a prune notification says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Notification {
+    Off,
+    Minimal,
+    Detailed,
+}
+
+/// When decided rewrites reach the model (see `crate::policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RewriteMode {
+    /// Apply every decision on the next request, as the published DCP does.
+    Immediate,
+    /// Hold decisions back until rewriting pays for the re-billed prompt tail.
+    Batched,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Config {
+    pub enabled: bool,
+    pub debug: bool,
+    pub prune_notification: Notification,
+    pub commands: Commands,
+    pub turn_protection: TurnProtection,
+    pub protected_file_patterns: Vec<String>,
+    pub tools: Tools,
+    pub strategies: Strategies,
+    /// dcp's own: prune sessions that have a parent (subagents) too.
+    pub prune_subagents: bool,
+    /// dcp's own: when decided rewrites are applied.
+    pub rewrite: Rewrite,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Commands {
+    pub enabled: bool,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TurnProtection {
+    pub enabled: bool,
+    pub turns: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Tools {
+    pub settings: ToolSettings,
+    pub discard: Toggle,
+    pub extract: Extract,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ToolSettings {
+    pub nudge_enabled: bool,
+    pub nudge_frequency: u32,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Toggle {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Extract {
+    pub enabled: bool,
+    pub show_distillation: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Strategies {
+    pub deduplication: Deduplication,
+    pub supersede_writes: Toggle,
+    pub purge_errors: PurgeErrors,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Deduplication {
+    pub enabled: bool,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PurgeErrors {
+    pub enabled: bool,
+    pub turns: u32,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Rewrite {
+    pub mode: RewriteMode,
+    /// Requests a rewrite is expected to serve before the session ends or compacts.
+    pub expected_requests: u32,
+    /// Apply everything pending once the context passes this share of the window.
+    pub pressure_ratio: f64,
+    /// After this many idle seconds the provider's cache is cold: rewriting is free.
+    pub cold_cache_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: true,
+            debug: false,
+            prune_notification: Notification::Detailed,
+            commands: Commands::default(),
+            turn_protection: TurnProtection::default(),
+            protected_file_patterns: Vec::new(),
+            tools: Tools::default(),
+            strategies: Strategies::default(),
+            prune_subagents: false,
+            rewrite: Rewrite::default(),
+        }
+    }
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
+            enabled: true,
+            protected_tools: Vec::new(),
+        }
+    }
+}
+
+impl Default for TurnProtection {
+    fn default() -> Self {
+        TurnProtection {
+            enabled: false,
+            turns: 4,
+        }
+    }
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            nudge_enabled: true,
+            nudge_frequency: 10,
+            protected_tools: Vec::new(),
+        }
+    }
+}
+
+impl Default for Toggle {
+    fn default() -> Self {
+        Toggle { enabled: true }
+    }
+}
+
+impl Default for Extract {
+    fn default() -> Self {
+        Extract {
+            enabled: true,
+            show_distillation: false,
+        }
+    }
+}
+
+impl Default for Deduplication {
+    fn default() -> Self {
+        Deduplication {
+            enabled: true,
+            protected_tools: Vec::new(),
+        }
+    }
+}
+
+impl Default for PurgeErrors {
+    fn default() -> Self {
+        PurgeErrors {
+            enabled: true,
+            turns: 4,
+            protected_tools: Vec::new(),
+        }
+    }
+}
+
+impl Default for Rewrite {
+    fn default() -> Self {
+        Rewrite {
+            mode: RewriteMode::Batched,
+            expected_requests: 8,
+            pressure_ratio: 0.6,
+            cold_cache_seconds: 300,
+        }
+    }
+}
+
+/// What a value of the schema must be.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Bool,
+    Count,
+    Ratio,
+    Text,
+    Strings,
+    OneOf(&'static [&'static str]),
+}
+
+/// Every key dcp understands, as a dotted path, with its kind.
+const SCHEMA: &[(&str, Kind)] = &[
+    ("$schema", Kind::Text),
+    ("enabled", Kind::Bool),
+    ("debug", Kind::Bool),
+    (
+        "pruneNotification",
+        Kind::OneOf(&["off", "minimal", "detailed"]),
+    ),
+    ("commands.enabled", Kind::Bool),
+    ("commands.protectedTools", Kind::Strings),
+    ("turnProtection.enabled", Kind::Bool),
+    ("turnProtection.turns", Kind::Count),
+    ("protectedFilePatterns", Kind::Strings),
+    ("tools.settings.nudgeEnabled", Kind::Bool),
+    ("tools.settings.nudgeFrequency", Kind::Count),
+    ("tools.settings.protectedTools", Kind::Strings),
+    ("tools.discard.enabled", Kind::Bool),
+    ("tools.extract.enabled", Kind::Bool),
+    ("tools.extract.showDistillation", Kind::Bool),
+    ("strategies.deduplication.enabled", Kind::Bool),
+    ("strategies.deduplication.protectedTools", Kind::Strings),
+    ("strategies.supersedeWrites.enabled", Kind::Bool),
+    ("strategies.purgeErrors.enabled", Kind::Bool),
+    ("strategies.purgeErrors.turns", Kind::Count),
+    ("strategies.purgeErrors.protectedTools", Kind::Strings),
+    ("pruneSubagents", Kind::Bool),
+    ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
+    ("rewrite.expectedRequests", Kind::Count),
+    ("rewrite.pressureRatio", Kind::Ratio),
+    ("rewrite.coldCacheSeconds", Kind::Count),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path} is not valid JSONC: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config {path}: `{key}` {message}")]
+    Value {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// The merged configuration, with where it came from and what was odd about it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub sources: Vec<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+/// Where to look for `dcp.jsonc`, in the order layers apply.
+#[derive(Debug, Clone, Default)]
+pub struct Locations {
+    pub global: Option<PathBuf>,
+    pub config_dir: Option<PathBuf>,
+    pub project: Option<PathBuf>,
+}
+
+impl Locations {
+    /// The standard locations: the global config dir, `$OPENCODE_CONFIG_DIR` and the
+    /// project's `.opencode/`.
+    pub fn standard(env: &crate::host::paths::Env, project: Option<&Path>) -> Locations {
+        Locations {
+            global: Some(env.config_dir()),
+            config_dir: env.opencode_config_dir.clone(),
+            project: project.map(|p| p.join(".opencode")),
+        }
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        let dirs = [&self.global, &self.config_dir, &self.project];
+        let mut out: Vec<PathBuf> = Vec::new();
+        for dir in dirs.into_iter().flatten() {
+            let file = ["dcp.jsonc", "dcp.json"]
+                .iter()
+                .map(|n| dir.join(n))
+                .find(|p| p.is_file());
+            if let Some(file) = file {
+                if !out.contains(&file) {
+                    out.push(file);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Reads and merges every layer that exists.
+pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
+    let mut merged = Value::Object(Map::new());
+    let mut warnings = Vec::new();
+    let sources = locations.files();
+    for path in &sources {
+        let text = std::fs::read(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let text = String::from_utf8(text).map_err(|_| ConfigError::Syntax {
+            path: path.clone(),
+            message: "not UTF-8".to_string(),
+        })?;
+        let layer = parse_layer(&text, path, &mut warnings)?;
+        merge(&mut merged, layer, "");
+    }
+    let config = serde_json::from_value(merged).map_err(|e| ConfigError::Value {
+        path: sources.last().cloned().unwrap_or_default(),
+        key: String::new(),
+        message: e.to_string(),
+    })?;
+    Ok(Loaded {
+        config,
+        sources,
+        warnings,
+    })
+}
+
+/// Parses one layer's text and checks it against the schema. Unknown keys are dropped with a
+/// warning; a bad value is an error naming `path` and the key.
+pub fn parse_layer(
+    text: &str,
+    path: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<Value, ConfigError> {
+    let syntax = |message: String| ConfigError::Syntax {
+        path: path.to_path_buf(),
+        message,
+    };
+    if nesting_depth(text) > 64 {
+        return Err(syntax("nested more than 64 levels deep".to_string()));
+    }
+    let value: Option<Value> = jsonc_parser::parse_to_serde_value(text, &Default::default())
+        .map_err(|e| syntax(e.to_string()))?;
+    let value = value.unwrap_or_else(|| Value::Object(Map::new()));
+    let Value::Object(map) = value else {
+        return Err(syntax("the top level must be an object".to_string()));
+    };
+    let mut out = Map::new();
+    check_object(map, "", path, warnings, &mut out)?;
+    Ok(Value::Object(out))
+}
+
+fn check_object(
+    map: Map<String, Value>,
+    prefix: &str,
+    path: &Path,
+    warnings: &mut Vec<String>,
+    out: &mut Map<String, Value>,
+) -> Result<(), ConfigError> {
+    for (key, value) in map {
+        let dotted = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        if let Some((_, kind)) = SCHEMA.iter().find(|(k, _)| *k == dotted) {
+            check_value(&value, *kind).map_err(|message| ConfigError::Value {
+                path: path.to_path_buf(),
+                key: dotted.clone(),
+                message,
+            })?;
+            if dotted != "$schema" {
+                out.insert(key, value);
+            }
+            continue;
+        }
+        let is_section = SCHEMA
+            .iter()
+            .any(|(k, _)| k.starts_with(&format!("{dotted}.")));
+        match value {
+            Value::Object(inner) if is_section => {
+                let mut section = Map::new();
+                check_object(inner, &dotted, path, warnings, &mut section)?;
+                out.insert(key, Value::Object(section));
+            }
+            _ if is_section => {
+                return Err(ConfigError::Value {
+                    path: path.to_path_buf(),
+                    key: dotted,
+                    message: "must be an object".to_string(),
+                })
+            }
+            _ => warnings.push(format!(
+                "{}: unknown key `{dotted}` ignored",
+                path.display()
+            )),
+        }
+    }
+    Ok(())
+}
+
+fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
+    let ok = match kind {
+        Kind::Bool => value.is_boolean(),
+        Kind::Count => value.as_u64().is_some_and(|n| n <= u32::MAX as u64),
+        Kind::Ratio => value.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f)),
+        Kind::Text => value.is_string(),
+        Kind::Strings => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string)),
+        Kind::OneOf(options) => value.as_str().is_some_and(|s| options.contains(&s)),
+    };
+    if ok {
+        return Ok(());
+    }
+    let expected = match kind {
+        Kind::Bool => "true or false".to_string(),
+        Kind::Count => "a whole number >= 0".to_string(),
+        Kind::Ratio => "a number between 0 and 1".to_string(),
+        Kind::Text => "a string".to_string(),
+        Kind::Strings => "a list of strings".to_string(),
+        Kind::OneOf(options) => format!("one of {}", options.join(", ")),
+    };
+    Err(format!("must be {expected}, not {value}"))
+}
+
+/// Merges `layer` into `base`: objects key by key, protected lists unioned, anything else
+/// replaced.
+fn merge(base: &mut Value, layer: Value, key: &str) {
+    match (base, layer) {
+        (Value::Object(base), Value::Object(layer)) => {
+            for (k, v) in layer {
+                match base.get_mut(&k) {
+                    Some(existing) => merge(existing, v, &k),
+                    None => {
+                        base.insert(k, v);
+                    }
+                }
+            }
+        }
+        (Value::Array(base), Value::Array(layer)) if is_protected_list(key) => {
+            for item in layer {
+                if !base.contains(&item) {
+                    base.push(item);
+                }
+            }
+        }
+        (base, layer) => *base = layer,
+    }
+}
+
+fn is_protected_list(key: &str) -> bool {
+    key == "protectedTools" || key == "protectedFilePatterns"
+}
+
+/// The deepest nesting of brackets in `text`, ignoring strings; a guard against stack
+/// exhaustion in the recursive parser.
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for c in text.chars() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            '}' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+impl Config {
+    fn protected(&self, extra: &[String], tool: &str) -> bool {
+        DEFAULT_PROTECTED_TOOLS.contains(&tool) || extra.iter().any(|t| t == tool)
+    }
+
+    /// Whether deduplication leaves `tool` alone.
+    pub fn dedup_protects(&self, tool: &str) -> bool {
+        self.protected(&self.strategies.deduplication.protected_tools, tool)
+    }
+
+    /// Whether purge-errors leaves `tool` alone.
+    pub fn purge_protects(&self, tool: &str) -> bool {
+        self.protected(&self.strategies.purge_errors.protected_tools, tool)
+    }
+
+    /// Whether the agent's discard and extract tools leave `tool` alone.
+    pub fn tools_protect(&self, tool: &str) -> bool {
+        self.protected(&self.tools.settings.protected_tools, tool)
+    }
+
+    /// Whether `/dcp sweep` leaves `tool` alone.
+    pub fn sweep_protects(&self, tool: &str) -> bool {
+        self.protected(&self.commands.protected_tools, tool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(text: &str) -> Result<(Value, Vec<String>), ConfigError> {
+        let mut warnings = Vec::new();
+        let v = parse_layer(text, Path::new("/cfg/dcp.jsonc"), &mut warnings)?;
+        Ok((v, warnings))
+    }
+
+    #[test]
+    fn comments_and_trailing_commas_are_allowed() {
+        let (v, w) =
+            layer("// top\n{ \"debug\": true, /* x */ \"turnProtection\": {\"turns\": 2,},\n}")
+                .unwrap();
+        assert_eq!(v["debug"], Value::Bool(true));
+        assert_eq!(v["turnProtection"]["turns"], 2);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_warn_with_their_path() {
+        let (v, w) = layer(
+            r#"{"autoUpdate": false, "strategies": {"deduplication": {"enabled": false, "x": 1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("`autoUpdate`"));
+        assert!(w[1].contains("`strategies.deduplication.x`"));
+        assert_eq!(
+            v["strategies"]["deduplication"]["enabled"],
+            Value::Bool(false)
+        );
+        assert!(v.get("autoUpdate").is_none());
+    }
+
+    #[test]
+    fn a_bad_value_names_the_file_and_key() {
+        let err = layer(r#"{"strategies": {"purgeErrors": {"turns": "four"}}}"#).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("/cfg/dcp.jsonc"), "{text}");
+        assert!(
+            text.contains("`strategies.purgeErrors.turns` must be a whole number"),
+            "{text}"
+        );
+        let err = layer(r#"{"pruneNotification": "loud"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("one of off, minimal, detailed"), "{err}");
+        let err = layer(r#"{"tools": 3}"#).unwrap_err().to_string();
+        assert!(err.contains("`tools` must be an object"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_and_deep_nesting_are_errors() {
+        assert!(matches!(
+            layer("{\"debug\": tru"),
+            Err(ConfigError::Syntax { .. })
+        ));
+        assert!(matches!(layer("[1]"), Err(ConfigError::Syntax { .. })));
+        let deep = "[".repeat(10_000);
+        assert!(layer(&deep).unwrap_err().to_string().contains("nested"));
+        let (v, _) = layer("  // only a comment\n").unwrap();
+        assert_eq!(v, Value::Object(Map::new()));
+    }
+
+    #[test]
+    fn later_layers_override_but_protected_lists_union() {
+        let dir = tempfile::tempdir().unwrap();
+        let global = dir.path().join("global");
+        let project = dir.path().join("proj");
+        std::fs::create_dir_all(&global).unwrap();
+        std::fs::create_dir_all(project.join(".opencode")).unwrap();
+        std::fs::write(
+            global.join("dcp.jsonc"),
+            r#"{"debug": true, "pruneNotification": "minimal",
+                "strategies": {"deduplication": {"protectedTools": ["bash"]}, "purgeErrors": {"turns": 2}},
+                "protectedFilePatterns": ["**/.env"]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            project.join(".opencode/dcp.jsonc"),
+            r#"{"pruneNotification": "off",
+                "strategies": {"deduplication": {"protectedTools": ["grep", "bash"]}},
+                "protectedFilePatterns": ["secrets/**"]}"#,
+        )
+        .unwrap();
+        let locations = Locations {
+            global: Some(global),
+            config_dir: None,
+            project: Some(project.join(".opencode")),
+        };
+        let loaded = load(&locations).unwrap();
+        let c = loaded.config;
+        assert_eq!(loaded.sources.len(), 2);
+        assert!(c.debug);
+        assert_eq!(c.prune_notification, Notification::Off);
+        assert_eq!(c.strategies.purge_errors.turns, 2);
+        assert_eq!(
+            c.strategies.deduplication.protected_tools,
+            vec!["bash", "grep"]
+        );
+        assert_eq!(c.protected_file_patterns, vec!["**/.env", "secrets/**"]);
+        assert!(c.dedup_protects("grep") && c.dedup_protects("task") && !c.dedup_protects("read"));
+    }
+
+    #[test]
+    fn no_files_means_dcp_12_defaults() {
+        let loaded = load(&Locations::default()).unwrap();
+        assert_eq!(loaded.config, Config::default());
+        assert!(loaded.config.strategies.supersede_writes.enabled);
+        assert_eq!(loaded.config.strategies.purge_errors.turns, 4);
+    }
+}

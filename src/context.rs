@@ -1,0 +1,235 @@
+//! What the model is sent, by category, before and after pruning: the `context` report.
+//!
+//! [`measure`] counts the tokens of a message list the way the model sees it: text, reasoning,
+//! tool inputs, tool outputs and tool errors (an output OpenCode already cleared counts as its
+//! short replacement). [`analyse`] applies the decisions already recorded in the session's
+//! state, then each automatic strategy in turn, and measures after every step, so the report
+//! says what each strategy saves on its own.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::session::{str_field, tool_calls, Message, Role};
+use crate::state::{Action, SessionState, Strategy};
+use crate::strategies::{self, Protection};
+use crate::tokens::TokenCounter;
+
+/// What OpenCode sends in place of an output it cleared itself.
+pub const OPENCODE_CLEARED: &str = "[Old tool result content cleared]";
+
+/// Tokens by category.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Breakdown {
+    pub user_text: u64,
+    pub assistant_text: u64,
+    pub reasoning: u64,
+    pub tool_inputs: u64,
+    pub tool_outputs: u64,
+    pub tool_errors: u64,
+    pub total: u64,
+}
+
+impl Breakdown {
+    /// The categories with their names, in display order.
+    pub fn rows(&self) -> [(&'static str, u64); 6] {
+        [
+            ("user text", self.user_text),
+            ("assistant text", self.assistant_text),
+            ("reasoning", self.reasoning),
+            ("tool inputs", self.tool_inputs),
+            ("tool outputs", self.tool_outputs),
+            ("tool errors", self.tool_errors),
+        ]
+    }
+}
+
+/// Counts what the model would be sent for `messages`.
+pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
+    let mut b = Breakdown::default();
+    for message in messages {
+        let role = message.role();
+        for part in &message.parts {
+            match str_field(part, "type") {
+                Some("text") => {
+                    if part.get("ignored") == Some(&Value::Bool(true)) {
+                        continue;
+                    }
+                    let n = counter.count(str_field(part, "text").unwrap_or(""));
+                    if role == Role::User {
+                        b.user_text += n;
+                    } else {
+                        b.assistant_text += n;
+                    }
+                }
+                Some("reasoning") => {
+                    b.reasoning += counter.count(str_field(part, "text").unwrap_or(""))
+                }
+                Some("tool") => {
+                    let state = part.get("state").unwrap_or(&Value::Null);
+                    if let Some(input) = state.get("input") {
+                        b.tool_inputs += counter.count(&input.to_string());
+                    }
+                    let compacted = state
+                        .get("time")
+                        .and_then(|t| t.get("compacted"))
+                        .is_some_and(|c| !c.is_null());
+                    match str_field(state, "status") {
+                        Some("completed") if compacted => {
+                            b.tool_outputs += counter.count(OPENCODE_CLEARED)
+                        }
+                        Some("completed") => {
+                            b.tool_outputs +=
+                                counter.count(str_field(state, "output").unwrap_or(""))
+                        }
+                        Some("error") => {
+                            b.tool_errors += counter.count(str_field(state, "error").unwrap_or(""))
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    b.total = b.user_text
+        + b.assistant_text
+        + b.reasoning
+        + b.tool_inputs
+        + b.tool_outputs
+        + b.tool_errors;
+    b
+}
+
+/// One step of the report: the context after a strategy has run.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Step {
+    /// `recorded` (the decisions already in the state file), or a strategy name.
+    pub step: &'static str,
+    pub tokens: u64,
+    pub saved: u64,
+    pub tools: u64,
+}
+
+/// One call the report prunes.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Pruned {
+    pub call_id: String,
+    pub tool: String,
+    pub key: Option<String>,
+    pub strategy: &'static str,
+    pub action: &'static str,
+    pub tokens: u64,
+    /// Already in the session's state file, rather than proposed now.
+    pub recorded: bool,
+}
+
+/// The whole `context` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Analysis {
+    pub estimator: &'static str,
+    pub messages: usize,
+    pub tool_calls: usize,
+    pub before: Breakdown,
+    pub after: Breakdown,
+    pub steps: Vec<Step>,
+    pub pruned: Vec<Pruned>,
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Output => "output",
+        Action::WriteContent => "write-content",
+        Action::ErrorInputs => "error-inputs",
+        Action::Distill { .. } => "distill",
+    }
+}
+
+/// Measures `messages` before pruning, with the decisions `state` already holds, and after
+/// each automatic strategy.
+pub fn analyse(
+    messages: &[Message],
+    state: &SessionState,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Analysis {
+    let calls = tool_calls(messages);
+    let before = measure(messages, counter);
+    let mut scratch = state.clone();
+    // Only the recorded decisions for calls still in the history matter here.
+    scratch
+        .pruned
+        .retain(|id, _| calls.iter().any(|c| c.call_id == id));
+    let mut pruned: Vec<Pruned> = Vec::new();
+    let describe = |call_id: &str, record: &crate::state::PruneRecord, recorded: bool| {
+        let call = calls.iter().find(|c| c.call_id == call_id);
+        Pruned {
+            call_id: call_id.to_string(),
+            tool: call
+                .map(|c| c.tool.to_string())
+                .unwrap_or_else(|| record.tool.clone()),
+            key: call.and_then(|c| c.key_argument()).map(str::to_string),
+            strategy: record.strategy.name(),
+            action: action_name(&record.action),
+            tokens: record.tokens,
+            recorded,
+        }
+    };
+    let mut steps = Vec::new();
+    let mut previous = before.total;
+    if !scratch.pruned.is_empty() {
+        let after = rewritten(messages, &scratch, counter);
+        steps.push(Step {
+            step: "recorded",
+            tokens: after,
+            saved: previous.saturating_sub(after),
+            tools: scratch.pruned.len() as u64,
+        });
+        previous = after;
+        for (id, record) in &scratch.pruned {
+            pruned.push(describe(id, record, true));
+        }
+    }
+    for strategy in [
+        Strategy::Deduplication,
+        Strategy::SupersedeWrites,
+        Strategy::PurgeErrors,
+    ] {
+        let found =
+            strategies::automatic_one(strategy, messages, &scratch, config, protection, counter);
+        for d in &found {
+            scratch.pruned.insert(d.call_id.clone(), d.record.clone());
+            pruned.push(describe(&d.call_id, &d.record, false));
+        }
+        let after = if found.is_empty() {
+            previous
+        } else {
+            rewritten(messages, &scratch, counter)
+        };
+        steps.push(Step {
+            step: strategy.name(),
+            tokens: after,
+            saved: previous.saturating_sub(after),
+            tools: found.len() as u64,
+        });
+        previous = after;
+    }
+    let mut final_messages = messages.to_vec();
+    strategies::apply(&mut final_messages, &scratch, |_| true);
+    Analysis {
+        estimator: counter.estimator().name(),
+        messages: messages.len(),
+        tool_calls: calls.len(),
+        before,
+        after: measure(&final_messages, counter),
+        steps,
+        pruned,
+    }
+}
+
+fn rewritten(messages: &[Message], state: &SessionState, counter: &TokenCounter) -> u64 {
+    let mut copy = messages.to_vec();
+    strategies::apply(&mut copy, state, |_| true);
+    measure(&copy, counter).total
+}

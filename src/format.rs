@@ -1,0 +1,55 @@
+//! Number formatting for people: token counts like DCP (`~15.4K`), sizes with humansize.
+
+/// A token count as DCP shows it: `~850`, `~15.4K`, `~1.2M`.
+pub fn tokens(n: u64) -> String {
+    format!("~{}", compact(n))
+}
+
+/// `850`, `15.4K`, `1.2M`: one decimal, trailing `.0` dropped.
+pub fn compact(n: u64) -> String {
+    let (value, unit) = match n {
+        0..=999 => return n.to_string(),
+        1_000..=999_949 => (n as f64 / 1e3, "K"),
+        _ => (n as f64 / 1e6, "M"),
+    };
+    let text = format!("{value:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text}{unit}")
+}
+
+/// A whole number with thousands separators: `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A byte size: `3.2 KiB`.
+pub fn bytes(n: u64) -> String {
+    humansize::format_size(n, humansize::BINARY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_counts_read_like_dcp() {
+        assert_eq!(tokens(0), "~0");
+        assert_eq!(tokens(999), "~999");
+        assert_eq!(tokens(1000), "~1K");
+        assert_eq!(tokens(15_420), "~15.4K");
+        assert_eq!(tokens(154_200), "~154.2K");
+        assert_eq!(tokens(999_960), "~1M");
+        assert_eq!(tokens(1_250_000), "~1.3M");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert_eq!(bytes(3277), "3.20 KiB");
+    }
+}

@@ -1,0 +1,209 @@
+//! Reads OpenCode 1.18's `opencode.db`, read-only.
+//!
+//! OpenCode keeps the database in WAL mode and writes to it while it runs, so dcp opens it
+//! read-only with a busy timeout: readers never block OpenCode's writer, and a checkpoint in
+//! progress is waited for instead of failing. Rows whose `data` is not a JSON object are
+//! skipped with a warning that names the table and the row id.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+
+use super::{with_ids, LoadedSession, SessionInfo, Source};
+use crate::session::Message;
+
+/// How long a read waits for OpenCode's writer before giving up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    #[error("cannot open {path} read-only")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot read {path} ({what})")]
+    Query {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+/// A read-only connection to `opencode.db`.
+pub struct Db {
+    path: PathBuf,
+    conn: Connection,
+}
+
+impl Db {
+    pub fn open(path: &Path) -> Result<Db, SqliteError> {
+        let open_err = |source| SqliteError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        if !path.is_file() {
+            return Err(open_err(rusqlite::Error::InvalidPath(path.to_path_buf())));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // Fail here, with the file named, if this is not an OpenCode database at all.
+        conn.query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0))
+            .map_err(open_err)?;
+        Ok(Db {
+            path: path.to_path_buf(),
+            conn,
+        })
+    }
+
+    fn query_err(&self, what: &'static str) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
+        move |source| SqliteError::Query {
+            path: self.path.clone(),
+            what,
+            source,
+        }
+    }
+
+    /// Every session, with its message count.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>, SqliteError> {
+        let err = self.query_err("sessions");
+        let mut counts = HashMap::new();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT session_id, count(*) FROM message GROUP BY session_id")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(&err)?;
+        for row in rows {
+            let (id, n) = row.map_err(&err)?;
+            counts.insert(id, n as usize);
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, parent_id, title, directory, time_created, time_updated FROM session \
+                 ORDER BY time_updated DESC, id",
+            )
+            .map_err(&err)?;
+        let rows = stmt.query_map([], |r| session_row(r)).map_err(&err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let mut info = row.map_err(&err)?;
+            info.messages = counts.get(&info.id).copied().unwrap_or(0);
+            out.push(info);
+        }
+        Ok(out)
+    }
+
+    /// The session `id` with its messages and parts in history order, or `None` if the
+    /// database has no such session.
+    pub fn load(&self, id: &str) -> Result<Option<LoadedSession>, SqliteError> {
+        let err = self.query_err("session");
+        let info = self
+            .conn
+            .query_row(
+                "SELECT id, parent_id, title, directory, time_created, time_updated FROM session \
+                 WHERE id = ?1",
+                [id],
+                session_row,
+            )
+            .optional()
+            .map_err(&err)?;
+        let Some(mut info) = info else {
+            return Ok(None);
+        };
+        let mut warnings = Vec::new();
+
+        let err = self.query_err("messages");
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, data FROM message WHERE session_id = ?1 ORDER BY time_created, id")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(&err)?;
+        let mut messages = Vec::new();
+        let mut index = HashMap::new();
+        for row in rows {
+            let (mid, data) = row.map_err(&err)?;
+            match parse_row(&data, &[("id", &mid), ("sessionID", id)]) {
+                Ok(info) => {
+                    index.insert(mid, messages.len());
+                    messages.push(Message {
+                        info,
+                        parts: Vec::new(),
+                    });
+                }
+                Err(e) => warnings.push(format!(
+                    "{}: message {mid}: {e}; skipped",
+                    self.path.display()
+                )),
+            }
+        }
+
+        let err = self.query_err("parts");
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY time_created, id",
+            )
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(&err)?;
+        for row in rows {
+            let (pid, mid, data) = row.map_err(&err)?;
+            let Some(&at) = index.get(&mid) else {
+                continue;
+            };
+            match parse_row(
+                &data,
+                &[("id", &pid), ("sessionID", id), ("messageID", &mid)],
+            ) {
+                Ok(part) => messages[at].parts.push(part),
+                Err(e) => {
+                    warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display()))
+                }
+            }
+        }
+        info.messages = messages.len();
+        Ok(Some(LoadedSession {
+            info,
+            messages,
+            warnings,
+        }))
+    }
+}
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionInfo> {
+    Ok(SessionInfo {
+        id: r.get(0)?,
+        parent_id: r.get(1)?,
+        title: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+        directory: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+        time_created: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
+        time_updated: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
+        messages: 0,
+        source: Source::Sqlite,
+    })
+}
+
+fn parse_row(data: &str, ids: &[(&str, &str)]) -> Result<serde_json::Value, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(data).map_err(|e| format!("malformed JSON in data ({e})"))?;
+    with_ids(value, ids)
+}

@@ -1,0 +1,19 @@
+//! dcp: dynamic context pruning for OpenCode.
+//!
+//! Data flows through the modules in this order:
+//! [`host`] reads OpenCode's sessions (SQLite or the old JSON tree) into the [`session`]
+//! model; [`strategies`] decide what to prune and rewrite the messages; [`state`] remembers
+//! the decisions per session and persists them; [`stats`] and [`context`] report what that
+//! saves; [`cli`] is the terminal surface. [`config`] and [`tokens`] serve them all.
+
+pub mod cli;
+pub mod config;
+pub mod context;
+pub mod format;
+pub mod host;
+pub mod logging;
+pub mod session;
+pub mod state;
+pub mod stats;
+pub mod strategies;
+pub mod tokens;

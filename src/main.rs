@@ -1,0 +1,31 @@
+//! The `dcp` binary: parses arguments, runs the CLI, and turns errors into exit codes.
+//!
+//! Exit codes: 0 success, 1 an error (printed as `dcp: <error chain>`), 2 bad usage. A broken
+//! pipe on stdout (`dcp sessions | head`) is success.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = dcp::cli::Cli::parse();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = dcp::cli::run(cli, &mut out).and_then(|()| out.flush().map_err(Into::into));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("dcp: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,186 @@
+//! Per-session prune state: what was pruned, how, and what it saved.
+//!
+//! A [`SessionState`] is the in-memory record of one session: the prune decisions keyed by
+//! tool call id, the stats by strategy, the small integer ids the agent uses to name tool
+//! calls, and the fields of the state file dcp does not understand (kept so a rewrite loses
+//! nothing). [`persist`] reads and writes it; [`manager`] keeps one per live session.
+
+pub mod manager;
+pub mod persist;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Which strategy decided a prune.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    Deduplication,
+    SupersedeWrites,
+    PurgeErrors,
+    Discard,
+    Extract,
+    Sweep,
+    /// Recorded by an older DCP state file, which does not say why.
+    Imported,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Deduplication,
+        Strategy::SupersedeWrites,
+        Strategy::PurgeErrors,
+        Strategy::Discard,
+        Strategy::Extract,
+        Strategy::Sweep,
+        Strategy::Imported,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Deduplication => "deduplication",
+            Strategy::SupersedeWrites => "supersede-writes",
+            Strategy::PurgeErrors => "purge-errors",
+            Strategy::Discard => "discard",
+            Strategy::Extract => "extract",
+            Strategy::Sweep => "sweep",
+            Strategy::Imported => "imported",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// What a prune does to the tool part in the outgoing request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// The output becomes the pruned-output placeholder.
+    Output,
+    /// The `content` input of a `write` becomes the placeholder.
+    WriteContent,
+    /// Every string input of an errored call becomes the failed-call placeholder.
+    ErrorInputs,
+    /// The output becomes the agent's distillation of it.
+    Distill { distillation: String },
+}
+
+/// One prune decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneRecord {
+    pub strategy: Strategy,
+    #[serde(flatten)]
+    pub action: Action,
+    /// Tokens the prune removes from each request.
+    pub tokens: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tool: String,
+    /// Whether requests already carry the rewrite. A decision may wait for a better moment
+    /// (see `crate::policy`), but once applied it stays applied so the prompt prefix that
+    /// providers cache stays byte-stable.
+    #[serde(default = "yes")]
+    pub applied: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Tokens and tools pruned by one strategy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    pub tokens: u64,
+    pub tools: u64,
+}
+
+/// A session's savings. They survive compactions, unlike the prune list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Tokens pruned since the last save (DCP's pending counter); folded into the total on
+    /// save, so it is 0 in files dcp writes.
+    pub prune_token_counter: u64,
+    pub total_prune_tokens: u64,
+    pub by_strategy: BTreeMap<Strategy, Tally>,
+}
+
+impl Stats {
+    /// Tools pruned over the session's life, across compactions.
+    pub fn tools(&self) -> u64 {
+        self.by_strategy.values().map(|t| t.tools).sum()
+    }
+
+    /// Tokens pruned over the session's life.
+    pub fn tokens(&self) -> u64 {
+        self.total_prune_tokens + self.prune_token_counter
+    }
+}
+
+/// Everything dcp remembers about one session.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionState {
+    pub session_name: Option<String>,
+    pub pruned: BTreeMap<String, PruneRecord>,
+    pub stats: Stats,
+    /// The small ids the agent uses in discard/extract, by call id.
+    pub ids: BTreeMap<String, u32>,
+    pub next_id: u32,
+    /// `time.created` of the newest compaction summary already handled.
+    pub last_compaction: i64,
+    /// The file's `lastUpdated`, as read.
+    pub last_updated: Option<String>,
+    /// The whole file as read, so that fields dcp does not know survive a rewrite.
+    pub raw: Map<String, Value>,
+}
+
+impl SessionState {
+    /// Records `record` for `call_id` and counts it in the stats. A call already pruned is
+    /// left as it is; returns whether the record was new.
+    pub fn record(&mut self, call_id: &str, record: PruneRecord) -> bool {
+        if self.pruned.contains_key(call_id) {
+            return false;
+        }
+        let tally = self.stats.by_strategy.entry(record.strategy).or_default();
+        tally.tokens += record.tokens;
+        tally.tools += 1;
+        self.stats.prune_token_counter += record.tokens;
+        self.pruned.insert(call_id.to_string(), record);
+        true
+    }
+
+    /// Forgets the prune list after a compaction: the pruned calls are gone from the history
+    /// the model sees. Stats are kept.
+    pub fn clear_after_compaction(&mut self, compaction_time: i64) {
+        self.pruned.clear();
+        self.last_compaction = compaction_time;
+    }
+
+    /// Moves the pending counter into the total, as DCP does before it saves.
+    pub fn fold_counter(&mut self) {
+        self.stats.total_prune_tokens += self.stats.prune_token_counter;
+        self.stats.prune_token_counter = 0;
+    }
+
+    /// The agent-facing id of `call_id`, assigned on first use and stable for the session.
+    pub fn id_for(&mut self, call_id: &str) -> u32 {
+        if let Some(id) = self.ids.get(call_id) {
+            return *id;
+        }
+        self.next_id = self.next_id.max(1);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ids.insert(call_id.to_string(), id);
+        id
+    }
+
+    /// The call id the agent means by `id`.
+    pub fn call_for(&self, id: u32) -> Option<&str> {
+        self.ids
+            .iter()
+            .find(|(_, n)| **n == id)
+            .map(|(c, _)| c.as_str())
+    }
+}

@@ -1,0 +1,474 @@
+//! State files: `storage/plugin/dcp/<sessionId>.json`, in every layout DCP ever wrote.
+//!
+//! dcp writes the 1.x layout (`sessionName`, `prune.toolIds`, `stats.pruneTokenCounter`,
+//! `stats.totalPruneTokens`, `lastUpdated`) plus a `dcp` section of its own, and reads the
+//! 0.3 (`prunedIds`), 1.x and 2.x/3.x (`prune.tools`, `prune.messages`, `nudges`,
+//! `manualMode`) layouts. Fields it does not understand are kept on rewrite. Writes are atomic
+//! (temp file, fsync, rename, fsync of the directory), so a crash leaves the old file or the
+//! new one, never a torn one. A file that cannot be parsed is never overwritten: it is set
+//! aside as `<id>.json.corrupt-<time>` first.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use super::{Action, PruneRecord, SessionState, Strategy, Tally};
+
+/// State files larger than this are not read: no real session comes near it.
+pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Version of the `dcp` section dcp writes.
+pub const FORMAT_VERSION: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(
+        "invalid session id {shown}: a session id is 1 to 128 characters of A-Z, a-z, 0-9, _ and -"
+    )]
+    BadSessionId { shown: String },
+    #[error("cannot write state file {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot set aside corrupt state file {path}")]
+    SetAside {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Checks that `id` is a session id dcp can use in a file name: `[A-Za-z0-9_-]{1,128}`.
+pub fn validate_session_id(id: &str) -> Result<(), StateError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        return Ok(());
+    }
+    let mut shown: String = id.chars().take(48).collect();
+    if shown.len() < id.len() {
+        shown.push('…');
+    }
+    Err(StateError::BadSessionId {
+        shown: format!("{shown:?} ({} bytes)", id.len()),
+    })
+}
+
+/// The state file of session `id` in `dir`.
+pub fn state_path(dir: &Path, id: &str) -> Result<PathBuf, StateError> {
+    validate_session_id(id)?;
+    Ok(dir.join(format!("{id}.json")))
+}
+
+/// What reading a state file found.
+#[derive(Debug)]
+pub enum LoadOutcome {
+    Missing,
+    Loaded(Box<SessionState>),
+    /// The file exists but cannot be used; `reason` says why.
+    Corrupt {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// Reads the state of session `id` from `dir`.
+pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
+    let path = state_path(dir, id)?;
+    Ok(load_path(&path))
+}
+
+/// Reads one state file.
+pub fn load_path(path: &Path) -> LoadOutcome {
+    let corrupt = |reason: String| LoadOutcome::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    match fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LoadOutcome::Missing,
+        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Ok(m) if m.len() > MAX_STATE_BYTES => {
+            return corrupt(format!(
+                "{} bytes is larger than the {MAX_STATE_BYTES}-byte limit",
+                m.len()
+            ))
+        }
+        Ok(_) => {}
+    }
+    match fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LoadOutcome::Missing,
+        Err(e) => corrupt(format!("cannot read it: {e}")),
+        Ok(bytes) => match parse(&bytes) {
+            Ok(state) => LoadOutcome::Loaded(Box::new(state)),
+            Err(reason) => corrupt(reason),
+        },
+    }
+}
+
+/// Parses a state file of any DCP layout. The error says what is wrong, by key.
+pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 ({e})"))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
+    let Value::Object(raw) = value else {
+        return Err("the top level is not a JSON object".to_string());
+    };
+    let mut state = SessionState {
+        raw: raw.clone(),
+        ..SessionState::default()
+    };
+    state.session_name = opt_string(&raw, "sessionName")?;
+    state.last_updated = opt_string(&raw, "lastUpdated")?;
+
+    let mut legacy: BTreeMap<String, u64> = BTreeMap::new();
+    // 0.3: a flat list of pruned ids.
+    for id in string_list(raw.get("prunedIds"), "prunedIds")? {
+        legacy.entry(id).or_insert(0);
+    }
+    if let Some(prune) = raw.get("prune") {
+        let prune = prune
+            .as_object()
+            .ok_or_else(|| type_error("prune", "an object", prune))?;
+        // 1.x: a list of ids.
+        for id in string_list(prune.get("toolIds"), "prune.toolIds")? {
+            legacy.entry(id).or_insert(0);
+        }
+        // 2.x/3.x: ids with their token counts.
+        if let Some(tools) = prune.get("tools") {
+            let tools = tools
+                .as_object()
+                .ok_or_else(|| type_error("prune.tools", "an object", tools))?;
+            for (id, tokens) in tools {
+                let n = count(tokens, &format!("prune.tools.{id}"))?;
+                legacy.insert(id.clone(), n);
+            }
+        }
+    }
+    if let Some(stats) = raw.get("stats") {
+        let stats = stats
+            .as_object()
+            .ok_or_else(|| type_error("stats", "an object", stats))?;
+        if let Some(v) = stats.get("pruneTokenCounter") {
+            state.stats.prune_token_counter = count(v, "stats.pruneTokenCounter")?;
+        }
+        if let Some(v) = stats.get("totalPruneTokens") {
+            state.stats.total_prune_tokens = count(v, "stats.totalPruneTokens")?;
+        }
+    }
+    if let Some(own) = raw.get("dcp") {
+        parse_own(own, &mut state)?;
+    }
+    // Ids only an older layout knows about were pruned by another DCP: keep them in force.
+    let mut imported = Tally::default();
+    for (id, tokens) in legacy {
+        if state.pruned.contains_key(&id) {
+            continue;
+        }
+        imported.tools += 1;
+        imported.tokens += tokens;
+        state.pruned.insert(
+            id,
+            PruneRecord {
+                strategy: Strategy::Imported,
+                action: Action::Output,
+                tokens,
+                tool: String::new(),
+                applied: true,
+            },
+        );
+    }
+    if imported.tools > 0 && !state.stats.by_strategy.contains_key(&Strategy::Imported) {
+        state.stats.by_strategy.insert(Strategy::Imported, imported);
+    }
+    Ok(state)
+}
+
+fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
+    let own = own
+        .as_object()
+        .ok_or_else(|| type_error("dcp", "an object", own))?;
+    if let Some(pruned) = own.get("pruned") {
+        let pruned = pruned
+            .as_object()
+            .ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
+        for (id, record) in pruned {
+            let record: PruneRecord = serde_json::from_value(record.clone())
+                .map_err(|e| format!("`dcp.pruned.{id}` is not a prune record ({e})"))?;
+            state.pruned.insert(id.clone(), record);
+        }
+    }
+    if let Some(by) = own.get("byStrategy") {
+        let by = by
+            .as_object()
+            .ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
+        for (name, tally) in by {
+            let strategy = Strategy::from_name(name)
+                .ok_or_else(|| format!("`dcp.byStrategy` has unknown strategy {name:?}"))?;
+            let tally: Tally = serde_json::from_value(tally.clone())
+                .map_err(|e| format!("`dcp.byStrategy.{name}` is not a tally ({e})"))?;
+            state.stats.by_strategy.insert(strategy, tally);
+        }
+    }
+    if let Some(ids) = own.get("ids") {
+        let ids = ids
+            .as_object()
+            .ok_or_else(|| type_error("dcp.ids", "an object", ids))?;
+        for (call, n) in ids {
+            let n = count(n, &format!("dcp.ids.{call}"))?;
+            let n = u32::try_from(n).map_err(|_| format!("`dcp.ids.{call}` is too large"))?;
+            state.ids.insert(call.clone(), n);
+        }
+    }
+    let max_id = state.ids.values().copied().max().unwrap_or(0);
+    let next = own
+        .get("nextId")
+        .map(|v| count(v, "dcp.nextId"))
+        .transpose()?
+        .unwrap_or(0);
+    state.next_id = u32::try_from(next).unwrap_or(u32::MAX).max(max_id + 1);
+    if let Some(v) = own.get("lastCompaction") {
+        state.last_compaction = v
+            .as_i64()
+            .ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
+    }
+    Ok(())
+}
+
+fn type_error(key: &str, expected: &str, found: &Value) -> String {
+    let mut shown = found.to_string();
+    if shown.len() > 60 {
+        shown.truncate(60);
+        shown.push('…');
+    }
+    format!("`{key}` must be {expected}, not {shown}")
+}
+
+fn opt_string(raw: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(type_error(key, "a string", other)),
+    }
+}
+
+fn string_list(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| type_error(key, "a list of strings", v))
+            })
+            .collect(),
+        Some(other) => Err(type_error(key, "a list of strings", other)),
+    }
+}
+
+fn count(value: &Value, key: &str) -> Result<u64, String> {
+    if let Some(n) = value.as_u64() {
+        return Ok(n);
+    }
+    match value.as_f64() {
+        Some(f) if f >= 0.0 && f.is_finite() => Ok(f as u64),
+        _ => Err(type_error(key, "a number >= 0", value)),
+    }
+}
+
+/// The file contents for `state`: its original fields, with dcp's own brought up to date.
+pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
+    let mut out = state.raw.clone();
+    out.remove("prunedIds");
+    if let Some(name) = &state.session_name {
+        out.insert("sessionName".into(), Value::String(name.clone()));
+    }
+    let mut prune = match out.remove("prune") {
+        Some(Value::Object(p)) => p,
+        _ => Map::new(),
+    };
+    let ids: Vec<Value> = state
+        .pruned
+        .keys()
+        .map(|k| Value::String(k.clone()))
+        .collect();
+    prune.insert("toolIds".into(), Value::Array(ids));
+    if prune.contains_key("tools") {
+        let tools: Map<String, Value> = state
+            .pruned
+            .iter()
+            .map(|(k, r)| (k.clone(), json!(r.tokens)))
+            .collect();
+        prune.insert("tools".into(), Value::Object(tools));
+    }
+    out.insert("prune".into(), Value::Object(prune));
+    let mut stats = match out.remove("stats") {
+        Some(Value::Object(s)) => s,
+        _ => Map::new(),
+    };
+    stats.insert(
+        "pruneTokenCounter".into(),
+        json!(state.stats.prune_token_counter),
+    );
+    stats.insert(
+        "totalPruneTokens".into(),
+        json!(state.stats.total_prune_tokens),
+    );
+    out.insert("stats".into(), Value::Object(stats));
+    out.insert(
+        "lastUpdated".into(),
+        Value::String(last_updated.to_string()),
+    );
+    let by: Map<String, Value> = state
+        .stats
+        .by_strategy
+        .iter()
+        .map(|(s, t)| {
+            (
+                s.name().to_string(),
+                json!({"tokens": t.tokens, "tools": t.tools}),
+            )
+        })
+        .collect();
+    let ids: Map<String, Value> = state
+        .ids
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    out.insert(
+        "dcp".into(),
+        json!({
+            "version": FORMAT_VERSION,
+            "pruned": state.pruned,
+            "byStrategy": by,
+            "ids": ids,
+            "nextId": state.next_id,
+            "lastCompaction": state.last_compaction,
+        }),
+    );
+    let mut bytes =
+        serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The current time as DCP writes it: ISO 8601, UTC, milliseconds.
+pub fn now_iso() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same directory, fsync, rename,
+/// then fsync of the directory so the rename itself is durable.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
+    let result = (|| {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Renames a corrupt state file out of the way: `<name>.corrupt-<UTC time>`.
+pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let mut target = path.as_os_str().to_owned();
+    target.push(format!(".corrupt-{stamp}"));
+    let target = PathBuf::from(target);
+    fs::rename(path, &target).map_err(|source| StateError::SetAside {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(target)
+}
+
+/// Saves `state` as session `id` in `dir`. `corrupt` names a file found unreadable when the
+/// state was loaded: it is set aside first, never overwritten. Returns where it was set aside.
+pub fn save(
+    dir: &Path,
+    id: &str,
+    state: &SessionState,
+    corrupt: bool,
+) -> Result<Option<PathBuf>, StateError> {
+    let path = state_path(dir, id)?;
+    let mut set = None;
+    if corrupt && path.exists() {
+        set = Some(set_aside(&path)?);
+    }
+    let bytes = render(state, &now_iso());
+    write_atomic(&path, &bytes).map_err(|source| StateError::Write { path, source })?;
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_checked() {
+        for ok in [
+            "ses_dff0e6f21ffe6GyGsE27xOBOyV",
+            "a",
+            "A-b_9",
+            &"x".repeat(128),
+        ] {
+            assert!(validate_session_id(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            "a\0b",
+            "ses x",
+            "é",
+            &"x".repeat(129),
+            &"y".repeat(10_000),
+        ] {
+            let err = validate_session_id(bad).unwrap_err().to_string();
+            assert!(err.starts_with("invalid session id"), "{err}");
+            assert!(err.len() < 300, "{err}");
+        }
+    }
+
+    #[test]
+    fn wrongly_typed_fields_name_the_key() {
+        let err = parse(br#"{"prune": {"toolIds": 7}}"#).unwrap_err();
+        assert_eq!(err, "`prune.toolIds` must be a list of strings, not 7");
+        let err = parse(br#"{"stats": {"totalPruneTokens": "lots"}}"#).unwrap_err();
+        assert_eq!(
+            err,
+            "`stats.totalPruneTokens` must be a number >= 0, not \"lots\""
+        );
+        assert!(parse(b"[]").unwrap_err().contains("not a JSON object"));
+        assert!(parse(b"{\"prune\": ")
+            .unwrap_err()
+            .starts_with("not valid JSON"));
+        assert!(parse(&[0xff, 0xfe]).unwrap_err().starts_with("not UTF-8"));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse(deep.as_bytes()).is_err());
+    }
+}

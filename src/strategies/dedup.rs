@@ -1,0 +1,137 @@
+//! Deduplication: the same tool called with the same arguments. Only the newest output is
+//! kept; every older one is pruned.
+//!
+//! Arguments are compared in a normal form: object keys sorted, `null` fields dropped, so
+//! `{"filePath": "a", "limit": null}` and `{"filePath": "a"}` are the same call. Only
+//! completed calls take part; errored ones are purge-errors' business.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::{open_for_pruning, output_tokens, Decision, Protection};
+use crate::config::Config;
+use crate::session::{current_turn, tool_calls, Message, ToolStatus};
+use crate::state::{Action, SessionState, Strategy};
+use crate::tokens::TokenCounter;
+
+/// The normal form of a call: tool name and canonical arguments.
+pub fn signature(tool: &str, input: &Value) -> String {
+    let mut out = String::with_capacity(64);
+    out.push_str(tool);
+    out.push('\u{0}');
+    canonical(input, &mut out);
+    out
+}
+
+fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| k)
+                .collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+pub fn decide(
+    messages: &[Message],
+    state: &SessionState,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Vec<Decision> {
+    let calls = tool_calls(messages);
+    let current = current_turn(messages);
+    let mut newest: HashMap<String, usize> = HashMap::new();
+    let eligible = |i: usize| {
+        let c = &calls[i];
+        c.status == ToolStatus::Completed
+            && !c.compacted
+            && !config.dedup_protects(c.tool)
+            && !protection.protects_file(c)
+    };
+    let signatures: Vec<Option<String>> = (0..calls.len())
+        .map(|i| eligible(i).then(|| signature(calls[i].tool, calls[i].input)))
+        .collect();
+    for (i, sig) in signatures.iter().enumerate() {
+        if let Some(sig) = sig {
+            newest.insert(sig.clone(), i);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, sig) in signatures.iter().enumerate() {
+        let Some(sig) = sig else { continue };
+        let call = &calls[i];
+        if newest[sig] == i
+            || !open_for_pruning(call, state)
+            || protection.protects_turn(call, current)
+        {
+            continue;
+        }
+        let tokens = output_tokens(call, counter);
+        out.push(Decision::new(
+            call,
+            Strategy::Deduplication,
+            Action::Output,
+            tokens,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn signatures_ignore_key_order_and_nulls() {
+        let a = signature(
+            "read",
+            &json!({"filePath": "/a", "limit": null, "offset": 1}),
+        );
+        let b = signature("read", &json!({"offset": 1, "filePath": "/a"}));
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            signature("grep", &json!({"offset": 1, "filePath": "/a"}))
+        );
+        assert_ne!(
+            a,
+            signature("read", &json!({"offset": 2, "filePath": "/a"}))
+        );
+        let nested = signature(
+            "x",
+            &json!({"b": {"d": 1, "c": [2, {"f": 1, "e": null}]}, "a": true}),
+        );
+        assert_eq!(
+            nested,
+            "x\u{0}{\"a\":true,\"b\":{\"c\":[2,{\"f\":1}],\"d\":1}}"
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! The pruning engine: pure functions from (messages, state, config) to prune decisions, and
+//! from decisions to the rewritten messages.
+//!
+//! Each strategy lives in its own module and only proposes [`Decision`]s; the caller records
+//! them in the session's state. [`apply`] then rewrites the messages in place, touching only
+//! the fields a decision names, so the same input always gives byte-identical output: prompt
+//! caches depend on it. What every strategy must leave alone is decided in one place,
+//! [`Protection`].
+
+pub mod dedup;
+pub mod manual;
+pub mod purge_errors;
+pub mod supersede_writes;
+pub mod sweep;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::session::{Message, ToolCall, ToolStatus};
+use crate::state::{Action, PruneRecord, SessionState, Strategy};
+use crate::tokens::{Field, TokenCounter};
+
+/// What a pruned output becomes (the published DCP plugin's text, which models know).
+pub const OUTPUT_PLACEHOLDER: &str =
+    "[Output removed to save context - information superseded or no longer needed]";
+/// What the string inputs of a purged errored call become (also DCP's text).
+pub const ERROR_INPUT_PLACEHOLDER: &str = "[input removed due to failed tool call]";
+/// What the `content` of a superseded write becomes.
+pub const WRITE_CONTENT_PLACEHOLDER: &str =
+    "[content removed to save context - the file was read back later]";
+
+/// A proposed prune of one tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub call_id: String,
+    pub record: PruneRecord,
+}
+
+impl Decision {
+    fn new(call: &ToolCall<'_>, strategy: Strategy, action: Action, tokens: u64) -> Decision {
+        Decision {
+            call_id: call.call_id.to_string(),
+            record: PruneRecord {
+                strategy,
+                action,
+                tokens,
+                tool: call.tool.to_string(),
+                applied: false,
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("protectedFilePatterns: invalid glob {pattern:?}")]
+pub struct PatternError {
+    pattern: String,
+    #[source]
+    source: globset::Error,
+}
+
+/// What no automatic strategy may touch: protected file globs and young turns. Protected
+/// tool names differ per strategy and come from [`Config`].
+#[derive(Debug, Clone)]
+pub struct Protection {
+    files: GlobSet,
+    /// Calls younger than this many model steps are left alone (0: no turn protection).
+    turns: u32,
+}
+
+impl Protection {
+    pub fn new(config: &Config) -> Result<Protection, PatternError> {
+        let mut builder = GlobSetBuilder::new();
+        for pattern in &config.protected_file_patterns {
+            let glob = Glob::new(pattern).map_err(|source| PatternError {
+                pattern: pattern.clone(),
+                source,
+            })?;
+            builder.add(glob);
+        }
+        let files = builder.build().map_err(|source| PatternError {
+            pattern: String::new(),
+            source,
+        })?;
+        let turns = if config.turn_protection.enabled {
+            config.turn_protection.turns
+        } else {
+            0
+        };
+        Ok(Protection { files, turns })
+    }
+
+    /// Whether the call's file matches a protected pattern.
+    pub fn protects_file(&self, call: &ToolCall<'_>) -> bool {
+        call.file_path().is_some_and(|p| self.files.is_match(p))
+    }
+
+    /// Whether the call is too young to prune, `current` being the newest model step.
+    pub fn protects_turn(&self, call: &ToolCall<'_>, current: u32) -> bool {
+        self.turns > 0 && current.saturating_sub(call.turn) < self.turns
+    }
+}
+
+/// Whether `call` can be pruned at all: OpenCode has not cleared it already, and it has not
+/// been pruned by dcp.
+fn open_for_pruning(call: &ToolCall<'_>, state: &SessionState) -> bool {
+    !call.compacted && !state.pruned.contains_key(call.call_id)
+}
+
+/// Tokens of a call's output, counted once per part.
+fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
+    counter.count_part(call.part_id, Field::Output, call.output.unwrap_or(""))
+}
+
+/// Runs every enabled automatic strategy (deduplication, supersede-writes, purge-errors) in
+/// that order, each seeing the decisions of the ones before it. Returns the new decisions,
+/// not yet recorded.
+pub fn automatic(
+    messages: &[Message],
+    state: &SessionState,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Vec<Decision> {
+    let mut scratch = state.clone();
+    let mut out = Vec::new();
+    for strategy in [
+        Strategy::Deduplication,
+        Strategy::SupersedeWrites,
+        Strategy::PurgeErrors,
+    ] {
+        let found = automatic_one(strategy, messages, &scratch, config, protection, counter);
+        for d in &found {
+            scratch.pruned.insert(d.call_id.clone(), d.record.clone());
+        }
+        out.extend(found);
+    }
+    out
+}
+
+/// Runs one automatic strategy, if it is enabled.
+pub fn automatic_one(
+    strategy: Strategy,
+    messages: &[Message],
+    state: &SessionState,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Vec<Decision> {
+    let s = &config.strategies;
+    match strategy {
+        Strategy::Deduplication if s.deduplication.enabled => {
+            dedup::decide(messages, state, config, protection, counter)
+        }
+        Strategy::SupersedeWrites if s.supersede_writes.enabled => {
+            supersede_writes::decide(messages, state, protection, counter)
+        }
+        Strategy::PurgeErrors if s.purge_errors.enabled => {
+            purge_errors::decide(messages, state, config, protection, counter)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Rewrites `messages` in place for every pruned call of `state` that `include` accepts.
+/// Only the fields a decision names change; everything else stays byte for byte.
+pub fn apply(
+    messages: &mut [Message],
+    state: &SessionState,
+    include: impl Fn(&PruneRecord) -> bool,
+) {
+    if state.pruned.is_empty() {
+        return;
+    }
+    for message in messages.iter_mut() {
+        for part in message.parts.iter_mut() {
+            let Some(call_id) = part.get("callID").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(record) = state.pruned.get(call_id) else {
+                continue;
+            };
+            if include(record) {
+                rewrite_part(part, &record.action);
+            }
+        }
+    }
+}
+
+/// Applies one action to one tool part. Parts that do not have the shape the action needs
+/// are left alone.
+pub fn rewrite_part(part: &mut Value, action: &Action) {
+    if part.get("type").and_then(Value::as_str) != Some("tool") {
+        return;
+    }
+    let Some(state) = part.get_mut("state").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let compacted = state
+        .get("time")
+        .and_then(|t| t.get("compacted"))
+        .is_some_and(|c| !c.is_null());
+    let status = state.get("status").and_then(Value::as_str).unwrap_or("");
+    match action {
+        Action::Output | Action::Distill { .. } => {
+            if status != "completed" || compacted {
+                return;
+            }
+            let text = match action {
+                Action::Distill { distillation } => distillation.as_str(),
+                _ => OUTPUT_PLACEHOLDER,
+            };
+            state.insert("output".into(), Value::String(text.to_string()));
+        }
+        Action::WriteContent => {
+            if let Some(Value::String(content)) =
+                state.get_mut("input").and_then(|i| i.get_mut("content"))
+            {
+                *content = WRITE_CONTENT_PLACEHOLDER.to_string();
+            }
+        }
+        Action::ErrorInputs => {
+            if let Some(Value::Object(input)) = state.get_mut("input") {
+                for value in input.values_mut() {
+                    if let Value::String(s) = value {
+                        *s = ERROR_INPUT_PLACEHOLDER.to_string();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a call has finished, one way or the other.
+fn finished(call: &ToolCall<'_>) -> bool {
+    matches!(call.status, ToolStatus::Completed | ToolStatus::Error)
+}

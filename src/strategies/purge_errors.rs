@@ -1,0 +1,63 @@
+//! Purge-errors: an errored call older than `strategies.purgeErrors.turns` model steps keeps
+//! its error message, but its string inputs (often a large command or file body that failed)
+//! are replaced by the failed-call placeholder.
+
+use serde_json::Value;
+
+use super::{open_for_pruning, Decision, Protection, ERROR_INPUT_PLACEHOLDER};
+use crate::config::Config;
+use crate::session::{current_turn, tool_calls, Message, ToolStatus};
+use crate::state::{Action, SessionState, Strategy};
+use crate::tokens::{Field, TokenCounter};
+
+/// The string inputs of a call, joined: what purging removes.
+pub fn string_inputs(input: &Value) -> String {
+    let Some(map) = input.as_object() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for value in map.values() {
+        if let Value::String(s) = value {
+            if s != ERROR_INPUT_PLACEHOLDER {
+                out.push_str(s);
+            }
+        }
+    }
+    out
+}
+
+pub fn decide(
+    messages: &[Message],
+    state: &SessionState,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Vec<Decision> {
+    let turns = config.strategies.purge_errors.turns;
+    let current = current_turn(messages);
+    let mut out = Vec::new();
+    for call in tool_calls(messages) {
+        if call.status != ToolStatus::Error || current.saturating_sub(call.turn) < turns {
+            continue;
+        }
+        if !open_for_pruning(&call, state)
+            || config.purge_protects(call.tool)
+            || protection.protects_file(&call)
+            || protection.protects_turn(&call, current)
+        {
+            continue;
+        }
+        let text = string_inputs(call.input);
+        if text.is_empty() {
+            continue;
+        }
+        let tokens = counter.count_part(call.part_id, Field::Input, &text);
+        out.push(Decision::new(
+            &call,
+            Strategy::PurgeErrors,
+            Action::ErrorInputs,
+            tokens,
+        ));
+    }
+    out
+}

@@ -1,0 +1,150 @@
+//! Token counting: an offline o200k BPE tokenizer, with a per-part cache.
+//!
+//! Savings are reported in tokens, so every pruned output is counted once with the o200k
+//! byte-pair encoder (compiled into the binary by `bpe-openai`; nothing is downloaded). Counts
+//! are cached by part id and field, because a completed tool part never changes. When the
+//! tokenizer cannot run, counting falls back to characters / 4 and says so through
+//! [`Estimator`].
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Which estimator produced the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Estimator {
+    #[serde(rename = "o200k_base")]
+    O200k,
+    #[serde(rename = "chars/4")]
+    CharsDiv4,
+}
+
+impl Estimator {
+    pub fn name(self) -> &'static str {
+        match self {
+            Estimator::O200k => "o200k_base",
+            Estimator::CharsDiv4 => "chars/4",
+        }
+    }
+}
+
+/// Which estimator to use; `Auto` tries the BPE tokenizer first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EstimatorChoice {
+    #[default]
+    Auto,
+    CharsDiv4,
+}
+
+fn bpe() -> Option<&'static bpe_openai::Tokenizer> {
+    static BPE: OnceLock<Option<&'static bpe_openai::Tokenizer>> = OnceLock::new();
+    *BPE.get_or_init(|| {
+        // Loading deserialises tables built into the binary; guard against a panic in the
+        // dependency so that counting degrades to chars/4 instead of taking dcp down.
+        std::panic::catch_unwind(bpe_openai::o200k_base).ok()
+    })
+}
+
+/// Starts loading the BPE tables on a background thread, so that the first count is fast.
+pub fn preload() {
+    std::thread::spawn(|| {
+        let _ = bpe();
+    });
+}
+
+/// The field of a part whose tokens were counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    Output,
+    Input,
+    Error,
+    Text,
+}
+
+/// Counts tokens and remembers the count of each part's field.
+#[derive(Debug, Default)]
+pub struct TokenCounter {
+    choice: EstimatorChoice,
+    cache: HashMap<(String, Field), u64>,
+}
+
+impl TokenCounter {
+    pub fn new(choice: EstimatorChoice) -> Self {
+        TokenCounter {
+            choice,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The estimator this counter uses.
+    pub fn estimator(&self) -> Estimator {
+        match self.choice {
+            EstimatorChoice::Auto if bpe().is_some() => Estimator::O200k,
+            _ => Estimator::CharsDiv4,
+        }
+    }
+
+    /// Tokens in `text`, uncached.
+    pub fn count(&self, text: &str) -> u64 {
+        match (self.choice, bpe()) {
+            (EstimatorChoice::Auto, Some(bpe)) => bpe.count(text) as u64,
+            _ => chars_div4(text),
+        }
+    }
+
+    /// Tokens in `text`, the `field` of part `part_id`, counted once per part. Parts without
+    /// an id are counted every time.
+    pub fn count_part(&mut self, part_id: &str, field: Field, text: &str) -> u64 {
+        if part_id.is_empty() {
+            return self.count(text);
+        }
+        if let Some(n) = self.cache.get(&(part_id.to_string(), field)) {
+            return *n;
+        }
+        let n = self.count(text);
+        self.cache.insert((part_id.to_string(), field), n);
+        n
+    }
+
+    /// Forgets every cached count (after a compaction, the parts are gone).
+    pub fn clear(&mut self) {
+        self.cache.clear();
+    }
+}
+
+/// The fallback estimate: one token per four characters, rounded up.
+pub fn chars_div4(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bpe_counts_differ_from_the_char_estimate() {
+        let counter = TokenCounter::new(EstimatorChoice::Auto);
+        assert_eq!(counter.estimator(), Estimator::O200k);
+        assert_eq!(counter.count("Hello, world!"), 4);
+        let fallback = TokenCounter::new(EstimatorChoice::CharsDiv4);
+        assert_eq!(fallback.estimator(), Estimator::CharsDiv4);
+        assert_eq!(fallback.count("Hello, world!"), 4);
+        assert_eq!(fallback.count("Hello, world! Hello"), 5);
+    }
+
+    #[test]
+    fn part_counts_are_cached_by_id_and_field() {
+        let mut counter = TokenCounter::new(EstimatorChoice::CharsDiv4);
+        assert_eq!(counter.count_part("prt_1", Field::Output, "abcdefgh"), 2);
+        // The cache answers for the same part even if handed other text.
+        assert_eq!(
+            counter.count_part("prt_1", Field::Output, "abcdefghijkl"),
+            2
+        );
+        assert_eq!(counter.count_part("prt_1", Field::Input, "abcdefghijkl"), 3);
+        counter.clear();
+        assert_eq!(
+            counter.count_part("prt_1", Field::Output, "abcdefghijkl"),
+            3
+        );
+    }
+}
