@@ -7,14 +7,18 @@ pub fn tokens(n: u64) -> String {
 
 /// `850`, `15.4K`, `1.2M`: one decimal, trailing `.0` dropped.
 pub fn compact(n: u64) -> String {
-    let (value, unit) = match n {
+    let unit = match n {
         0..=999 => return n.to_string(),
-        1_000..=999_949 => (n as f64 / 1e3, "K"),
-        _ => (n as f64 / 1e6, "M"),
+        1_000..=999_949 => 1_000,
+        _ => 1_000_000,
     };
-    let text = format!("{value:.1}");
-    let text = text.strip_suffix(".0").unwrap_or(&text);
-    format!("{text}{unit}")
+    // Tenths of the unit, rounded half up, in integers so that 1.25 shows as 1.3.
+    let tenths = (n * 10 + unit / 2) / unit;
+    let suffix = if unit == 1_000 { "K" } else { "M" };
+    match tenths % 10 {
+        0 => format!("{}{suffix}", tenths / 10),
+        d => format!("{}.{d}{suffix}", tenths / 10),
+    }
 }
 
 /// A whole number with thousands separators: `12,345`.

@@ -1,0 +1,235 @@
+//! The CLI on the fixtures: stdout, stderr and the exit status, snapshotted together.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{Sandbox, DB_SESSION, TREE_SESSION};
+
+/// Runs `dcp ARGS --data-dir <sandbox data>` with a private home and config, and renders the
+/// result with the sandbox's paths filtered.
+fn dcp(sandbox: &Sandbox, args: &[&str]) -> String {
+    let root = sandbox.dir.path();
+    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(sandbox.data())
+        .current_dir(root.join("project"))
+        .env_clear()
+        .env("HOME", root.join("home"))
+        .env("XDG_CONFIG_HOME", root.join("home/.config"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    let text = format!(
+        "success: {}\nexit_code: {}\n----- stdout -----\n{}----- stderr -----\n{}",
+        out.status.success(),
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    filter(&text, root)
+}
+
+fn filter(text: &str, root: &Path) -> String {
+    let text = text.replace(&root.display().to_string(), "[SANDBOX]");
+    let re_time = regex_lite_time();
+    re_time
+        .iter()
+        .fold(text, |t, (from, to)| t.replace(from, to))
+}
+
+/// No timestamps appear in CLI output except the fixtures' own, which are stable.
+fn regex_lite_time() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+#[test]
+fn sessions_lists_both_stores() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["sessions"]));
+}
+
+#[test]
+fn sessions_json() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["sessions", "--json"]));
+}
+
+#[test]
+fn context_of_the_recorded_session() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["context", "--session", DB_SESSION]));
+}
+
+#[test]
+fn context_defaults_to_the_latest_session() {
+    let s = Sandbox::new();
+    assert_eq!(
+        dcp(&s, &["context"]),
+        dcp(&s, &["context", "--session", DB_SESSION])
+    );
+}
+
+#[test]
+fn context_json_of_the_json_tree_session() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["context", "--json", "--session", TREE_SESSION]));
+}
+
+#[test]
+fn stats_reports_all_time_and_names_corrupt_files() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["stats", "--session", DB_SESSION]));
+}
+
+#[test]
+fn stats_json_has_the_documented_fields() {
+    let s = Sandbox::new();
+    let out = dcp(&s, &["stats", "--json"]);
+    let json_text = out
+        .split("----- stdout -----\n")
+        .nth(1)
+        .unwrap()
+        .split("----- stderr -----")
+        .next()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(json_text).unwrap();
+    assert_eq!(v["all_time"]["tokens_saved"], 907 + 1520 + 2300);
+    assert_eq!(v["all_time"]["tools_pruned"], 2 + 2 + 3);
+    assert_eq!(v["all_time"]["sessions"], 3);
+    assert_eq!(v["all_time"]["corrupt"].as_array().unwrap().len(), 2);
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn sweep_dry_run_saves_nothing() {
+    let s = Sandbox::new();
+    let before = std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap();
+    insta::assert_snapshot!(dcp(&s, &["sweep", "--session", DB_SESSION, "--dry-run"]));
+    assert_eq!(
+        std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn sweep_last_n_records_and_stats_show_it() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["sweep", "--session", DB_SESSION, "4"]));
+    insta::assert_snapshot!(dcp(&s, &["stats", "--session", DB_SESSION]));
+    // Sweeping again finds nothing new among the calls already pruned.
+    let again = dcp(&s, &["sweep", "--session", DB_SESSION, "--json", "1"]);
+    assert!(again.contains("\"dry_run\": false"), "{again}");
+}
+
+#[test]
+fn sweep_of_a_corrupt_state_file_sets_it_aside() {
+    let s = Sandbox::new();
+    let id = "ses_0a1b2c3d4e5fTruncatedJson";
+    // Give the corrupt state a real session to sweep by copying the recorded one's rows.
+    let conn = rusqlite::Connection::open(s.data().join("opencode.db")).unwrap();
+    conn.execute_batch(&format!(
+        "INSERT INTO session SELECT '{id}', project_id, workspace_id, parent_id, 'copy', directory, path, title, version, share_url, summary_additions, summary_deletions, summary_files, summary_diffs, metadata, cost, tokens_input, tokens_output, tokens_reasoning, tokens_cache_read, tokens_cache_write, revert, permission, agent, model, time_created, time_updated, time_compacting, time_archived FROM session WHERE id = '{DB_SESSION}';
+         INSERT INTO message SELECT 'c' || id, '{id}', time_created, time_updated, data FROM message WHERE session_id = '{DB_SESSION}';
+         INSERT INTO part SELECT 'c' || id, 'c' || message_id, '{id}', time_created, time_updated, data FROM part WHERE session_id = '{DB_SESSION}';"
+    ))
+    .unwrap();
+    drop(conn);
+    let out = dcp(&s, &["sweep", "--session", id, "2"]);
+    let aside: Vec<_> = std::fs::read_dir(s.state_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{id}.json.corrupt-")))
+        .collect();
+    assert_eq!(aside.len(), 1, "{out}");
+    let text = out.replace(&aside[0], &format!("{id}.json.corrupt-[TIME]"));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn a_bad_session_id_is_refused() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["context", "--session", "../../etc/passwd"]));
+}
+
+#[test]
+fn an_unknown_session_is_an_error() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["sweep", "--session", "ses_nope"]));
+}
+
+#[test]
+fn an_empty_data_dir_is_an_error() {
+    let s = Sandbox::new();
+    let empty = s.dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["sessions", "--data-dir"])
+        .arg(&empty)
+        .env("HOME", s.dir.path().join("home"))
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("dcp: no OpenCode data in "), "{stderr}");
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let s = Sandbox::new();
+    let out = dcp(&s, &["sweep"]);
+    assert!(out.starts_with("success: false\nexit_code: 2\n"), "{out}");
+}
+
+#[test]
+fn a_bad_config_value_names_the_file_and_key() {
+    let s = Sandbox::new();
+    let cfg = s.dir.path().join("project/.opencode");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("dcp.jsonc"), "{\n  // mine\n  \"strategies\": {\"purgeErrors\": {\"turns\": -1}},\n  \"colour\": true,\n}\n").unwrap();
+    insta::assert_snapshot!(dcp(&s, &["stats"]));
+}
+
+#[test]
+fn config_changes_what_context_proposes() {
+    let s = Sandbox::new();
+    let cfg = s.dir.path().join("home/.config/opencode");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("dcp.jsonc"),
+        r#"{"strategies": {"deduplication": {"enabled": false}}, "colour": 1}"#,
+    )
+    .unwrap();
+    let out = dcp(&s, &["context", "--json", "--session", DB_SESSION]);
+    assert!(out.contains("unknown key `colour` ignored"), "{out}");
+    assert!(!out.contains("\"strategy\": \"deduplication\""), "{out}");
+    assert!(out.contains("\"strategy\": \"supersede-writes\""), "{out}");
+}
+
+#[test]
+fn a_broken_pipe_is_success() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let s = Sandbox::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["context", "--json", "--data-dir"])
+        .arg(s.data())
+        .env("HOME", s.dir.path().join("home"))
+        .env_remove("XDG_CONFIG_HOME")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,11 @@
+//! dcp's integration tests, in one test binary.
+//!
+//! `support` builds sessions and sandboxes; each other module covers one layer of the data
+//! flow, from the host adapters to the CLI.
+
+mod cli;
+mod engine;
+mod host;
+mod persistence;
+mod state_manager;
+mod support;

@@ -1,0 +1,165 @@
+//! Builders for synthetic sessions, and sandboxes holding a copy of the fixtures.
+
+use std::path::{Path, PathBuf};
+
+use dcp::session::Message;
+use serde_json::{json, Value};
+
+/// The repository's `fixtures/` dir.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// The session recorded from OpenCode 1.18 into `fixtures/data/opencode.db`.
+pub const DB_SESSION: &str = "ses_dfedb2935ffeIhuHRntLhlCv3U";
+/// The session of the JSON storage tree in `fixtures/data/storage/`.
+pub const TREE_SESSION: &str = "ses_204d30935ffeIhuHRntLhlCv3U";
+
+/// Copies `src` into `dst` recursively.
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+/// A temp dir with a private copy of `fixtures/data` in `data/`.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&fixtures().join("data"), &dir.path().join("data"));
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        std::fs::create_dir_all(dir.path().join("project")).unwrap();
+        Sandbox { dir }
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.data().join("storage/plugin/dcp")
+    }
+}
+
+/// Builds a session message by message, numbering ids and times.
+#[derive(Default)]
+pub struct SessionBuilder {
+    pub messages: Vec<Message>,
+    clock: i64,
+}
+
+impl SessionBuilder {
+    pub fn new() -> Self {
+        SessionBuilder {
+            messages: Vec::new(),
+            clock: 1_790_000_000_000,
+        }
+    }
+
+    /// Goes on from an existing session, with later ids and times.
+    pub fn continuing(messages: Vec<Message>) -> Self {
+        let clock = messages
+            .iter()
+            .map(Message::time_created)
+            .max()
+            .unwrap_or(1_790_000_000_000);
+        SessionBuilder { messages, clock }
+    }
+
+    fn next(&mut self) -> (String, i64) {
+        self.clock += 1000;
+        (format!("msg_{:04}", self.messages.len() + 1), self.clock)
+    }
+
+    pub fn user(mut self, text: &str) -> Self {
+        let (id, t) = self.next();
+        self.messages.push(Message {
+            info: json!({"id": id, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
+            parts: vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
+        });
+        self
+    }
+
+    pub fn text(mut self, text: &str) -> Self {
+        let (id, t) = self.next();
+        self.messages.push(Message {
+            info: json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "stop"}),
+            parts: vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
+        });
+        self
+    }
+
+    /// An assistant step with one completed tool call.
+    pub fn tool(self, call: &str, tool: &str, input: Value, output: &str) -> Self {
+        self.tool_state(call, tool, json!({"status": "completed", "input": input, "output": output, "title": "", "metadata": {}, "time": {"start": 1, "end": 2}}))
+    }
+
+    /// An assistant step with one errored tool call.
+    pub fn error(self, call: &str, tool: &str, input: Value, error: &str) -> Self {
+        self.tool_state(call, tool, json!({"status": "error", "input": input, "error": error, "time": {"start": 1, "end": 2}}))
+    }
+
+    pub fn tool_state(mut self, call: &str, tool: &str, state: Value) -> Self {
+        let (id, t) = self.next();
+        self.messages.push(Message {
+            info: json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "tool-calls"}),
+            parts: vec![
+                json!({"id": format!("prt_{id}_0"), "type": "step-start"}),
+                json!({"id": format!("prt_{id}_1"), "type": "tool", "callID": call, "tool": tool, "state": state}),
+            ],
+        });
+        self
+    }
+
+    /// A compaction: the user's request and the summary that answers it.
+    pub fn compaction(mut self, summary: &str) -> Self {
+        let (uid, t) = self.next();
+        self.messages.push(Message {
+            info: json!({"id": uid, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
+            parts: vec![json!({"id": format!("prt_{uid}_0"), "type": "compaction", "auto": false})],
+        });
+        let (aid, t) = self.next();
+        self.messages.push(Message {
+            info: json!({"id": aid, "sessionID": "ses_test", "role": "assistant", "parentID": uid, "summary": true, "mode": "compaction", "agent": "compaction", "time": {"created": t}, "finish": "stop"}),
+            parts: vec![json!({"id": format!("prt_{aid}_0"), "type": "text", "text": summary})],
+        });
+        self
+    }
+
+    pub fn build(self) -> Vec<Message> {
+        self.messages
+    }
+}
+
+/// The output of call `call_id` in `messages`, as the model would see it.
+pub fn output_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
+    part_of(messages, call_id)
+        .pointer("/state/output")
+        .unwrap_or(&Value::Null)
+}
+
+/// The input of call `call_id` in `messages`.
+pub fn input_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
+    part_of(messages, call_id)
+        .pointer("/state/input")
+        .unwrap_or(&Value::Null)
+}
+
+fn part_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
+    messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .find(|p| p.get("callID").and_then(Value::as_str) == Some(call_id))
+        .unwrap_or_else(|| panic!("no call {call_id}"))
+}
