@@ -17,6 +17,7 @@ use crate::context;
 use crate::format;
 use crate::host::paths::{self, Env};
 use crate::host::{DataDir, LoadedSession, SessionInfo};
+use crate::report;
 use crate::session::visible_history;
 use crate::state::manager::Manager;
 use crate::state::persist;
@@ -67,6 +68,8 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },
+    /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
+    Serve,
 }
 
 /// What every command needs: where the data is, the config, and how to print.
@@ -125,6 +128,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             dry_run,
         } => sweep(&ctx, &session, last, dry_run, out),
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+        Command::Serve => crate::sidecar::serve(crate::sidecar::Options {
+            data_dir: ctx.data_dir,
+            env,
+            project: cwd,
+        }),
     }
 }
 
@@ -232,101 +240,14 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
         );
     }
     let info = &loaded.info;
-    writeln!(out, "Session {}  \"{}\"", info.id, info.title)?;
-    writeln!(
-        out,
-        "{} messages sent, {} tool calls, from {}; tokens counted with {}",
-        analysis.messages,
-        analysis.tool_calls,
-        info.source.name(),
-        analysis.estimator
-    )?;
-    writeln!(out)?;
-    writeln!(out, "{:<18} {:>10} {:>10}", "Category", "Before", "After")?;
-    for ((name, before), (_, after)) in analysis.before.rows().iter().zip(analysis.after.rows()) {
-        writeln!(
-            out,
-            "  {:<16} {:>10} {:>10}",
-            name,
-            format::thousands(*before),
-            format::thousands(after)
-        )?;
-    }
-    let (b, a) = (analysis.before.total, analysis.after.total);
-    let pct = if b > 0 {
-        100.0 * (b - a.min(b)) as f64 / b as f64
-    } else {
-        0.0
-    };
-    writeln!(
-        out,
-        "  {:<16} {:>10} {:>10}   -{} ({pct:.1}%)",
-        "total",
-        format::thousands(b),
-        format::thousands(a),
-        format::thousands(b.saturating_sub(a))
-    )?;
-    writeln!(out)?;
-    writeln!(
-        out,
-        "{:<18} {:>10} {:>10} {:>6}",
-        "After step", "Tokens", "Saved", "Tools"
-    )?;
-    writeln!(
-        out,
-        "  {:<16} {:>10}",
-        "before pruning",
-        format::thousands(b)
-    )?;
-    for s in &analysis.steps {
-        writeln!(
-            out,
-            "  {:<16} {:>10} {:>10} {:>6}",
-            s.step,
-            format::thousands(s.tokens),
-            format::thousands(s.saved),
-            s.tools
-        )?;
-    }
-    writeln!(out)?;
-    if analysis.pruned.is_empty() {
-        writeln!(out, "Nothing to prune.")?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "Pruned ({} recorded in the state file, {} proposed now)",
-        analysis.pruned.iter().filter(|p| p.recorded).count(),
-        analysis.pruned.iter().filter(|p| !p.recorded).count()
-    )?;
-    for p in &analysis.pruned {
-        writeln!(
-            out,
-            "  {:<22} {:<6} {:<17} {:>7}  {}",
-            p.call_id,
-            p.tool,
-            p.strategy,
-            format::thousands(p.tokens),
-            p.key.as_deref().map(|k| shorten(k, 60)).unwrap_or_default()
-        )?;
-    }
+    let header = format!(
+        "Session {}  \"{}\"  ({})",
+        info.id,
+        info.title,
+        info.source.name()
+    );
+    out.write_all(report::context(&header, &analysis).as_bytes())?;
     Ok(())
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let tail: String = flat
-        .chars()
-        .rev()
-        .take(max - 1)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("…{tail}")
 }
 
 #[derive(Serialize)]
@@ -464,31 +385,6 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
             },
         );
     }
-    writeln!(out, "DCP statistics")?;
-    if let Some(s) = &session_stats {
-        writeln!(out)?;
-        writeln!(out, "Session {}:", s.session_id)?;
-        writeln!(out, "  Tokens pruned: {}", format::tokens(s.tokens_pruned))?;
-        writeln!(out, "  Tools pruned:  {}", s.tools_pruned)?;
-        for t in &s.by_strategy {
-            writeln!(
-                out,
-                "    {:<17} {:>8}  {} tools",
-                t.strategy,
-                format::tokens(t.tokens),
-                t.tools
-            )?;
-        }
-    }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "All-time ({} state files, {}):",
-        all.files,
-        format::bytes(all.bytes)
-    )?;
-    writeln!(out, "  Tokens saved:  {}", format::tokens(all.tokens_saved))?;
-    writeln!(out, "  Tools pruned:  {}", all.tools_pruned)?;
-    writeln!(out, "  Sessions:      {}", all.sessions)?;
+    out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
     Ok(())
 }

@@ -12,8 +12,23 @@ pub mod context;
 pub mod format;
 pub mod host;
 pub mod logging;
+pub mod policy;
+pub mod report;
 pub mod session;
+pub mod sidecar;
 pub mod state;
 pub mod stats;
 pub mod strategies;
 pub mod tokens;
+
+/// An error and its causes, joined by `: ` as `main` prints them.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -10,8 +10,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = dcp::cli::Cli::parse();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Not `stdout().lock()`: `dcp serve` writes to stdout from its own tasks.
+    let mut out = std::io::BufWriter::new(std::io::stdout());
     let result = dcp::cli::run(cli, &mut out).and_then(|()| out.flush().map_err(Into::into));
     match result {
         Ok(()) => ExitCode::SUCCESS,

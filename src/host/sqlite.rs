@@ -101,6 +101,18 @@ impl Db {
         Ok(out)
     }
 
+    /// The session row of `id`, without its messages.
+    pub fn session(&self, id: &str) -> Result<Option<SessionInfo>, SqliteError> {
+        self.conn
+            .query_row(
+                "SELECT id, parent_id, title, directory, time_created, time_updated FROM session WHERE id = ?1",
+                [id],
+                session_row,
+            )
+            .optional()
+            .map_err(self.query_err("session"))
+    }
+
     /// The session `id` with its messages and parts in history order, or `None` if the
     /// database has no such session.
     pub fn load(&self, id: &str) -> Result<Option<LoadedSession>, SqliteError> {

@@ -7,6 +7,7 @@
 
 pub mod manager;
 pub mod persist;
+pub mod saver;
 
 use std::collections::BTreeMap;
 

@@ -188,48 +188,72 @@ pub fn apply(
     }
 }
 
-/// Applies one action to one tool part. Parts that do not have the shape the action needs
-/// are left alone.
-pub fn rewrite_part(part: &mut Value, action: &Action) {
+/// One field change of a rewrite: the JSON path inside the part, and the new value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldEdit {
+    pub path: Vec<String>,
+    pub value: Value,
+}
+
+/// The field changes `action` makes to a tool part. Parts that do not have the shape the
+/// action needs get none.
+pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
+    let edit = |path: &[&str], value: &str| FieldEdit {
+        path: path.iter().map(|s| s.to_string()).collect(),
+        value: Value::String(value.to_string()),
+    };
     if part.get("type").and_then(Value::as_str) != Some("tool") {
-        return;
+        return Vec::new();
     }
-    let Some(state) = part.get_mut("state").and_then(Value::as_object_mut) else {
-        return;
+    let Some(state) = part.get("state").and_then(Value::as_object) else {
+        return Vec::new();
     };
     let compacted = state
         .get("time")
         .and_then(|t| t.get("compacted"))
         .is_some_and(|c| !c.is_null());
     let status = state.get("status").and_then(Value::as_str).unwrap_or("");
+    let input = state.get("input").and_then(Value::as_object);
     match action {
         Action::Output | Action::Distill { .. } => {
             if status != "completed" || compacted {
-                return;
+                return Vec::new();
             }
             let text = match action {
                 Action::Distill { distillation } => distillation.as_str(),
                 _ => OUTPUT_PLACEHOLDER,
             };
-            state.insert("output".into(), Value::String(text.to_string()));
+            vec![edit(&["state", "output"], text)]
         }
-        Action::WriteContent => {
-            if let Some(Value::String(content)) =
-                state.get_mut("input").and_then(|i| i.get_mut("content"))
-            {
-                *content = WRITE_CONTENT_PLACEHOLDER.to_string();
-            }
-        }
-        Action::ErrorInputs => {
-            if let Some(Value::Object(input)) = state.get_mut("input") {
-                for value in input.values_mut() {
-                    if let Value::String(s) = value {
-                        *s = ERROR_INPUT_PLACEHOLDER.to_string();
-                    }
-                }
-            }
+        Action::WriteContent => match input.and_then(|i| i.get("content")) {
+            Some(Value::String(_)) => vec![edit(
+                &["state", "input", "content"],
+                WRITE_CONTENT_PLACEHOLDER,
+            )],
+            _ => Vec::new(),
+        },
+        Action::ErrorInputs => input
+            .into_iter()
+            .flat_map(|i| i.iter())
+            .filter(|(_, v)| v.is_string())
+            .map(|(k, _)| edit(&["state", "input", k], ERROR_INPUT_PLACEHOLDER))
+            .collect(),
+    }
+}
+
+/// Applies one action to one tool part, in place.
+pub fn rewrite_part(part: &mut Value, action: &Action) {
+    for FieldEdit { path, value } in field_edits(part, action) {
+        if let Some(slot) = pointer_mut(part, &path) {
+            *slot = value;
         }
     }
+}
+
+/// The value at `path` inside `value`, if every step exists.
+pub fn pointer_mut<'a>(value: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    path.iter()
+        .try_fold(value, |v, key| v.get_mut(key.as_str()))
 }
 
 /// Whether a call has finished, one way or the other.

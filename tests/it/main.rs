@@ -7,5 +7,6 @@ mod cli;
 mod engine;
 mod host;
 mod persistence;
+mod sidecar;
 mod state_manager;
 mod support;

@@ -1,0 +1,814 @@
+//! `dcp serve`: the long-lived sidecar the OpenCode plugin talks to.
+//!
+//! One sidecar serves every session of one OpenCode process; each session has its own
+//! state (through the [`Manager`]) and its own mirror of the history. Requests are handled
+//! one at a time on one thread: they are short and CPU-bound. State files are saved by the
+//! [`Saver`] task, off the request path. Nothing is ever written to stdout but protocol
+//! lines; logs go to stderr and, with `debug`, to files.
+
+pub mod mirror;
+pub mod protocol;
+pub mod texts;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use self::mirror::Mirror;
+use self::protocol::{code, Request, RpcError};
+use crate::config::{self, Config, Notification};
+use crate::host::paths::{self, Env};
+use crate::host::sqlite::Db;
+use crate::policy;
+use crate::session::{str_field, tool_calls, Message, Role};
+use crate::state::manager::Manager;
+use crate::state::saver::Saver;
+use crate::state::{PruneRecord, SessionState};
+use crate::strategies::{self, manual, Protection};
+use crate::tokens::EstimatorChoice;
+
+/// Where the sidecar finds things.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub data_dir: PathBuf,
+    pub env: Env,
+    /// The project dir whose `.opencode/dcp.jsonc` applies, until `initialize` says otherwise.
+    pub project: Option<PathBuf>,
+}
+
+/// What the sidecar keeps about a live session besides its state.
+#[derive(Debug, Default)]
+struct Live {
+    mirror: Mirror,
+    requests: u32,
+    last_request_ms: Option<i64>,
+    /// Whether the session has a parent (a subagent), once known.
+    parent: Option<bool>,
+    title: Option<String>,
+    /// Tool calls in the history when the agent was last nudged.
+    calls_at_nudge: usize,
+}
+
+/// The sidecar's state: config, sessions, and where saves go.
+pub struct Server {
+    options: Options,
+    config: Config,
+    protection: Protection,
+    manager: Manager,
+    live: HashMap<String, Live>,
+    saver: Option<Saver>,
+    shutting_down: bool,
+}
+
+#[derive(Deserialize)]
+struct TransformParams {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(rename = "parentID", default)]
+    parent_id: Option<Option<String>>,
+    #[serde(rename = "contextLimit", default)]
+    context_limit: Option<u64>,
+    /// Milliseconds since the epoch; the sidecar's clock when absent.
+    #[serde(default)]
+    now: Option<i64>,
+    messages: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct SessionParams {
+    #[serde(rename = "sessionID", default)]
+    session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ToolParams {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    name: String,
+    #[serde(default)]
+    args: Value,
+}
+
+#[derive(Deserialize)]
+struct CommandParams {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+#[derive(Deserialize)]
+struct InitializeParams {
+    #[serde(default)]
+    protocol: Option<u64>,
+    #[serde(default)]
+    directory: Option<PathBuf>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    RpcError::new(code::INTERNAL, e.to_string())
+}
+
+/// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
+/// The policy needs sizes on every request, so this avoids the tokenizer.
+fn approx_tokens(part: &Value) -> u64 {
+    let mut chars = 0usize;
+    for key in ["text"] {
+        chars += str_field(part, key).map_or(0, str::len);
+    }
+    if let Some(state) = part.get("state") {
+        chars += str_field(state, "output").map_or(0, str::len);
+        chars += str_field(state, "error").map_or(0, str::len);
+        if let Some(input) = state.get("input").and_then(Value::as_object) {
+            for (k, v) in input {
+                chars += k.len() + v.as_str().map_or(8, str::len);
+            }
+        }
+    }
+    (chars as u64).div_ceil(4)
+}
+
+impl Server {
+    pub fn new(options: Options, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+        let loaded = config::load(&config::Locations::standard(
+            &options.env,
+            options.project.as_deref(),
+        ))?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let protection = Protection::new(&loaded.config)?;
+        let manager = Manager::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
+        Ok(Server {
+            options,
+            config: loaded.config,
+            protection,
+            manager,
+            live: HashMap::new(),
+            saver,
+            shutting_down: false,
+        })
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// Handles one protocol line; returns the response line, if the line asks for one.
+    pub fn handle_line(&mut self, line: &str) -> Option<String> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        if line.trim().is_empty() {
+            return None;
+        }
+        let request = match protocol::decode(line) {
+            Ok(r) => r,
+            Err((id, e)) => {
+                tracing::warn!("protocol: {}", e.message);
+                return Some(protocol::err(id.as_ref(), &e));
+            }
+        };
+        let Request { id, method, params } = request;
+        let result = self.dispatch(&method, params);
+        match (id, result) {
+            (Some(id), Ok(value)) => Some(protocol::ok(&id, value)),
+            (Some(id), Err(e)) => {
+                if e.code != code::RESYNC {
+                    tracing::warn!("{method}: {}", e.message);
+                }
+                Some(protocol::err(Some(&id), &e))
+            }
+            (None, Err(e)) => {
+                tracing::warn!("{method} (notification): {}", e.message);
+                None
+            }
+            (None, Ok(_)) => None,
+        }
+    }
+
+    fn dispatch(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match method {
+            "initialize" => self.initialize(protocol::params(method, params)?),
+            "transform" => self.transform(protocol::params(method, params)?),
+            "system" => self.system(protocol::params(method, params)?),
+            "tool" => self.tool(protocol::params(method, params)?),
+            "command" => self.command(protocol::params(method, params)?),
+            "event" => Ok(self.event(&params)),
+            "shutdown" => {
+                self.shutting_down = true;
+                self.save_dirty();
+                Ok(json!({}))
+            }
+            other => Err(RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!("unknown method {other:?}"),
+            )),
+        }
+    }
+
+    fn initialize(&mut self, p: InitializeParams) -> Result<Value, RpcError> {
+        if let Some(v) = p.protocol {
+            if v != protocol::PROTOCOL_VERSION {
+                return Err(RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "protocol {v} is not supported; this sidecar speaks {}",
+                        protocol::PROTOCOL_VERSION
+                    ),
+                ));
+            }
+        }
+        if let Some(dir) = p.directory {
+            self.options.project = Some(dir);
+            let loaded = config::load(&config::Locations::standard(
+                &self.options.env,
+                self.options.project.as_deref(),
+            ))
+            .map_err(|e| internal(crate::error_chain(&e)))?;
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            self.protection = Protection::new(&loaded.config).map_err(internal)?;
+            self.config = loaded.config;
+        }
+        let estimator = crate::tokens::TokenCounter::new(EstimatorChoice::Auto)
+            .estimator()
+            .name();
+        Ok(json!({
+            "protocol": protocol::PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "enabled": self.config.enabled,
+            "estimator": estimator,
+            "tools": {"discard": self.config.tools.discard.enabled, "extract": self.config.tools.extract.enabled},
+            "commands": self.config.commands.enabled,
+        }))
+    }
+
+    /// Looks up a session's title and parent in `opencode.db`, once.
+    fn learn(&mut self, session_id: &str) {
+        let live = self.live.entry(session_id.to_string()).or_default();
+        if live.parent.is_some()
+            && live
+                .title
+                .as_deref()
+                .is_some_and(|t| !t.starts_with("New session"))
+        {
+            return;
+        }
+        let db_path = self.options.env.db_path(&self.options.data_dir);
+        let Ok(db) = Db::open(&db_path) else { return };
+        if let Ok(Some(info)) = db.session(session_id) {
+            live.parent.get_or_insert(info.parent_id.is_some());
+            live.title = Some(info.title);
+        }
+    }
+
+    fn skip_session(&self, session_id: &str) -> bool {
+        !self.config.enabled
+            || (!self.config.prune_subagents
+                && self.live.get(session_id).and_then(|l| l.parent) == Some(true))
+    }
+
+    fn transform(&mut self, p: TransformParams) -> Result<Value, RpcError> {
+        let sid = p.session_id;
+        crate::state::persist::validate_session_id(&sid)
+            .map_err(|e| RpcError::params(e.to_string()))?;
+        let now = p.now.unwrap_or_else(now_ms);
+        if let Some(parent) = p.parent_id {
+            self.live.entry(sid.clone()).or_default().parent = Some(parent.is_some());
+        }
+        self.learn(&sid);
+        let live = self.live.get_mut(&sid).expect("learn inserts");
+        let idle_seconds = live
+            .last_request_ms
+            .map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        live.last_request_ms = Some(now);
+        live.requests += 1;
+        let requests = live.requests;
+        let title = live.title.clone();
+        let messages: Vec<Message> = live.mirror.resolve(p.messages)?.to_vec();
+        let empty = json!({"edits": [], "append": [], "notify": null});
+        if self.skip_session(&sid) {
+            return Ok(empty);
+        }
+        let observed = self
+            .manager
+            .observe(&sid, &messages)
+            .map_err(|e| RpcError::params(e.to_string()))?;
+        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        if slot.state.session_name.is_none() {
+            slot.state.session_name = title;
+        }
+        let mut dirty = observed.compacted;
+        for d in strategies::automatic(
+            &messages,
+            &slot.state,
+            &self.config,
+            &self.protection,
+            &mut slot.tokens,
+        ) {
+            dirty |= slot.state.record(&d.call_id, d.record);
+        }
+
+        // The cache-aware policy: apply pending rewrites together, when it pays.
+        let sizes: Vec<u64> = messages
+            .iter()
+            .map(|m| m.parts.iter().map(approx_tokens).sum())
+            .collect();
+        let context: u64 = sizes.iter().sum();
+        let calls = tool_calls(&messages);
+        let pending: Vec<&str> = calls
+            .iter()
+            .filter(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied))
+            .map(|c| c.call_id)
+            .collect();
+        let first_pending = calls
+            .iter()
+            .find(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied))
+            .map(|c| c.message);
+        let tail: u64 = first_pending.map_or(0, |m| sizes[m..].iter().sum());
+        let pending_tokens: u64 = pending.iter().map(|c| slot.state.pruned[*c].tokens).sum();
+        let inputs = policy::Inputs {
+            context,
+            tail,
+            pending: pending_tokens,
+            requests,
+            idle_seconds,
+            context_limit: p.context_limit,
+        };
+        let mut applied_now: Vec<String> = Vec::new();
+        if let Some(reason) = policy::decide(&self.config.rewrite, &inputs) {
+            tracing::debug!(
+                session = sid.as_str(),
+                ?reason,
+                pending = pending.len(),
+                pending_tokens,
+                tail,
+                "applying pending rewrites"
+            );
+            for id in &pending {
+                if let Some(r) = slot.state.pruned.get_mut(*id) {
+                    r.applied = true;
+                }
+                applied_now.push((*id).to_string());
+            }
+            dirty = true;
+        }
+
+        let edits = edits_for(&messages, &slot.state);
+        let append = self.tail_message(&sid, &messages);
+        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        let notify = match self.config.prune_notification {
+            _ if applied_now.is_empty() => None,
+            Notification::Off => None,
+            level => {
+                let records: Vec<(&str, &PruneRecord)> = applied_now
+                    .iter()
+                    .filter_map(|id| slot.state.pruned.get(id).map(|r| (id.as_str(), r)))
+                    .collect();
+                let still = slot.state.pruned.values().filter(|r| !r.applied).count();
+                Some(texts::notification(
+                    level == Notification::Detailed,
+                    &records,
+                    still,
+                ))
+            }
+        };
+        if dirty {
+            slot.dirty = true;
+            self.save(&sid);
+        }
+        Ok(json!({"edits": edits, "append": append, "notify": notify}))
+    }
+
+    /// The synthetic message appended after the history: the prunable list and any nudge.
+    fn tail_message(&mut self, sid: &str, messages: &[Message]) -> Vec<Value> {
+        let tools = &self.config.tools;
+        if !tools.discard.enabled && !tools.extract.enabled {
+            return Vec::new();
+        }
+        let Ok((slot, _)) = self.manager.slot(sid) else {
+            return Vec::new();
+        };
+        let list = manual::prunable(messages, &mut slot.state, &self.config, &self.protection);
+        if list.is_empty() {
+            return Vec::new();
+        }
+        let mut text = texts::prunable_list(&list);
+        let calls = tool_calls(messages).len();
+        let live = self.live.entry(sid.to_string()).or_default();
+        if live.calls_at_nudge > calls {
+            live.calls_at_nudge = 0;
+        }
+        let settings = &tools.settings;
+        if settings.nudge_enabled
+            && settings.nudge_frequency > 0
+            && calls - live.calls_at_nudge >= settings.nudge_frequency as usize
+        {
+            live.calls_at_nudge = calls;
+            let calls_by_id = tool_calls(messages);
+            let tokens: u64 = list
+                .iter()
+                .filter_map(|p| calls_by_id.iter().find(|c| c.call_id == p.call_id))
+                .map(|c| c.output.map_or(0, |o| o.len() as u64).div_ceil(4))
+                .sum();
+            text.push('\n');
+            text.push_str(&texts::nudge(list.len(), tokens));
+        }
+        let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
+        let created = messages.last().map_or(0, Message::time_created);
+        let mut info = json!({
+            "id": "msg_dcp_prunable_tools",
+            "sessionID": sid,
+            "role": "user",
+            "time": {"created": created},
+        });
+        for key in ["agent", "model"] {
+            if let Some(v) = last_user.and_then(|m| m.info.get(key)) {
+                info[key] = v.clone();
+            }
+        }
+        let part = json!({
+            "id": "prt_dcp_prunable_tools",
+            "sessionID": sid,
+            "messageID": "msg_dcp_prunable_tools",
+            "type": "text",
+            "text": text,
+            "synthetic": true,
+        });
+        vec![json!({"info": info, "parts": [part]})]
+    }
+
+    fn system(&mut self, p: SessionParams) -> Result<Value, RpcError> {
+        if let Some(s) = p.session_id.as_deref() {
+            self.learn(s);
+        }
+        let skip = p
+            .session_id
+            .as_deref()
+            .is_some_and(|s| self.skip_session(s));
+        let tools = &self.config.tools;
+        if !self.config.enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
+            return Ok(json!({"system": []}));
+        }
+        Ok(json!({"system": [texts::system(tools.discard.enabled, tools.extract.enabled)]}))
+    }
+
+    fn tool(&mut self, p: ToolParams) -> Result<Value, RpcError> {
+        let sid = p.session_id;
+        crate::state::persist::validate_session_id(&sid)
+            .map_err(|e| RpcError::params(e.to_string()))?;
+        let enabled = match p.name.as_str() {
+            "discard" => self.config.tools.discard.enabled,
+            "extract" => self.config.tools.extract.enabled,
+            other => return Err(RpcError::params(format!("tool: unknown tool {other:?}"))),
+        };
+        let answer = |text: String| Ok(json!({"output": text, "title": p.name}));
+        if !enabled || !self.config.enabled {
+            return answer(format!(
+                "{} is disabled in dcp.jsonc; nothing was pruned.",
+                p.name
+            ));
+        }
+        let messages: Vec<Message> = self
+            .live
+            .get(&sid)
+            .map(|l| l.mirror.messages().to_vec())
+            .unwrap_or_default();
+        if messages.is_empty() {
+            return answer("dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.".into());
+        }
+        let strings = |key: &str| -> Vec<String> {
+            match p.args.get(key) {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect(),
+                Some(Value::String(s)) => vec![s.clone()],
+                Some(Value::Number(n)) => vec![n.to_string()],
+                _ => Vec::new(),
+            }
+        };
+        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        let valid = manual::prunable(&messages, &mut slot.state, &self.config, &self.protection);
+        let decisions = if p.name == "discard" {
+            let reason = match p.args.get("reason").and_then(Value::as_str) {
+                None => None,
+                Some("completion") => Some(manual::Reason::Completion),
+                Some("noise") => Some(manual::Reason::Noise),
+                Some(other) => return answer(format!("Unknown reason {other:?}: use \"completion\" or \"noise\". Nothing was pruned.")),
+            };
+            let (ids, _reason) = manual::split_reason(&strings("ids"), reason);
+            manual::discard(&messages, &ids, &valid, &mut slot.tokens)
+        } else {
+            manual::extract(
+                &messages,
+                &strings("ids"),
+                &strings("distillation"),
+                &valid,
+                &mut slot.tokens,
+            )
+        };
+        let decisions = match decisions {
+            Ok(d) => d,
+            Err(refusal) => return answer(refusal.0),
+        };
+        let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
+        let done: Vec<(u32, String, Option<String>)> = decisions
+            .iter()
+            .filter_map(|d| {
+                valid
+                    .iter()
+                    .find(|v| v.call_id == d.call_id)
+                    .map(|v| (v.id, v.tool.clone(), v.key.clone()))
+            })
+            .collect();
+        for d in decisions {
+            slot.state.record(&d.call_id, d.record);
+        }
+        slot.dirty = true;
+        self.save(&sid);
+        let verb = if p.name == "discard" {
+            "Discarded"
+        } else {
+            "Extracted"
+        };
+        let done: Vec<(u32, &str, Option<&str>)> = done
+            .iter()
+            .map(|(i, t, k)| (*i, t.as_str(), k.as_deref()))
+            .collect();
+        answer(texts::tool_done(verb, &done, tokens))
+    }
+
+    fn command(&mut self, p: CommandParams) -> Result<Value, RpcError> {
+        let sid = p.session_id;
+        crate::state::persist::validate_session_id(&sid)
+            .map_err(|e| RpcError::params(e.to_string()))?;
+        let words: Vec<&str> = p.arguments.split_whitespace().collect();
+        let text = match words.as_slice() {
+            [] | ["help"] => texts::HELP.to_string(),
+            _ if !self.config.commands.enabled => {
+                "DCP commands are disabled in dcp.jsonc (commands.enabled).".to_string()
+            }
+            ["stats"] => {
+                let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+                let session = crate::stats::session(&sid, &slot.state);
+                let all = crate::stats::all_time(self.manager.dir()).map_err(internal)?;
+                crate::report::stats(Some(&session), &all)
+            }
+            ["context"] => {
+                let messages: Vec<Message> = self
+                    .live
+                    .get(&sid)
+                    .map(|l| l.mirror.messages().to_vec())
+                    .unwrap_or_default();
+                let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+                let analysis = crate::context::analyse(
+                    &messages,
+                    &slot.state,
+                    &self.config,
+                    &self.protection,
+                    &mut slot.tokens,
+                );
+                crate::report::context(&format!("Session {sid}"), &analysis)
+            }
+            ["sweep"] | ["sweep", _] => {
+                let last = match words.get(1) {
+                    None => None,
+                    Some(n) => match n.parse::<usize>() {
+                        Ok(n) => Some(n),
+                        Err(_) => {
+                            return Ok(
+                                json!({"text": format!("/dcp sweep takes a number of tool calls, not {n:?}.\n\n{}", texts::HELP)}),
+                            )
+                        }
+                    },
+                };
+                self.sweep(&sid, last)?
+            }
+            _ => format!(
+                "Unknown /dcp command {:?}.\n\n{}",
+                p.arguments.trim(),
+                texts::HELP
+            ),
+        };
+        Ok(json!({"text": text}))
+    }
+
+    fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {
+        let messages: Vec<Message> = self
+            .live
+            .get(sid)
+            .map(|l| l.mirror.messages().to_vec())
+            .unwrap_or_default();
+        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        let decisions = strategies::sweep::decide(
+            &messages,
+            &slot.state,
+            &self.config,
+            &self.protection,
+            last,
+            &mut slot.tokens,
+        );
+        if decisions.is_empty() {
+            return Ok("Nothing to sweep.".to_string());
+        }
+        let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
+        let n = decisions.len();
+        for mut d in decisions {
+            // The user asked: the rewrite applies on the next request.
+            d.record.applied = true;
+            slot.state.record(&d.call_id, d.record);
+        }
+        slot.dirty = true;
+        self.save(sid);
+        Ok(format!(
+            "Swept {n} tool output{} ({} tokens).",
+            if n == 1 { "" } else { "s" },
+            crate::format::tokens(tokens)
+        ))
+    }
+
+    fn event(&mut self, params: &Value) -> Value {
+        let kind = str_field(params, "type").unwrap_or("");
+        let props = params.get("properties").unwrap_or(&Value::Null);
+        let sid = str_field(props, "sessionID")
+            .or_else(|| props.get("info").and_then(|i| str_field(i, "id")));
+        if kind == "session.deleted" {
+            if let Some(sid) = sid {
+                self.live.remove(sid);
+            }
+        }
+        json!({})
+    }
+
+    fn save(&mut self, sid: &str) {
+        match self.manager.save_job(sid) {
+            Ok(job) => match &self.saver {
+                Some(saver) => saver.save(job),
+                None => {
+                    if let Err(e) = job.run() {
+                        tracing::warn!("{}", crate::error_chain(&e));
+                    }
+                }
+            },
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+
+    fn save_dirty(&mut self) {
+        for sid in self.manager.dirty() {
+            self.save(&sid);
+        }
+    }
+}
+
+/// The edits that bring `messages` to what the model should see: every applied prune.
+fn edits_for(messages: &[Message], state: &SessionState) -> Vec<Value> {
+    let mut edits = Vec::new();
+    if state.pruned.is_empty() {
+        return edits;
+    }
+    for (mi, m) in messages.iter().enumerate() {
+        for (pi, part) in m.parts.iter().enumerate() {
+            let Some(record) = part
+                .get("callID")
+                .and_then(Value::as_str)
+                .and_then(|c| state.pruned.get(c))
+            else {
+                continue;
+            };
+            if !record.applied {
+                continue;
+            }
+            for e in strategies::field_edits(part, &record.action) {
+                edits.push(json!({"m": mi, "p": pi, "path": e.path, "value": e.value}));
+            }
+        }
+    }
+    edits
+}
+
+enum Line {
+    Text(String),
+    TooLong(usize),
+    Eof,
+}
+
+/// Reads one line of at most `max` bytes; a longer line is consumed and reported.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> std::io::Result<Line> {
+    let mut buf = Vec::new();
+    let mut skipped = 0usize;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(match (buf.is_empty(), skipped) {
+                (true, 0) => Line::Eof,
+                (_, 0) => Line::Text(String::from_utf8_lossy(&buf).into_owned()),
+                (_, n) => Line::TooLong(n),
+            });
+        }
+        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let n = chunk.len();
+        if skipped > 0 || buf.len() + n > max {
+            skipped += buf.len() + n;
+            buf.clear();
+        } else {
+            buf.extend_from_slice(chunk);
+        }
+        reader.consume(n);
+        if found {
+            return Ok(if skipped > 0 {
+                Line::TooLong(skipped)
+            } else {
+                Line::Text(String::from_utf8_lossy(&buf).into_owned())
+            });
+        }
+    }
+}
+
+/// Runs the sidecar until stdin closes or `shutdown` arrives.
+pub fn serve(options: Options) -> anyhow::Result<()> {
+    crate::tokens::preload();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let saver = Saver::spawn();
+        let mut server = Server::new(options, Some(saver.clone()))?;
+        let mut reader = BufReader::with_capacity(1 << 20, tokio::io::stdin());
+        let mut stdout = tokio::io::stdout();
+        loop {
+            let response = match read_line(&mut reader, protocol::MAX_LINE_BYTES).await? {
+                Line::Eof => break,
+                Line::TooLong(n) => {
+                    let e = RpcError::new(
+                        code::LINE_TOO_LONG,
+                        format!(
+                            "line of {n} bytes is over the {}-byte limit; skipped",
+                            protocol::MAX_LINE_BYTES
+                        ),
+                    );
+                    tracing::warn!("protocol: {}", e.message);
+                    Some(protocol::err(None, &e))
+                }
+                Line::Text(line) => server.handle_line(&line),
+            };
+            if let Some(mut response) = response {
+                response.push('\n');
+                if stdout.write_all(response.as_bytes()).await.is_err()
+                    || stdout.flush().await.is_err()
+                {
+                    break;
+                }
+            }
+            if server.shutting_down() {
+                break;
+            }
+        }
+        server.save_dirty();
+        saver.flush().await;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn over_long_lines_are_skipped_and_reading_goes_on() {
+        let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
+        let mut reader = BufReader::with_capacity(16, input.as_bytes());
+        assert!(matches!(
+            read_line(&mut reader, 50).await.unwrap(),
+            Line::TooLong(101)
+        ));
+        match read_line(&mut reader, 50).await.unwrap() {
+            Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
+            _ => panic!("expected the next line"),
+        }
+        assert!(matches!(
+            read_line(&mut reader, 50).await.unwrap(),
+            Line::Eof
+        ));
+    }
+}

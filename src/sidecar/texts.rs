@@ -1,0 +1,123 @@
+//! What dcp says: the agent's instructions, tool answers, the prunable list, nudges,
+//! notifications and `/dcp` help. All wording lives here, in Rust; the plugin only carries it.
+
+use std::fmt::Write as _;
+
+use crate::format;
+use crate::state::{PruneRecord, Strategy};
+use crate::strategies::manual::Prunable;
+
+/// Added to the system prompt when discard or extract is enabled. Constant, so the prompt
+/// prefix stays byte-stable.
+pub fn system(discard: bool, extract: bool) -> String {
+    let mut text = String::from(
+        "Context management: tool outputs stay in your context until removed. The last message of a request may hold a \
+         <prunable-tools> list, one line per tool call you may remove: `<id>: <tool>, <key argument>`.",
+    );
+    if discard {
+        text.push_str(
+            " Call `discard` with the ids of outputs you no longer need (reason \"completion\" when the work they served is done, \
+             \"noise\" when they never helped).",
+        );
+    }
+    if extract {
+        text.push_str(
+            " Call `extract` with ids and one short distillation per id, in the same order, to keep only the facts you still need \
+             from large outputs.",
+        );
+    }
+    text.push_str(
+        " Only remove what you will not need again; ids not in the list cannot be removed.",
+    );
+    text
+}
+
+pub const DISCARD_DESCRIPTION: &str = "Remove tool outputs you no longer need from the conversation context, by the ids of the \
+<prunable-tools> list. reason: \"completion\" (the task they served is done) or \"noise\" (they never helped).";
+
+pub const EXTRACT_DESCRIPTION: &str =
+    "Replace tool outputs with short distillations of what matters in them, by the ids of \
+the <prunable-tools> list: distillation[i] replaces the output of ids[i].";
+
+/// The `<prunable-tools>` block appended at the tail of a request.
+pub fn prunable_list(items: &[Prunable]) -> String {
+    let mut text = String::from("<prunable-tools>\n");
+    for p in items {
+        text.push_str(&p.line());
+        text.push('\n');
+    }
+    text.push_str("</prunable-tools>");
+    text
+}
+
+/// A reminder to prune, when many tool results piled up since the last one.
+pub fn nudge(items: usize, tokens: u64) -> String {
+    format!(
+        "<dcp-nudge>{items} tool outputs ({} tokens) are in your context. If some are no longer needed, discard or extract them.</dcp-nudge>",
+        format::tokens(tokens)
+    )
+}
+
+/// The answer to a successful `discard` or `extract`.
+pub fn tool_done(verb: &str, done: &[(u32, &str, Option<&str>)], tokens: u64) -> String {
+    let mut text = format!(
+        "{verb} {} tool output{} ({} tokens):",
+        done.len(),
+        if done.len() == 1 { "" } else { "s" },
+        format::tokens(tokens)
+    );
+    for (id, tool, key) in done {
+        let _ = write!(text, " {id}: {tool}");
+        if let Some(k) = key {
+            let _ = write!(text, " {}", crate::report::shorten(k, 80));
+        }
+        text.push(';');
+    }
+    text.pop();
+    text.push('.');
+    text
+}
+
+/// The notification shown (never sent to the model) after rewrites reach the model.
+pub fn notification(detailed: bool, applied: &[(&str, &PruneRecord)], pending: usize) -> String {
+    let tokens: u64 = applied.iter().map(|(_, r)| r.tokens).sum();
+    let mut text = format!(
+        "▣ DCP | -{} tokens, {} tool{}",
+        format::compact(tokens),
+        applied.len(),
+        if applied.len() == 1 { "" } else { "s" }
+    );
+    if !detailed {
+        return text;
+    }
+    for strategy in Strategy::ALL {
+        let of: Vec<_> = applied
+            .iter()
+            .filter(|(_, r)| r.strategy == strategy)
+            .collect();
+        if of.is_empty() {
+            continue;
+        }
+        let t: u64 = of.iter().map(|(_, r)| r.tokens).sum();
+        let _ = write!(
+            text,
+            "\n→ {}: {} ({})",
+            strategy.name(),
+            format::tokens(t),
+            of.len()
+        );
+    }
+    if pending > 0 {
+        let _ = write!(
+            text,
+            "\n→ {pending} more recorded, applied when rewriting pays for the prompt cache"
+        );
+    }
+    text
+}
+
+pub const HELP: &str = "DCP commands:
+  /dcp stats      tokens and tools pruned, this session and all-time
+  /dcp context    what the model is sent, by category, before and after pruning
+  /dcp sweep [N]  prune every tool output since your last message, or the last N
+  /dcp help       this help";
