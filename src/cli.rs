@@ -104,35 +104,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let env = Env::from_process();
     let cwd = std::env::current_dir().ok();
     let loaded = config::load(&config::Locations::standard(&env, cwd.as_deref()))?;
-    let _guard = crate::logging::init(
-        loaded
-            .config
-            .debug
-            .then(|| paths::log_dir(&env.config_dir()))
-            .as_deref(),
-    );
+    let _guard = crate::logging::init(loaded.config.debug.then(|| paths::log_dir(&env.config_dir())).as_deref());
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    let ctx = Ctx {
-        data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()),
-        config: loaded.config,
-        json: cli.json,
-    };
+    let ctx = Ctx { data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()), config: loaded.config, json: cli.json };
     match cli.command {
         Command::Sessions => sessions(&ctx, out),
         Command::Context { session } => context_cmd(&ctx, session.as_deref(), out),
-        Command::Sweep {
-            session,
-            last,
-            dry_run,
-        } => sweep(&ctx, &session, last, dry_run, out),
+        Command::Sweep { session, last, dry_run } => sweep(&ctx, &session, last, dry_run, out),
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
-        Command::Serve => crate::sidecar::serve(crate::sidecar::Options {
-            data_dir: ctx.data_dir,
-            env,
-            project: cwd,
-        }),
+        Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
     }
 }
 
@@ -143,9 +125,7 @@ fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
 }
 
 fn date(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
-        .unwrap_or_default()
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_default()
 }
 
 #[derive(Serialize)]
@@ -176,11 +156,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "No sessions in {}.", ctx.data_dir.display())?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE",
-        "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "SAVED"
-    )?;
+    writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "SAVED")?;
     for r in &rows {
         let mut title = r.info.title.clone();
         if r.info.parent_id.is_some() {
@@ -212,9 +188,7 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
         Some(id) => id.to_string(),
         None => {
             let data = DataDir::new(&ctx.data_dir, &Env::from_process());
-            data.latest()?
-                .map(|s| s.id)
-                .with_context(|| format!("no sessions in {}", ctx.data_dir.display()))?
+            data.latest()?.map(|s| s.id).with_context(|| format!("no sessions in {}", ctx.data_dir.display()))?
         }
     };
     let loaded = ctx.load_session(&id)?;
@@ -223,29 +197,12 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
     let mut manager = ctx.manager();
     manager.observe(&id, &messages)?;
     let (slot, _) = manager.slot(&id)?;
-    let analysis = context::analyse(
-        &messages,
-        &slot.state,
-        &ctx.config,
-        &protection,
-        &mut slot.tokens,
-    );
+    let analysis = context::analyse(&messages, &slot.state, &ctx.config, &protection, &mut slot.tokens);
     if ctx.json {
-        return print_json(
-            out,
-            &ContextJson {
-                session: &loaded.info,
-                analysis: &analysis,
-            },
-        );
+        return print_json(out, &ContextJson { session: &loaded.info, analysis: &analysis });
     }
     let info = &loaded.info;
-    let header = format!(
-        "Session {}  \"{}\"  ({})",
-        info.id,
-        info.title,
-        info.source.name()
-    );
+    let header = format!("Session {}  \"{}\"  ({})", info.id, info.title, info.source.name());
     out.write_all(report::context(&header, &analysis).as_bytes())?;
     Ok(())
 }
@@ -267,27 +224,14 @@ struct SweepItem {
     tokens: u64,
 }
 
-fn sweep(
-    ctx: &Ctx,
-    id: &str,
-    last: Option<usize>,
-    dry_run: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
+fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, dry_run: bool, out: &mut dyn Write) -> Result<()> {
     let loaded = ctx.load_session(id)?;
     let messages = visible_history(loaded.messages);
     let protection = Protection::new(&ctx.config)?;
     let mut manager = ctx.manager();
     manager.observe(id, &messages)?;
     let (slot, _) = manager.slot(id)?;
-    let decisions = strategies::sweep::decide(
-        &messages,
-        &slot.state,
-        &ctx.config,
-        &protection,
-        last,
-        &mut slot.tokens,
-    );
+    let decisions = strategies::sweep::decide(&messages, &slot.state, &ctx.config, &protection, last, &mut slot.tokens);
     let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
     let items: Vec<SweepItem> = decisions
         .iter()
@@ -315,37 +259,16 @@ fn sweep(
         state_file = Some(persist::state_path(&ctx.state_dir(), id)?);
     }
     if ctx.json {
-        return print_json(
-            out,
-            &SweepJson {
-                session_id: id,
-                dry_run,
-                tokens,
-                pruned: items,
-                state_file,
-            },
-        );
+        return print_json(out, &SweepJson { session_id: id, dry_run, tokens, pruned: items, state_file });
     }
     if items.is_empty() {
         writeln!(out, "Nothing to sweep in {id}.")?;
         return Ok(());
     }
     let verb = if dry_run { "Would prune" } else { "Pruned" };
-    writeln!(
-        out,
-        "{verb} {} tool calls, {} tokens:",
-        items.len(),
-        format::tokens(tokens)
-    )?;
+    writeln!(out, "{verb} {} tool calls, {} tokens:", items.len(), format::tokens(tokens))?;
     for i in &items {
-        writeln!(
-            out,
-            "  {:<22} {:<6} {:<13} {:>7}",
-            i.call_id,
-            i.tool,
-            i.action,
-            format::thousands(i.tokens)
-        )?;
+        writeln!(out, "  {:<22} {:<6} {:<13} {:>7}", i.call_id, i.tool, i.action, format::thousands(i.tokens))?;
     }
     if let Some(file) = state_file {
         writeln!(out, "Saved to {}", file.display())?;
@@ -370,20 +293,12 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         }
         None => None,
     };
-    let all = stats::all_time(&dir)
-        .with_context(|| format!("cannot list state files in {}", dir.display()))?;
+    let all = stats::all_time(&dir).with_context(|| format!("cannot list state files in {}", dir.display()))?;
     for c in &all.corrupt {
         tracing::warn!("{}: {}; counted as nothing", c.file.display(), c.reason);
     }
     if ctx.json {
-        return print_json(
-            out,
-            &StatsJson {
-                session: session_stats,
-                all_time: &all,
-                state_dir: &dir,
-            },
-        );
+        return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
     Ok(())

@@ -12,16 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Tools whose outputs are never pruned, whatever the config says.
-pub const DEFAULT_PROTECTED_TOOLS: &[&str] = &[
-    "task",
-    "todowrite",
-    "todoread",
-    "discard",
-    "extract",
-    "batch",
-    "write",
-    "edit",
-];
+pub const DEFAULT_PROTECTED_TOOLS: &[&str] =
+    &["task", "todowrite", "todoread", "discard", "extract", "batch", "write", "edit"];
 
 /// How much a prune notification says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,29 +148,19 @@ impl Default for Config {
 
 impl Default for Commands {
     fn default() -> Self {
-        Commands {
-            enabled: true,
-            protected_tools: Vec::new(),
-        }
+        Commands { enabled: true, protected_tools: Vec::new() }
     }
 }
 
 impl Default for TurnProtection {
     fn default() -> Self {
-        TurnProtection {
-            enabled: false,
-            turns: 4,
-        }
+        TurnProtection { enabled: false, turns: 4 }
     }
 }
 
 impl Default for ToolSettings {
     fn default() -> Self {
-        ToolSettings {
-            nudge_enabled: true,
-            nudge_frequency: 10,
-            protected_tools: Vec::new(),
-        }
+        ToolSettings { nudge_enabled: true, nudge_frequency: 10, protected_tools: Vec::new() }
     }
 }
 
@@ -190,40 +172,25 @@ impl Default for Toggle {
 
 impl Default for Extract {
     fn default() -> Self {
-        Extract {
-            enabled: true,
-            show_distillation: false,
-        }
+        Extract { enabled: true, show_distillation: false }
     }
 }
 
 impl Default for Deduplication {
     fn default() -> Self {
-        Deduplication {
-            enabled: true,
-            protected_tools: Vec::new(),
-        }
+        Deduplication { enabled: true, protected_tools: Vec::new() }
     }
 }
 
 impl Default for PurgeErrors {
     fn default() -> Self {
-        PurgeErrors {
-            enabled: true,
-            turns: 4,
-            protected_tools: Vec::new(),
-        }
+        PurgeErrors { enabled: true, turns: 4, protected_tools: Vec::new() }
     }
 }
 
 impl Default for Rewrite {
     fn default() -> Self {
-        Rewrite {
-            mode: RewriteMode::Batched,
-            expected_requests: 8,
-            pressure_ratio: 0.6,
-            cold_cache_seconds: 300,
-        }
+        Rewrite { mode: RewriteMode::Batched, expected_requests: 8, pressure_ratio: 0.6, cold_cache_seconds: 300 }
     }
 }
 
@@ -243,10 +210,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("$schema", Kind::Text),
     ("enabled", Kind::Bool),
     ("debug", Kind::Bool),
-    (
-        "pruneNotification",
-        Kind::OneOf(&["off", "minimal", "detailed"]),
-    ),
+    ("pruneNotification", Kind::OneOf(&["off", "minimal", "detailed"])),
     ("commands.enabled", Kind::Bool),
     ("commands.protectedTools", Kind::Strings),
     ("turnProtection.enabled", Kind::Bool),
@@ -282,11 +246,7 @@ pub enum ConfigError {
     #[error("config {path} is not valid JSONC: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("config {path}: `{key}` {message}")]
-    Value {
-        path: PathBuf,
-        key: String,
-        message: String,
-    },
+    Value { path: PathBuf, key: String, message: String },
 }
 
 /// The merged configuration, with where it came from and what was odd about it.
@@ -320,10 +280,7 @@ impl Locations {
         let dirs = [&self.global, &self.config_dir, &self.project];
         let mut out: Vec<PathBuf> = Vec::new();
         for dir in dirs.into_iter().flatten() {
-            let file = ["dcp.jsonc", "dcp.json"]
-                .iter()
-                .map(|n| dir.join(n))
-                .find(|p| p.is_file());
+            let file = ["dcp.jsonc", "dcp.json"].iter().map(|n| dir.join(n)).find(|p| p.is_file());
             if let Some(file) = file {
                 if !out.contains(&file) {
                     out.push(file);
@@ -340,14 +297,9 @@ pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
     let mut warnings = Vec::new();
     let sources = locations.files();
     for path in &sources {
-        let text = std::fs::read(path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        let text = String::from_utf8(text).map_err(|_| ConfigError::Syntax {
-            path: path.clone(),
-            message: "not UTF-8".to_string(),
-        })?;
+        let text = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = String::from_utf8(text)
+            .map_err(|_| ConfigError::Syntax { path: path.clone(), message: "not UTF-8".to_string() })?;
         let layer = parse_layer(&text, path, &mut warnings)?;
         merge(&mut merged, layer, "");
     }
@@ -356,29 +308,18 @@ pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
         key: String::new(),
         message: e.to_string(),
     })?;
-    Ok(Loaded {
-        config,
-        sources,
-        warnings,
-    })
+    Ok(Loaded { config, sources, warnings })
 }
 
 /// Parses one layer's text and checks it against the schema. Unknown keys are dropped with a
 /// warning; a bad value is an error naming `path` and the key.
-pub fn parse_layer(
-    text: &str,
-    path: &Path,
-    warnings: &mut Vec<String>,
-) -> Result<Value, ConfigError> {
-    let syntax = |message: String| ConfigError::Syntax {
-        path: path.to_path_buf(),
-        message,
-    };
+pub fn parse_layer(text: &str, path: &Path, warnings: &mut Vec<String>) -> Result<Value, ConfigError> {
+    let syntax = |message: String| ConfigError::Syntax { path: path.to_path_buf(), message };
     if nesting_depth(text) > 64 {
         return Err(syntax("nested more than 64 levels deep".to_string()));
     }
-    let value: Option<Value> = jsonc_parser::parse_to_serde_value(text, &Default::default())
-        .map_err(|e| syntax(e.to_string()))?;
+    let value: Option<Value> =
+        jsonc_parser::parse_to_serde_value(text, &Default::default()).map_err(|e| syntax(e.to_string()))?;
     let value = value.unwrap_or_else(|| Value::Object(Map::new()));
     let Value::Object(map) = value else {
         return Err(syntax("the top level must be an object".to_string()));
@@ -396,11 +337,7 @@ fn check_object(
     out: &mut Map<String, Value>,
 ) -> Result<(), ConfigError> {
     for (key, value) in map {
-        let dotted = if prefix.is_empty() {
-            key.clone()
-        } else {
-            format!("{prefix}.{key}")
-        };
+        let dotted = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
         if let Some((_, kind)) = SCHEMA.iter().find(|(k, _)| *k == dotted) {
             check_value(&value, *kind).map_err(|message| ConfigError::Value {
                 path: path.to_path_buf(),
@@ -412,9 +349,7 @@ fn check_object(
             }
             continue;
         }
-        let is_section = SCHEMA
-            .iter()
-            .any(|(k, _)| k.starts_with(&format!("{dotted}.")));
+        let is_section = SCHEMA.iter().any(|(k, _)| k.starts_with(&format!("{dotted}.")));
         match value {
             Value::Object(inner) if is_section => {
                 let mut section = Map::new();
@@ -428,10 +363,7 @@ fn check_object(
                     message: "must be an object".to_string(),
                 })
             }
-            _ => warnings.push(format!(
-                "{}: unknown key `{dotted}` ignored",
-                path.display()
-            )),
+            _ => warnings.push(format!("{}: unknown key `{dotted}` ignored", path.display())),
         }
     }
     Ok(())
@@ -443,9 +375,7 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::Count => value.as_u64().is_some_and(|n| n <= u32::MAX as u64),
         Kind::Ratio => value.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f)),
         Kind::Text => value.is_string(),
-        Kind::Strings => value
-            .as_array()
-            .is_some_and(|items| items.iter().all(Value::is_string)),
+        Kind::Strings => value.as_array().is_some_and(|items| items.iter().all(Value::is_string)),
         Kind::OneOf(options) => value.as_str().is_some_and(|s| options.contains(&s)),
     };
     if ok {
@@ -556,9 +486,7 @@ mod tests {
 
     #[test]
     fn comments_and_trailing_commas_are_allowed() {
-        let (v, w) =
-            layer("// top\n{ \"debug\": true, /* x */ \"turnProtection\": {\"turns\": 2,},\n}")
-                .unwrap();
+        let (v, w) = layer("// top\n{ \"debug\": true, /* x */ \"turnProtection\": {\"turns\": 2,},\n}").unwrap();
         assert_eq!(v["debug"], Value::Bool(true));
         assert_eq!(v["turnProtection"]["turns"], 2);
         assert!(w.is_empty());
@@ -566,17 +494,12 @@ mod tests {
 
     #[test]
     fn unknown_keys_warn_with_their_path() {
-        let (v, w) = layer(
-            r#"{"autoUpdate": false, "strategies": {"deduplication": {"enabled": false, "x": 1}}}"#,
-        )
-        .unwrap();
+        let (v, w) =
+            layer(r#"{"autoUpdate": false, "strategies": {"deduplication": {"enabled": false, "x": 1}}}"#).unwrap();
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("`autoUpdate`"));
         assert!(w[1].contains("`strategies.deduplication.x`"));
-        assert_eq!(
-            v["strategies"]["deduplication"]["enabled"],
-            Value::Bool(false)
-        );
+        assert_eq!(v["strategies"]["deduplication"]["enabled"], Value::Bool(false));
         assert!(v.get("autoUpdate").is_none());
     }
 
@@ -585,13 +508,8 @@ mod tests {
         let err = layer(r#"{"strategies": {"purgeErrors": {"turns": "four"}}}"#).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("/cfg/dcp.jsonc"), "{text}");
-        assert!(
-            text.contains("`strategies.purgeErrors.turns` must be a whole number"),
-            "{text}"
-        );
-        let err = layer(r#"{"pruneNotification": "loud"}"#)
-            .unwrap_err()
-            .to_string();
+        assert!(text.contains("`strategies.purgeErrors.turns` must be a whole number"), "{text}");
+        let err = layer(r#"{"pruneNotification": "loud"}"#).unwrap_err().to_string();
         assert!(err.contains("one of off, minimal, detailed"), "{err}");
         let err = layer(r#"{"tools": 3}"#).unwrap_err().to_string();
         assert!(err.contains("`tools` must be an object"), "{err}");
@@ -599,10 +517,7 @@ mod tests {
 
     #[test]
     fn syntax_errors_and_deep_nesting_are_errors() {
-        assert!(matches!(
-            layer("{\"debug\": tru"),
-            Err(ConfigError::Syntax { .. })
-        ));
+        assert!(matches!(layer("{\"debug\": tru"), Err(ConfigError::Syntax { .. })));
         assert!(matches!(layer("[1]"), Err(ConfigError::Syntax { .. })));
         let deep = "[".repeat(10_000);
         assert!(layer(&deep).unwrap_err().to_string().contains("nested"));
@@ -631,21 +546,14 @@ mod tests {
                 "protectedFilePatterns": ["secrets/**"]}"#,
         )
         .unwrap();
-        let locations = Locations {
-            global: Some(global),
-            config_dir: None,
-            project: Some(project.join(".opencode")),
-        };
+        let locations = Locations { global: Some(global), config_dir: None, project: Some(project.join(".opencode")) };
         let loaded = load(&locations).unwrap();
         let c = loaded.config;
         assert_eq!(loaded.sources.len(), 2);
         assert!(c.debug);
         assert_eq!(c.prune_notification, Notification::Off);
         assert_eq!(c.strategies.purge_errors.turns, 2);
-        assert_eq!(
-            c.strategies.deduplication.protected_tools,
-            vec!["bash", "grep"]
-        );
+        assert_eq!(c.strategies.deduplication.protected_tools, vec!["bash", "grep"]);
         assert_eq!(c.protected_file_patterns, vec!["**/.env", "secrets/**"]);
         assert!(c.dedup_protects("grep") && c.dedup_protects("task") && !c.dedup_protects("read"));
     }

@@ -62,29 +62,17 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
                         b.assistant_text += n;
                     }
                 }
-                Some("reasoning") => {
-                    b.reasoning += counter.count(str_field(part, "text").unwrap_or(""))
-                }
+                Some("reasoning") => b.reasoning += counter.count(str_field(part, "text").unwrap_or("")),
                 Some("tool") => {
                     let state = part.get("state").unwrap_or(&Value::Null);
                     if let Some(input) = state.get("input") {
                         b.tool_inputs += counter.count(&input.to_string());
                     }
-                    let compacted = state
-                        .get("time")
-                        .and_then(|t| t.get("compacted"))
-                        .is_some_and(|c| !c.is_null());
+                    let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
                     match str_field(state, "status") {
-                        Some("completed") if compacted => {
-                            b.tool_outputs += counter.count(OPENCODE_CLEARED)
-                        }
-                        Some("completed") => {
-                            b.tool_outputs +=
-                                counter.count(str_field(state, "output").unwrap_or(""))
-                        }
-                        Some("error") => {
-                            b.tool_errors += counter.count(str_field(state, "error").unwrap_or(""))
-                        }
+                        Some("completed") if compacted => b.tool_outputs += counter.count(OPENCODE_CLEARED),
+                        Some("completed") => b.tool_outputs += counter.count(str_field(state, "output").unwrap_or("")),
+                        Some("error") => b.tool_errors += counter.count(str_field(state, "error").unwrap_or("")),
                         _ => {}
                     }
                 }
@@ -92,12 +80,7 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
             }
         }
     }
-    b.total = b.user_text
-        + b.assistant_text
-        + b.reasoning
-        + b.tool_inputs
-        + b.tool_outputs
-        + b.tool_errors;
+    b.total = b.user_text + b.assistant_text + b.reasoning + b.tool_inputs + b.tool_outputs + b.tool_errors;
     b
 }
 
@@ -158,17 +141,13 @@ pub fn analyse(
     let before = measure(messages, counter);
     let mut scratch = state.clone();
     // Only the recorded decisions for calls still in the history matter here.
-    scratch
-        .pruned
-        .retain(|id, _| calls.iter().any(|c| c.call_id == id));
+    scratch.pruned.retain(|id, _| calls.iter().any(|c| c.call_id == id));
     let mut pruned: Vec<Pruned> = Vec::new();
     let describe = |call_id: &str, record: &crate::state::PruneRecord, recorded: bool| {
         let call = calls.iter().find(|c| c.call_id == call_id);
         Pruned {
             call_id: call_id.to_string(),
-            tool: call
-                .map(|c| c.tool.to_string())
-                .unwrap_or_else(|| record.tool.clone()),
+            tool: call.map(|c| c.tool.to_string()).unwrap_or_else(|| record.tool.clone()),
             key: call.and_then(|c| c.key_argument()).map(str::to_string),
             strategy: record.strategy.name(),
             action: action_name(&record.action),
@@ -191,22 +170,13 @@ pub fn analyse(
             pruned.push(describe(id, record, true));
         }
     }
-    for strategy in [
-        Strategy::Deduplication,
-        Strategy::SupersedeWrites,
-        Strategy::PurgeErrors,
-    ] {
-        let found =
-            strategies::automatic_one(strategy, messages, &scratch, config, protection, counter);
+    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
+        let found = strategies::automatic_one(strategy, messages, &scratch, config, protection, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
             pruned.push(describe(&d.call_id, &d.record, false));
         }
-        let after = if found.is_empty() {
-            previous
-        } else {
-            rewritten(messages, &scratch, counter)
-        };
+        let after = if found.is_empty() { previous } else { rewritten(messages, &scratch, counter) };
         steps.push(Step {
             step: strategy.name(),
             tokens: after,

@@ -32,10 +32,7 @@ pub fn init(debug_dir: Option<&Path>) -> Guard {
         }
         _ => (None, None),
     };
-    let _ = tracing_subscriber::registry()
-        .with(stderr)
-        .with(file_layer)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(stderr).with(file_layer).try_init();
     Guard { _worker: guard }
 }
 
@@ -50,11 +47,7 @@ impl<S: Subscriber> Layer<S> for StderrWarnings {
         }
         let mut text = String::new();
         event.record(&mut Message(&mut text));
-        let kind = if level == Level::ERROR {
-            "error"
-        } else {
-            "warning"
-        };
+        let kind = if level == Level::ERROR { "error" } else { "warning" };
         eprintln!("dcp: {kind}: {text}");
     }
 }

@@ -26,9 +26,7 @@ fn main() -> ExitCode {
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     use std::io::ErrorKind::BrokenPipe;
     err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == BrokenPipe)
-            || e.downcast_ref::<serde_json::Error>()
-                .is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
+            || e.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
     })
 }

@@ -60,10 +60,7 @@ pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Reason> {
     if config.mode == RewriteMode::Immediate {
         return Some(Reason::Immediate);
     }
-    if inputs
-        .idle_seconds
-        .is_some_and(|s| s >= config.cold_cache_seconds)
-    {
+    if inputs.idle_seconds.is_some_and(|s| s >= config.cold_cache_seconds) {
         return Some(Reason::ColdCache);
     }
     if let Some(limit) = inputs.context_limit.filter(|l| *l > 0) {
@@ -87,32 +84,16 @@ mod tests {
 
     #[test]
     fn a_small_prune_deep_in_a_long_prompt_waits() {
-        let i = Inputs {
-            context: 50_000,
-            tail: 40_000,
-            pending: 2_000,
-            requests: 3,
-            ..Inputs::default()
-        };
+        let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, ..Inputs::default() };
         assert_eq!(decide(&batched(), &i), None);
     }
 
     #[test]
     fn a_prune_that_pays_for_its_tail_applies() {
-        let i = Inputs {
-            context: 50_000,
-            tail: 10_000,
-            pending: 6_000,
-            requests: 3,
-            ..Inputs::default()
-        };
+        let i = Inputs { context: 50_000, tail: 10_000, pending: 6_000, requests: 3, ..Inputs::default() };
         assert_eq!(decide(&batched(), &i), Some(Reason::Pays));
         // A long-running session expects more requests, so less saving is enough.
-        let long = Inputs {
-            pending: 3_000,
-            requests: 40,
-            ..i
-        };
+        let long = Inputs { pending: 3_000, requests: 40, ..i };
         assert_eq!(decide(&batched(), &long), Some(Reason::Pays));
     }
 
@@ -127,26 +108,12 @@ mod tests {
             ..Inputs::default()
         };
         assert_eq!(decide(&batched(), &i), Some(Reason::Pressure));
-        let cold = Inputs {
-            context_limit: None,
-            idle_seconds: Some(600),
-            ..i
-        };
+        let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
         assert_eq!(decide(&batched(), &cold), Some(Reason::ColdCache));
-        let warm = Inputs {
-            idle_seconds: Some(30),
-            ..cold
-        };
+        let warm = Inputs { idle_seconds: Some(30), ..cold };
         assert_eq!(decide(&batched(), &warm), None);
-        let immediate = Rewrite {
-            mode: RewriteMode::Immediate,
-            ..batched()
-        };
+        let immediate = Rewrite { mode: RewriteMode::Immediate, ..batched() };
         assert_eq!(decide(&immediate, &warm), Some(Reason::Immediate));
-        assert_eq!(
-            decide(&immediate, &Inputs::default()),
-            None,
-            "nothing pending"
-        );
+        assert_eq!(decide(&immediate, &Inputs::default()), None, "nothing pending");
     }
 }

@@ -18,20 +18,10 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "{:<18} {:>10} {:>10}", "Category", "Before", "After");
     for ((name, before), (_, after)) in analysis.before.rows().iter().zip(analysis.after.rows()) {
-        let _ = writeln!(
-            out,
-            "  {:<16} {:>10} {:>10}",
-            name,
-            format::thousands(*before),
-            format::thousands(after)
-        );
+        let _ = writeln!(out, "  {:<16} {:>10} {:>10}", name, format::thousands(*before), format::thousands(after));
     }
     let (b, a) = (analysis.before.total, analysis.after.total);
-    let pct = if b > 0 {
-        100.0 * b.saturating_sub(a) as f64 / b as f64
-    } else {
-        0.0
-    };
+    let pct = if b > 0 { 100.0 * b.saturating_sub(a) as f64 / b as f64 } else { 0.0 };
     let _ = writeln!(
         out,
         "  {:<16} {:>10} {:>10}   -{} ({pct:.1}%)",
@@ -41,17 +31,8 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         format::thousands(b.saturating_sub(a))
     );
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<18} {:>10} {:>10} {:>6}",
-        "After step", "Tokens", "Saved", "Tools"
-    );
-    let _ = writeln!(
-        out,
-        "  {:<16} {:>10}",
-        "before pruning",
-        format::thousands(b)
-    );
+    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Saved", "Tools");
+    let _ = writeln!(out, "  {:<16} {:>10}", "before pruning", format::thousands(b));
     for s in &analysis.steps {
         let _ = writeln!(
             out,
@@ -107,22 +88,11 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
         let _ = writeln!(out, "  Tokens pruned: {}", format::tokens(s.tokens_pruned));
         let _ = writeln!(out, "  Tools pruned:  {}", s.tools_pruned);
         for t in &s.by_strategy {
-            let _ = writeln!(
-                out,
-                "    {:<17} {:>8}  {} tools",
-                t.strategy,
-                format::tokens(t.tokens),
-                t.tools
-            );
+            let _ = writeln!(out, "    {:<17} {:>8}  {} tools", t.strategy, format::tokens(t.tokens), t.tools);
         }
     }
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "All-time ({} state files, {}):",
-        all.files,
-        format::bytes(all.bytes)
-    );
+    let _ = writeln!(out, "All-time ({} state files, {}):", all.files, format::bytes(all.bytes));
     let _ = writeln!(out, "  Tokens saved:  {}", format::tokens(all.tokens_saved));
     let _ = writeln!(out, "  Tools pruned:  {}", all.tools_pruned);
     let _ = writeln!(out, "  Sessions:      {}", all.sessions);

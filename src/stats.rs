@@ -54,11 +54,7 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         .iter()
         .filter_map(|s| {
             let t = state.stats.by_strategy.get(s)?;
-            Some(StrategyTally {
-                strategy: s.name(),
-                tokens: t.tokens,
-                tools: t.tools,
-            })
+            Some(StrategyTally { strategy: s.name(), tokens: t.tokens, tools: t.tools })
         })
         .collect();
     SessionStats {
@@ -71,12 +67,7 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
 }
 
 fn tools_of(state: &SessionState) -> u64 {
-    let tally: u64 = state
-        .stats
-        .by_strategy
-        .values()
-        .map(|t: &Tally| t.tools)
-        .sum();
+    let tally: u64 = state.stats.by_strategy.values().map(|t: &Tally| t.tools).sum();
     tally.max(state.pruned.len() as u64)
 }
 
@@ -119,9 +110,7 @@ pub fn all_time(dir: &Path) -> std::io::Result<AllTime> {
                     report.sessions += 1;
                 }
             }
-            LoadOutcome::Corrupt { path, reason } => {
-                report.corrupt.push(CorruptFile { file: path, reason })
-            }
+            LoadOutcome::Corrupt { path, reason } => report.corrupt.push(CorruptFile { file: path, reason }),
             LoadOutcome::Missing => {}
         }
     }

@@ -69,10 +69,7 @@ pub struct TokenCounter {
 
 impl TokenCounter {
     pub fn new(choice: EstimatorChoice) -> Self {
-        TokenCounter {
-            choice,
-            cache: HashMap::new(),
-        }
+        TokenCounter { choice, cache: HashMap::new() }
     }
 
     /// The estimator this counter uses.
@@ -136,15 +133,9 @@ mod tests {
         let mut counter = TokenCounter::new(EstimatorChoice::CharsDiv4);
         assert_eq!(counter.count_part("prt_1", Field::Output, "abcdefgh"), 2);
         // The cache answers for the same part even if handed other text.
-        assert_eq!(
-            counter.count_part("prt_1", Field::Output, "abcdefghijkl"),
-            2
-        );
+        assert_eq!(counter.count_part("prt_1", Field::Output, "abcdefghijkl"), 2);
         assert_eq!(counter.count_part("prt_1", Field::Input, "abcdefghijkl"), 3);
         counter.clear();
-        assert_eq!(
-            counter.count_part("prt_1", Field::Output, "abcdefghijkl"),
-            3
-        );
+        assert_eq!(counter.count_part("prt_1", Field::Output, "abcdefghijkl"), 3);
     }
 }

@@ -28,12 +28,7 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>, JsonTreeError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(JsonTreeError::List {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(JsonTreeError::List { path: dir.to_path_buf(), source }),
     };
     let mut out: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -48,26 +43,16 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, JsonTreeError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(JsonTreeError::List {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(JsonTreeError::List { path: dir.to_path_buf(), source }),
     };
-    let mut out: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
+    let mut out: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect();
     out.sort();
     Ok(out)
 }
 
 fn read_object(path: &Path) -> Result<Value, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: malformed JSON ({e})", path.display()))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{}: malformed JSON ({e})", path.display()))?;
     if !value.is_object() {
         return Err(format!("{}: not a JSON object", path.display()));
     }
@@ -75,19 +60,11 @@ fn read_object(path: &Path) -> Result<Value, String> {
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn session_info(value: &Value, id: &str, messages: usize) -> SessionInfo {
-    let time = |k: &str| {
-        value
-            .get("time")
-            .and_then(|t| t.get(k))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
+    let time = |k: &str| value.get("time").and_then(|t| t.get(k)).and_then(Value::as_i64).unwrap_or(0);
     SessionInfo {
         id: id.to_string(),
         title: str_field(value, "title").unwrap_or("").to_string(),
@@ -109,9 +86,7 @@ pub fn sessions(storage: &Path) -> Result<Vec<SessionInfo>, JsonTreeError> {
                 tracing::warn!("{}: unreadable session file; skipped", file.display());
                 continue;
             };
-            let id = str_field(&value, "id")
-                .map(str::to_string)
-                .unwrap_or_else(|| stem(&file));
+            let id = str_field(&value, "id").map(str::to_string).unwrap_or_else(|| stem(&file));
             let messages = json_files(&storage.join("message").join(&id))?.len();
             out.push(session_info(&value, &id, messages));
         }
@@ -143,9 +118,7 @@ pub fn load(storage: &Path, id: &str) -> Result<Option<LoadedSession>, JsonTreeE
     let mut messages = Vec::new();
     for file in json_files(&storage.join("message").join(id))? {
         let mid = stem(&file);
-        let info = match read_object(&file)
-            .and_then(|v| with_ids(v, &[("id", &mid), ("sessionID", id)]))
-        {
+        let info = match read_object(&file).and_then(|v| with_ids(v, &[("id", &mid), ("sessionID", id)])) {
             Ok(v) => v,
             Err(e) => {
                 warnings.push(format!("{e}; skipped"));
@@ -155,8 +128,7 @@ pub fn load(storage: &Path, id: &str) -> Result<Option<LoadedSession>, JsonTreeE
         let mut parts = Vec::new();
         for pfile in json_files(&storage.join("part").join(&mid))? {
             let pid = stem(&pfile);
-            match read_object(&pfile)
-                .and_then(|v| with_ids(v, &[("id", &pid), ("sessionID", id), ("messageID", &mid)]))
+            match read_object(&pfile).and_then(|v| with_ids(v, &[("id", &pid), ("sessionID", id), ("messageID", &mid)]))
             {
                 Ok(v) => parts.push(v),
                 Err(e) => warnings.push(format!("{e}; skipped")),
@@ -166,9 +138,5 @@ pub fn load(storage: &Path, id: &str) -> Result<Option<LoadedSession>, JsonTreeE
     }
     messages.sort_by(|a, b| (a.time_created(), a.id()).cmp(&(b.time_created(), b.id())));
     let info = session_info(&session_value, id, messages.len());
-    Ok(Some(LoadedSession {
-        info,
-        messages,
-        warnings,
-    }))
+    Ok(Some(LoadedSession { info, messages, warnings }))
 }

@@ -75,10 +75,7 @@ pub enum HostError {
 
 impl DataDir {
     pub fn new(root: &Path, env: &paths::Env) -> DataDir {
-        DataDir {
-            root: root.to_path_buf(),
-            db: env.db_path(root),
-        }
+        DataDir { root: root.to_path_buf(), db: env.db_path(root) }
     }
 
     fn storage(&self) -> PathBuf {
@@ -103,16 +100,11 @@ impl DataDir {
             out = sqlite::Db::open(&self.db)?.sessions()?;
         }
         if self.has_tree() {
-            let known: std::collections::HashSet<String> =
-                out.iter().map(|s| s.id.clone()).collect();
+            let known: std::collections::HashSet<String> = out.iter().map(|s| s.id.clone()).collect();
             let tree = json_tree::sessions(&self.storage())?;
             out.extend(tree.into_iter().filter(|s| !known.contains(&s.id)));
         }
-        out.sort_by(|a, b| {
-            b.time_updated
-                .cmp(&a.time_updated)
-                .then_with(|| a.id.cmp(&b.id))
-        });
+        out.sort_by(|a, b| b.time_updated.cmp(&a.time_updated).then_with(|| a.id.cmp(&b.id)));
         Ok(out)
     }
 
@@ -131,10 +123,7 @@ impl DataDir {
                 return Ok(found);
             }
         }
-        Err(HostError::SessionNotFound {
-            id: id.to_string(),
-            root: self.root.clone(),
-        })
+        Err(HostError::SessionNotFound { id: id.to_string(), root: self.root.clone() })
     }
 
     /// The most recently updated top-level session, if any.
@@ -144,19 +133,13 @@ impl DataDir {
 }
 
 /// Builds the `{id, sessionID, ...data}` object OpenCode hands to plugins from a stored row.
-pub(crate) fn with_ids(
-    data: serde_json::Value,
-    ids: &[(&str, &str)],
-) -> Result<serde_json::Value, String> {
+pub(crate) fn with_ids(data: serde_json::Value, ids: &[(&str, &str)]) -> Result<serde_json::Value, String> {
     let serde_json::Value::Object(fields) = data else {
         return Err("data is not a JSON object".to_string());
     };
     let mut out = serde_json::Map::with_capacity(fields.len() + ids.len());
     for (k, v) in ids {
-        out.insert(
-            (*k).to_string(),
-            serde_json::Value::String((*v).to_string()),
-        );
+        out.insert((*k).to_string(), serde_json::Value::String((*v).to_string()));
     }
     for (k, v) in fields {
         if !out.contains_key(&k) {

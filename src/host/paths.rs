@@ -21,11 +21,7 @@ pub struct Env {
 impl Env {
     /// Reads the process environment. Empty variables count as unset, as in the XDG spec.
     pub fn from_process() -> Env {
-        let var = |name: &str| {
-            std::env::var_os(name)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
         Env {
             home: directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()),
             xdg_data_home: var("XDG_DATA_HOME"),
@@ -82,11 +78,7 @@ mod tests {
 
     #[test]
     fn xdg_variables_win_over_home() {
-        let env = Env {
-            home: Some("/home/u".into()),
-            xdg_data_home: Some("/xdg/data".into()),
-            ..Env::default()
-        };
+        let env = Env { home: Some("/home/u".into()), xdg_data_home: Some("/xdg/data".into()), ..Env::default() };
         assert_eq!(env.data_dir(), PathBuf::from("/xdg/data/opencode"));
         assert_eq!(env.config_dir(), PathBuf::from("/home/u/.config/opencode"));
     }

@@ -42,10 +42,7 @@ pub struct Db {
 
 impl Db {
     pub fn open(path: &Path) -> Result<Db, SqliteError> {
-        let open_err = |source| SqliteError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
+        let open_err = |source| SqliteError::Open { path: path.to_path_buf(), source };
         if !path.is_file() {
             return Err(open_err(rusqlite::Error::InvalidPath(path.to_path_buf())));
         }
@@ -53,33 +50,21 @@ impl Db {
         let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         // Fail here, with the file named, if this is not an OpenCode database at all.
-        conn.query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0))
-            .map_err(open_err)?;
-        Ok(Db {
-            path: path.to_path_buf(),
-            conn,
-        })
+        conn.query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0)).map_err(open_err)?;
+        Ok(Db { path: path.to_path_buf(), conn })
     }
 
     fn query_err(&self, what: &'static str) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
-        move |source| SqliteError::Query {
-            path: self.path.clone(),
-            what,
-            source,
-        }
+        move |source| SqliteError::Query { path: self.path.clone(), what, source }
     }
 
     /// Every session, with its message count.
     pub fn sessions(&self) -> Result<Vec<SessionInfo>, SqliteError> {
         let err = self.query_err("sessions");
         let mut counts = HashMap::new();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT session_id, count(*) FROM message GROUP BY session_id")
-            .map_err(&err)?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-            .map_err(&err)?;
+        let mut stmt =
+            self.conn.prepare("SELECT session_id, count(*) FROM message GROUP BY session_id").map_err(&err)?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(&err)?;
         for row in rows {
             let (id, n) = row.map_err(&err)?;
             counts.insert(id, n as usize);
@@ -137,11 +122,7 @@ impl Db {
             .conn
             .prepare("SELECT id, data FROM message WHERE session_id = ?1 ORDER BY time_created, id")
             .map_err(&err)?;
-        let rows = stmt
-            .query_map([id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(&err)?;
+        let rows = stmt.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(&err)?;
         let mut messages = Vec::new();
         let mut index = HashMap::new();
         for row in rows {
@@ -149,55 +130,32 @@ impl Db {
             match parse_row(&data, &[("id", &mid), ("sessionID", id)]) {
                 Ok(info) => {
                     index.insert(mid, messages.len());
-                    messages.push(Message {
-                        info,
-                        parts: Vec::new(),
-                    });
+                    messages.push(Message { info, parts: Vec::new() });
                 }
-                Err(e) => warnings.push(format!(
-                    "{}: message {mid}: {e}; skipped",
-                    self.path.display()
-                )),
+                Err(e) => warnings.push(format!("{}: message {mid}: {e}; skipped", self.path.display())),
             }
         }
 
         let err = self.query_err("parts");
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY time_created, id",
-            )
+            .prepare("SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY time_created, id")
             .map_err(&err)?;
         let rows = stmt
-            .query_map([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
+            .query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
             .map_err(&err)?;
         for row in rows {
             let (pid, mid, data) = row.map_err(&err)?;
             let Some(&at) = index.get(&mid) else {
                 continue;
             };
-            match parse_row(
-                &data,
-                &[("id", &pid), ("sessionID", id), ("messageID", &mid)],
-            ) {
+            match parse_row(&data, &[("id", &pid), ("sessionID", id), ("messageID", &mid)]) {
                 Ok(part) => messages[at].parts.push(part),
-                Err(e) => {
-                    warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display()))
-                }
+                Err(e) => warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display())),
             }
         }
         info.messages = messages.len();
-        Ok(Some(LoadedSession {
-            info,
-            messages,
-            warnings,
-        }))
+        Ok(Some(LoadedSession { info, messages, warnings }))
     }
 }
 
@@ -215,7 +173,6 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionInfo> {
 }
 
 fn parse_row(data: &str, ids: &[(&str, &str)]) -> Result<serde_json::Value, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(data).map_err(|e| format!("malformed JSON in data ({e})"))?;
+    let value: serde_json::Value = serde_json::from_str(data).map_err(|e| format!("malformed JSON in data ({e})"))?;
     with_ids(value, ids)
 }

@@ -17,25 +17,18 @@ pub fn order_key<'a>(time_created: i64, id: &'a str) -> (i64, &'a str) {
 /// the user message that asked for the newest completed compaction, onwards. A compaction part
 /// with `tail_start_id` also keeps the messages from that id up to the compaction request.
 pub fn visible_history(messages: Vec<Message>) -> Vec<Message> {
-    let Some(summary) = messages.iter().rposition(|m| {
-        m.is_compaction_summary() && m.info.get("finish").is_some_and(|f| !f.is_null())
-    }) else {
-        return messages;
-    };
-    let parent = str_field(&messages[summary].info, "parentID").unwrap_or("");
-    let Some(request) = messages[..summary]
-        .iter()
-        .rposition(|m| m.role() == Role::User && m.id() == parent)
+    let Some(summary) =
+        messages.iter().rposition(|m| m.is_compaction_summary() && m.info.get("finish").is_some_and(|f| !f.is_null()))
     else {
         return messages;
     };
+    let parent = str_field(&messages[summary].info, "parentID").unwrap_or("");
+    let Some(request) = messages[..summary].iter().rposition(|m| m.role() == Role::User && m.id() == parent) else {
+        return messages;
+    };
     let tail_start = messages[request].parts.iter().find_map(|p| {
-        (str_field(p, "type") == Some("compaction"))
-            .then(|| p.get("tail_start_id").and_then(Value::as_str))
-            .flatten()
+        (str_field(p, "type") == Some("compaction")).then(|| p.get("tail_start_id").and_then(Value::as_str)).flatten()
     });
-    let start = tail_start
-        .and_then(|id| messages[..request].iter().position(|m| m.id() == id))
-        .unwrap_or(request);
+    let start = tail_start.and_then(|id| messages[..request].iter().position(|m| m.id() == id)).unwrap_or(request);
     messages.into_iter().skip(start).collect()
 }

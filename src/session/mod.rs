@@ -50,11 +50,7 @@ impl Message {
 
     /// `time.created` in milliseconds, or 0 when missing.
     pub fn time_created(&self) -> i64 {
-        self.info
-            .get("time")
-            .and_then(|t| t.get("created"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
+        self.info.get("time").and_then(|t| t.get("created")).and_then(Value::as_i64).unwrap_or(0)
     }
 
     pub fn session_id(&self) -> Option<&str> {
@@ -99,12 +95,7 @@ static NULL: Value = Value::Null;
 impl<'a> ToolCall<'a> {
     /// Builds a view of `part` if it is a tool part with a call id. Returns `None` for any
     /// other part, including malformed tool parts, which are left alone.
-    pub fn from_part(
-        message: usize,
-        part_index: usize,
-        part: &'a Value,
-        turn: u32,
-    ) -> Option<Self> {
+    pub fn from_part(message: usize, part_index: usize, part: &'a Value, turn: u32) -> Option<Self> {
         if str_field(part, "type") != Some("tool") {
             return None;
         }
@@ -118,10 +109,7 @@ impl<'a> ToolCall<'a> {
             Some("error") => ToolStatus::Error,
             _ => ToolStatus::Unknown,
         };
-        let compacted = state
-            .get("time")
-            .and_then(|t| t.get("compacted"))
-            .is_some_and(|c| !c.is_null());
+        let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
         Some(ToolCall {
             message,
             part: part_index,
@@ -140,16 +128,7 @@ impl<'a> ToolCall<'a> {
     /// The argument that best names what the call touched: a file path, a command, a pattern
     /// or a URL. This is what the `<prunable-tools>` list and the CLI show.
     pub fn key_argument(&self) -> Option<&'a str> {
-        const KEYS: &[&str] = &[
-            "filePath",
-            "path",
-            "command",
-            "pattern",
-            "url",
-            "query",
-            "description",
-            "prompt",
-        ];
+        const KEYS: &[&str] = &["filePath", "path", "command", "pattern", "url", "query", "description", "prompt"];
         KEYS.iter().find_map(|k| str_field(self.input, k))
     }
 
@@ -178,10 +157,7 @@ pub fn tool_calls(messages: &[Message]) -> Vec<ToolCall<'_>> {
 
 /// The current model step: the number of assistant messages in `messages`.
 pub fn current_turn(messages: &[Message]) -> u32 {
-    messages
-        .iter()
-        .filter(|m| m.role() == Role::Assistant)
-        .count() as u32
+    messages.iter().filter(|m| m.role() == Role::Assistant).count() as u32
 }
 
 /// Index of the last real user message: one that is not a compaction request and not only

@@ -22,7 +22,10 @@ pub struct Mirror {
 }
 
 fn resync(what: &str) -> RpcError {
-    RpcError::new(code::RESYNC, format!("{what} was sent by reference but is not in the sidecar's mirror; send the full history"))
+    RpcError::new(
+        code::RESYNC,
+        format!("{what} was sent by reference but is not in the sidecar's mirror; send the full history"),
+    )
 }
 
 impl Mirror {
@@ -40,26 +43,18 @@ impl Mirror {
         let mut out = Vec::with_capacity(wire.len());
         for (mi, item) in wire.into_iter().enumerate() {
             let Value::Object(mut item) = item else {
-                return Err(RpcError::params(format!(
-                    "transform: messages[{mi}] is not an object"
-                )));
+                return Err(RpcError::params(format!("transform: messages[{mi}] is not an object")));
             };
             let info = match item.remove("info") {
                 Some(info @ Value::Object(_)) => info,
                 Some(other) => {
-                    return Err(RpcError::params(format!(
-                        "transform: messages[{mi}].info is not an object: {other}"
-                    )))
+                    return Err(RpcError::params(format!("transform: messages[{mi}].info is not an object: {other}")))
                 }
                 None => {
                     let id = item.get("id").and_then(Value::as_str).ok_or_else(|| {
-                        RpcError::params(format!(
-                            "transform: messages[{mi}] has neither info nor id"
-                        ))
+                        RpcError::params(format!("transform: messages[{mi}] has neither info nor id"))
                     })?;
-                    let at = *old_infos
-                        .get(id)
-                        .ok_or_else(|| resync(&format!("message {id}")))?;
+                    let at = *old_infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
                     match std::mem::take(&mut old[at].info) {
                         Value::Null => return Err(resync(&format!("message {id}"))),
                         info => info,
@@ -70,35 +65,26 @@ impl Mirror {
                 Some(Value::Array(parts)) => parts,
                 None => Vec::new(),
                 Some(other) => {
-                    return Err(RpcError::params(format!(
-                        "transform: messages[{mi}].parts is not a list: {other}"
-                    )))
+                    return Err(RpcError::params(format!("transform: messages[{mi}].parts is not a list: {other}")))
                 }
             };
             let mut resolved = Vec::with_capacity(parts.len());
             for part in parts {
                 let reference = match &part {
-                    Value::Object(o) if o.len() == 1 => {
-                        o.get("ref").and_then(Value::as_str).map(str::to_string)
-                    }
+                    Value::Object(o) if o.len() == 1 => o.get("ref").and_then(Value::as_str).map(str::to_string),
                     _ => None,
                 };
                 let Some(id) = reference else {
                     resolved.push(part);
                     continue;
                 };
-                let &(m, p) = old_parts
-                    .get(&id)
-                    .ok_or_else(|| resync(&format!("part {id}")))?;
+                let &(m, p) = old_parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
                 match std::mem::take(&mut old[m].parts[p]) {
                     Value::Null => return Err(resync(&format!("part {id}"))),
                     value => resolved.push(value),
                 }
             }
-            out.push(Message {
-                info,
-                parts: resolved,
-            });
+            out.push(Message { info, parts: resolved });
         }
         for (mi, m) in out.iter().enumerate() {
             self.infos.insert(m.id().to_string(), mi);
@@ -134,13 +120,9 @@ mod tests {
         assert_eq!(got[0].info["role"], "user");
         assert_eq!(got[0].parts[0]["text"], "hi");
         // A reference the mirror never saw asks for a resync.
-        let err = m
-            .resolve(vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})])
-            .unwrap_err();
+        let err = m.resolve(vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})]).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
-        let err = Mirror::default()
-            .resolve(vec![json!({"id": "msg_1", "parts": []})])
-            .unwrap_err();
+        let err = Mirror::default().resolve(vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
     }
 }

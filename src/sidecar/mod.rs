@@ -74,6 +74,9 @@ struct TransformParams {
     /// Milliseconds since the epoch; the sidecar's clock when absent.
     #[serde(default)]
     now: Option<i64>,
+    /// The history is a copy about to be summarised by a compaction, not a model request.
+    #[serde(default)]
+    compaction: bool,
     messages: Vec<Value>,
 }
 
@@ -109,10 +112,7 @@ struct InitializeParams {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -140,10 +140,7 @@ fn approx_tokens(part: &Value) -> u64 {
 
 impl Server {
     pub fn new(options: Options, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
-        let loaded = config::load(&config::Locations::standard(
-            &options.env,
-            options.project.as_deref(),
-        ))?;
+        let loaded = config::load(&config::Locations::standard(&options.env, options.project.as_deref()))?;
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
@@ -208,10 +205,7 @@ impl Server {
                 self.save_dirty();
                 Ok(json!({}))
             }
-            other => Err(RpcError::new(
-                code::METHOD_NOT_FOUND,
-                format!("unknown method {other:?}"),
-            )),
+            other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),
         }
     }
 
@@ -220,29 +214,21 @@ impl Server {
             if v != protocol::PROTOCOL_VERSION {
                 return Err(RpcError::new(
                     code::INVALID_REQUEST,
-                    format!(
-                        "protocol {v} is not supported; this sidecar speaks {}",
-                        protocol::PROTOCOL_VERSION
-                    ),
+                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
                 ));
             }
         }
         if let Some(dir) = p.directory {
             self.options.project = Some(dir);
-            let loaded = config::load(&config::Locations::standard(
-                &self.options.env,
-                self.options.project.as_deref(),
-            ))
-            .map_err(|e| internal(crate::error_chain(&e)))?;
+            let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))
+                .map_err(|e| internal(crate::error_chain(&e)))?;
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
             self.protection = Protection::new(&loaded.config).map_err(internal)?;
             self.config = loaded.config;
         }
-        let estimator = crate::tokens::TokenCounter::new(EstimatorChoice::Auto)
-            .estimator()
-            .name();
+        let estimator = crate::tokens::TokenCounter::new(EstimatorChoice::Auto).estimator().name();
         Ok(json!({
             "protocol": protocol::PROTOCOL_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
@@ -250,18 +236,18 @@ impl Server {
             "estimator": estimator,
             "tools": {"discard": self.config.tools.discard.enabled, "extract": self.config.tools.extract.enabled},
             "commands": self.config.commands.enabled,
+            "descriptions": {
+                "discard": texts::DISCARD_DESCRIPTION,
+                "extract": texts::EXTRACT_DESCRIPTION,
+                "command": texts::COMMAND_DESCRIPTION,
+            },
         }))
     }
 
     /// Looks up a session's title and parent in `opencode.db`, once.
     fn learn(&mut self, session_id: &str) {
         let live = self.live.entry(session_id.to_string()).or_default();
-        if live.parent.is_some()
-            && live
-                .title
-                .as_deref()
-                .is_some_and(|t| !t.starts_with("New session"))
-        {
+        if live.parent.is_some() && live.title.as_deref().is_some_and(|t| !t.starts_with("New session")) {
             return;
         }
         let db_path = self.options.env.db_path(&self.options.data_dir);
@@ -274,56 +260,50 @@ impl Server {
 
     fn skip_session(&self, session_id: &str) -> bool {
         !self.config.enabled
-            || (!self.config.prune_subagents
-                && self.live.get(session_id).and_then(|l| l.parent) == Some(true))
+            || (!self.config.prune_subagents && self.live.get(session_id).and_then(|l| l.parent) == Some(true))
     }
 
     fn transform(&mut self, p: TransformParams) -> Result<Value, RpcError> {
         let sid = p.session_id;
-        crate::state::persist::validate_session_id(&sid)
-            .map_err(|e| RpcError::params(e.to_string()))?;
+        crate::state::persist::validate_session_id(&sid).map_err(|e| RpcError::params(e.to_string()))?;
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
             self.live.entry(sid.clone()).or_default().parent = Some(parent.is_some());
         }
         self.learn(&sid);
         let live = self.live.get_mut(&sid).expect("learn inserts");
-        let idle_seconds = live
-            .last_request_ms
-            .map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        if p.compaction {
+            // The summariser sees the history as the model does, but this is no request:
+            // no counting, no policy, no list. It is not the next request's history
+            // either, so the mirror is left as it is.
+            let messages: Vec<Message> = Mirror::default().resolve(p.messages)?.to_vec();
+            if self.skip_session(&sid) {
+                return Ok(json!({"edits": [], "append": [], "notify": null}));
+            }
+            let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+            return Ok(json!({"edits": edits_for(&messages, &slot.state), "append": [], "notify": null}));
+        }
+        let idle_seconds = live.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         live.last_request_ms = Some(now);
         live.requests += 1;
         let requests = live.requests;
         let title = live.title.clone();
         let messages: Vec<Message> = live.mirror.resolve(p.messages)?.to_vec();
-        let empty = json!({"edits": [], "append": [], "notify": null});
         if self.skip_session(&sid) {
-            return Ok(empty);
+            return Ok(json!({"edits": [], "append": [], "notify": null}));
         }
-        let observed = self
-            .manager
-            .observe(&sid, &messages)
-            .map_err(|e| RpcError::params(e.to_string()))?;
+        let observed = self.manager.observe(&sid, &messages).map_err(|e| RpcError::params(e.to_string()))?;
         let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
         if slot.state.session_name.is_none() {
             slot.state.session_name = title;
         }
         let mut dirty = observed.compacted;
-        for d in strategies::automatic(
-            &messages,
-            &slot.state,
-            &self.config,
-            &self.protection,
-            &mut slot.tokens,
-        ) {
+        for d in strategies::automatic(&messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
             dirty |= slot.state.record(&d.call_id, d.record);
         }
 
         // The cache-aware policy: apply pending rewrites together, when it pays.
-        let sizes: Vec<u64> = messages
-            .iter()
-            .map(|m| m.parts.iter().map(approx_tokens).sum())
-            .collect();
+        let sizes: Vec<u64> = messages.iter().map(|m| m.parts.iter().map(approx_tokens).sum()).collect();
         let context: u64 = sizes.iter().sum();
         let calls = tool_calls(&messages);
         let pending: Vec<&str> = calls
@@ -331,10 +311,8 @@ impl Server {
             .filter(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied))
             .map(|c| c.call_id)
             .collect();
-        let first_pending = calls
-            .iter()
-            .find(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied))
-            .map(|c| c.message);
+        let first_pending =
+            calls.iter().find(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied)).map(|c| c.message);
         let tail: u64 = first_pending.map_or(0, |m| sizes[m..].iter().sum());
         let pending_tokens: u64 = pending.iter().map(|c| slot.state.pruned[*c].tokens).sum();
         let inputs = policy::Inputs {
@@ -371,16 +349,10 @@ impl Server {
             _ if applied_now.is_empty() => None,
             Notification::Off => None,
             level => {
-                let records: Vec<(&str, &PruneRecord)> = applied_now
-                    .iter()
-                    .filter_map(|id| slot.state.pruned.get(id).map(|r| (id.as_str(), r)))
-                    .collect();
+                let records: Vec<(&str, &PruneRecord)> =
+                    applied_now.iter().filter_map(|id| slot.state.pruned.get(id).map(|r| (id.as_str(), r))).collect();
                 let still = slot.state.pruned.values().filter(|r| !r.applied).count();
-                Some(texts::notification(
-                    level == Notification::Detailed,
-                    &records,
-                    still,
-                ))
+                Some(texts::notification(level == Notification::Detailed, &records, still))
             }
         };
         if dirty {
@@ -452,10 +424,7 @@ impl Server {
         if let Some(s) = p.session_id.as_deref() {
             self.learn(s);
         }
-        let skip = p
-            .session_id
-            .as_deref()
-            .is_some_and(|s| self.skip_session(s));
+        let skip = p.session_id.as_deref().is_some_and(|s| self.skip_session(s));
         let tools = &self.config.tools;
         if !self.config.enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
             return Ok(json!({"system": []}));
@@ -465,8 +434,7 @@ impl Server {
 
     fn tool(&mut self, p: ToolParams) -> Result<Value, RpcError> {
         let sid = p.session_id;
-        crate::state::persist::validate_session_id(&sid)
-            .map_err(|e| RpcError::params(e.to_string()))?;
+        crate::state::persist::validate_session_id(&sid).map_err(|e| RpcError::params(e.to_string()))?;
         let enabled = match p.name.as_str() {
             "discard" => self.config.tools.discard.enabled,
             "extract" => self.config.tools.extract.enabled,
@@ -474,18 +442,13 @@ impl Server {
         };
         let answer = |text: String| Ok(json!({"output": text, "title": p.name}));
         if !enabled || !self.config.enabled {
-            return answer(format!(
-                "{} is disabled in dcp.jsonc; nothing was pruned.",
-                p.name
-            ));
+            return answer(format!("{} is disabled in dcp.jsonc; nothing was pruned.", p.name));
         }
-        let messages: Vec<Message> = self
-            .live
-            .get(&sid)
-            .map(|l| l.mirror.messages().to_vec())
-            .unwrap_or_default();
+        let messages: Vec<Message> = self.live.get(&sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
         if messages.is_empty() {
-            return answer("dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.".into());
+            return answer(
+                "dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.".into(),
+            );
         }
         let strings = |key: &str| -> Vec<String> {
             match p.args.get(key) {
@@ -508,18 +471,16 @@ impl Server {
                 None => None,
                 Some("completion") => Some(manual::Reason::Completion),
                 Some("noise") => Some(manual::Reason::Noise),
-                Some(other) => return answer(format!("Unknown reason {other:?}: use \"completion\" or \"noise\". Nothing was pruned.")),
+                Some(other) => {
+                    return answer(format!(
+                        "Unknown reason {other:?}: use \"completion\" or \"noise\". Nothing was pruned."
+                    ))
+                }
             };
             let (ids, _reason) = manual::split_reason(&strings("ids"), reason);
             manual::discard(&messages, &ids, &valid, &mut slot.tokens)
         } else {
-            manual::extract(
-                &messages,
-                &strings("ids"),
-                &strings("distillation"),
-                &valid,
-                &mut slot.tokens,
-            )
+            manual::extract(&messages, &strings("ids"), &strings("distillation"), &valid, &mut slot.tokens)
         };
         let decisions = match decisions {
             Ok(d) => d,
@@ -529,10 +490,7 @@ impl Server {
         let done: Vec<(u32, String, Option<String>)> = decisions
             .iter()
             .filter_map(|d| {
-                valid
-                    .iter()
-                    .find(|v| v.call_id == d.call_id)
-                    .map(|v| (v.id, v.tool.clone(), v.key.clone()))
+                valid.iter().find(|v| v.call_id == d.call_id).map(|v| (v.id, v.tool.clone(), v.key.clone()))
             })
             .collect();
         for d in decisions {
@@ -540,22 +498,15 @@ impl Server {
         }
         slot.dirty = true;
         self.save(&sid);
-        let verb = if p.name == "discard" {
-            "Discarded"
-        } else {
-            "Extracted"
-        };
-        let done: Vec<(u32, &str, Option<&str>)> = done
-            .iter()
-            .map(|(i, t, k)| (*i, t.as_str(), k.as_deref()))
-            .collect();
+        let verb = if p.name == "discard" { "Discarded" } else { "Extracted" };
+        let done: Vec<(u32, &str, Option<&str>)> =
+            done.iter().map(|(i, t, k)| (*i, t.as_str(), k.as_deref())).collect();
         answer(texts::tool_done(verb, &done, tokens))
     }
 
     fn command(&mut self, p: CommandParams) -> Result<Value, RpcError> {
         let sid = p.session_id;
-        crate::state::persist::validate_session_id(&sid)
-            .map_err(|e| RpcError::params(e.to_string()))?;
+        crate::state::persist::validate_session_id(&sid).map_err(|e| RpcError::params(e.to_string()))?;
         let words: Vec<&str> = p.arguments.split_whitespace().collect();
         let text = match words.as_slice() {
             [] | ["help"] => texts::HELP.to_string(),
@@ -569,19 +520,11 @@ impl Server {
                 crate::report::stats(Some(&session), &all)
             }
             ["context"] => {
-                let messages: Vec<Message> = self
-                    .live
-                    .get(&sid)
-                    .map(|l| l.mirror.messages().to_vec())
-                    .unwrap_or_default();
+                let messages: Vec<Message> =
+                    self.live.get(&sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
                 let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-                let analysis = crate::context::analyse(
-                    &messages,
-                    &slot.state,
-                    &self.config,
-                    &self.protection,
-                    &mut slot.tokens,
-                );
+                let analysis =
+                    crate::context::analyse(&messages, &slot.state, &self.config, &self.protection, &mut slot.tokens);
                 crate::report::context(&format!("Session {sid}"), &analysis)
             }
             ["sweep"] | ["sweep", _] => {
@@ -598,30 +541,16 @@ impl Server {
                 };
                 self.sweep(&sid, last)?
             }
-            _ => format!(
-                "Unknown /dcp command {:?}.\n\n{}",
-                p.arguments.trim(),
-                texts::HELP
-            ),
+            _ => format!("Unknown /dcp command {:?}.\n\n{}", p.arguments.trim(), texts::HELP),
         };
         Ok(json!({"text": text}))
     }
 
     fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {
-        let messages: Vec<Message> = self
-            .live
-            .get(sid)
-            .map(|l| l.mirror.messages().to_vec())
-            .unwrap_or_default();
+        let messages: Vec<Message> = self.live.get(sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
-        let decisions = strategies::sweep::decide(
-            &messages,
-            &slot.state,
-            &self.config,
-            &self.protection,
-            last,
-            &mut slot.tokens,
-        );
+        let decisions =
+            strategies::sweep::decide(&messages, &slot.state, &self.config, &self.protection, last, &mut slot.tokens);
         if decisions.is_empty() {
             return Ok("Nothing to sweep.".to_string());
         }
@@ -644,8 +573,7 @@ impl Server {
     fn event(&mut self, params: &Value) -> Value {
         let kind = str_field(params, "type").unwrap_or("");
         let props = params.get("properties").unwrap_or(&Value::Null);
-        let sid = str_field(props, "sessionID")
-            .or_else(|| props.get("info").and_then(|i| str_field(i, "id")));
+        let sid = str_field(props, "sessionID").or_else(|| props.get("info").and_then(|i| str_field(i, "id")));
         if kind == "session.deleted" {
             if let Some(sid) = sid {
                 self.live.remove(sid);
@@ -683,11 +611,7 @@ fn edits_for(messages: &[Message], state: &SessionState) -> Vec<Value> {
     }
     for (mi, m) in messages.iter().enumerate() {
         for (pi, part) in m.parts.iter().enumerate() {
-            let Some(record) = part
-                .get("callID")
-                .and_then(Value::as_str)
-                .and_then(|c| state.pruned.get(c))
-            else {
+            let Some(record) = part.get("callID").and_then(Value::as_str).and_then(|c| state.pruned.get(c)) else {
                 continue;
             };
             if !record.applied {
@@ -708,10 +632,7 @@ enum Line {
 }
 
 /// Reads one line of at most `max` bytes; a longer line is consumed and reported.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
-    reader: &mut R,
-    max: usize,
-) -> std::io::Result<Line> {
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
     let mut buf = Vec::new();
     let mut skipped = 0usize;
     loop {
@@ -748,9 +669,7 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
 /// Runs the sidecar until stdin closes or `shutdown` arrives.
 pub fn serve(options: Options) -> anyhow::Result<()> {
     crate::tokens::preload();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let saver = Saver::spawn();
         let mut server = Server::new(options, Some(saver.clone()))?;
@@ -762,10 +681,7 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
                 Line::TooLong(n) => {
                     let e = RpcError::new(
                         code::LINE_TOO_LONG,
-                        format!(
-                            "line of {n} bytes is over the {}-byte limit; skipped",
-                            protocol::MAX_LINE_BYTES
-                        ),
+                        format!("line of {n} bytes is over the {}-byte limit; skipped", protocol::MAX_LINE_BYTES),
                     );
                     tracing::warn!("protocol: {}", e.message);
                     Some(protocol::err(None, &e))
@@ -774,9 +690,7 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
             };
             if let Some(mut response) = response {
                 response.push('\n');
-                if stdout.write_all(response.as_bytes()).await.is_err()
-                    || stdout.flush().await.is_err()
-                {
+                if stdout.write_all(response.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
                     break;
                 }
             }
@@ -798,17 +712,11 @@ mod tests {
     async fn over_long_lines_are_skipped_and_reading_goes_on() {
         let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
         let mut reader = BufReader::with_capacity(16, input.as_bytes());
-        assert!(matches!(
-            read_line(&mut reader, 50).await.unwrap(),
-            Line::TooLong(101)
-        ));
+        assert!(matches!(read_line(&mut reader, 50).await.unwrap(), Line::TooLong(101)));
         match read_line(&mut reader, 50).await.unwrap() {
             Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
             _ => panic!("expected the next line"),
         }
-        assert!(matches!(
-            read_line(&mut reader, 50).await.unwrap(),
-            Line::Eof
-        ));
+        assert!(matches!(read_line(&mut reader, 50).await.unwrap(), Line::Eof));
     }
 }

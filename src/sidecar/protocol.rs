@@ -45,10 +45,7 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> RpcError {
-        RpcError {
-            code,
-            message: message.into(),
-        }
+        RpcError { code, message: message.into() }
     }
 
     pub fn params(message: impl Into<String>) -> RpcError {
@@ -68,48 +65,27 @@ struct RawRequest {
 
 /// Decodes one line. On error, returns the id to answer (if one could be read) with the error.
 pub fn decode(line: &str) -> Result<Request, (Option<Value>, RpcError)> {
-    let raw: RawRequest = serde_json::from_str(line).map_err(|e| {
-        (
-            None,
-            RpcError::new(code::PARSE, format!("line is not a JSON-RPC object: {e}")),
-        )
-    })?;
+    let raw: RawRequest = serde_json::from_str(line)
+        .map_err(|e| (None, RpcError::new(code::PARSE, format!("line is not a JSON-RPC object: {e}"))))?;
     let id = raw.id.filter(|v| !v.is_null());
     if let Some(v) = &raw.jsonrpc {
         if v != "2.0" {
-            return Err((
-                id,
-                RpcError::new(
-                    code::INVALID_REQUEST,
-                    format!("unsupported jsonrpc version {v:?}"),
-                ),
-            ));
+            return Err((id, RpcError::new(code::INVALID_REQUEST, format!("unsupported jsonrpc version {v:?}"))));
         }
     }
     let method = match raw.method {
         Some(Value::String(m)) => m,
         Some(other) => {
-            return Err((
-                id,
-                RpcError::new(
-                    code::INVALID_REQUEST,
-                    format!("method must be a string, not {other}"),
-                ),
-            ))
+            return Err((id, RpcError::new(code::INVALID_REQUEST, format!("method must be a string, not {other}"))))
         }
         None => return Err((id, RpcError::new(code::INVALID_REQUEST, "missing method"))),
     };
-    Ok(Request {
-        id,
-        method,
-        params: raw.params,
-    })
+    Ok(Request { id, method, params: raw.params })
 }
 
 /// Reads the params of a request as `T`, naming what is wrong when they do not fit.
 pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
-    serde_json::from_value(params)
-        .map_err(|e| RpcError::params(format!("{method}: invalid params: {e}")))
+    serde_json::from_value(params).map_err(|e| RpcError::params(format!("{method}: invalid params: {e}")))
 }
 
 /// A success response line.
@@ -131,10 +107,7 @@ mod tests {
         let (id, e) = decode("{not json").unwrap_err();
         assert_eq!((id, e.code), (None, code::PARSE));
         let (id, e) = decode(r#"{"jsonrpc":"2.0","id":4}"#).unwrap_err();
-        assert_eq!(
-            (id, e.code, e.message.as_str()),
-            (Some(json!(4)), code::INVALID_REQUEST, "missing method")
-        );
+        assert_eq!((id, e.code, e.message.as_str()), (Some(json!(4)), code::INVALID_REQUEST, "missing method"));
         let (_, e) = decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err();
         assert!(e.message.contains("1.0"));
         let (_, e) = decode(r#"{"id":1,"method":7}"#).unwrap_err();

@@ -26,13 +26,12 @@ pub fn system(discard: bool, extract: bool) -> String {
              from large outputs.",
         );
     }
-    text.push_str(
-        " Only remove what you will not need again; ids not in the list cannot be removed.",
-    );
+    text.push_str(" Only remove what you will not need again; ids not in the list cannot be removed.");
     text
 }
 
-pub const DISCARD_DESCRIPTION: &str = "Remove tool outputs you no longer need from the conversation context, by the ids of the \
+pub const DISCARD_DESCRIPTION: &str =
+    "Remove tool outputs you no longer need from the conversation context, by the ids of the \
 <prunable-tools> list. reason: \"completion\" (the task they served is done) or \"noise\" (they never helped).";
 
 pub const EXTRACT_DESCRIPTION: &str =
@@ -91,30 +90,20 @@ pub fn notification(detailed: bool, applied: &[(&str, &PruneRecord)], pending: u
         return text;
     }
     for strategy in Strategy::ALL {
-        let of: Vec<_> = applied
-            .iter()
-            .filter(|(_, r)| r.strategy == strategy)
-            .collect();
+        let of: Vec<_> = applied.iter().filter(|(_, r)| r.strategy == strategy).collect();
         if of.is_empty() {
             continue;
         }
         let t: u64 = of.iter().map(|(_, r)| r.tokens).sum();
-        let _ = write!(
-            text,
-            "\n→ {}: {} ({})",
-            strategy.name(),
-            format::tokens(t),
-            of.len()
-        );
+        let _ = write!(text, "\n→ {}: {} ({})", strategy.name(), format::tokens(t), of.len());
     }
     if pending > 0 {
-        let _ = write!(
-            text,
-            "\n→ {pending} more recorded, applied when rewriting pays for the prompt cache"
-        );
+        let _ = write!(text, "\n→ {pending} more recorded, applied when rewriting pays for the prompt cache");
     }
     text
 }
+
+pub const COMMAND_DESCRIPTION: &str = "Dynamic context pruning: /dcp stats | context | sweep [N] | help";
 
 pub const HELP: &str = "DCP commands:
   /dcp stats      tokens and tools pruned, this session and all-time

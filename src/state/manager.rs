@@ -54,8 +54,7 @@ impl SaveJob {
         if self.set_aside && path.exists() {
             aside = Some(persist::set_aside(&path)?);
         }
-        persist::write_atomic(&path, &self.bytes)
-            .map_err(|source| StateError::Write { path, source })?;
+        persist::write_atomic(&path, &self.bytes).map_err(|source| StateError::Write { path, source })?;
         Ok(aside)
     }
 }
@@ -70,21 +69,12 @@ pub struct Manager {
 
 /// The `time.created` of the newest compaction summary in `messages`, or 0.
 pub fn newest_compaction(messages: &[Message]) -> i64 {
-    messages
-        .iter()
-        .filter(|m| m.is_compaction_summary())
-        .map(Message::time_created)
-        .max()
-        .unwrap_or(0)
+    messages.iter().filter(|m| m.is_compaction_summary()).map(Message::time_created).max().unwrap_or(0)
 }
 
 impl Manager {
     pub fn new(dir: &Path, estimator: EstimatorChoice) -> Manager {
-        Manager {
-            dir: dir.to_path_buf(),
-            estimator,
-            slots: HashMap::new(),
-        }
+        Manager { dir: dir.to_path_buf(), estimator, slots: HashMap::new() }
     }
 
     pub fn dir(&self) -> &Path {
@@ -108,12 +98,7 @@ impl Manager {
                     (SessionState::default(), Some(path))
                 }
             };
-            let slot = Slot {
-                state,
-                tokens: TokenCounter::new(self.estimator),
-                corrupt,
-                dirty: false,
-            };
+            let slot = Slot { state, tokens: TokenCounter::new(self.estimator), corrupt, dirty: false };
             self.slots.insert(id.to_string(), slot);
         }
         Ok((self.slots.get_mut(id).expect("inserted above"), first))
@@ -124,10 +109,7 @@ impl Manager {
     pub fn observe(&mut self, id: &str, messages: &[Message]) -> Result<Observation, StateError> {
         let newest = newest_compaction(messages);
         let (slot, first_seen) = self.slot(id)?;
-        let mut seen = Observation {
-            first_seen,
-            compacted: false,
-        };
+        let mut seen = Observation { first_seen, compacted: false };
         let foreign = !slot.state.raw.contains_key("dcp");
         if first_seen && foreign && slot.state.last_compaction == 0 {
             // A file dcp did not write does not say which compaction it has seen: take the
@@ -153,12 +135,7 @@ impl Manager {
         slot.dirty = false;
         let set_aside = slot.corrupt.take().is_some();
         let bytes = persist::render(&slot.state, &persist::now_iso());
-        Ok(SaveJob {
-            dir,
-            session_id: id.to_string(),
-            bytes,
-            set_aside,
-        })
+        Ok(SaveJob { dir, session_id: id.to_string(), bytes, set_aside })
     }
 
     /// Saves session `id` now, on this thread.
@@ -169,12 +146,7 @@ impl Manager {
 
     /// The ids of sessions with unsaved changes.
     pub fn dirty(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.dirty)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut ids: Vec<String> = self.slots.iter().filter(|(_, s)| s.dirty).map(|(k, _)| k.clone()).collect();
         ids.sort();
         ids
     }

@@ -179,9 +179,6 @@ impl SessionState {
 
     /// The call id the agent means by `id`.
     pub fn call_for(&self, id: u32) -> Option<&str> {
-        self.ids
-            .iter()
-            .find(|(_, n)| **n == id)
-            .map(|(c, _)| c.as_str())
+        self.ids.iter().find(|(_, n)| **n == id).map(|(c, _)| c.as_str())
     }
 }

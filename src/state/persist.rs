@@ -25,9 +25,7 @@ pub const FORMAT_VERSION: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error(
-        "invalid session id {shown}: a session id is 1 to 128 characters of A-Z, a-z, 0-9, _ and -"
-    )]
+    #[error("invalid session id {shown}: a session id is 1 to 128 characters of A-Z, a-z, 0-9, _ and -")]
     BadSessionId { shown: String },
     #[error("cannot write state file {path}")]
     Write {
@@ -45,11 +43,8 @@ pub enum StateError {
 
 /// Checks that `id` is a session id dcp can use in a file name: `[A-Za-z0-9_-]{1,128}`.
 pub fn validate_session_id(id: &str) -> Result<(), StateError> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok =
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
         return Ok(());
     }
@@ -57,9 +52,7 @@ pub fn validate_session_id(id: &str) -> Result<(), StateError> {
     if shown.len() < id.len() {
         shown.push('…');
     }
-    Err(StateError::BadSessionId {
-        shown: format!("{shown:?} ({} bytes)", id.len()),
-    })
+    Err(StateError::BadSessionId { shown: format!("{shown:?} ({} bytes)", id.len()) })
 }
 
 /// The state file of session `id` in `dir`.
@@ -88,18 +81,12 @@ pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
 
 /// Reads one state file.
 pub fn load_path(path: &Path) -> LoadOutcome {
-    let corrupt = |reason: String| LoadOutcome::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
     match fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LoadOutcome::Missing,
         Err(e) => return corrupt(format!("cannot read it: {e}")),
         Ok(m) if m.len() > MAX_STATE_BYTES => {
-            return corrupt(format!(
-                "{} bytes is larger than the {MAX_STATE_BYTES}-byte limit",
-                m.len()
-            ))
+            return corrupt(format!("{} bytes is larger than the {MAX_STATE_BYTES}-byte limit", m.len()))
         }
         Ok(_) => {}
     }
@@ -120,10 +107,7 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
     let Value::Object(raw) = value else {
         return Err("the top level is not a JSON object".to_string());
     };
-    let mut state = SessionState {
-        raw: raw.clone(),
-        ..SessionState::default()
-    };
+    let mut state = SessionState { raw: raw.clone(), ..SessionState::default() };
     state.session_name = opt_string(&raw, "sessionName")?;
     state.last_updated = opt_string(&raw, "lastUpdated")?;
 
@@ -133,18 +117,14 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
         legacy.entry(id).or_insert(0);
     }
     if let Some(prune) = raw.get("prune") {
-        let prune = prune
-            .as_object()
-            .ok_or_else(|| type_error("prune", "an object", prune))?;
+        let prune = prune.as_object().ok_or_else(|| type_error("prune", "an object", prune))?;
         // 1.x: a list of ids.
         for id in string_list(prune.get("toolIds"), "prune.toolIds")? {
             legacy.entry(id).or_insert(0);
         }
         // 2.x/3.x: ids with their token counts.
         if let Some(tools) = prune.get("tools") {
-            let tools = tools
-                .as_object()
-                .ok_or_else(|| type_error("prune.tools", "an object", tools))?;
+            let tools = tools.as_object().ok_or_else(|| type_error("prune.tools", "an object", tools))?;
             for (id, tokens) in tools {
                 let n = count(tokens, &format!("prune.tools.{id}"))?;
                 legacy.insert(id.clone(), n);
@@ -152,9 +132,7 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
         }
     }
     if let Some(stats) = raw.get("stats") {
-        let stats = stats
-            .as_object()
-            .ok_or_else(|| type_error("stats", "an object", stats))?;
+        let stats = stats.as_object().ok_or_else(|| type_error("stats", "an object", stats))?;
         if let Some(v) = stats.get("pruneTokenCounter") {
             state.stats.prune_token_counter = count(v, "stats.pruneTokenCounter")?;
         }
@@ -191,13 +169,9 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
 }
 
 fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
-    let own = own
-        .as_object()
-        .ok_or_else(|| type_error("dcp", "an object", own))?;
+    let own = own.as_object().ok_or_else(|| type_error("dcp", "an object", own))?;
     if let Some(pruned) = own.get("pruned") {
-        let pruned = pruned
-            .as_object()
-            .ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
+        let pruned = pruned.as_object().ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
         for (id, record) in pruned {
             let record: PruneRecord = serde_json::from_value(record.clone())
                 .map_err(|e| format!("`dcp.pruned.{id}` is not a prune record ({e})"))?;
@@ -205,21 +179,17 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
         }
     }
     if let Some(by) = own.get("byStrategy") {
-        let by = by
-            .as_object()
-            .ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
+        let by = by.as_object().ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
         for (name, tally) in by {
-            let strategy = Strategy::from_name(name)
-                .ok_or_else(|| format!("`dcp.byStrategy` has unknown strategy {name:?}"))?;
+            let strategy =
+                Strategy::from_name(name).ok_or_else(|| format!("`dcp.byStrategy` has unknown strategy {name:?}"))?;
             let tally: Tally = serde_json::from_value(tally.clone())
                 .map_err(|e| format!("`dcp.byStrategy.{name}` is not a tally ({e})"))?;
             state.stats.by_strategy.insert(strategy, tally);
         }
     }
     if let Some(ids) = own.get("ids") {
-        let ids = ids
-            .as_object()
-            .ok_or_else(|| type_error("dcp.ids", "an object", ids))?;
+        let ids = ids.as_object().ok_or_else(|| type_error("dcp.ids", "an object", ids))?;
         for (call, n) in ids {
             let n = count(n, &format!("dcp.ids.{call}"))?;
             let n = u32::try_from(n).map_err(|_| format!("`dcp.ids.{call}` is too large"))?;
@@ -227,16 +197,10 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
         }
     }
     let max_id = state.ids.values().copied().max().unwrap_or(0);
-    let next = own
-        .get("nextId")
-        .map(|v| count(v, "dcp.nextId"))
-        .transpose()?
-        .unwrap_or(0);
+    let next = own.get("nextId").map(|v| count(v, "dcp.nextId")).transpose()?.unwrap_or(0);
     state.next_id = u32::try_from(next).unwrap_or(u32::MAX).max(max_id + 1);
     if let Some(v) = own.get("lastCompaction") {
-        state.last_compaction = v
-            .as_i64()
-            .ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
+        state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
     Ok(())
 }
@@ -263,11 +227,7 @@ fn string_list(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> 
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| type_error(key, "a list of strings", v))
-            })
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| type_error(key, "a list of strings", v)))
             .collect(),
         Some(other) => Err(type_error(key, "a list of strings", other)),
     }
@@ -294,18 +254,10 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         Some(Value::Object(p)) => p,
         _ => Map::new(),
     };
-    let ids: Vec<Value> = state
-        .pruned
-        .keys()
-        .map(|k| Value::String(k.clone()))
-        .collect();
+    let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
     prune.insert("toolIds".into(), Value::Array(ids));
     if prune.contains_key("tools") {
-        let tools: Map<String, Value> = state
-            .pruned
-            .iter()
-            .map(|(k, r)| (k.clone(), json!(r.tokens)))
-            .collect();
+        let tools: Map<String, Value> = state.pruned.iter().map(|(k, r)| (k.clone(), json!(r.tokens))).collect();
         prune.insert("tools".into(), Value::Object(tools));
     }
     out.insert("prune".into(), Value::Object(prune));
@@ -313,35 +265,17 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         Some(Value::Object(s)) => s,
         _ => Map::new(),
     };
-    stats.insert(
-        "pruneTokenCounter".into(),
-        json!(state.stats.prune_token_counter),
-    );
-    stats.insert(
-        "totalPruneTokens".into(),
-        json!(state.stats.total_prune_tokens),
-    );
+    stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
+    stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
     out.insert("stats".into(), Value::Object(stats));
-    out.insert(
-        "lastUpdated".into(),
-        Value::String(last_updated.to_string()),
-    );
+    out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
     let by: Map<String, Value> = state
         .stats
         .by_strategy
         .iter()
-        .map(|(s, t)| {
-            (
-                s.name().to_string(),
-                json!({"tokens": t.tokens, "tools": t.tools}),
-            )
-        })
+        .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
         .collect();
-    let ids: Map<String, Value> = state
-        .ids
-        .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
+    let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
     out.insert(
         "dcp".into(),
         json!({
@@ -353,8 +287,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
             "lastCompaction": state.last_compaction,
         }),
     );
-    let mut bytes =
-        serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
     bytes.push(b'\n');
     bytes
 }
@@ -369,10 +302,7 @@ pub fn now_iso() -> String {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
@@ -399,21 +329,13 @@ pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
     let mut target = path.as_os_str().to_owned();
     target.push(format!(".corrupt-{stamp}"));
     let target = PathBuf::from(target);
-    fs::rename(path, &target).map_err(|source| StateError::SetAside {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    fs::rename(path, &target).map_err(|source| StateError::SetAside { path: path.to_path_buf(), source })?;
     Ok(target)
 }
 
 /// Saves `state` as session `id` in `dir`. `corrupt` names a file found unreadable when the
 /// state was loaded: it is set aside first, never overwritten. Returns where it was set aside.
-pub fn save(
-    dir: &Path,
-    id: &str,
-    state: &SessionState,
-    corrupt: bool,
-) -> Result<Option<PathBuf>, StateError> {
+pub fn save(dir: &Path, id: &str, state: &SessionState, corrupt: bool) -> Result<Option<PathBuf>, StateError> {
     let path = state_path(dir, id)?;
     let mut set = None;
     if corrupt && path.exists() {
@@ -430,24 +352,10 @@ mod tests {
 
     #[test]
     fn session_ids_are_checked() {
-        for ok in [
-            "ses_dff0e6f21ffe6GyGsE27xOBOyV",
-            "a",
-            "A-b_9",
-            &"x".repeat(128),
-        ] {
+        for ok in ["ses_dff0e6f21ffe6GyGsE27xOBOyV", "a", "A-b_9", &"x".repeat(128)] {
             assert!(validate_session_id(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "../x",
-            "a/b",
-            "a\0b",
-            "ses x",
-            "é",
-            &"x".repeat(129),
-            &"y".repeat(10_000),
-        ] {
+        for bad in ["", "../x", "a/b", "a\0b", "ses x", "é", &"x".repeat(129), &"y".repeat(10_000)] {
             let err = validate_session_id(bad).unwrap_err().to_string();
             assert!(err.starts_with("invalid session id"), "{err}");
             assert!(err.len() < 300, "{err}");
@@ -459,14 +367,9 @@ mod tests {
         let err = parse(br#"{"prune": {"toolIds": 7}}"#).unwrap_err();
         assert_eq!(err, "`prune.toolIds` must be a list of strings, not 7");
         let err = parse(br#"{"stats": {"totalPruneTokens": "lots"}}"#).unwrap_err();
-        assert_eq!(
-            err,
-            "`stats.totalPruneTokens` must be a number >= 0, not \"lots\""
-        );
+        assert_eq!(err, "`stats.totalPruneTokens` must be a number >= 0, not \"lots\"");
         assert!(parse(b"[]").unwrap_err().contains("not a JSON object"));
-        assert!(parse(b"{\"prune\": ")
-            .unwrap_err()
-            .starts_with("not valid JSON"));
+        assert!(parse(b"{\"prune\": ").unwrap_err().starts_with("not valid JSON"));
         assert!(parse(&[0xff, 0xfe]).unwrap_err().starts_with("not UTF-8"));
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(parse(deep.as_bytes()).is_err());

@@ -61,12 +61,7 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
             match tokio::time::timeout(RETRY_AFTER, rx.recv()).await {
                 Ok(Some(m)) => m,
                 Ok(None) => {
-                    write_all(
-                        std::mem::take(&mut retry),
-                        &mut failing,
-                        &mut BTreeMap::new(),
-                    )
-                    .await;
+                    write_all(std::mem::take(&mut retry), &mut failing, &mut BTreeMap::new()).await;
                     return;
                 }
                 Err(_) => {
@@ -83,8 +78,7 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
         while let Some(msg) = next {
             match msg {
                 Msg::Save(job) => {
-                    let set_aside =
-                        job.set_aside || jobs.get(&job.session_id).is_some_and(|j| j.set_aside);
+                    let set_aside = job.set_aside || jobs.get(&job.session_id).is_some_and(|j| j.set_aside);
                     jobs.insert(job.session_id.clone(), SaveJob { set_aside, ..job });
                 }
                 Msg::Flush(done) => flushes.push(done),
@@ -112,10 +106,7 @@ async fn write_all(
         match result {
             Ok(Ok(aside)) => {
                 if let Some(aside) = aside {
-                    tracing::warn!(
-                        "set the corrupt state file of {id} aside as {}",
-                        aside.display()
-                    );
+                    tracing::warn!("set the corrupt state file of {id} aside as {}", aside.display());
                 }
                 if failing.remove(&id) {
                     tracing::warn!("saved the state of {id} again after earlier failures");

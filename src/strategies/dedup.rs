@@ -27,11 +27,7 @@ pub fn signature(tool: &str, input: &Value) -> String {
 fn canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, _)| k)
-                .collect();
+            let mut keys: Vec<&String> = map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k).collect();
             keys.sort();
             out.push('{');
             for (i, k) in keys.into_iter().enumerate() {
@@ -75,9 +71,8 @@ pub fn decide(
             && !config.dedup_protects(c.tool)
             && !protection.protects_file(c)
     };
-    let signatures: Vec<Option<String>> = (0..calls.len())
-        .map(|i| eligible(i).then(|| signature(calls[i].tool, calls[i].input)))
-        .collect();
+    let signatures: Vec<Option<String>> =
+        (0..calls.len()).map(|i| eligible(i).then(|| signature(calls[i].tool, calls[i].input))).collect();
     for (i, sig) in signatures.iter().enumerate() {
         if let Some(sig) = sig {
             newest.insert(sig.clone(), i);
@@ -87,19 +82,11 @@ pub fn decide(
     for (i, sig) in signatures.iter().enumerate() {
         let Some(sig) = sig else { continue };
         let call = &calls[i];
-        if newest[sig] == i
-            || !open_for_pruning(call, state)
-            || protection.protects_turn(call, current)
-        {
+        if newest[sig] == i || !open_for_pruning(call, state) || protection.protects_turn(call, current) {
             continue;
         }
         let tokens = output_tokens(call, counter);
-        out.push(Decision::new(
-            call,
-            Strategy::Deduplication,
-            Action::Output,
-            tokens,
-        ));
+        out.push(Decision::new(call, Strategy::Deduplication, Action::Output, tokens));
     }
     out
 }
@@ -111,27 +98,12 @@ mod tests {
 
     #[test]
     fn signatures_ignore_key_order_and_nulls() {
-        let a = signature(
-            "read",
-            &json!({"filePath": "/a", "limit": null, "offset": 1}),
-        );
+        let a = signature("read", &json!({"filePath": "/a", "limit": null, "offset": 1}));
         let b = signature("read", &json!({"offset": 1, "filePath": "/a"}));
         assert_eq!(a, b);
-        assert_ne!(
-            a,
-            signature("grep", &json!({"offset": 1, "filePath": "/a"}))
-        );
-        assert_ne!(
-            a,
-            signature("read", &json!({"offset": 2, "filePath": "/a"}))
-        );
-        let nested = signature(
-            "x",
-            &json!({"b": {"d": 1, "c": [2, {"f": 1, "e": null}]}, "a": true}),
-        );
-        assert_eq!(
-            nested,
-            "x\u{0}{\"a\":true,\"b\":{\"c\":[2,{\"f\":1}],\"d\":1}}"
-        );
+        assert_ne!(a, signature("grep", &json!({"offset": 1, "filePath": "/a"})));
+        assert_ne!(a, signature("read", &json!({"offset": 2, "filePath": "/a"})));
+        let nested = signature("x", &json!({"b": {"d": 1, "c": [2, {"f": 1, "e": null}]}, "a": true}));
+        assert_eq!(nested, "x\u{0}{\"a\":true,\"b\":{\"c\":[2,{\"f\":1}],\"d\":1}}");
     }
 }

@@ -118,11 +118,7 @@ fn resolve(ids: &[String], valid: &[Prunable]) -> Result<Vec<String>, Refusal> {
     let mut out: Vec<String> = Vec::new();
     let mut bad = Vec::new();
     for raw in ids {
-        let found = raw
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .and_then(|n| valid.iter().find(|p| p.id == n));
+        let found = raw.trim().parse::<u32>().ok().and_then(|n| valid.iter().find(|p| p.id == n));
         match found {
             Some(p) if !out.contains(&p.call_id) => out.push(p.call_id.clone()),
             Some(_) => {}
@@ -166,14 +162,7 @@ pub fn discard(
     Ok(chosen
         .iter()
         .filter_map(|c| calls.iter().find(|call| call.call_id == c))
-        .map(|call| {
-            Decision::new(
-                call,
-                Strategy::Discard,
-                Action::Output,
-                output_tokens(call, counter),
-            )
-        })
+        .map(|call| Decision::new(call, Strategy::Discard, Action::Output, output_tokens(call, counter)))
         .collect())
 }
 
@@ -211,26 +200,14 @@ pub fn extract(
         };
         let removed = output_tokens(call, counter);
         let added = counter.count(text);
-        let action = Action::Distill {
-            distillation: text.clone(),
-        };
-        out.push(Decision::new(
-            call,
-            Strategy::Extract,
-            action,
-            removed.saturating_sub(added),
-        ));
+        let action = Action::Distill { distillation: text.clone() };
+        out.push(Decision::new(call, Strategy::Extract, action, removed.saturating_sub(added)));
     }
     Ok(out)
 }
 
 /// Whether `call` is finished and neither protected nor pruned: what sweep may take.
-pub(super) fn sweepable(
-    call: &ToolCall<'_>,
-    state: &SessionState,
-    config: &Config,
-    protection: &Protection,
-) -> bool {
+pub(super) fn sweepable(call: &ToolCall<'_>, state: &SessionState, config: &Config, protection: &Protection) -> bool {
     finished(call)
         && open_for_pruning(call, state)
         && !config.sweep_protects(call.tool)

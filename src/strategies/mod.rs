@@ -22,13 +22,11 @@ use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
 /// What a pruned output becomes (the published DCP plugin's text, which models know).
-pub const OUTPUT_PLACEHOLDER: &str =
-    "[Output removed to save context - information superseded or no longer needed]";
+pub const OUTPUT_PLACEHOLDER: &str = "[Output removed to save context - information superseded or no longer needed]";
 /// What the string inputs of a purged errored call become (also DCP's text).
 pub const ERROR_INPUT_PLACEHOLDER: &str = "[input removed due to failed tool call]";
 /// What the `content` of a superseded write becomes.
-pub const WRITE_CONTENT_PLACEHOLDER: &str =
-    "[content removed to save context - the file was read back later]";
+pub const WRITE_CONTENT_PLACEHOLDER: &str = "[content removed to save context - the file was read back later]";
 
 /// A proposed prune of one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,13 +39,7 @@ impl Decision {
     fn new(call: &ToolCall<'_>, strategy: Strategy, action: Action, tokens: u64) -> Decision {
         Decision {
             call_id: call.call_id.to_string(),
-            record: PruneRecord {
-                strategy,
-                action,
-                tokens,
-                tool: call.tool.to_string(),
-                applied: false,
-            },
+            record: PruneRecord { strategy, action, tokens, tool: call.tool.to_string(), applied: false },
         }
     }
 }
@@ -73,21 +65,11 @@ impl Protection {
     pub fn new(config: &Config) -> Result<Protection, PatternError> {
         let mut builder = GlobSetBuilder::new();
         for pattern in &config.protected_file_patterns {
-            let glob = Glob::new(pattern).map_err(|source| PatternError {
-                pattern: pattern.clone(),
-                source,
-            })?;
+            let glob = Glob::new(pattern).map_err(|source| PatternError { pattern: pattern.clone(), source })?;
             builder.add(glob);
         }
-        let files = builder.build().map_err(|source| PatternError {
-            pattern: String::new(),
-            source,
-        })?;
-        let turns = if config.turn_protection.enabled {
-            config.turn_protection.turns
-        } else {
-            0
-        };
+        let files = builder.build().map_err(|source| PatternError { pattern: String::new(), source })?;
+        let turns = if config.turn_protection.enabled { config.turn_protection.turns } else { 0 };
         Ok(Protection { files, turns })
     }
 
@@ -125,11 +107,7 @@ pub fn automatic(
 ) -> Vec<Decision> {
     let mut scratch = state.clone();
     let mut out = Vec::new();
-    for strategy in [
-        Strategy::Deduplication,
-        Strategy::SupersedeWrites,
-        Strategy::PurgeErrors,
-    ] {
+    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
         let found = automatic_one(strategy, messages, &scratch, config, protection, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
@@ -165,11 +143,7 @@ pub fn automatic_one(
 
 /// Rewrites `messages` in place for every pruned call of `state` that `include` accepts.
 /// Only the fields a decision names change; everything else stays byte for byte.
-pub fn apply(
-    messages: &mut [Message],
-    state: &SessionState,
-    include: impl Fn(&PruneRecord) -> bool,
-) {
+pub fn apply(messages: &mut [Message], state: &SessionState, include: impl Fn(&PruneRecord) -> bool) {
     if state.pruned.is_empty() {
         return;
     }
@@ -208,10 +182,7 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
     let Some(state) = part.get("state").and_then(Value::as_object) else {
         return Vec::new();
     };
-    let compacted = state
-        .get("time")
-        .and_then(|t| t.get("compacted"))
-        .is_some_and(|c| !c.is_null());
+    let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
     let status = state.get("status").and_then(Value::as_str).unwrap_or("");
     let input = state.get("input").and_then(Value::as_object);
     match action {
@@ -226,10 +197,7 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
             vec![edit(&["state", "output"], text)]
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
-            Some(Value::String(_)) => vec![edit(
-                &["state", "input", "content"],
-                WRITE_CONTENT_PLACEHOLDER,
-            )],
+            Some(Value::String(_)) => vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)],
             _ => Vec::new(),
         },
         Action::ErrorInputs => input
@@ -252,8 +220,7 @@ pub fn rewrite_part(part: &mut Value, action: &Action) {
 
 /// The value at `path` inside `value`, if every step exists.
 pub fn pointer_mut<'a>(value: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
-    path.iter()
-        .try_fold(value, |v, key| v.get_mut(key.as_str()))
+    path.iter().try_fold(value, |v, key| v.get_mut(key.as_str()))
 }
 
 /// Whether a call has finished, one way or the other.

@@ -52,12 +52,7 @@ pub fn decide(
             continue;
         }
         let tokens = counter.count_part(call.part_id, Field::Input, &text);
-        out.push(Decision::new(
-            &call,
-            Strategy::PurgeErrors,
-            Action::ErrorInputs,
-            tokens,
-        ));
+        out.push(Decision::new(&call, Strategy::PurgeErrors, Action::ErrorInputs, tokens));
     }
     out
 }

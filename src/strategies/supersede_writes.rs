@@ -23,16 +23,10 @@ pub fn decide(
         if call.tool != "write" || call.status != ToolStatus::Completed {
             continue;
         }
-        let (Some(path), Some(content)) = (
-            str_field(call.input, "filePath"),
-            str_field(call.input, "content"),
-        ) else {
+        let (Some(path), Some(content)) = (str_field(call.input, "filePath"), str_field(call.input, "content")) else {
             continue;
         };
-        if !open_for_pruning(call, state)
-            || protection.protects_file(call)
-            || protection.protects_turn(call, current)
-        {
+        if !open_for_pruning(call, state) || protection.protects_file(call) || protection.protects_turn(call, current) {
             continue;
         }
         let read_later = calls[i + 1..].iter().any(|later| {
@@ -44,12 +38,7 @@ pub fn decide(
             continue;
         }
         let tokens = counter.count_part(call.part_id, Field::Input, content);
-        out.push(Decision::new(
-            call,
-            Strategy::SupersedeWrites,
-            Action::WriteContent,
-            tokens,
-        ));
+        out.push(Decision::new(call, Strategy::SupersedeWrites, Action::WriteContent, tokens));
     }
     out
 }

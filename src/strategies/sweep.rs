@@ -21,34 +21,22 @@ pub fn decide(
     let calls = tool_calls(messages);
     let chosen: Vec<_> = match last {
         Some(n) => {
-            let open: Vec<_> = calls
-                .iter()
-                .filter(|c| sweepable(c, state, config, protection))
-                .collect();
+            let open: Vec<_> = calls.iter().filter(|c| sweepable(c, state, config, protection)).collect();
             open[open.len().saturating_sub(n)..].to_vec()
         }
         None => {
             let since = last_user_prompt(messages).unwrap_or(0);
-            calls
-                .iter()
-                .filter(|c| c.message > since && sweepable(c, state, config, protection))
-                .collect()
+            calls.iter().filter(|c| c.message > since && sweepable(c, state, config, protection)).collect()
         }
     };
     chosen
         .into_iter()
         .map(|call| match call.status {
             ToolStatus::Error => {
-                let tokens =
-                    counter.count_part(call.part_id, Field::Input, &string_inputs(call.input));
+                let tokens = counter.count_part(call.part_id, Field::Input, &string_inputs(call.input));
                 Decision::new(call, Strategy::Sweep, Action::ErrorInputs, tokens)
             }
-            _ => Decision::new(
-                call,
-                Strategy::Sweep,
-                Action::Output,
-                output_tokens(call, counter),
-            ),
+            _ => Decision::new(call, Strategy::Sweep, Action::Output, output_tokens(call, counter)),
         })
         .collect()
 }

@@ -33,9 +33,7 @@ fn dcp(sandbox: &Sandbox, args: &[&str]) -> String {
 fn filter(text: &str, root: &Path) -> String {
     let text = text.replace(&root.display().to_string(), "[SANDBOX]");
     let re_time = regex_lite_time();
-    re_time
-        .iter()
-        .fold(text, |t, (from, to)| t.replace(from, to))
+    re_time.iter().fold(text, |t, (from, to)| t.replace(from, to))
 }
 
 /// No timestamps appear in CLI output except the fixtures' own, which are stable.
@@ -64,10 +62,7 @@ fn context_of_the_recorded_session() {
 #[test]
 fn context_defaults_to_the_latest_session() {
     let s = Sandbox::new();
-    assert_eq!(
-        dcp(&s, &["context"]),
-        dcp(&s, &["context", "--session", DB_SESSION])
-    );
+    assert_eq!(dcp(&s, &["context"]), dcp(&s, &["context", "--session", DB_SESSION]));
 }
 
 #[test]
@@ -86,13 +81,7 @@ fn stats_reports_all_time_and_names_corrupt_files() {
 fn stats_json_has_the_documented_fields() {
     let s = Sandbox::new();
     let out = dcp(&s, &["stats", "--json"]);
-    let json_text = out
-        .split("----- stdout -----\n")
-        .nth(1)
-        .unwrap()
-        .split("----- stderr -----")
-        .next()
-        .unwrap();
+    let json_text = out.split("----- stdout -----\n").nth(1).unwrap().split("----- stderr -----").next().unwrap();
     let v: serde_json::Value = serde_json::from_str(json_text).unwrap();
     assert_eq!(v["all_time"]["tokens_saved"], 907 + 1520 + 2300);
     assert_eq!(v["all_time"]["tools_pruned"], 2 + 2 + 3);
@@ -106,10 +95,7 @@ fn sweep_dry_run_saves_nothing() {
     let s = Sandbox::new();
     let before = std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap();
     insta::assert_snapshot!(dcp(&s, &["sweep", "--session", DB_SESSION, "--dry-run"]));
-    assert_eq!(
-        std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap(),
-        before
-    );
+    assert_eq!(std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap(), before);
 }
 
 #[test]
@@ -187,7 +173,11 @@ fn a_bad_config_value_names_the_file_and_key() {
     let s = Sandbox::new();
     let cfg = s.dir.path().join("project/.opencode");
     std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(cfg.join("dcp.jsonc"), "{\n  // mine\n  \"strategies\": {\"purgeErrors\": {\"turns\": -1}},\n  \"colour\": true,\n}\n").unwrap();
+    std::fs::write(
+        cfg.join("dcp.jsonc"),
+        "{\n  // mine\n  \"strategies\": {\"purgeErrors\": {\"turns\": -1}},\n  \"colour\": true,\n}\n",
+    )
+    .unwrap();
     insta::assert_snapshot!(dcp(&s, &["stats"]));
 }
 
@@ -196,11 +186,8 @@ fn config_changes_what_context_proposes() {
     let s = Sandbox::new();
     let cfg = s.dir.path().join("home/.config/opencode");
     std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(
-        cfg.join("dcp.jsonc"),
-        r#"{"strategies": {"deduplication": {"enabled": false}}, "colour": 1}"#,
-    )
-    .unwrap();
+    std::fs::write(cfg.join("dcp.jsonc"), r#"{"strategies": {"deduplication": {"enabled": false}}, "colour": 1}"#)
+        .unwrap();
     let out = dcp(&s, &["context", "--json", "--session", DB_SESSION]);
     assert!(out.contains("unknown key `colour` ignored"), "{out}");
     assert!(!out.contains("\"strategy\": \"deduplication\""), "{out}");
@@ -223,12 +210,7 @@ fn a_broken_pipe_is_success() {
         .unwrap();
     drop(child.stdout.take());
     let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?} {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");

@@ -4,8 +4,7 @@ use dcp::config::Config;
 use dcp::session::Message;
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{
-    self, manual, sweep, Protection, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER,
-    WRITE_CONTENT_PLACEHOLDER,
+    self, manual, sweep, Protection, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER, WRITE_CONTENT_PLACEHOLDER,
 };
 use dcp::tokens::{EstimatorChoice, TokenCounter};
 use serde_json::json;
@@ -35,12 +34,7 @@ fn deduplication_keeps_only_the_newest_output() {
         .user("look")
         .tool("c1", "read", read("/p/a.py"), "a v1")
         .tool("c2", "read", read("/p/b.py"), "b")
-        .tool(
-            "c3",
-            "read",
-            json!({"filePath": "/p/a.py", "offset": null}),
-            "a v2",
-        )
+        .tool("c3", "read", json!({"filePath": "/p/a.py", "offset": null}), "a v2")
         .tool("c4", "read", read("/p/a.py"), "a v3")
         .build();
     let (out, state) = auto(&messages, &Config::default());
@@ -49,10 +43,7 @@ fn deduplication_keeps_only_the_newest_output() {
     assert_eq!(output_of(&out, "c4"), "a v3");
     assert_eq!(output_of(&out, "c2"), "b");
     assert_eq!(state.pruned.len(), 2);
-    assert!(state
-        .pruned
-        .values()
-        .all(|r| r.strategy == Strategy::Deduplication));
+    assert!(state.pruned.values().all(|r| r.strategy == Strategy::Deduplication));
     let tally = state.stats.by_strategy[&Strategy::Deduplication];
     assert_eq!(tally.tools, 2);
     assert!(tally.tokens > 0);
@@ -89,10 +80,7 @@ fn turn_protection_spares_young_calls() {
         .text("done")
         .build();
     let (_, state) = auto(&young, &config);
-    assert!(
-        state.pruned.is_empty(),
-        "c1 is 2 steps old, under the 3 protected"
-    );
+    assert!(state.pruned.is_empty(), "c1 is 2 steps old, under the 3 protected");
     let old = SessionBuilder::continuing(young).text("more").build();
     let (out, state) = auto(&old, &config);
     assert_eq!(state.pruned.keys().collect::<Vec<_>>(), ["c1"]);
@@ -104,40 +92,17 @@ fn supersede_writes_prunes_content_a_later_read_covers() {
     let body = "line\n".repeat(50);
     let messages = SessionBuilder::new()
         .user("write")
-        .tool(
-            "w1",
-            "write",
-            json!({"filePath": "/p/NOTES.md", "content": body}),
-            "Wrote file successfully.",
-        )
-        .tool(
-            "w2",
-            "write",
-            json!({"filePath": "/p/OTHER.md", "content": body}),
-            "Wrote file successfully.",
-        )
+        .tool("w1", "write", json!({"filePath": "/p/NOTES.md", "content": body}), "Wrote file successfully.")
+        .tool("w2", "write", json!({"filePath": "/p/OTHER.md", "content": body}), "Wrote file successfully.")
         .tool("r1", "read", read("/p/NOTES.md"), "<content>...</content>")
-        .tool(
-            "w3",
-            "write",
-            json!({"filePath": "/p/NOTES.md", "content": "new"}),
-            "Wrote file successfully.",
-        )
+        .tool("w3", "write", json!({"filePath": "/p/NOTES.md", "content": "new"}), "Wrote file successfully.")
         .build();
     let (out, state) = auto(&messages, &Config::default());
     assert_eq!(input_of(&out, "w1")["content"], WRITE_CONTENT_PLACEHOLDER);
     assert_eq!(input_of(&out, "w1")["filePath"], "/p/NOTES.md");
     assert_eq!(output_of(&out, "w1"), "Wrote file successfully.");
-    assert_eq!(
-        input_of(&out, "w2")["content"],
-        body.as_str(),
-        "no read of OTHER.md follows"
-    );
-    assert_eq!(
-        input_of(&out, "w3")["content"],
-        "new",
-        "the read came before this write"
-    );
+    assert_eq!(input_of(&out, "w2")["content"], body.as_str(), "no read of OTHER.md follows");
+    assert_eq!(input_of(&out, "w3")["content"], "new", "the read came before this write");
     assert_eq!(state.pruned["w1"].action, Action::WriteContent);
     assert_eq!(state.pruned.len(), 1);
 
@@ -150,27 +115,14 @@ fn supersede_writes_prunes_content_a_later_read_covers() {
 fn purge_errors_blanks_inputs_of_old_failed_calls() {
     let mut b = SessionBuilder::new()
         .user("go")
-        .error(
-            "x1",
-            "bash",
-            json!({"command": "make all", "timeout": 30, "description": "build"}),
-            "exit 2",
-        )
+        .error("x1", "bash", json!({"command": "make all", "timeout": 30, "description": "build"}), "exit 2")
         .tool("ok", "bash", json!({"command": "ls"}), "a b");
     for i in 0..2 {
-        b = b.tool(
-            &format!("s{i}"),
-            "glob",
-            json!({"pattern": format!("*{i}")}),
-            "x",
-        );
+        b = b.tool(&format!("s{i}"), "glob", json!({"pattern": format!("*{i}")}), "x");
     }
     let young = b.build();
     let mut config = Config::default();
-    assert!(
-        auto(&young, &config).1.pruned.is_empty(),
-        "3 steps after the error, under 4"
-    );
+    assert!(auto(&young, &config).1.pruned.is_empty(), "3 steps after the error, under 4");
 
     config.strategies.purge_errors.turns = 3;
     let (out, state) = auto(&young, &config);
@@ -204,12 +156,7 @@ fn manual_session() -> Vec<Message> {
     SessionBuilder::new()
         .user("explore")
         .tool("c1", "read", read("/src/parser.py"), "parser source")
-        .tool(
-            "c2",
-            "bash",
-            json!({"command": "cat data/records.csv"}),
-            "id,name\n1,a",
-        )
+        .tool("c2", "bash", json!({"command": "cat data/records.csv"}), "id,name\n1,a")
         .tool("c3", "task", json!({"prompt": "sub"}), "subagent report")
         .tool("c4", "glob", json!({"pattern": "**/*.py"}), "a.py\nb.py")
         .build()
@@ -223,18 +170,9 @@ fn prunable_list_names_calls_with_stable_small_ids() {
     let mut state = SessionState::default();
     let list = manual::prunable(&messages, &mut state, &config, &protection);
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
-    assert_eq!(
-        lines,
-        [
-            "1: read, /src/parser.py",
-            "2: bash, cat data/records.csv",
-            "3: glob, **/*.py"
-        ]
-    );
+    assert_eq!(lines, ["1: read, /src/parser.py", "2: bash, cat data/records.csv", "3: glob, **/*.py"]);
     // A new call gets the next id; the old ones keep theirs.
-    let more = SessionBuilder::continuing(messages)
-        .tool("c5", "read", read("/x"), "x")
-        .build();
+    let more = SessionBuilder::continuing(messages).tool("c5", "read", read("/x"), "x").build();
     let list = manual::prunable(&more, &mut state, &config, &protection);
     assert_eq!(list.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
 }
@@ -248,23 +186,13 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let valid = manual::prunable(&messages, &mut state, &config, &protection);
 
-    let err =
-        manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
-    assert_eq!(
-        err.0,
-        "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3."
-    );
+    let err = manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
+    assert_eq!(err.0, "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3.");
 
     let (ids, reason) = manual::split_reason(&["noise".into(), "1".into(), "3".into()], None);
     assert_eq!(reason, Some(manual::Reason::Noise));
     let decisions = manual::discard(&messages, &ids, &valid, &mut counter).unwrap();
-    assert_eq!(
-        decisions
-            .iter()
-            .map(|d| d.call_id.as_str())
-            .collect::<Vec<_>>(),
-        ["c1", "c4"]
-    );
+    assert_eq!(decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c4"]);
     for d in decisions {
         state.record(&d.call_id, d.record);
     }
@@ -288,32 +216,12 @@ fn extract_replaces_each_output_with_its_distillation() {
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let valid = manual::prunable(&messages, &mut state, &config, &protection);
-    let err = manual::extract(
-        &messages,
-        &["1".into(), "2".into()],
-        &["only one".into()],
-        &valid,
-        &mut counter,
-    )
-    .unwrap_err();
-    assert!(
-        err.0.starts_with("Got 2 ids but 1 distillations"),
-        "{}",
-        err.0
-    );
+    let err =
+        manual::extract(&messages, &["1".into(), "2".into()], &["only one".into()], &valid, &mut counter).unwrap_err();
+    assert!(err.0.starts_with("Got 2 ids but 1 distillations"), "{}", err.0);
 
-    let distilled = [
-        "parser: 18 section parsers".to_string(),
-        "120 rows".to_string(),
-    ];
-    let decisions = manual::extract(
-        &messages,
-        &["2".into(), "1".into()],
-        &distilled,
-        &valid,
-        &mut counter,
-    )
-    .unwrap();
+    let distilled = ["parser: 18 section parsers".to_string(), "120 rows".to_string()];
+    let decisions = manual::extract(&messages, &["2".into(), "1".into()], &distilled, &valid, &mut counter).unwrap();
     for d in decisions {
         state.record(&d.call_id, d.record);
     }
@@ -339,23 +247,10 @@ fn sweep_takes_calls_since_the_last_user_message_or_the_last_n() {
     let state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let since = sweep::decide(&messages, &state, &config, &protection, None, &mut counter);
-    let ids: Vec<_> = since
-        .iter()
-        .map(|d| (d.call_id.as_str(), d.record.action.clone()))
-        .collect();
+    let ids: Vec<_> = since.iter().map(|d| (d.call_id.as_str(), d.record.action.clone())).collect();
     assert_eq!(ids, [("b", Action::Output), ("c", Action::ErrorInputs)]);
-    let last = sweep::decide(
-        &messages,
-        &state,
-        &config,
-        &protection,
-        Some(3),
-        &mut counter,
-    );
-    assert_eq!(
-        last.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(),
-        ["a", "b", "c"]
-    );
+    let last = sweep::decide(&messages, &state, &config, &protection, Some(3), &mut counter);
+    assert_eq!(last.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
 }
 
 #[test]
@@ -365,9 +260,7 @@ fn the_same_input_gives_byte_identical_output_and_keeps_unknown_fields() {
         .tool("c1", "read", read("/a"), "1")
         .tool("c2", "read", read("/a"), "2")
         .build();
-    messages[1]
-        .parts
-        .push(json!({"id": "prt_x", "type": "future-part", "payload": {"z": 1, "a": [3, 2]}}));
+    messages[1].parts.push(json!({"id": "prt_x", "type": "future-part", "payload": {"z": 1, "a": [3, 2]}}));
     messages[1].parts[1]["state"]["futureField"] = json!({"b": 2, "a": 1});
     messages[1].info["novel"] = json!(true);
     let (first, _) = auto(&messages, &Config::default());
@@ -376,10 +269,7 @@ fn the_same_input_gives_byte_identical_output_and_keeps_unknown_fields() {
     let b = serde_json::to_vec(&second).unwrap();
     assert_eq!(a, b);
     let text = String::from_utf8(a).unwrap();
-    assert!(
-        text.contains(r#"{"id":"prt_x","type":"future-part","payload":{"z":1,"a":[3,2]}}"#),
-        "{text}"
-    );
+    assert!(text.contains(r#"{"id":"prt_x","type":"future-part","payload":{"z":1,"a":[3,2]}}"#), "{text}");
     assert!(text.contains(r#""futureField":{"b":2,"a":1}"#));
     assert!(text.contains(r#""novel":true"#));
     assert_eq!(output_of(&first, "c1"), OUTPUT_PLACEHOLDER);
@@ -387,12 +277,6 @@ fn the_same_input_gives_byte_identical_output_and_keeps_unknown_fields() {
 
 #[test]
 fn placeholders_are_the_ones_dcp_uses() {
-    assert_eq!(
-        OUTPUT_PLACEHOLDER,
-        "[Output removed to save context - information superseded or no longer needed]"
-    );
-    assert_eq!(
-        ERROR_INPUT_PLACEHOLDER,
-        "[input removed due to failed tool call]"
-    );
+    assert_eq!(OUTPUT_PLACEHOLDER, "[Output removed to save context - information superseded or no longer needed]");
+    assert_eq!(ERROR_INPUT_PLACEHOLDER, "[input removed due to failed tool call]");
 }

@@ -13,17 +13,8 @@ fn data() -> DataDir {
 #[test]
 fn both_stores_are_listed_newest_first() {
     let sessions = data().sessions().unwrap();
-    let ids: Vec<_> = sessions
-        .iter()
-        .map(|s| (s.id.as_str(), s.source, s.messages))
-        .collect();
-    assert_eq!(
-        ids,
-        [
-            (DB_SESSION, Source::Sqlite, 30),
-            (TREE_SESSION, Source::JsonTree, 15)
-        ]
-    );
+    let ids: Vec<_> = sessions.iter().map(|s| (s.id.as_str(), s.source, s.messages)).collect();
+    assert_eq!(ids, [(DB_SESSION, Source::Sqlite, 30), (TREE_SESSION, Source::JsonTree, 15)]);
 }
 
 #[test]
@@ -33,23 +24,14 @@ fn the_recorded_session_reads_in_history_order() {
     let m = &loaded.messages;
     assert_eq!(m.len(), 30);
     assert_eq!(m[0].role(), Role::User);
-    assert!(m
-        .windows(2)
-        .all(|w| w[0].time_created() <= w[1].time_created()));
+    assert!(m.windows(2).all(|w| w[0].time_created() <= w[1].time_created()));
     assert_eq!(m[0].info["id"], m[0].id());
     assert_eq!(m[0].session_id(), Some(DB_SESSION));
     let calls = tool_calls(m);
-    let errored: Vec<_> = calls
-        .iter()
-        .filter(|c| c.status == ToolStatus::Error)
-        .map(|c| c.call_id)
-        .collect();
+    let errored: Vec<_> = calls.iter().filter(|c| c.status == ToolStatus::Error).map(|c| c.call_id).collect();
     assert_eq!(errored, ["call_5_0_fbb28fb4"]);
     assert_eq!(
-        calls
-            .iter()
-            .filter(|c| c.tool == "read" && c.key_argument().unwrap().ends_with("src/parser.py"))
-            .count(),
+        calls.iter().filter(|c| c.tool == "read" && c.key_argument().unwrap().ends_with("src/parser.py")).count(),
         3
     );
     // Parts carry the ids OpenCode hands to plugins.
@@ -65,10 +47,7 @@ fn the_json_tree_reads_into_the_same_model() {
     assert_eq!(loaded.info.source, Source::JsonTree);
     assert_eq!(loaded.messages.len(), 15);
     assert!(tool_calls(&loaded.messages).len() >= 5);
-    assert!(loaded
-        .messages
-        .windows(2)
-        .all(|w| w[0].time_created() <= w[1].time_created()));
+    assert!(loaded.messages.windows(2).all(|w| w[0].time_created() <= w[1].time_created()));
 }
 
 #[test]
@@ -80,26 +59,15 @@ fn ids_that_wrapped_still_order_by_time() {
     conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
     // Give the first user message an id that sorts last, as after the 2026-08-14 wrap.
     let first: String = conn
-        .query_row(
-            "SELECT id FROM message WHERE session_id = ?1 ORDER BY time_created LIMIT 1",
-            [DB_SESSION],
-            |r| r.get(0),
-        )
+        .query_row("SELECT id FROM message WHERE session_id = ?1 ORDER BY time_created LIMIT 1", [DB_SESSION], |r| {
+            r.get(0)
+        })
         .unwrap();
-    conn.execute(
-        "UPDATE message SET id = 'msg_ffffffffffff0000000000zzzz' WHERE id = ?1",
-        [&first],
-    )
-    .unwrap();
-    conn.execute(
-        "UPDATE part SET message_id = 'msg_ffffffffffff0000000000zzzz' WHERE message_id = ?1",
-        [&first],
-    )
-    .unwrap();
+    conn.execute("UPDATE message SET id = 'msg_ffffffffffff0000000000zzzz' WHERE id = ?1", [&first]).unwrap();
+    conn.execute("UPDATE part SET message_id = 'msg_ffffffffffff0000000000zzzz' WHERE message_id = ?1", [&first])
+        .unwrap();
     drop(conn);
-    let loaded = DataDir::new(&sandbox.data(), &Env::default())
-        .load(DB_SESSION)
-        .unwrap();
+    let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();
     assert_eq!(loaded.messages[0].id(), "msg_ffffffffffff0000000000zzzz");
     assert_eq!(loaded.messages[0].parts.len(), 1);
 }
@@ -108,56 +76,30 @@ fn ids_that_wrapped_still_order_by_time() {
 fn malformed_rows_are_skipped_with_a_warning_that_names_them() {
     let sandbox = Sandbox::new();
     let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
-    let part: String = conn
-        .query_row(
-            "SELECT id FROM part WHERE session_id = ?1 LIMIT 1",
-            [DB_SESSION],
-            |r| r.get(0),
-        )
-        .unwrap();
-    conn.execute("UPDATE part SET data = '{not json' WHERE id = ?1", [&part])
-        .unwrap();
+    let part: String =
+        conn.query_row("SELECT id FROM part WHERE session_id = ?1 LIMIT 1", [DB_SESSION], |r| r.get(0)).unwrap();
+    conn.execute("UPDATE part SET data = '{not json' WHERE id = ?1", [&part]).unwrap();
     drop(conn);
-    let loaded = DataDir::new(&sandbox.data(), &Env::default())
-        .load(DB_SESSION)
-        .unwrap();
+    let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();
     assert_eq!(loaded.warnings.len(), 1);
-    assert!(
-        loaded.warnings[0].contains(&format!("part {part}: malformed JSON")),
-        "{}",
-        loaded.warnings[0]
-    );
+    assert!(loaded.warnings[0].contains(&format!("part {part}: malformed JSON")), "{}", loaded.warnings[0]);
 }
 
 #[test]
 fn opencode_db_env_and_missing_data_are_handled() {
     let sandbox = Sandbox::new();
-    std::fs::rename(
-        sandbox.data().join("opencode.db"),
-        sandbox.data().join("elsewhere.db"),
-    )
-    .unwrap();
-    let env = Env {
-        opencode_db: Some("elsewhere.db".into()),
-        ..Env::default()
-    };
+    std::fs::rename(sandbox.data().join("opencode.db"), sandbox.data().join("elsewhere.db")).unwrap();
+    let env = Env { opencode_db: Some("elsewhere.db".into()), ..Env::default() };
     assert!(DataDir::new(&sandbox.data(), &env).load(DB_SESSION).is_ok());
     let empty = tempfile::tempdir().unwrap();
-    let err = DataDir::new(empty.path(), &Env::default())
-        .sessions()
-        .unwrap_err();
+    let err = DataDir::new(empty.path(), &Env::default()).sessions().unwrap_err();
     assert!(matches!(err, HostError::NoData(_)), "{err}");
 }
 
 #[test]
 fn compaction_hides_what_came_before_the_summary() {
     use crate::support::SessionBuilder;
-    let messages = SessionBuilder::new()
-        .user("a")
-        .text("b")
-        .compaction("sum")
-        .user("c")
-        .build();
+    let messages = SessionBuilder::new().user("a").text("b").compaction("sum").user("c").build();
     let visible = visible_history(messages);
     assert_eq!(visible.len(), 3);
     assert!(visible[1].is_compaction_summary());

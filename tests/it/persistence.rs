@@ -21,40 +21,24 @@ fn reparse(state: &SessionState) -> (SessionState, Value) {
 #[test]
 fn the_1x_layout_round_trips() {
     let state = persist::parse(&fixture_state(&format!("{TREE_SESSION}.json"))).unwrap();
-    assert_eq!(
-        state.session_name.as_deref(),
-        Some("Project overview, div fix and parser notes")
-    );
+    assert_eq!(state.session_name.as_deref(), Some("Project overview, div fix and parser notes"));
     assert_eq!(state.pruned.len(), 2);
     assert_eq!(state.stats.total_prune_tokens, 1520);
     let (again, value) = reparse(&state);
-    assert_eq!(
-        again.pruned.keys().collect::<Vec<_>>(),
-        state.pruned.keys().collect::<Vec<_>>()
-    );
+    assert_eq!(again.pruned.keys().collect::<Vec<_>>(), state.pruned.keys().collect::<Vec<_>>());
     assert_eq!(again.stats.tokens(), 1520);
     assert_eq!(again.session_name, state.session_name);
-    assert_eq!(
-        value["prune"]["toolIds"],
-        json!(state.pruned.keys().collect::<Vec<_>>())
-    );
-    assert_eq!(
-        value["stats"],
-        json!({"pruneTokenCounter": 0, "totalPruneTokens": 1520})
-    );
+    assert_eq!(value["prune"]["toolIds"], json!(state.pruned.keys().collect::<Vec<_>>()));
+    assert_eq!(value["stats"], json!({"pruneTokenCounter": 0, "totalPruneTokens": 1520}));
     assert_eq!(value["lastUpdated"], "2026-11-22T00:00:00.000Z");
 }
 
 #[test]
 fn the_3x_layout_round_trips_and_keeps_what_dcp_does_not_understand() {
-    let original: Value =
-        serde_json::from_slice(&fixture_state(&format!("{DB_SESSION}.json"))).unwrap();
+    let original: Value = serde_json::from_slice(&fixture_state(&format!("{DB_SESSION}.json"))).unwrap();
     let mut state = persist::parse(&fixture_state(&format!("{DB_SESSION}.json"))).unwrap();
     assert_eq!(state.pruned["call_3_0_fa6f4b33"].tokens, 812);
-    assert_eq!(
-        state.pruned["call_4_0_fa492d8a"].strategy,
-        Strategy::Imported
-    );
+    assert_eq!(state.pruned["call_4_0_fa492d8a"].strategy, Strategy::Imported);
     state.record(
         "call_7_0_cd57d47e",
         PruneRecord {
@@ -71,35 +55,20 @@ fn the_3x_layout_round_trips_and_keeps_what_dcp_does_not_understand() {
         assert_eq!(value[key], original[key], "{key} kept");
     }
     assert_eq!(value["prune"]["messages"], original["prune"]["messages"]);
-    assert_eq!(
-        value["prune"]["tools"]["call_7_0_cd57d47e"], 162,
-        "prune.tools is kept up to date"
-    );
+    assert_eq!(value["prune"]["tools"]["call_7_0_cd57d47e"], 162, "prune.tools is kept up to date");
     assert_eq!(value["stats"]["totalPruneTokens"], 907 + 162);
-    assert_eq!(
-        again.pruned["call_7_0_cd57d47e"].strategy,
-        Strategy::Deduplication
-    );
+    assert_eq!(again.pruned["call_7_0_cd57d47e"].strategy, Strategy::Deduplication);
     assert!(!again.pruned["call_7_0_cd57d47e"].applied);
-    assert_eq!(
-        again.stats.by_strategy[&Strategy::Deduplication].tokens,
-        162
-    );
+    assert_eq!(again.stats.by_strategy[&Strategy::Deduplication].tokens, 162);
 }
 
 #[test]
 fn the_03_layout_is_read() {
     let state = persist::parse(&fixture_state("ses_0a1b2c3d4e5fLegacy03Layout.json")).unwrap();
-    assert_eq!(
-        state.pruned.keys().collect::<Vec<_>>(),
-        ["call_old_1", "call_old_2", "call_old_3"]
-    );
+    assert_eq!(state.pruned.keys().collect::<Vec<_>>(), ["call_old_1", "call_old_2", "call_old_3"]);
     assert_eq!(state.stats.tokens(), 2300);
     let (_, value) = reparse(&state);
-    assert!(
-        value.get("prunedIds").is_none(),
-        "rewritten in the 1.x layout"
-    );
+    assert!(value.get("prunedIds").is_none(), "rewritten in the 1.x layout");
     assert_eq!(value["prune"]["toolIds"].as_array().unwrap().len(), 3);
 }
 
@@ -111,9 +80,7 @@ fn dcp_s_own_fields_round_trip() {
         "c1",
         PruneRecord {
             strategy: Strategy::Extract,
-            action: Action::Distill {
-                distillation: "short".into(),
-            },
+            action: Action::Distill { distillation: "short".into() },
             tokens: 90,
             tool: "read".into(),
             applied: true,
@@ -144,10 +111,7 @@ fn dcp_s_own_fields_round_trip() {
 #[test]
 fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
     let dir = tempfile::tempdir().unwrap();
-    for name in [
-        "ses_0a1b2c3d4e5fTruncatedJson.json",
-        "ses_0a1b2c3d4e5fWrongTyped001.json",
-    ] {
+    for name in ["ses_0a1b2c3d4e5fTruncatedJson.json", "ses_0a1b2c3d4e5fWrongTyped001.json"] {
         let original = fixture_state(name);
         std::fs::write(dir.path().join(name), &original).unwrap();
         let id = name.trim_end_matches(".json");
@@ -172,16 +136,8 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
             },
         );
         let aside = m.save_now(id).unwrap().expect("set aside");
-        assert!(aside
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with(&format!("{name}.corrupt-")));
-        assert_eq!(
-            std::fs::read(&aside).unwrap(),
-            original,
-            "nothing of the corrupt file is lost"
-        );
+        assert!(aside.file_name().unwrap().to_string_lossy().starts_with(&format!("{name}.corrupt-")));
+        assert_eq!(std::fs::read(&aside).unwrap(), original, "nothing of the corrupt file is lost");
         let fresh = persist::parse(&std::fs::read(dir.path().join(name)).unwrap()).unwrap();
         assert_eq!(fresh.stats.tokens(), 3);
         // A second save does not set the new, valid file aside.
@@ -196,9 +152,6 @@ fn saves_leave_no_temp_files() {
     for _ in 0..3 {
         m.save_now("ses_t").unwrap();
     }
-    let names: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["ses_t.json"]);
 }

@@ -39,12 +39,7 @@ impl Sidecar {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        Sidecar {
-            child,
-            stdin,
-            stdout,
-            next: 1,
-        }
+        Sidecar { child, stdin, stdout, next: 1 }
     }
 
     fn raw(&mut self, line: &str) -> Value {
@@ -58,9 +53,7 @@ impl Sidecar {
     fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.next;
         self.next += 1;
-        let answer = self.raw(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
-        );
+        let answer = self.raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
         assert_eq!(answer["id"], id);
         answer
     }
@@ -78,22 +71,14 @@ impl Sidecar {
 }
 
 fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
-    let loaded = DataDir::new(&sandbox.data(), &Env::default())
-        .load(DB_SESSION)
-        .unwrap();
-    visible_history(loaded.messages)
-        .into_iter()
-        .map(|m| serde_json::to_value(m).unwrap())
-        .collect()
+    let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();
+    visible_history(loaded.messages).into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
 }
 
 /// Applies a transform result the way the plugin does.
 fn apply(messages: &mut [Value], result: &Value) {
     for e in result["edits"].as_array().unwrap() {
-        let (m, p) = (
-            e["m"].as_u64().unwrap() as usize,
-            e["p"].as_u64().unwrap() as usize,
-        );
+        let (m, p) = (e["m"].as_u64().unwrap() as usize, e["p"].as_u64().unwrap() as usize);
         let mut at = &mut messages[m]["parts"][p];
         for key in e["path"].as_array().unwrap() {
             at = &mut at[key.as_str().unwrap()];
@@ -103,19 +88,13 @@ fn apply(messages: &mut [Value], result: &Value) {
 }
 
 fn output_of(messages: &[Value], call: &str) -> Value {
-    messages
-        .iter()
-        .flat_map(|m| m["parts"].as_array().unwrap())
-        .find(|p| p["callID"] == call)
-        .unwrap()["state"]["output"]
+    messages.iter().flat_map(|m| m["parts"].as_array().unwrap()).find(|p| p["callID"] == call).unwrap()["state"]
+        ["output"]
         .clone()
 }
 
 fn state_file(sandbox: &Sandbox) -> Value {
-    serde_json::from_slice(
-        &std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap(),
-    )
-    .unwrap()
+    serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap()
 }
 
 const IMMEDIATE: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal"}"#;
@@ -125,72 +104,46 @@ fn transform_prunes_duplicates_and_lists_the_rest() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
     let mut messages = recorded_messages(&s);
-    let result = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": messages.clone()}),
-    );
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     apply(&mut messages, &result);
     // The second read of parser.py is a duplicate of the third; the first was pruned already.
-    assert_eq!(
-        output_of(&messages, "call_12_0_5abbdb74"),
-        OUTPUT_PLACEHOLDER
-    );
-    assert_eq!(
-        output_of(&messages, "call_3_0_fa6f4b33"),
-        OUTPUT_PLACEHOLDER
-    );
-    assert_ne!(
-        output_of(&messages, "call_22_0_07e7b86f"),
-        OUTPUT_PLACEHOLDER
-    );
+    assert_eq!(output_of(&messages, "call_12_0_5abbdb74"), OUTPUT_PLACEHOLDER);
+    assert_eq!(output_of(&messages, "call_3_0_fa6f4b33"), OUTPUT_PLACEHOLDER);
+    assert_ne!(output_of(&messages, "call_22_0_07e7b86f"), OUTPUT_PLACEHOLDER);
     let tail = &result["append"][0];
     assert_eq!(tail["info"]["role"], "user");
     let text = tail["parts"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("<prunable-tools>\n"), "{text}");
-    assert!(
-        text.contains(": read, /tmp/fixture-lab/work/base/proj/src/parser.py\n"),
-        "{text}"
-    );
-    assert!(
-        result["notify"].as_str().unwrap().starts_with("▣ DCP | -"),
-        "{result}"
-    );
+    assert!(text.contains(": read, /tmp/fixture-lab/work/base/proj/src/parser.py\n"), "{text}");
+    assert!(result["notify"].as_str().unwrap().starts_with("▣ DCP | -"), "{result}");
     sidecar.shutdown();
     let file = state_file(&s);
     let ids = file["prune"]["toolIds"].as_array().unwrap();
     assert!(ids.contains(&json!("call_12_0_5abbdb74")));
     assert!(file["stats"]["totalPruneTokens"].as_u64().unwrap() > 907);
-    assert_eq!(
-        file["dcp"]["pruned"]["call_12_0_5abbdb74"]["strategy"],
-        "deduplication"
-    );
+    assert_eq!(file["dcp"]["pruned"]["call_12_0_5abbdb74"]["strategy"], "deduplication");
 }
 
 #[test]
 fn the_same_request_twice_gives_the_same_answer_and_references_work() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(
-        &s,
-        r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"nudgeEnabled": false}}}"#,
-    );
+    let mut sidecar =
+        Sidecar::spawn(&s, r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"nudgeEnabled": false}}}"#);
     let messages = recorded_messages(&s);
-    let first = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": messages.clone()}),
-    );
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     // Send every part by reference, and the infos by id only.
     let refs: Vec<Value> = messages
         .iter()
         .map(|m| json!({"id": m["info"]["id"], "parts": m["parts"].as_array().unwrap().iter().map(|p| json!({"ref": p["id"]})).collect::<Vec<_>>()}))
         .collect();
-    let mut second = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": refs}),
-    );
+    let mut second = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": refs}));
     second["notify"] = first["notify"].clone();
     assert_eq!(first["edits"], second["edits"]);
     assert_eq!(first["append"], second["append"]);
-    let bad = sidecar.call("transform", json!({"sessionID": DB_SESSION, "messages": [{"id": "msg_x", "parts": [{"ref": "prt_nope"}]}]}));
+    let bad = sidecar.call(
+        "transform",
+        json!({"sessionID": DB_SESSION, "messages": [{"id": "msg_x", "parts": [{"ref": "prt_nope"}]}]}),
+    );
     assert_eq!(bad["error"]["code"], -32001, "{bad}");
     sidecar.shutdown();
 }
@@ -198,36 +151,18 @@ fn the_same_request_twice_gives_the_same_answer_and_references_work() {
 #[test]
 fn batched_mode_records_at_once_and_rewrites_when_the_cache_is_cold() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(
-        &s,
-        r#"{"rewrite": {"mode": "batched", "coldCacheSeconds": 300}}"#,
-    );
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched", "coldCacheSeconds": 300}}"#);
     let messages = recorded_messages(&s);
     let t0 = 1_800_000_000_000i64;
-    let first = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}),
-    );
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
     let edits_at_first = first["edits"].as_array().unwrap().len();
-    sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "now": t0 + 1_000, "messages": messages.clone()}),
-    );
-    let cold = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "now": t0 + 3_600_000, "messages": messages.clone()}),
-    );
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 1_000, "messages": messages.clone()}));
+    let cold = sidecar
+        .result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 3_600_000, "messages": messages.clone()}));
     let mut applied = messages.clone();
     apply(&mut applied, &cold);
-    assert_eq!(
-        output_of(&applied, "call_12_0_5abbdb74"),
-        OUTPUT_PLACEHOLDER
-    );
-    assert!(
-        cold["edits"].as_array().unwrap().len() > edits_at_first,
-        "{edits_at_first} then {}",
-        cold["edits"]
-    );
+    assert_eq!(output_of(&applied, "call_12_0_5abbdb74"), OUTPUT_PLACEHOLDER);
+    assert!(cold["edits"].as_array().unwrap().len() > edits_at_first, "{edits_at_first} then {}", cold["edits"]);
     sidecar.shutdown();
     let file = state_file(&s);
     assert_eq!(file["dcp"]["pruned"]["call_12_0_5abbdb74"]["applied"], true);
@@ -238,14 +173,8 @@ fn discard_and_extract_by_list_id() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
     let messages = recorded_messages(&s);
-    let result = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": messages.clone()}),
-    );
-    let list = result["append"][0]["parts"][0]["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let list = result["append"][0]["parts"][0]["text"].as_str().unwrap().to_string();
     let id_of = |needle: &str| -> String {
         list.lines()
             .find(|l| l.contains(needle))
@@ -257,35 +186,20 @@ fn discard_and_extract_by_list_id() {
     };
     let bash = id_of(": bash,");
     let grep = id_of(": grep,");
-    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": ["completion", bash.clone()]}}));
-    assert!(
-        answer["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("Discarded 1 tool output"),
-        "{answer}"
+    let answer = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": ["completion", bash.clone()]}}),
     );
-    let again = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [bash], "reason": "noise"}}));
-    assert!(
-        again["output"]
-            .as_str()
-            .unwrap()
-            .contains("Nothing was pruned. Valid ids:"),
-        "{again}"
+    assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
+    let again = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [bash], "reason": "noise"}}),
     );
+    assert!(again["output"].as_str().unwrap().contains("Nothing was pruned. Valid ids:"), "{again}");
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [grep], "distillation": ["grep: 18 parse_section_ defs in parser.py"]}}));
-    assert!(
-        answer["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("Extracted 1 tool output"),
-        "{answer}"
-    );
+    assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
     let mut after = messages.clone();
-    let result = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": messages}),
-    );
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
     apply(&mut after, &result);
     let outputs: Vec<Value> = after
         .iter()
@@ -293,10 +207,7 @@ fn discard_and_extract_by_list_id() {
         .filter(|p| p["tool"] == "grep")
         .map(|p| p["state"]["output"].clone())
         .collect();
-    assert!(
-        outputs.contains(&json!("grep: 18 parse_section_ defs in parser.py")),
-        "{outputs:?}"
-    );
+    assert!(outputs.contains(&json!("grep: 18 parse_section_ defs in parser.py")), "{outputs:?}");
     sidecar.shutdown();
     let file = state_file(&s);
     let by = &file["dcp"]["byStrategy"];
@@ -309,46 +220,19 @@ fn commands_answer_in_text() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
     let messages = recorded_messages(&s);
-    sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "messages": messages}),
-    );
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
     let help = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": ""}));
     assert!(help["text"].as_str().unwrap().contains("/dcp sweep [N]"));
-    let stats = sidecar.result(
-        "command",
-        json!({"sessionID": DB_SESSION, "arguments": "stats"}),
-    );
+    let stats = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "stats"}));
     let text = stats["text"].as_str().unwrap();
-    assert!(
-        text.starts_with("DCP statistics\n\nSession ses_dfedb2935ffeIhuHRntLhlCv3U:"),
-        "{text}"
-    );
+    assert!(text.starts_with("DCP statistics\n\nSession ses_dfedb2935ffeIhuHRntLhlCv3U:"), "{text}");
     assert!(text.contains("deduplication"), "{text}");
-    let context = sidecar.result(
-        "command",
-        json!({"sessionID": DB_SESSION, "arguments": "context"}),
-    );
+    let context = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "context"}));
     assert!(context["text"].as_str().unwrap().contains("tool outputs"));
-    let sweep = sidecar.result(
-        "command",
-        json!({"sessionID": DB_SESSION, "arguments": "sweep 2"}),
-    );
-    assert!(
-        sweep["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("Swept 2 tool outputs"),
-        "{sweep}"
-    );
-    let bad = sidecar.result(
-        "command",
-        json!({"sessionID": DB_SESSION, "arguments": "sweep lots"}),
-    );
-    assert!(bad["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("/dcp sweep takes a number"));
+    let sweep = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "sweep 2"}));
+    assert!(sweep["text"].as_str().unwrap().starts_with("Swept 2 tool outputs"), "{sweep}");
+    let bad = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "sweep lots"}));
+    assert!(bad["text"].as_str().unwrap().starts_with("/dcp sweep takes a number"));
     sidecar.shutdown();
 }
 
@@ -357,28 +241,12 @@ fn malformed_lines_get_errors_and_the_sidecar_goes_on() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, "{}");
     assert_eq!(sidecar.raw("{garbage")["error"]["code"], -32700);
-    assert_eq!(
-        sidecar.raw(r#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#)["error"]["code"],
-        -32601
-    );
-    let missing =
-        sidecar.raw(r#"{"jsonrpc":"2.0","id":2,"method":"transform","params":{"messages":[]}}"#);
+    assert_eq!(sidecar.raw(r#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#)["error"]["code"], -32601);
+    let missing = sidecar.raw(r#"{"jsonrpc":"2.0","id":2,"method":"transform","params":{"messages":[]}}"#);
     assert_eq!(missing["error"]["code"], -32602);
-    assert!(
-        missing["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("sessionID"),
-        "{missing}"
-    );
+    assert!(missing["error"]["message"].as_str().unwrap().contains("sessionID"), "{missing}");
     let bad_id = sidecar.call("transform", json!({"sessionID": "../../x", "messages": []}));
-    assert!(
-        bad_id["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("invalid session id"),
-        "{bad_id}"
-    );
+    assert!(bad_id["error"]["message"].as_str().unwrap().starts_with("invalid session id"), "{bad_id}");
     let init = sidecar.result("initialize", json!({"protocol": 1}));
     assert_eq!(init["protocol"], 1);
     sidecar.shutdown();
@@ -389,26 +257,16 @@ fn subagent_sessions_are_left_alone_by_default() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
     let messages = recorded_messages(&s);
-    let result = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "parentID": "ses_parent", "messages": messages.clone()}),
-    );
+    let result = sidecar
+        .result("transform", json!({"sessionID": DB_SESSION, "parentID": "ses_parent", "messages": messages.clone()}));
     assert_eq!(result["edits"], json!([]));
     assert_eq!(result["append"], json!([]));
-    assert_eq!(
-        sidecar.result("system", json!({"sessionID": DB_SESSION}))["system"],
-        json!([])
-    );
+    assert_eq!(sidecar.result("system", json!({"sessionID": DB_SESSION}))["system"], json!([]));
     sidecar.shutdown();
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(
-        &s,
-        r#"{"pruneSubagents": true, "rewrite": {"mode": "immediate"}}"#,
-    );
-    let result = sidecar.result(
-        "transform",
-        json!({"sessionID": DB_SESSION, "parentID": "ses_parent", "messages": messages}),
-    );
+    let mut sidecar = Sidecar::spawn(&s, r#"{"pruneSubagents": true, "rewrite": {"mode": "immediate"}}"#);
+    let result =
+        sidecar.result("transform", json!({"sessionID": DB_SESSION, "parentID": "ses_parent", "messages": messages}));
     assert!(!result["edits"].as_array().unwrap().is_empty());
     sidecar.shutdown();
 }

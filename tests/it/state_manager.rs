@@ -9,13 +9,7 @@ use serde_json::json;
 use crate::support::SessionBuilder;
 
 fn record(tokens: u64) -> PruneRecord {
-    PruneRecord {
-        strategy: Strategy::Discard,
-        action: Action::Output,
-        tokens,
-        tool: "read".into(),
-        applied: true,
-    }
+    PruneRecord { strategy: Strategy::Discard, action: Action::Output, tokens, tool: "read".into(), applied: true }
 }
 
 #[test]
@@ -29,11 +23,7 @@ fn each_session_keeps_its_own_state_across_switches() {
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
     let a = SessionBuilder::new().user("a").build();
     assert!(m.observe("ses_a", &a).unwrap().first_seen);
-    m.slot("ses_a")
-        .unwrap()
-        .0
-        .state
-        .record("call_a", record(10));
+    m.slot("ses_a").unwrap().0.state.record("call_a", record(10));
 
     // Switching to b loads b's file; a's state is untouched by it.
     let seen = m.observe("ses_b", &a).unwrap();
@@ -57,20 +47,14 @@ fn each_session_keeps_its_own_state_across_switches() {
 fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
-    let before = SessionBuilder::new()
-        .user("go")
-        .tool("c1", "read", json!({"filePath": "/a"}), "A")
-        .build();
+    let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_c", &before).unwrap();
     let (slot, _) = m.slot("ses_c").unwrap();
     slot.state.record("c1", record(25));
     slot.state.id_for("c1");
     m.save_now("ses_c").unwrap();
 
-    let after = SessionBuilder::continuing(before)
-        .compaction("summary of work")
-        .user("next")
-        .build();
+    let after = SessionBuilder::continuing(before).compaction("summary of work").user("next").build();
     let seen = m.observe("ses_c", &after).unwrap();
     assert!(seen.compacted);
     assert_eq!(m.dirty(), ["ses_c"]);
@@ -95,10 +79,7 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
 fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
-    let before = SessionBuilder::new()
-        .user("go")
-        .tool("c1", "read", json!({"filePath": "/a"}), "A")
-        .build();
+    let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_d", &before).unwrap();
     m.slot("ses_d").unwrap().0.state.record("c1", record(5));
     m.save_now("ses_d").unwrap();
@@ -118,17 +99,11 @@ fn a_file_from_the_published_dcp_takes_the_newest_compaction_as_its_baseline() {
         r#"{"prune": {"toolIds": ["c9"]}, "stats": {"totalPruneTokens": 3}}"#,
     )
     .unwrap();
-    let messages = SessionBuilder::new()
-        .user("go")
-        .compaction("s")
-        .tool("c9", "read", json!({"filePath": "/a"}), "A")
-        .build();
+    let messages =
+        SessionBuilder::new().user("go").compaction("s").tool("c9", "read", json!({"filePath": "/a"}), "A").build();
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_e", &messages).unwrap();
-    assert!(
-        !seen.compacted,
-        "the pruning may well postdate that compaction"
-    );
+    assert!(!seen.compacted, "the pruning may well postdate that compaction");
     assert_eq!(m.slot("ses_e").unwrap().0.state.pruned.len(), 1);
 }
 

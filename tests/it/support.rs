@@ -61,19 +61,12 @@ pub struct SessionBuilder {
 
 impl SessionBuilder {
     pub fn new() -> Self {
-        SessionBuilder {
-            messages: Vec::new(),
-            clock: 1_790_000_000_000,
-        }
+        SessionBuilder { messages: Vec::new(), clock: 1_790_000_000_000 }
     }
 
     /// Goes on from an existing session, with later ids and times.
     pub fn continuing(messages: Vec<Message>) -> Self {
-        let clock = messages
-            .iter()
-            .map(Message::time_created)
-            .max()
-            .unwrap_or(1_790_000_000_000);
+        let clock = messages.iter().map(Message::time_created).max().unwrap_or(1_790_000_000_000);
         SessionBuilder { messages, clock }
     }
 
@@ -107,7 +100,11 @@ impl SessionBuilder {
 
     /// An assistant step with one errored tool call.
     pub fn error(self, call: &str, tool: &str, input: Value, error: &str) -> Self {
-        self.tool_state(call, tool, json!({"status": "error", "input": input, "error": error, "time": {"start": 1, "end": 2}}))
+        self.tool_state(
+            call,
+            tool,
+            json!({"status": "error", "input": input, "error": error, "time": {"start": 1, "end": 2}}),
+        )
     }
 
     pub fn tool_state(mut self, call: &str, tool: &str, state: Value) -> Self {
@@ -144,16 +141,12 @@ impl SessionBuilder {
 
 /// The output of call `call_id` in `messages`, as the model would see it.
 pub fn output_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
-    part_of(messages, call_id)
-        .pointer("/state/output")
-        .unwrap_or(&Value::Null)
+    part_of(messages, call_id).pointer("/state/output").unwrap_or(&Value::Null)
 }
 
 /// The input of call `call_id` in `messages`.
 pub fn input_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
-    part_of(messages, call_id)
-        .pointer("/state/input")
-        .unwrap_or(&Value::Null)
+    part_of(messages, call_id).pointer("/state/input").unwrap_or(&Value::Null)
 }
 
 fn part_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {

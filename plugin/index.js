@@ -1,0 +1,327 @@
+// dcp for OpenCode: a thin plugin that forwards OpenCode's hooks to the `dcp serve` sidecar
+// and applies what it answers. Every decision is made in Rust (see PROTOCOL.md); this file
+// only carries messages across. If the sidecar is missing, crashes, answers garbage or is too
+// slow, the messages pass through unchanged, the failure is logged once, and the sidecar is
+// restarted for the next request. OpenCode never sees an exception from dcp.
+
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { delimiter, join } from "node:path";
+
+const PROTOCOL = 1;
+const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
+const RESTART_BACKOFF_MS = 2000;
+const RESYNC = -32001;
+
+function findBinary() {
+  if (process.env.DCP_BIN) return existsSync(process.env.DCP_BIN) ? process.env.DCP_BIN : null;
+  const names = process.platform === "win32" ? ["dcp.exe", "dcp"] : ["dcp"];
+  for (const dir of (process.env.PATH || "").split(delimiter)) {
+    for (const name of names) {
+      const candidate = join(dir, name);
+      if (dir && existsSync(candidate)) return candidate;
+    }
+  }
+  return null;
+}
+
+/** One `dcp serve` child process, restarted on demand after any failure. */
+class Sidecar {
+  constructor(log, directory) {
+    this.log = log;
+    this.directory = directory;
+    this.child = null;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.generation = 0;
+    this.buffer = "";
+    this.failedAt = 0;
+    this.warned = new Set();
+  }
+
+  warnOnce(key, message) {
+    if (this.warned.has(key)) return;
+    this.warned.add(key);
+    this.log("warn", message);
+  }
+
+  start() {
+    if (this.child) return true;
+    if (Date.now() - this.failedAt < RESTART_BACKOFF_MS) return false;
+    const bin = findBinary();
+    if (!bin) {
+      this.failedAt = Date.now();
+      this.warnOnce("nobin", "dcp binary not found (set DCP_BIN or put dcp on PATH); messages pass through unchanged");
+      return false;
+    }
+    let child;
+    try {
+      child = spawn(bin, ["serve"], { stdio: ["pipe", "pipe", "pipe"], env: process.env });
+    } catch (e) {
+      this.fail(`cannot start ${bin}: ${e?.message ?? e}`);
+      return false;
+    }
+    this.child = child;
+    this.generation += 1;
+    this.buffer = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk) => this.onData(child, chunk));
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk) => {
+      for (const line of chunk.split("\n")) if (line.trim()) this.log("debug", line.trim());
+    });
+    child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
+    child.on("exit", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
+    child.stdin.on("error", () => {});
+    this.ready = this.call("initialize", { protocol: PROTOCOL, directory: this.directory }).catch(() => null);
+    return true;
+  }
+
+  onData(child, chunk) {
+    if (child !== this.child) return;
+    this.buffer += chunk;
+    let newline;
+    while ((newline = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, newline);
+      this.buffer = this.buffer.slice(newline + 1);
+      if (!line.trim()) continue;
+      let message;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        this.restart(`sidecar sent a line that is not JSON: ${line.slice(0, 80)}`);
+        return;
+      }
+      const waiter = this.pending.get(message.id);
+      if (!waiter) continue;
+      this.pending.delete(message.id);
+      clearTimeout(waiter.timer);
+      if (message.error) waiter.reject(Object.assign(new Error(message.error.message), { code: message.error.code }));
+      else waiter.resolve(message.result);
+    }
+  }
+
+  onExit(child, why) {
+    if (child !== this.child) return;
+    this.child = null;
+    this.fail(why);
+  }
+
+  fail(why) {
+    this.failedAt = Date.now();
+    this.warnOnce(`fail:${why.split(":")[0]}`, `${why}; messages pass through unchanged, and the sidecar restarts on the next request`);
+    for (const [, waiter] of this.pending) {
+      clearTimeout(waiter.timer);
+      waiter.reject(new Error(why));
+    }
+    this.pending.clear();
+  }
+
+  restart(why) {
+    const child = this.child;
+    this.child = null;
+    if (child) {
+      try {
+        child.kill("SIGKILL");
+      } catch {}
+    }
+    this.fail(why);
+    this.failedAt = 0;
+  }
+
+  call(method, params, timeout = TIMEOUT_MS) {
+    if (!this.child && !this.start()) return Promise.reject(new Error("sidecar unavailable"));
+    const id = this.nextId++;
+    const child = this.child;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        if (child === this.child) this.restart(`sidecar did not answer ${method} within ${timeout} ms`);
+        reject(new Error("timeout"));
+      }, timeout);
+      this.pending.set(id, { resolve, reject, timer });
+      try {
+        child.stdin.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+      } catch (e) {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        this.restart(`cannot write to the sidecar: ${e?.message ?? e}`);
+        reject(e);
+      }
+    });
+  }
+
+  notify(method, params) {
+    if (!this.child) return;
+    try {
+      this.child.stdin.write(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n");
+    } catch {}
+  }
+}
+
+/** What was last sent of each session, so unchanged parts go by reference. */
+class SentCache {
+  constructor() {
+    this.generation = -1;
+    this.sessions = new Map();
+  }
+
+  session(id, generation) {
+    if (generation !== this.generation) {
+      this.sessions.clear();
+      this.generation = generation;
+    }
+    let s = this.sessions.get(id);
+    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map() }));
+    return s;
+  }
+
+  forget(id) {
+    this.sessions.delete(id);
+  }
+}
+
+function partKey(part) {
+  const state = part.state;
+  if (part.type === "tool" && state) {
+    const body = state.output ?? state.error ?? "";
+    return `t|${state.status}|${state.time?.end ?? ""}|${state.time?.compacted ?? ""}|${body.length}`;
+  }
+  if (typeof part.text === "string") return `x|${part.type}|${part.text.length}|${part.time?.end ?? ""}|${part.ignored ?? ""}`;
+  return null;
+}
+
+function infoKey(info) {
+  return `${info.role}|${info.time?.completed ?? ""}|${info.finish ?? ""}|${info.summary === true}|${info.error ? 1 : 0}|${info.tokens?.output ?? ""}`;
+}
+
+/** The history in wire form: unchanged infos and parts by reference. */
+function encode(messages, cache) {
+  const wire = [];
+  for (const m of messages) {
+    const info = m.info ?? {};
+    const entry = { id: info.id, parts: [] };
+    const ik = infoKey(info);
+    if (cache && info.id && cache.infos.get(info.id) === ik) {
+      // Sent before and unchanged: the sidecar has it.
+    } else {
+      entry.info = info;
+      if (cache && info.id) cache.infos.set(info.id, ik);
+    }
+    for (const part of m.parts ?? []) {
+      const key = part && part.id ? partKey(part) : null;
+      if (cache && key && cache.parts.get(part.id) === key) entry.parts.push({ ref: part.id });
+      else {
+        entry.parts.push(part);
+        if (cache && key) cache.parts.set(part.id, key);
+      }
+    }
+    wire.push(entry);
+  }
+  return wire;
+}
+
+function applyEdits(messages, result) {
+  for (const edit of result.edits ?? []) {
+    let target = messages[edit.m]?.parts?.[edit.p];
+    const path = edit.path ?? [];
+    for (let i = 0; target && i < path.length - 1; i++) target = target[path[i]];
+    if (target && typeof target === "object" && path.length) target[path[path.length - 1]] = edit.value;
+  }
+  for (const message of result.append ?? []) messages.push(message);
+}
+
+export const DcpPlugin = async ({ client, directory }) => {
+  const log = (level, message) => {
+    try {
+      client?.app?.log?.({ body: { service: "dcp", level, message } })?.catch?.(() => {});
+    } catch {}
+  };
+  const sidecar = new Sidecar(log, directory);
+  const sent = new SentCache();
+  const contextLimits = new Map();
+  sidecar.start();
+  const init = (await sidecar.ready) ?? null;
+
+  const show = (sessionID, text) => {
+    if (!text || !sessionID) return;
+    try {
+      client.session
+        .prompt({ path: { id: sessionID }, body: { noReply: true, parts: [{ type: "text", text, ignored: true }] } })
+        ?.catch?.(() => {});
+    } catch {}
+  };
+
+  const hooks = {
+    "experimental.chat.messages.transform": async (_input, output) => {
+      try {
+        const messages = output?.messages;
+        if (!Array.isArray(messages) || messages.length === 0) return;
+        const sessionID = messages.find((m) => m?.info?.sessionID)?.info?.sessionID;
+        if (!sessionID) return;
+        const params = { sessionID, contextLimit: contextLimits.get(sessionID) };
+        let result;
+        try {
+          if (!sidecar.child && !sidecar.start()) return;
+          const cache = sent.session(sessionID, sidecar.generation);
+          result = await sidecar.call("transform", { ...params, messages: encode(messages, cache) });
+        } catch (e) {
+          if (e?.code !== RESYNC) throw e;
+          sent.forget(sessionID);
+          result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+        }
+        applyEdits(messages, result);
+        show(sessionID, result.notify);
+      } catch {
+        // Pass through unchanged: the failure was logged by the sidecar wrapper.
+      }
+    },
+
+    "experimental.chat.system.transform": async (input, output) => {
+      try {
+        const sessionID = input?.sessionID;
+        const limit = input?.model?.limit?.context;
+        if (sessionID && limit) contextLimits.set(sessionID, limit);
+        const result = await sidecar.call("system", { sessionID });
+        if (Array.isArray(output?.system)) for (const line of result.system ?? []) output.system.push(line);
+      } catch {}
+    },
+
+    event: async ({ event }) => {
+      try {
+        if (event?.type === "session.deleted") {
+          const id = event.properties?.info?.id;
+          if (id) sent.forget(id);
+        }
+        if (event?.type === "session.deleted" || event?.type === "session.compacted") {
+          sidecar.notify("event", { type: event.type, properties: event.properties ?? {} });
+        }
+      } catch {}
+    },
+  };
+
+  if (init?.commands) {
+    hooks.config = async (cfg) => {
+      try {
+        cfg.command = cfg.command ?? {};
+        cfg.command.dcp = { template: "/dcp $ARGUMENTS", description: init.descriptions?.command ?? "dcp" };
+      } catch {}
+    };
+    hooks["command.execute.before"] = async (input, output) => {
+      if (input?.command !== "dcp") return;
+      let text;
+      try {
+        const result = await sidecar.call("command", { sessionID: input.sessionID, arguments: input.arguments ?? "" });
+        text = result.text;
+      } catch {
+        text = "dcp is unavailable right now; try again.";
+      }
+      show(input.sessionID, text);
+      if (output && Array.isArray(output.parts)) output.parts.length = 0;
+    };
+  }
+
+  return hooks;
+};
+
+export default DcpPlugin;
