@@ -10,6 +10,8 @@ import { delimiter, join } from "node:path";
 
 const PROTOCOL = 1;
 const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
+// A sidecar that fails to start, or dies before its first answer, is not retried for this
+// long; one that dies after answering is restarted on the next request.
 const RESTART_BACKOFF_MS = 2000;
 const RESYNC = -32001;
 
@@ -62,6 +64,7 @@ class Sidecar {
       return false;
     }
     this.child = child;
+    this.answered = false;
     this.generation += 1;
     this.buffer = "";
     child.stdout.setEncoding("utf8");
@@ -92,6 +95,7 @@ class Sidecar {
         this.restart(`sidecar sent a line that is not JSON: ${line.slice(0, 80)}`);
         return;
       }
+      this.answered = true;
       const waiter = this.pending.get(message.id);
       if (!waiter) continue;
       this.pending.delete(message.id);
@@ -105,6 +109,7 @@ class Sidecar {
     if (child !== this.child) return;
     this.child = null;
     this.fail(why);
+    if (this.answered) this.failedAt = 0;
   }
 
   fail(why) {
@@ -231,6 +236,25 @@ function applyEdits(messages, result) {
   for (const message of result.append ?? []) messages.push(message);
 }
 
+/** The JSON-Schema form of the agent tools' arguments (a plugin loaded from a folder cannot
+ * import `@opencode-ai/plugin`, so no zod). OpenCode marks every listed key required and does
+ * not validate, so the sidecar checks what it gets. */
+const TOOL_ARGS = {
+  discard: {
+    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
+    reason: { type: "string", enum: ["completion", "noise"], description: "completion: the work they served is done; noise: they never helped" },
+  },
+  extract: {
+    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
+    distillation: { type: "array", items: { type: "string" }, description: "one distillation per id, in the same order" },
+  },
+};
+
+function isSideRequest(system) {
+  const first = Array.isArray(system) ? String(system[0] ?? "") : "";
+  return first.startsWith("You are a title generator") || first.includes("context summarization agent");
+}
+
 export const DcpPlugin = async ({ client, directory }) => {
   const log = (level, message) => {
     try {
@@ -240,16 +264,31 @@ export const DcpPlugin = async ({ client, directory }) => {
   const sidecar = new Sidecar(log, directory);
   const sent = new SentCache();
   const contextLimits = new Map();
+  const parents = new Map();
+  const compacting = new Set();
+  const abortNext = new Set();
+  const notices = new Map();
   sidecar.start();
   const init = (await sidecar.ready) ?? null;
 
   const show = (sessionID, text) => {
     if (!text || !sessionID) return;
     try {
-      client.session
-        .prompt({ path: { id: sessionID }, body: { noReply: true, parts: [{ type: "text", text, ignored: true }] } })
-        ?.catch?.(() => {});
+      const now = Date.now();
+      const part = { type: "text", text, ignored: true, synthetic: true, time: { start: now, end: now } };
+      client.session.prompt({ path: { id: sessionID }, body: { noReply: true, parts: [part] } })?.catch?.(() => {});
     } catch {}
+  };
+
+  const parentOf = async (sessionID) => {
+    if (parents.has(sessionID)) return parents.get(sessionID);
+    let parent;
+    try {
+      const r = await client.session.get({ path: { id: sessionID } });
+      if (r?.data) parent = r.data.parentID ?? null;
+    } catch {}
+    if (parent !== undefined) parents.set(sessionID, parent);
+    return parent;
   };
 
   const hooks = {
@@ -259,46 +298,94 @@ export const DcpPlugin = async ({ client, directory }) => {
         if (!Array.isArray(messages) || messages.length === 0) return;
         const sessionID = messages.find((m) => m?.info?.sessionID)?.info?.sessionID;
         if (!sessionID) return;
-        const params = { sessionID, contextLimit: contextLimits.get(sessionID) };
+        if (abortNext.delete(sessionID)) {
+          // A /dcp command ran: it needs no model request.
+          await client.session.abort({ path: { id: sessionID } }).catch?.(() => {});
+          return;
+        }
+        const compaction = compacting.delete(sessionID);
+        if (!sidecar.child && !sidecar.start()) return;
+        const params = { sessionID, contextLimit: contextLimits.get(sessionID), compaction };
+        const parentID = await parentOf(sessionID);
+        if (parentID !== undefined) params.parentID = parentID;
         let result;
-        try {
-          if (!sidecar.child && !sidecar.start()) return;
-          const cache = sent.session(sessionID, sidecar.generation);
-          result = await sidecar.call("transform", { ...params, messages: encode(messages, cache) });
-        } catch (e) {
-          if (e?.code !== RESYNC) throw e;
-          sent.forget(sessionID);
-          result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+        if (compaction) {
+          result = await sidecar.call("transform", { ...params, messages: encode(messages, null) });
+        } else {
+          try {
+            result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+          } catch (e) {
+            if (e?.code !== RESYNC) throw e;
+            sent.forget(sessionID);
+            result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+          }
         }
         applyEdits(messages, result);
-        show(sessionID, result.notify);
+        if (result.notify) notices.set(sessionID, [...(notices.get(sessionID) ?? []), result.notify]);
       } catch {
-        // Pass through unchanged: the failure was logged by the sidecar wrapper.
+        // Pass the messages through: the failure was logged, and the sidecar restarts.
       }
     },
 
     "experimental.chat.system.transform": async (input, output) => {
       try {
+        if (isSideRequest(output?.system)) return;
         const sessionID = input?.sessionID;
         const limit = input?.model?.limit?.context;
         if (sessionID && limit) contextLimits.set(sessionID, limit);
-        const result = await sidecar.call("system", { sessionID });
+        const params = { sessionID };
+        if (sessionID) {
+          const parentID = await parentOf(sessionID);
+          if (parentID !== undefined) params.parentID = parentID;
+        }
+        const result = await sidecar.call("system", params);
         if (Array.isArray(output?.system)) for (const line of result.system ?? []) output.system.push(line);
+      } catch {}
+    },
+
+    "experimental.session.compacting": async (input) => {
+      try {
+        if (input?.sessionID) compacting.add(input.sessionID);
       } catch {}
     },
 
     event: async ({ event }) => {
       try {
+        const props = event?.properties ?? {};
+        if (event?.type === "session.idle" && props.sessionID) {
+          // Notifications wait for the turn to end, so they never interrupt the agent.
+          const queued = notices.get(props.sessionID);
+          notices.delete(props.sessionID);
+          if (queued?.length) show(props.sessionID, queued.join("\n"));
+        }
         if (event?.type === "session.deleted") {
-          const id = event.properties?.info?.id;
+          const id = props.info?.id;
           if (id) sent.forget(id);
         }
         if (event?.type === "session.deleted" || event?.type === "session.compacted") {
-          sidecar.notify("event", { type: event.type, properties: event.properties ?? {} });
+          sidecar.notify("event", { type: event.type, properties: props });
         }
       } catch {}
     },
   };
+
+  const tools = {};
+  for (const name of ["discard", "extract"]) {
+    if (!init?.tools?.[name]) continue;
+    tools[name] = {
+      description: init.descriptions?.[name] ?? name,
+      args: TOOL_ARGS[name],
+      async execute(args, ctx) {
+        try {
+          const result = await sidecar.call("tool", { sessionID: ctx?.sessionID, name, args: args ?? {} });
+          return { title: result.title ?? name, output: String(result.output ?? ""), metadata: {} };
+        } catch {
+          return "dcp is unavailable right now; nothing was pruned.";
+        }
+      },
+    };
+  }
+  if (Object.keys(tools).length) hooks.tool = tools;
 
   if (init?.commands) {
     hooks.config = async (cfg) => {
@@ -308,20 +395,25 @@ export const DcpPlugin = async ({ client, directory }) => {
       } catch {}
     };
     hooks["command.execute.before"] = async (input, output) => {
-      if (input?.command !== "dcp") return;
-      let text;
       try {
-        const result = await sidecar.call("command", { sessionID: input.sessionID, arguments: input.arguments ?? "" });
-        text = result.text;
-      } catch {
-        text = "dcp is unavailable right now; try again.";
-      }
-      show(input.sessionID, text);
-      if (output && Array.isArray(output.parts)) output.parts.length = 0;
+        if (input?.command !== "dcp" || !input.sessionID) return;
+        let text;
+        try {
+          const result = await sidecar.call("command", { sessionID: input.sessionID, arguments: input.arguments ?? "" });
+          text = String(result.text ?? "");
+        } catch {
+          text = "dcp is unavailable right now; try again.";
+        }
+        // Show the answer in the session, never to the model, and skip the model request
+        // OpenCode would start for the command.
+        const now = Date.now();
+        if (Array.isArray(output?.parts)) {
+          output.parts.splice(0, output.parts.length, { type: "text", text, ignored: true, synthetic: true, time: { start: now, end: now } });
+          abortNext.add(input.sessionID);
+        }
+      } catch {}
     };
   }
 
   return hooks;
 };
-
-export default DcpPlugin;

@@ -22,15 +22,22 @@ pub struct Turn {
     pub label: String,
     pub tool_calls: Vec<(String, Value)>,
     pub text: Option<String>,
+    /// Before answering, SIGKILL the process whose pid is the last line of this file.
+    pub kill_pidfile: Option<std::path::PathBuf>,
 }
 
 impl Turn {
     pub fn tool(label: &str, name: &str, args: Value) -> Turn {
-        Turn { label: label.into(), tool_calls: vec![(name.into(), args)], text: None }
+        Turn { label: label.into(), tool_calls: vec![(name.into(), args)], text: None, kill_pidfile: None }
     }
 
     pub fn text(label: &str, text: &str) -> Turn {
-        Turn { label: label.into(), tool_calls: Vec::new(), text: Some(text.into()) }
+        Turn { label: label.into(), tool_calls: Vec::new(), text: Some(text.into()), kill_pidfile: None }
+    }
+
+    /// This turn first kills the process named by `pidfile`.
+    pub fn killing(self, pidfile: &std::path::Path) -> Turn {
+        Turn { kill_pidfile: Some(pidfile.to_path_buf()), ..self }
     }
 }
 
@@ -50,7 +57,10 @@ impl Logged {
 
     /// The content of the tool message answering `call_id`, if the request has one.
     pub fn tool_result(&self, call_id: &str) -> Option<String> {
-        self.messages().iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id).map(|m| content_text(&m["content"]))
+        self.messages()
+            .iter()
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+            .map(|m| content_text(&m["content"]))
     }
 
     /// All the text of the request's messages.
@@ -132,7 +142,10 @@ impl FakeLlm {
 
     /// The main request that a scripted turn answered.
     pub fn request_for(&self, label: &str) -> Logged {
-        self.main_requests().into_iter().find(|l| l.label.as_deref() == Some(label)).unwrap_or_else(|| panic!("no request for turn {label}"))
+        self.main_requests()
+            .into_iter()
+            .find(|l| l.label.as_deref() == Some(label))
+            .unwrap_or_else(|| panic!("no request for turn {label}"))
     }
 }
 
@@ -209,11 +222,20 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
                 None => Turn::text("exhausted", "(script exhausted)"),
             }
         } else {
-            Turn::text("side", "Summary: the user explored a demo project; files were read and edited. (fake side answer)")
+            Turn::text(
+                "side",
+                "Summary: the user explored a demo project; files were read and edited. (fake side answer)",
+            )
         };
         s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone() });
         (turn, seq)
     };
+    if let Some(pidfile) = &turn.kill_pidfile {
+        let pids = std::fs::read_to_string(pidfile).unwrap_or_default();
+        if let Some(pid) = pids.lines().last() {
+            let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
     let calls: Vec<Value> = turn
         .tool_calls
         .iter()
@@ -227,15 +249,26 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
     let prompt_tokens = body["messages"].to_string().len() / 4;
     let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10});
     if !body["stream"].as_bool().unwrap_or(false) {
-        let mut message = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+        let mut message =
+            json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
         if !calls.is_empty() {
-            message["tool_calls"] = json!(calls.iter().map(|c| { let mut c = c.clone(); c.as_object_mut().unwrap().remove("index"); c }).collect::<Vec<_>>());
+            message["tool_calls"] = json!(calls
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    c.as_object_mut().unwrap().remove("index");
+                    c
+                })
+                .collect::<Vec<_>>());
         }
         let answer = json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion", "created": 0, "model": "fake-model",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage});
         return respond_json(&mut out, &answer);
     }
-    write!(out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
+    )?;
     let chunk = |delta: Value, finish: Option<&str>| {
         json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -252,27 +285,46 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         send(chunk(json!({"tool_calls": [c]}), None))?;
     }
     send(chunk(json!({}), Some(finish)))?;
-    send(json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 0, "model": "fake-model", "choices": [], "usage": usage}))?;
+    send(
+        json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 0, "model": "fake-model", "choices": [], "usage": usage}),
+    )?;
     write!(out, "data: [DONE]\n\n")?;
     out.flush()
 }
 
 fn respond_json(out: &mut TcpStream, value: &Value) -> std::io::Result<()> {
     let body = value.to_string();
-    write!(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())?;
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
     out.flush()
 }
 
 /// Fills the templates of a turn's tool-call arguments.
 fn render(turn: Turn, cwd: &str, body: &Value) -> Turn {
-    let text: String = body["messages"].as_array().map(|ms| ms.iter().map(|m| content_text(&m["content"])).collect::<Vec<_>>().join("\n")).unwrap_or_default();
-    let list = text.rfind("<prunable-tools>").map(|i| &text[i..]).map(|t| t.split("</prunable-tools>").next().unwrap_or("")).unwrap_or("");
+    let text: String = body["messages"]
+        .as_array()
+        .map(|ms| ms.iter().map(|m| content_text(&m["content"])).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default();
+    let list = text
+        .rfind("<prunable-tools>")
+        .map(|i| &text[i..])
+        .map(|t| t.split("</prunable-tools>").next().unwrap_or(""))
+        .unwrap_or("");
     let fill = |s: &str| -> String {
         let mut s = s.replace("{{cwd}}", cwd);
         while let Some(start) = s.find("{{list:") {
             let Some(len) = s[start..].find("}}") else { break };
             let needle = &s[start + 7..start + len];
-            let id = list.lines().find(|l| l.contains(needle)).and_then(|l| l.split(':').next()).unwrap_or("0").trim().to_string();
+            let id = list
+                .lines()
+                .find(|l| l.contains(needle))
+                .and_then(|l| l.split(':').next())
+                .unwrap_or("0")
+                .trim()
+                .to_string();
             s.replace_range(start..start + len + 2, &id);
         }
         s

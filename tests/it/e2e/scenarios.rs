@@ -1,0 +1,277 @@
+//! The end-to-end scenarios: several prompts of one session through the real OpenCode, with
+//! dcp loaded, asserting on what the fake model received.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use super::fake_llm::{Logged, Turn};
+use super::{tail, Lab};
+use dcp::strategies::OUTPUT_PLACEHOLDER;
+
+/// Writes the demo project the scripted turns work on, as a git repository.
+pub fn write_project(dir: &Path) {
+    let mut parser = String::from("\"\"\"Line-oriented record parser.\"\"\"\n\nimport re\n\nFIELD_RE = re.compile(r\"^(?P<key>[a-z_]+)\\s*=\\s*(?P<value>.*)$\")\n\n");
+    for i in 1..=12 {
+        parser.push_str(&format!(
+            "def parse_section_{i}(lines):\n    \"\"\"Parse section {i}: `key = value` lines; '#' starts a comment.\"\"\"\n    result = {{}}\n    for raw in lines:\n        line = raw.strip()\n        if not line or line.startswith('#'):\n            continue\n        m = FIELD_RE.match(line)\n        if not m:\n            raise ValueError('section {i}: bad line %r' % line)\n        result[m.group('key')] = m.group('value') * {}\n    return result\n\n",
+            i % 3 + 1
+        ));
+    }
+    let mut records = String::from("id,name,qty,price\n");
+    for i in 1..=150 {
+        records.push_str(&format!("{i},item-{i:03},{},{}.{:02}\n", (i * 7) % 13, (i * 31) % 97, i % 100));
+    }
+    let files = [
+        ("src/parser.py", parser),
+        ("data/records.csv", records),
+        ("config.txt", "mode = fast\nretries = 3\ntimeout = 30\n# comments start with a hash\n".to_string()),
+        ("README.md", "# demo\n\nA project for dcp's end-to-end tests.\n".to_string()),
+    ];
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "demo"]);
+}
+
+fn read(label: &str, rel: &str) -> Turn {
+    Turn::tool(label, "read", json!({"filePath": format!("{{{{cwd}}}}/{rel}")}))
+}
+
+/// The call id of the tool call a scripted turn made, from the model's next request.
+fn call_id_of(lab: &Lab, label: &str) -> String {
+    let log = lab.llm.main_requests();
+    let at =
+        log.iter().position(|l| l.label.as_deref() == Some(label)).unwrap_or_else(|| panic!("turn {label} never ran"));
+    let next = &log[at + 1];
+    let assistant: Vec<&Value> = next.messages().iter().filter(|m| m["role"] == "assistant").collect();
+    assistant.last().unwrap()["tool_calls"][0]["id"].as_str().unwrap().to_string()
+}
+
+fn result(req: &Logged, call: &str) -> String {
+    req.tool_result(call).unwrap_or_else(|| panic!("no result for {call} in request {:?}", req.label))
+}
+
+const IMMEDIATE: &str = r#"{
+  // Apply every decision on the next request, so each step can be checked at once.
+  "rewrite": {"mode": "immediate"},
+  "pruneNotification": "minimal",
+  "tools": {"settings": {"nudgeEnabled": false}},
+}"#;
+
+#[test]
+fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction() {
+    let lab = Lab::new(IMMEDIATE);
+    lab.llm.push(vec![
+        read("p1.parser", "src/parser.py"),
+        read("p1.records", "data/records.csv"),
+        read("p1.parser_again", "src/parser.py"),
+        Turn::text("p1.answer", "Explored: a parser with 12 sections and 150 records."),
+    ]);
+    let out = lab.run(None, "Explore the project.");
+    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    let session = lab.session_id();
+    let parser_first = call_id_of(&lab, "p1.parser");
+    let records = call_id_of(&lab, "p1.records");
+    let parser_again = call_id_of(&lab, "p1.parser_again");
+
+    // Deduplication: the first read of parser.py arrives as the placeholder, the second whole.
+    let answer = lab.llm.request_for("p1.answer");
+    assert_eq!(result(&answer, &parser_first), OUTPUT_PLACEHOLDER);
+    assert!(result(&answer, &parser_again).contains("def parse_section_12"));
+    // The prunable list rides at the tail, after the history.
+    let last = answer.messages().last().unwrap();
+    assert_eq!(last["role"], "user");
+    let list = super::fake_llm::content_text(&last["content"]);
+    assert!(
+        list.starts_with("<prunable-tools>") && list.contains(": read, ") && list.contains("records.csv"),
+        "{list}"
+    );
+    // The discard and extract tools are offered, and the system prompt explains them.
+    let tools: Vec<&str> =
+        answer.body["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.contains(&"discard") && tools.contains(&"extract"), "{tools:?}");
+    assert!(answer.text().contains("<prunable-tools> list"), "system prompt");
+
+    // Discard by list id: the records output goes.
+    lab.llm.push(vec![
+        Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:records.csv}}"], "reason": "completion"})),
+        read("p2.config", "config.txt"),
+        Turn::text("p2.answer", "Config read."),
+    ]);
+    lab.run(Some(&session), "Clean up, then check the config.");
+    let after_discard = lab.llm.request_for("p2.config");
+    assert_eq!(result(&after_discard, &records), OUTPUT_PLACEHOLDER);
+    let discard_call = call_id_of(&lab, "p2.discard");
+    assert!(
+        result(&after_discard, &discard_call).starts_with("Discarded 1 tool output"),
+        "{}",
+        result(&after_discard, &discard_call)
+    );
+    let config = call_id_of(&lab, "p2.config");
+
+    // Extract: the config output becomes the distillation.
+    lab.llm.push(vec![
+        Turn::tool(
+            "p3.extract",
+            "extract",
+            json!({"ids": ["{{list:config.txt}}"], "distillation": ["config.txt: mode=fast, retries=3, timeout=30"]}),
+        ),
+        Turn::text("p3.answer", "Kept the essentials."),
+    ]);
+    lab.run(Some(&session), "Keep only the essentials of the config.");
+    let after_extract = lab.llm.request_for("p3.answer");
+    assert_eq!(result(&after_extract, &config), "config.txt: mode=fast, retries=3, timeout=30");
+    assert_eq!(result(&after_extract, &records), OUTPUT_PLACEHOLDER);
+
+    // The state file holds the pruned ids and the stats.
+    let state = lab.state(&session);
+    let ids: Vec<&str> = state["prune"]["toolIds"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for id in [&parser_first, &records, &config] {
+        assert!(ids.contains(&id.as_str()), "{id} in {ids:?}");
+    }
+    let saved_before_compaction = state["stats"]["totalPruneTokens"].as_u64().unwrap();
+    assert!(saved_before_compaction > 500, "{state}");
+    for strategy in ["deduplication", "discard", "extract"] {
+        assert_eq!(state["dcp"]["byStrategy"][strategy]["tools"], 1, "{strategy}: {state}");
+    }
+
+    // /dcp stats answers in the session, and sends nothing to the model.
+    let requests_before = lab.llm.log().len();
+    let stats = lab.opencode(&["run", "--session", &session, "--command", "dcp", "stats"]);
+    let stdout = String::from_utf8_lossy(&stats.stdout);
+    assert!(stdout.contains("DCP statistics"), "stdout: {stdout}\n{}", tail(&stats.stderr));
+    assert!(stdout.contains("Tokens pruned:"), "{stdout}");
+    assert_eq!(lab.llm.log().len(), requests_before, "a /dcp command sends no model request");
+
+    // After OpenCode restarts (every `opencode run` is a new process), the state is in force.
+    lab.llm.push(vec![Turn::text("p4.answer", "Nothing else.")]);
+    lab.run(Some(&session), "Anything else?");
+    let restarted = lab.llm.request_for("p4.answer");
+    assert_eq!(result(&restarted, &parser_first), OUTPUT_PLACEHOLDER);
+    assert_eq!(result(&restarted, &records), OUTPUT_PLACEHOLDER);
+    assert_eq!(result(&restarted, &config), "config.txt: mode=fast, retries=3, timeout=30");
+    assert!(!restarted.text().contains("DCP statistics"), "the /dcp answer never reaches the model");
+
+    // OpenCode's stored history is untouched: every output is as the tools wrote it.
+    let stored = lab.stored_parts(&session);
+    assert!(stored.iter().all(|p| !p.contains("[Output removed to save context")), "a placeholder reached opencode.db");
+    let stored_output = |call: &str| -> String {
+        let part: Value =
+            stored.iter().map(|p| serde_json::from_str::<Value>(p).unwrap()).find(|p| p["callID"] == call).unwrap();
+        part["state"]["output"].as_str().unwrap().to_string()
+    };
+    assert!(stored_output(&records).contains("150,item-150"));
+    assert!(stored_output(&config).contains("timeout = 30"));
+
+    // A compaction clears the session's prune list and keeps its stats.
+    compact(&lab, &session);
+    lab.llm.push(vec![Turn::text("p5.answer", "Continuing after the summary.")]);
+    lab.run(Some(&session), "Carry on.");
+    let after = lab.llm.request_for("p5.answer");
+    assert!(after.tool_result(&records).is_none(), "old calls are gone after the summary");
+    let state = lab.state(&session);
+    assert_eq!(state["prune"]["toolIds"], json!([]), "{state}");
+    assert_eq!(state["stats"]["totalPruneTokens"].as_u64().unwrap(), saved_before_compaction);
+    assert!(state["dcp"]["lastCompaction"].as_i64().unwrap() > 0);
+}
+
+/// Compacts `session` through `opencode serve`: `POST /session/{id}/summarize`.
+fn compact(lab: &Lab, session: &str) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut serve = lab
+        .command(&["serve", "--print-logs", "--port", &port.to_string(), "--hostname", "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(lab.root().join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    // Wait for the server to say it listens (probing the port first made it drop the request).
+    let stdout = serve.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("listening") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60)).expect("opencode serve did not start");
+    let body = json!({"providerID": "fake", "modelID": "fake-model"}).to_string();
+    // curl, as OpenCode's docs do; Bun's server did not answer a hand-written request.
+    let curl = Command::new("curl")
+        .args(["-s", "-i", "-m", "90", "-XPOST", "-H", "content-type: application/json", "-d", &body])
+        .arg(format!("http://127.0.0.1:{port}/session/{session}/summarize"))
+        .output()
+        .expect("curl is needed for the compaction test");
+    let response = String::from_utf8_lossy(&curl.stdout).into_owned();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let log = std::fs::read(lab.root().join("serve.log")).unwrap_or_default();
+    assert!(response.starts_with("HTTP/1.1 200"), "summarize: {response}\n{}", tail(&log));
+}
+
+#[test]
+fn killing_the_sidecar_mid_session_does_not_break_the_run() {
+    let mut lab = Lab::new(IMMEDIATE);
+    // A wrapper records each sidecar's pid, so the fake model can kill it mid-session.
+    let pidfile = lab.root().join("sidecar.pids");
+    let wrapper = lab.root().join("dcp-wrapper.sh");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n", pidfile.display(), lab.dcp_bin.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    lab.dcp_bin = wrapper;
+    lab.llm.push(vec![
+        read("k.parser", "src/parser.py"),
+        read("k.parser_again", "src/parser.py").killing(&pidfile),
+        read("k.records", "data/records.csv"),
+        read("k.parser_third", "src/parser.py"),
+        Turn::text("k.answer", "Done despite the crash."),
+    ]);
+    let out = lab.run(None, "Read things while dcp crashes.");
+    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    let pids = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(pids.lines().count() >= 2, "the sidecar was restarted: {pids:?}");
+    // After the restart, pruning is back: both earlier reads of parser.py are placeholders.
+    let answer = lab.llm.request_for("k.answer");
+    assert_eq!(result(&answer, &call_id_of(&lab, "k.parser")), OUTPUT_PLACEHOLDER);
+    assert_eq!(result(&answer, &call_id_of(&lab, "k.parser_again")), OUTPUT_PLACEHOLDER);
+    assert!(result(&answer, &call_id_of(&lab, "k.parser_third")).contains("def parse_section_1"));
+}
+
+#[test]
+fn a_missing_sidecar_passes_messages_through() {
+    let mut lab = Lab::new(IMMEDIATE);
+    lab.dcp_bin = lab.root().join("no-such-dcp");
+    lab.llm.push(vec![read("m.one", "src/parser.py"), read("m.two", "src/parser.py"), Turn::text("m.answer", "ok")]);
+    let out = lab.run(None, "Read twice without dcp.");
+    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    let answer = lab.llm.request_for("m.answer");
+    assert!(result(&answer, &call_id_of(&lab, "m.one")).contains("def parse_section_1"), "unchanged");
+    assert!(!answer.text().contains("<prunable-tools>"));
+}
