@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Long lab scenario (13 prompts, one session) with the REAL OpenCode binary against the
+# scripted fake LLM of ../shared/opencode-lab: no plugin (base), the published DCP (dcp) and
+# our plugin + `dcp serve` sidecar (plugin). Prints summarize.py's table and per-step sizes.
+#
+#   cd /work/main && cargo build --release
+#   LAB=/tmp/dcplab PORT=18801 bash bench/lab/run.sh                       # base dcp plugin, batched rewrites
+#   LAB=/tmp/dcplab-imm PORT=18801 MODES=plugin DCP_JSONC=bench/lab/dcp-immediate.jsonc bash bench/lab/run.sh
+#
+# Knobs: MODES (default "base dcp plugin"), DCP_JSONC (our plugin's config; default
+# bench/lab/dcp.jsonc = {} = dcp defaults, i.e. rewrite.mode "batched"), LAB, PORT and the
+# other knobs of ../shared/opencode-lab/run.sh. Note: that script wipes $LAB/out first, so use
+# one LAB per configuration. To reuse installs: ln -s /tmp/fixture-lab/node_modules $LAB/node_modules
+# and cp -a /tmp/probe/plugin-deps $LAB/plugin-deps.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LABDIR="$REPO/../shared/opencode-lab"
+export LAB="${LAB:-/tmp/dcplab}"
+export PORT="${PORT:-18801}"
+export MODES="${MODES:-base dcp plugin}"
+DCP_JSONC="${DCP_JSONC:-$REPO/bench/lab/dcp.jsonc}"
+case "$DCP_JSONC" in /*) ;; *) DCP_JSONC="$REPO/$DCP_JSONC" ;; esac
+# run.sh copies PLUGIN_FILES by their base name into the config dir: it must be dcp.jsonc.
+mkdir -p "$LAB"
+cp "$DCP_JSONC" "$LAB/dcp.jsonc"
+export SCENARIO="$REPO/bench/lab/long-scenario.json"
+export PLUGIN_DIR="$REPO/plugin"
+export PLUGIN_ENV="DCP_BIN=$REPO/target/release/dcp"
+export PLUGIN_FILES="$LAB/dcp.jsonc"
+[ -x "$REPO/target/release/dcp" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+bash "$LABDIR/run.sh"
+python3 "$LABDIR/summarize.py" --steps "$LAB/out"
