@@ -108,6 +108,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
+    tracing::debug!(command = ?cli.command, config = ?loaded.sources, "dcp {}", env!("CARGO_PKG_VERSION"));
     let ctx = Ctx { data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()), config: loaded.config, json: cli.json };
     match cli.command {
         Command::Sessions => sessions(&ctx, out),

@@ -215,3 +215,20 @@ fn a_broken_pipe_is_success() {
     assert!(status.success(), "{status:?} {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn debug_logs_go_to_daily_files_under_the_config_dir() {
+    let s = Sandbox::new();
+    let cfg = s.dir.path().join("home/.config/opencode");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("dcp.jsonc"), r#"{"debug": true}"#).unwrap();
+    let out = dcp(&s, &["sessions"]);
+    assert!(out.starts_with("success: true"), "{out}");
+    let logs: Vec<_> = std::fs::read_dir(cfg.join("logs/dcp")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let name = logs[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("dcp.log."), "{name}");
+    let text = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(text.contains("DEBUG") && text.contains("Sessions"), "{text}");
+    assert!(!out.contains("DEBUG"), "nothing but warnings on stderr, nothing on stdout");
+}

@@ -155,3 +155,31 @@ fn saves_leave_no_temp_files() {
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["ses_t.json"]);
 }
+
+#[test]
+fn the_async_saver_writes_the_newest_state_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let saver = dcp::state::saver::Saver::spawn();
+        let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+        for tokens in 1..=20u64 {
+            let (slot, _) = m.slot("ses_async").unwrap();
+            slot.state.record(
+                &format!("c{tokens}"),
+                PruneRecord {
+                    strategy: Strategy::Sweep,
+                    action: Action::Output,
+                    tokens,
+                    tool: String::new(),
+                    applied: true,
+                },
+            );
+            saver.save(m.save_job("ses_async").unwrap());
+        }
+        saver.flush().await;
+    });
+    let state = persist::parse(&std::fs::read(dir.path().join("ses_async.json")).unwrap()).unwrap();
+    assert_eq!(state.pruned.len(), 20);
+    assert_eq!(state.stats.tokens(), (1..=20).sum::<u64>());
+}
