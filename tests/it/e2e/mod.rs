@@ -143,6 +143,7 @@ impl Lab {
             .env("OPENCODE_DISABLE_SHARE", "1")
             .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
             .env("DCP_BIN", &self.dcp_bin)
+            .env("DCP_TIMEOUT_MS", "1500")
             .env_remove("OPENCODE_CONFIG_DIR")
             .env_remove("OPENCODE_DB")
             .stdin(Stdio::null());

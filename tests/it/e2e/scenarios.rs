@@ -110,6 +110,10 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
         answer.body["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
     assert!(tools.contains(&"discard") && tools.contains(&"extract"), "{tools:?}");
     assert!(answer.text().contains("<prunable-tools> list"), "system prompt");
+    // The prune notification is shown in the session once the turn ends, never to the model.
+    let notice = lab.stored_parts(&session).into_iter().find(|p| p.contains("▣ DCP |"));
+    let notice: Value = serde_json::from_str(&notice.expect("a notification in the session")).unwrap();
+    assert_eq!(notice["ignored"], true);
 
     // Discard by list id: the records output goes.
     lab.llm.push(vec![
@@ -170,6 +174,7 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     assert_eq!(result(&restarted, &records), OUTPUT_PLACEHOLDER);
     assert_eq!(result(&restarted, &config), "config.txt: mode=fast, retries=3, timeout=30");
     assert!(!restarted.text().contains("DCP statistics"), "the /dcp answer never reaches the model");
+    assert!(!restarted.text().contains("▣ DCP"), "notifications never reach the model");
 
     // OpenCode's stored history is untouched: every output is as the tools wrote it.
     let stored = lab.stored_parts(&session);
@@ -274,4 +279,40 @@ fn a_missing_sidecar_passes_messages_through() {
     let answer = lab.llm.request_for("m.answer");
     assert!(result(&answer, &call_id_of(&lab, "m.one")).contains("def parse_section_1"), "unchanged");
     assert!(!answer.text().contains("<prunable-tools>"));
+}
+
+/// A stand-in for `dcp` that misbehaves as `script` says.
+fn fake_sidecar(lab: &Lab, name: &str, script: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = lab.root().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn passes_through(lab: &Lab, prefix: &str) {
+    lab.llm.push(vec![
+        read(&format!("{prefix}.one"), "src/parser.py"),
+        read(&format!("{prefix}.two"), "src/parser.py"),
+        Turn::text(&format!("{prefix}.answer"), "ok"),
+    ]);
+    let out = lab.run(None, "Read twice while dcp misbehaves.");
+    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    let answer = lab.llm.request_for(&format!("{prefix}.answer"));
+    assert!(result(&answer, &call_id_of(lab, &format!("{prefix}.one"))).contains("def parse_section_1"), "unchanged");
+    assert!(!answer.text().contains("<prunable-tools>"));
+}
+
+#[test]
+fn a_sidecar_that_answers_garbage_is_passed_through() {
+    let mut lab = Lab::new(IMMEDIATE);
+    lab.dcp_bin = fake_sidecar(&lab, "garbage.sh", "while read line; do echo 'this is not json'; done");
+    passes_through(&lab, "g");
+}
+
+#[test]
+fn a_sidecar_that_hangs_is_passed_through() {
+    let mut lab = Lab::new(IMMEDIATE);
+    lab.dcp_bin = fake_sidecar(&lab, "hang.sh", "exec cat >/dev/null");
+    passes_through(&lab, "h");
 }
