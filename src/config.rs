@@ -79,6 +79,8 @@ pub struct ToolSettings {
     pub nudge_enabled: bool,
     pub nudge_frequency: u32,
     pub protected_tools: Vec<String>,
+    /// dcp's own: outputs smaller than this many tokens are not offered to the agent.
+    pub min_tokens: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +162,7 @@ impl Default for TurnProtection {
 
 impl Default for ToolSettings {
     fn default() -> Self {
-        ToolSettings { nudge_enabled: true, nudge_frequency: 10, protected_tools: Vec::new() }
+        ToolSettings { nudge_enabled: true, nudge_frequency: 10, protected_tools: Vec::new(), min_tokens: 200 }
     }
 }
 
@@ -219,6 +221,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("tools.settings.nudgeEnabled", Kind::Bool),
     ("tools.settings.nudgeFrequency", Kind::Count),
     ("tools.settings.protectedTools", Kind::Strings),
+    ("tools.settings.minTokens", Kind::Count),
     ("tools.discard.enabled", Kind::Bool),
     ("tools.extract.enabled", Kind::Bool),
     ("tools.extract.showDistillation", Kind::Bool),

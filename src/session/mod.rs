@@ -128,7 +128,7 @@ impl<'a> ToolCall<'a> {
     /// The argument that best names what the call touched: a file path, a command, a pattern
     /// or a URL. This is what the `<prunable-tools>` list and the CLI show.
     pub fn key_argument(&self) -> Option<&'a str> {
-        const KEYS: &[&str] = &["filePath", "path", "command", "pattern", "url", "query", "description", "prompt"];
+        const KEYS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
         KEYS.iter().find_map(|k| str_field(self.input, k))
     }
 

@@ -371,7 +371,9 @@ impl Server {
         let Ok((slot, _)) = self.manager.slot(sid) else {
             return Vec::new();
         };
-        let list = manual::prunable(messages, &mut slot.state, &self.config, &self.protection);
+        let project = self.options.project.as_ref().and_then(|p| p.to_str());
+        let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
+        let list = manual::prunable(messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
         if list.is_empty() {
             return Vec::new();
         }
@@ -465,7 +467,9 @@ impl Server {
             }
         };
         let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-        let valid = manual::prunable(&messages, &mut slot.state, &self.config, &self.protection);
+        let project = self.options.project.as_ref().and_then(|p| p.to_str());
+        let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
+        let valid = manual::prunable(&messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
@@ -673,15 +677,20 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let saver = Saver::spawn();
         let mut server = Server::new(options, Some(saver.clone()))?;
+        // The line limit can be lowered (never raised past the default) for tests.
+        let max_line = std::env::var("DCP_MAX_LINE_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(protocol::MAX_LINE_BYTES, |v| v.min(protocol::MAX_LINE_BYTES));
         let mut reader = BufReader::with_capacity(1 << 20, tokio::io::stdin());
         let mut stdout = tokio::io::stdout();
         loop {
-            let response = match read_line(&mut reader, protocol::MAX_LINE_BYTES).await? {
+            let response = match read_line(&mut reader, max_line).await? {
                 Line::Eof => break,
                 Line::TooLong(n) => {
                     let e = RpcError::new(
                         code::LINE_TOO_LONG,
-                        format!("line of {n} bytes is over the {}-byte limit; skipped", protocol::MAX_LINE_BYTES),
+                        format!("line of {n} bytes is over the {max_line}-byte limit; skipped"),
                     );
                     tracing::warn!("protocol: {}", e.message);
                     Some(protocol::err(None, &e))

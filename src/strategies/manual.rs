@@ -36,7 +36,7 @@ impl Prunable {
     /// The list line: `<id>: <tool>, <key argument>`.
     pub fn line(&self) -> String {
         match &self.key {
-            Some(key) => format!("{}: {}, {}", self.id, self.tool, one_line(key, 120)),
+            Some(key) => format!("{}: {}, {}", self.id, self.tool, one_line(key, 100)),
             None => format!("{}: {}", self.id, self.tool),
         }
     }
@@ -67,6 +67,16 @@ fn agent_may_prune(
         && !protection.protects_turn(call, current)
 }
 
+/// How the prunable list is built.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Listing<'a> {
+    /// Paths under this directory are shown relative to it: shorter lines, fewer tokens.
+    pub project: Option<&'a str>,
+    /// Outputs smaller than this are not listed: a list line is re-sent (uncached) with every
+    /// request, so listing a small output costs more than pruning it saves.
+    pub min_tokens: u64,
+}
+
 /// The calls the agent may discard or extract, oldest first, with their ids. Assigns ids to
 /// calls seen for the first time, so it takes the state mutably.
 pub fn prunable(
@@ -74,6 +84,8 @@ pub fn prunable(
     state: &mut SessionState,
     config: &Config,
     protection: &Protection,
+    listing: &Listing<'_>,
+    counter: &mut TokenCounter,
 ) -> Vec<Prunable> {
     let current = current_turn(messages);
     let mut out = Vec::new();
@@ -81,13 +93,15 @@ pub fn prunable(
         if !agent_may_prune(&call, state, config, protection, current) {
             continue;
         }
+        if listing.min_tokens > 0 && output_tokens(&call, counter) < listing.min_tokens {
+            continue;
+        }
         let id = state.id_for(call.call_id);
-        out.push(Prunable {
-            id,
-            call_id: call.call_id.to_string(),
-            tool: call.tool.to_string(),
-            key: call.key_argument().map(str::to_string),
+        let key = call.key_argument().map(|k| match listing.project {
+            Some(root) => k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k),
+            None => k,
         });
+        out.push(Prunable { id, call_id: call.call_id.to_string(), tool: call.tool.to_string(), key: key.map(str::to_string) });
     }
     out
 }

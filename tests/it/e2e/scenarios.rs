@@ -74,7 +74,8 @@ const IMMEDIATE: &str = r#"{
   // Apply every decision on the next request, so each step can be checked at once.
   "rewrite": {"mode": "immediate"},
   "pruneNotification": "minimal",
-  "tools": {"settings": {"nudgeEnabled": false}},
+  // List every output, small ones included, so the small config file can be extracted.
+  "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}},
 }"#;
 
 #[test]
