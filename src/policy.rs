@@ -52,6 +52,42 @@ pub enum Reason {
     ColdCache,
 }
 
+/// One pending rewrite, in history order: the tokens it saves and the re-billed tail if the
+/// rewrite started at its part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub tokens: u64,
+    pub tail: u64,
+}
+
+/// Which pending rewrites to apply now: those from index `cut` on (in history order), and why.
+/// The whole set goes when pressure, a cold cache or immediate mode says so; otherwise the
+/// suffix that gains the most, if any suffix pays (a small old prune must not hold back newer
+/// ones that pay on their own, nor drag their tail back to its position).
+pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Reason)> {
+    let total: u64 = pending.iter().map(|p| p.tokens).sum();
+    let first_tail = pending.first().map_or(0, |p| p.tail);
+    match decide(config, &Inputs { pending: total, tail: first_tail, ..*base }) {
+        Some(Reason::Pays) | None => {}
+        Some(other) => return Some((0, other)),
+    }
+    if total == 0 {
+        return None;
+    }
+    let remaining = (base.requests.max(config.expected_requests)) as f64;
+    let mut best: Option<(usize, f64)> = None;
+    let mut gain_tokens = 0u64;
+    for (k, p) in pending.iter().enumerate().rev() {
+        gain_tokens += p.tokens;
+        let net =
+            gain_tokens as f64 * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
+        if net >= 0.0 && best.is_none_or(|(_, b)| net >= b) {
+            best = Some((k, net));
+        }
+    }
+    best.map(|(k, _)| (k, Reason::Pays))
+}
+
 /// The verdict: apply every pending rewrite now, or wait.
 pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Reason> {
     if inputs.pending == 0 {
@@ -95,6 +131,20 @@ mod tests {
         // A long-running session expects more requests, so less saving is enough.
         let long = Inputs { pending: 3_000, requests: 40, ..i };
         assert_eq!(decide(&batched(), &long), Some(Reason::Pays));
+    }
+
+    #[test]
+    fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
+        let base = Inputs { context: 50_000, requests: 10, ..Inputs::default() };
+        // An old small prune (its tail is almost the whole prompt), then a big recent one.
+        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 8_000 }];
+        assert_eq!(choose(&batched(), &base, &pending), Some((1, Reason::Pays)));
+        // Nothing pays: nothing goes.
+        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 200, tail: 30_000 }];
+        assert_eq!(choose(&batched(), &base, &pending), None);
+        // Under pressure everything goes.
+        let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
+        assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Reason::Pressure)));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 #   LAB=/tmp/dcplab PORT=18801 bash bench/lab/run.sh                       # base dcp plugin, batched rewrites
 #   LAB=/tmp/dcplab-imm PORT=18801 MODES=plugin DCP_JSONC=bench/lab/dcp-immediate.jsonc bash bench/lab/run.sh
 #
-# Knobs: MODES (default "base dcp plugin"), DCP_JSONC (our plugin's config; default
+# Knobs: DCP_BIN (default target/release/dcp; point it at a frozen copy while src/ is being
+# rebuilt), MODES (default "base dcp plugin"), DCP_JSONC (our plugin's config; default
 # bench/lab/dcp.jsonc = {} = dcp defaults, i.e. rewrite.mode "batched"), LAB, PORT and the
 # other knobs of ../shared/opencode-lab/run.sh. Note: that script wipes $LAB/out first, so use
 # one LAB per configuration. To reuse installs: ln -s /tmp/fixture-lab/node_modules $LAB/node_modules
@@ -25,8 +26,9 @@ mkdir -p "$LAB"
 cp "$DCP_JSONC" "$LAB/dcp.jsonc"
 export SCENARIO="$REPO/bench/lab/long-scenario.json"
 export PLUGIN_DIR="$REPO/plugin"
-export PLUGIN_ENV="DCP_BIN=$REPO/target/release/dcp"
+DCP_BIN="${DCP_BIN:-$REPO/target/release/dcp}"
+export PLUGIN_ENV="DCP_BIN=$DCP_BIN"
 export PLUGIN_FILES="$LAB/dcp.jsonc"
-[ -x "$REPO/target/release/dcp" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+[ -x "$DCP_BIN" ] || { echo "build first: cargo build --release (or set DCP_BIN)" >&2; exit 1; }
 bash "$LABDIR/run.sh"
 python3 "$LABDIR/summarize.py" --steps "$LAB/out"

@@ -122,12 +122,20 @@ impl Db {
             .conn
             .prepare("SELECT id, data FROM message WHERE session_id = ?1 ORDER BY time_created, id")
             .map_err(&err)?;
-        let rows = stmt.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(&err)?;
+        let rows =
+            stmt.query_map([id], |r| Ok((text_column(r, 0, "id")?, text_column(r, 1, "data")?))).map_err(&err)?;
         let mut messages = Vec::new();
         let mut index = HashMap::new();
         for row in rows {
             let (mid, data) = row.map_err(&err)?;
-            match parse_row(&data, &[("id", &mid), ("sessionID", id)]) {
+            let mid = match mid {
+                Ok(mid) => mid,
+                Err(e) => {
+                    warnings.push(format!("{}: a message of session {id}: {e}; skipped", self.path.display()));
+                    continue;
+                }
+            };
+            match data.and_then(|data| parse_row(&data, &[("id", &mid), ("sessionID", id)])) {
                 Ok(info) => {
                     index.insert(mid, messages.len());
                     messages.push(Message { info, parts: Vec::new() });
@@ -142,14 +150,23 @@ impl Db {
             .prepare("SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY time_created, id")
             .map_err(&err)?;
         let rows = stmt
-            .query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .query_map([id], |r| {
+                Ok((text_column(r, 0, "id")?, text_column(r, 1, "message_id")?, text_column(r, 2, "data")?))
+            })
             .map_err(&err)?;
         for row in rows {
             let (pid, mid, data) = row.map_err(&err)?;
+            let (pid, mid) = match (pid, mid) {
+                (Ok(pid), Ok(mid)) => (pid, mid),
+                (Err(e), _) | (_, Err(e)) => {
+                    warnings.push(format!("{}: a part of session {id}: {e}; skipped", self.path.display()));
+                    continue;
+                }
+            };
             let Some(&at) = index.get(&mid) else {
                 continue;
             };
-            match parse_row(&data, &[("id", &pid), ("sessionID", id), ("messageID", &mid)]) {
+            match data.and_then(|data| parse_row(&data, &[("id", &pid), ("sessionID", id), ("messageID", &mid)])) {
                 Ok(part) => messages[at].parts.push(part),
                 Err(e) => warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display())),
             }
@@ -169,6 +186,21 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionInfo> {
         time_updated: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
         messages: 0,
         source: Source::Sqlite,
+    })
+}
+
+/// The text in column `i` of a row, whatever SQLite stored there. SQLite does not enforce
+/// column types, so a value that is not UTF-8 text is an error for this row alone, which is
+/// then skipped, rather than for the whole query.
+fn text_column(r: &rusqlite::Row<'_>, i: usize, column: &str) -> rusqlite::Result<Result<String, String>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            String::from_utf8(bytes.to_vec()).map_err(|e| format!("{column} is not UTF-8 ({e})"))
+        }
+        ValueRef::Integer(n) => Ok(n.to_string()),
+        ValueRef::Real(f) => Ok(f.to_string()),
+        ValueRef::Null => Err(format!("{column} is NULL")),
     })
 }
 

@@ -28,6 +28,20 @@ fn resync(what: &str) -> RpcError {
     )
 }
 
+/// `value` as JSON, cut to a length an error message can carry.
+fn shorten(value: &Value) -> String {
+    let mut shown = value.to_string();
+    if shown.len() > 60 {
+        let mut end = 60;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push('…');
+    }
+    shown
+}
+
 impl Mirror {
     /// The messages of the last resolved request.
     pub fn messages(&self) -> &[Message] {
@@ -48,7 +62,10 @@ impl Mirror {
             let info = match item.remove("info") {
                 Some(info @ Value::Object(_)) => info,
                 Some(other) => {
-                    return Err(RpcError::params(format!("transform: messages[{mi}].info is not an object: {other}")))
+                    return Err(RpcError::params(format!(
+                        "transform: messages[{mi}].info is not an object: {}",
+                        shorten(&other)
+                    )))
                 }
                 None => {
                     let id = item.get("id").and_then(Value::as_str).ok_or_else(|| {
@@ -65,14 +82,23 @@ impl Mirror {
                 Some(Value::Array(parts)) => parts,
                 None => Vec::new(),
                 Some(other) => {
-                    return Err(RpcError::params(format!("transform: messages[{mi}].parts is not a list: {other}")))
+                    return Err(RpcError::params(format!(
+                        "transform: messages[{mi}].parts is not a list: {}",
+                        shorten(&other)
+                    )))
                 }
             };
             let mut resolved = Vec::with_capacity(parts.len());
-            for part in parts {
+            for (pi, part) in parts.into_iter().enumerate() {
                 let reference = match &part {
                     Value::Object(o) if o.len() == 1 => o.get("ref").and_then(Value::as_str).map(str::to_string),
-                    _ => None,
+                    Value::Object(_) => None,
+                    other => {
+                        return Err(RpcError::params(format!(
+                            "transform: messages[{mi}].parts[{pi}] is not an object: {}",
+                            shorten(other)
+                        )))
+                    }
                 };
                 let Some(id) = reference else {
                     resolved.push(part);

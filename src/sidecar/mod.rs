@@ -302,38 +302,36 @@ impl Server {
             dirty |= slot.state.record(&d.call_id, d.record);
         }
 
-        // The cache-aware policy: apply pending rewrites together, when it pays.
+        // The cache-aware policy: apply pending rewrites together, when it pays. Each
+        // assistant message in the history was one request, so the session's request count
+        // survives restarts.
         let sizes: Vec<u64> = messages.iter().map(|m| m.parts.iter().map(approx_tokens).sum()).collect();
-        let context: u64 = sizes.iter().sum();
+        let mut tails = vec![0u64; sizes.len() + 1];
+        for i in (0..sizes.len()).rev() {
+            tails[i] = tails[i + 1] + sizes[i];
+        }
         let calls = tool_calls(&messages);
-        let pending: Vec<&str> = calls
+        let pending: Vec<(&str, policy::Pending)> = calls
             .iter()
-            .filter(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied))
-            .map(|c| c.call_id)
+            .filter_map(|c| {
+                let r = slot.state.pruned.get(c.call_id).filter(|r| !r.applied)?;
+                Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
+            })
             .collect();
-        let first_pending =
-            calls.iter().find(|c| slot.state.pruned.get(c.call_id).is_some_and(|r| !r.applied)).map(|c| c.message);
-        let tail: u64 = first_pending.map_or(0, |m| sizes[m..].iter().sum());
-        let pending_tokens: u64 = pending.iter().map(|c| slot.state.pruned[*c].tokens).sum();
-        let inputs = policy::Inputs {
-            context,
-            tail,
-            pending: pending_tokens,
+        let requests = requests.max(crate::session::current_turn(&messages) + 1);
+        let base = policy::Inputs {
+            context: tails[0],
+            tail: 0,
+            pending: 0,
             requests,
             idle_seconds,
             context_limit: p.context_limit,
         };
+        let costs: Vec<policy::Pending> = pending.iter().map(|(_, p)| *p).collect();
         let mut applied_now: Vec<String> = Vec::new();
-        if let Some(reason) = policy::decide(&self.config.rewrite, &inputs) {
-            tracing::debug!(
-                session = sid.as_str(),
-                ?reason,
-                pending = pending.len(),
-                pending_tokens,
-                tail,
-                "applying pending rewrites"
-            );
-            for id in &pending {
+        if let Some((cut, reason)) = policy::choose(&self.config.rewrite, &base, &costs) {
+            tracing::debug!(session = sid.as_str(), ?reason, cut, pending = pending.len(), "applying pending rewrites");
+            for (id, _) in &pending[cut..] {
                 if let Some(r) = slot.state.pruned.get_mut(*id) {
                     r.applied = true;
                 }
@@ -373,7 +371,8 @@ impl Server {
         };
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let list = manual::prunable(messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
+        let list =
+            manual::prunable(messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
         if list.is_empty() {
             return Vec::new();
         }
@@ -469,7 +468,8 @@ impl Server {
         let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let valid = manual::prunable(&messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
+        let valid =
+            manual::prunable(&messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
@@ -632,7 +632,16 @@ fn edits_for(messages: &[Message], state: &SessionState) -> Vec<Value> {
 enum Line {
     Text(String),
     TooLong(usize),
+    /// Not UTF-8: the offset of the first invalid byte.
+    NotUtf8(usize),
     Eof,
+}
+
+fn text_line(buf: Vec<u8>) -> Line {
+    match String::from_utf8(buf) {
+        Ok(text) => Line::Text(text),
+        Err(e) => Line::NotUtf8(e.utf8_error().valid_up_to()),
+    }
 }
 
 /// Reads one line of at most `max` bytes; a longer line is consumed and reported.
@@ -644,7 +653,7 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, max: usiz
         if available.is_empty() {
             return Ok(match (buf.is_empty(), skipped) {
                 (true, 0) => Line::Eof,
-                (_, 0) => Line::Text(String::from_utf8_lossy(&buf).into_owned()),
+                (_, 0) => text_line(buf),
                 (_, n) => Line::TooLong(n),
             });
         }
@@ -661,11 +670,7 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, max: usiz
         }
         reader.consume(n);
         if found {
-            return Ok(if skipped > 0 {
-                Line::TooLong(skipped)
-            } else {
-                Line::Text(String::from_utf8_lossy(&buf).into_owned())
-            });
+            return Ok(if skipped > 0 { Line::TooLong(skipped) } else { text_line(buf) });
         }
     }
 }
@@ -692,6 +697,11 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
                         code::LINE_TOO_LONG,
                         format!("line of {n} bytes is over the {max_line}-byte limit; skipped"),
                     );
+                    tracing::warn!("protocol: {}", e.message);
+                    Some(protocol::err(None, &e))
+                }
+                Line::NotUtf8(at) => {
+                    let e = RpcError::new(code::PARSE, format!("line is not UTF-8 (invalid byte at offset {at})"));
                     tracing::warn!("protocol: {}", e.message);
                     Some(protocol::err(None, &e))
                 }

@@ -65,8 +65,24 @@ struct RawRequest {
 
 /// Decodes one line. On error, returns the id to answer (if one could be read) with the error.
 pub fn decode(line: &str) -> Result<Request, (Option<Value>, RpcError)> {
-    let raw: RawRequest = serde_json::from_str(line)
+    let value: Value = serde_json::from_str(line)
         .map_err(|e| (None, RpcError::new(code::PARSE, format!("line is not a JSON-RPC object: {e}"))))?;
+    // Checked before decoding: serde would read the request from a list, field by position.
+    if !value.is_object() {
+        let kind = match value {
+            Value::Array(_) => "a list",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
+        return Err((
+            None,
+            RpcError::new(code::INVALID_REQUEST, format!("a request must be a JSON object, not {kind}")),
+        ));
+    }
+    let raw = RawRequest::deserialize(value)
+        .map_err(|e| (None, RpcError::new(code::INVALID_REQUEST, format!("not a valid request: {e}"))))?;
     let id = raw.id.filter(|v| !v.is_null());
     if let Some(v) = &raw.jsonrpc {
         if v != "2.0" {

@@ -26,7 +26,10 @@ pub fn system(discard: bool, extract: bool) -> String {
              from large outputs.",
         );
     }
-    text.push_str(" Only remove what you will not need again; ids not in the list cannot be removed.");
+    text.push_str(
+        " Call them alongside your next tool call rather than as a step of their own, so pruning costs no extra round trip. \
+         Only remove what you will not need again; ids not in the list cannot be removed.",
+    );
     text
 }
 

@@ -172,7 +172,7 @@ impl SessionState {
         }
         self.next_id = self.next_id.max(1);
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.saturating_add(1);
         self.ids.insert(call_id.to_string(), id);
         id
     }

@@ -85,6 +85,8 @@ pub fn load_path(path: &Path) -> LoadOutcome {
     match fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LoadOutcome::Missing,
         Err(e) => return corrupt(format!("cannot read it: {e}")),
+        // A FIFO or a device would block the read, or never end: only plain files are read.
+        Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
         Ok(m) if m.len() > MAX_STATE_BYTES => {
             return corrupt(format!("{} bytes is larger than the {MAX_STATE_BYTES}-byte limit", m.len()))
         }
@@ -198,7 +200,7 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
     }
     let max_id = state.ids.values().copied().max().unwrap_or(0);
     let next = own.get("nextId").map(|v| count(v, "dcp.nextId")).transpose()?.unwrap_or(0);
-    state.next_id = u32::try_from(next).unwrap_or(u32::MAX).max(max_id + 1);
+    state.next_id = u32::try_from(next).unwrap_or(u32::MAX).max(max_id.saturating_add(1));
     if let Some(v) = own.get("lastCompaction") {
         state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
@@ -208,7 +210,12 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
 fn type_error(key: &str, expected: &str, found: &Value) -> String {
     let mut shown = found.to_string();
     if shown.len() > 60 {
-        shown.truncate(60);
+        // Cut at a character boundary: `truncate` panics inside a multi-byte character.
+        let mut end = 60;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
         shown.push('…');
     }
     format!("`{key}` must be {expected}, not {shown}")
@@ -245,13 +252,15 @@ fn count(value: &Value, key: &str) -> Result<u64, String> {
 
 /// The file contents for `state`: its original fields, with dcp's own brought up to date.
 pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
+    // Keys are updated in place (and removed with `shift_remove`) so that the fields keep their
+    // order: rendering a rendered file gives the same bytes.
     let mut out = state.raw.clone();
-    out.remove("prunedIds");
+    out.shift_remove("prunedIds");
     if let Some(name) = &state.session_name {
         out.insert("sessionName".into(), Value::String(name.clone()));
     }
-    let mut prune = match out.remove("prune") {
-        Some(Value::Object(p)) => p,
+    let mut prune = match out.get_mut("prune") {
+        Some(Value::Object(p)) => std::mem::take(p),
         _ => Map::new(),
     };
     let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
@@ -261,8 +270,8 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         prune.insert("tools".into(), Value::Object(tools));
     }
     out.insert("prune".into(), Value::Object(prune));
-    let mut stats = match out.remove("stats") {
-        Some(Value::Object(s)) => s,
+    let mut stats = match out.get_mut("stats") {
+        Some(Value::Object(s)) => std::mem::take(s),
         _ => Map::new(),
     };
     stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
@@ -283,7 +292,8 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
             "pruned": state.pruned,
             "byStrategy": by,
             "ids": ids,
-            "nextId": state.next_id,
+            // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+            "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
         }),
     );

@@ -98,10 +98,17 @@ pub fn prunable(
         }
         let id = state.id_for(call.call_id);
         let key = call.key_argument().map(|k| match listing.project {
-            Some(root) => k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k),
+            Some(root) => {
+                k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k)
+            }
             None => k,
         });
-        out.push(Prunable { id, call_id: call.call_id.to_string(), tool: call.tool.to_string(), key: key.map(str::to_string) });
+        out.push(Prunable {
+            id,
+            call_id: call.call_id.to_string(),
+            tool: call.tool.to_string(),
+            key: key.map(str::to_string),
+        });
     }
     out
 }

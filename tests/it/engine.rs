@@ -168,12 +168,26 @@ fn prunable_list_names_calls_with_stable_small_ids() {
     let config = Config::default();
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
-    let list = manual::prunable(&messages, &mut state, &config, &protection, &manual::Listing::default(), &mut TokenCounter::new(EstimatorChoice::Auto));
+    let list = manual::prunable(
+        &messages,
+        &mut state,
+        &config,
+        &protection,
+        &manual::Listing::default(),
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, /src/parser.py", "2: bash, cat data/records.csv", "3: glob, **/*.py"]);
     // A new call gets the next id; the old ones keep theirs.
     let more = SessionBuilder::continuing(messages).tool("c5", "read", read("/x"), "x").build();
-    let list = manual::prunable(&more, &mut state, &config, &protection, &manual::Listing::default(), &mut TokenCounter::new(EstimatorChoice::Auto));
+    let list = manual::prunable(
+        &more,
+        &mut state,
+        &config,
+        &protection,
+        &manual::Listing::default(),
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
     assert_eq!(list.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
 }
 
@@ -190,7 +204,14 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let listing = manual::Listing { project: Some("/proj"), min_tokens: 200 };
-    let list = manual::prunable(&messages, &mut state, &config, &protection, &listing, &mut TokenCounter::new(EstimatorChoice::Auto));
+    let list = manual::prunable(
+        &messages,
+        &mut state,
+        &config,
+        &protection,
+        &listing,
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, src/big.py", "2: read, /etc/hosts"]);
 }
@@ -202,7 +223,14 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = manual::prunable(&messages, &mut state, &config, &protection, &manual::Listing::default(), &mut TokenCounter::new(EstimatorChoice::Auto));
+    let valid = manual::prunable(
+        &messages,
+        &mut state,
+        &config,
+        &protection,
+        &manual::Listing::default(),
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
 
     let err = manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
     assert_eq!(err.0, "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3.");
@@ -221,7 +249,14 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     assert_eq!(output_of(&out, "c2"), "id,name\n1,a");
 
     // Already pruned ids leave the list, and naming one again is refused.
-    let valid = manual::prunable(&messages, &mut state, &config, &protection, &manual::Listing::default(), &mut TokenCounter::new(EstimatorChoice::Auto));
+    let valid = manual::prunable(
+        &messages,
+        &mut state,
+        &config,
+        &protection,
+        &manual::Listing::default(),
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
     let err = manual::discard(&messages, &["1".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.contains("Valid ids: 2."), "{}", err.0);
 }
@@ -233,7 +268,14 @@ fn extract_replaces_each_output_with_its_distillation() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = manual::prunable(&messages, &mut state, &config, &protection, &manual::Listing::default(), &mut TokenCounter::new(EstimatorChoice::Auto));
+    let valid = manual::prunable(
+        &messages,
+        &mut state,
+        &config,
+        &protection,
+        &manual::Listing::default(),
+        &mut TokenCounter::new(EstimatorChoice::Auto),
+    );
     let err =
         manual::extract(&messages, &["1".into(), "2".into()], &["only one".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.starts_with("Got 2 ids but 1 distillations"), "{}", err.0);

@@ -7,6 +7,7 @@ mod cli;
 mod e2e;
 mod engine;
 mod host;
+mod hostile;
 mod persistence;
 mod sidecar;
 mod state_manager;

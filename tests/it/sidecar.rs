@@ -97,7 +97,8 @@ fn state_file(sandbox: &Sandbox) -> Value {
     serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap()
 }
 
-const IMMEDIATE: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}}}"#;
+const IMMEDIATE: &str =
+    r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}}}"#;
 
 #[test]
 fn transform_prunes_duplicates_and_lists_the_rest() {
@@ -127,8 +128,10 @@ fn transform_prunes_duplicates_and_lists_the_rest() {
 #[test]
 fn the_same_request_twice_gives_the_same_answer_and_references_work() {
     let s = Sandbox::new();
-    let mut sidecar =
-        Sidecar::spawn(&s, r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}}}"#);
+    let mut sidecar = Sidecar::spawn(
+        &s,
+        r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}}}"#,
+    );
     let messages = recorded_messages(&s);
     let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     // Send every part by reference, and the infos by id only.
