@@ -392,7 +392,11 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::Strings => "a list of strings".to_string(),
         Kind::OneOf(options) => format!("one of {}", options.join(", ")),
     };
-    Err(format!("must be {expected}, not {value}"))
+    let mut shown: String = value.to_string().chars().take(60).collect();
+    if shown.len() < value.to_string().len() {
+        shown.push('…');
+    }
+    Err(format!("must be {expected}, not {shown}"))
 }
 
 /// Merges `layer` into `base`: objects key by key, protected lists unioned, anything else
@@ -516,6 +520,14 @@ mod tests {
         assert!(err.contains("one of off, minimal, detailed"), "{err}");
         let err = layer(r#"{"tools": 3}"#).unwrap_err().to_string();
         assert!(err.contains("`tools` must be an object"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_bad_value_is_cut_in_the_error() {
+        let text = format!("{{\"debug\": \"{}\"}}", "y".repeat(100_000));
+        let err = layer(&text).unwrap_err().to_string();
+        assert!(err.len() < 200, "{}", err.len());
+        assert!(err.ends_with('…'), "{err}");
     }
 
     #[test]
