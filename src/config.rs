@@ -392,11 +392,7 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::Strings => "a list of strings".to_string(),
         Kind::OneOf(options) => format!("one of {}", options.join(", ")),
     };
-    let mut shown: String = value.to_string().chars().take(60).collect();
-    if shown.len() < value.to_string().len() {
-        shown.push('…');
-    }
-    Err(format!("must be {expected}, not {shown}"))
+    Err(format!("must be {expected}, not {}", crate::format::excerpt(value)))
 }
 
 /// Merges `layer` into `base`: objects key by key, protected lists unioned, anything else

@@ -34,6 +34,20 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// A JSON value as an error message can carry it: cut to 60 bytes at a character boundary.
+pub fn excerpt(value: &serde_json::Value) -> String {
+    let mut shown = value.to_string();
+    if shown.len() > 60 {
+        let mut end = 60;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push('…');
+    }
+    shown
+}
+
 /// A byte size: `3.2 KiB`.
 pub fn bytes(n: u64) -> String {
     humansize::format_size(n, humansize::BINARY)

@@ -28,20 +28,6 @@ fn resync(what: &str) -> RpcError {
     )
 }
 
-/// `value` as JSON, cut to a length an error message can carry.
-fn shorten(value: &Value) -> String {
-    let mut shown = value.to_string();
-    if shown.len() > 60 {
-        let mut end = 60;
-        while !shown.is_char_boundary(end) {
-            end -= 1;
-        }
-        shown.truncate(end);
-        shown.push('…');
-    }
-    shown
-}
-
 impl Mirror {
     /// The messages of the last resolved request.
     pub fn messages(&self) -> &[Message] {
@@ -64,7 +50,7 @@ impl Mirror {
                 Some(other) => {
                     return Err(RpcError::params(format!(
                         "transform: messages[{mi}].info is not an object: {}",
-                        shorten(&other)
+                        crate::format::excerpt(&other)
                     )))
                 }
                 None => {
@@ -84,7 +70,7 @@ impl Mirror {
                 Some(other) => {
                     return Err(RpcError::params(format!(
                         "transform: messages[{mi}].parts is not a list: {}",
-                        shorten(&other)
+                        crate::format::excerpt(&other)
                     )))
                 }
             };
@@ -96,7 +82,7 @@ impl Mirror {
                     other => {
                         return Err(RpcError::params(format!(
                             "transform: messages[{mi}].parts[{pi}] is not an object: {}",
-                            shorten(other)
+                            crate::format::excerpt(other)
                         )))
                     }
                 };

@@ -208,16 +208,7 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), String> {
 }
 
 fn type_error(key: &str, expected: &str, found: &Value) -> String {
-    let mut shown = found.to_string();
-    if shown.len() > 60 {
-        // Cut at a character boundary: `truncate` panics inside a multi-byte character.
-        let mut end = 60;
-        while !shown.is_char_boundary(end) {
-            end -= 1;
-        }
-        shown.truncate(end);
-        shown.push('…');
-    }
+    let shown = crate::format::excerpt(found);
     format!("`{key}` must be {expected}, not {shown}")
 }
 
