@@ -12,7 +12,7 @@
 # bench/lab/dcp.jsonc = {} = dcp defaults, i.e. rewrite.mode "batched"), LAB, PORT and the
 # other knobs of ../shared/opencode-lab/run.sh. Note: that script wipes $LAB/out first, so use
 # one LAB per configuration. To reuse installs: ln -s /tmp/fixture-lab/node_modules $LAB/node_modules
-# and cp -a /tmp/probe/plugin-deps $LAB/plugin-deps.
+# and copy an earlier run's $LAB/plugin-deps (run.sh caches @opencode-ai/plugin there).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LABDIR="$REPO/../shared/opencode-lab"
