@@ -70,6 +70,14 @@ pub enum Command {
     },
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
+    /// For crash-safety tests: save a session's state over and over, one more prune each time.
+    #[command(hide = true)]
+    SaveLoop {
+        #[arg(long, value_name = "ID")]
+        session: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+    },
 }
 
 /// What every command needs: where the data is, the config, and how to print.
@@ -115,6 +123,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Context { session } => context_cmd(&ctx, session.as_deref(), out),
         Command::Sweep { session, last, dry_run } => sweep(&ctx, &session, last, dry_run, out),
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+        Command::SaveLoop { session, count } => save_loop(&ctx, &session, count),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
     }
 }
@@ -302,5 +311,24 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
+    Ok(())
+}
+
+/// Saves session `id` `count` times, adding prune `c<i>` worth `i` tokens before save `i`, so
+/// every version on disk says which save wrote it.
+fn save_loop(ctx: &Ctx, id: &str, count: u64) -> Result<()> {
+    let mut manager = ctx.manager();
+    for i in 1..=count {
+        let (slot, _) = manager.slot(id)?;
+        let record = crate::state::PruneRecord {
+            strategy: crate::state::Strategy::Sweep,
+            action: crate::state::Action::Output,
+            tokens: i,
+            tool: String::new(),
+            applied: true,
+        };
+        slot.state.record(&format!("c{i}"), record);
+        manager.save_now(id)?;
+    }
     Ok(())
 }

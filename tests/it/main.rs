@@ -4,6 +4,7 @@
 //! flow, from the host adapters to the CLI.
 
 mod cli;
+mod crash;
 mod e2e;
 mod engine;
 mod host;
