@@ -48,6 +48,8 @@ struct Live {
     /// Whether the session has a parent (a subagent), once known.
     parent: Option<bool>,
     title: Option<String>,
+    /// How often the session was looked up in `opencode.db`.
+    lookups: u32,
     /// Tool calls in the history when the agent was last nudged.
     calls_at_nudge: usize,
 }
@@ -247,9 +249,14 @@ impl Server {
     /// Looks up a session's title and parent in `opencode.db`, once.
     fn learn(&mut self, session_id: &str) {
         let live = self.live.entry(session_id.to_string()).or_default();
-        if live.parent.is_some() && live.title.as_deref().is_some_and(|t| !t.starts_with("New session")) {
+        // Once when first seen; while OpenCode has not titled the session yet, again every 16
+        // requests. Not on every request: this is the request path.
+        let untitled = live.title.as_deref().is_none_or(|t| t.starts_with("New session"));
+        let due = live.lookups == 0 || (untitled && live.requests >= live.lookups * 16);
+        if !due {
             return;
         }
+        live.lookups += 1;
         let db_path = self.options.env.db_path(&self.options.data_dir);
         let Ok(db) = Db::open(&db_path) else { return };
         if let Ok(Some(info)) = db.session(session_id) {
