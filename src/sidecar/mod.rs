@@ -82,6 +82,14 @@ struct TransformParams {
     messages: Vec<Value>,
 }
 
+/// What a transform knows about the request besides the history.
+struct RequestInfo {
+    requests: u32,
+    idle_seconds: Option<u64>,
+    context_limit: Option<u64>,
+    title: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct SessionParams {
     #[serde(rename = "sessionID", default)]
@@ -283,29 +291,50 @@ impl Server {
             // The summariser sees the history as the model does, but this is no request:
             // no counting, no policy, no list. It is not the next request's history
             // either, so the mirror is left as it is.
-            let messages: Vec<Message> = Mirror::default().resolve(p.messages)?.to_vec();
+            let mut scratch = Mirror::default();
+            let messages = scratch.resolve(p.messages)?;
             if self.skip_session(&sid) {
                 return Ok(json!({"edits": [], "append": [], "notify": null}));
             }
             let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-            return Ok(json!({"edits": edits_for(&messages, &slot.state), "append": [], "notify": null}));
+            return Ok(json!({"edits": edits_for(messages, &slot.state), "append": [], "notify": null}));
         }
         let idle_seconds = live.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         live.last_request_ms = Some(now);
         live.requests += 1;
-        let requests = live.requests;
-        let title = live.title.clone();
-        let messages: Vec<Message> = live.mirror.resolve(p.messages)?.to_vec();
-        if self.skip_session(&sid) {
+        let request = RequestInfo {
+            requests: live.requests,
+            idle_seconds,
+            context_limit: p.context_limit,
+            title: live.title.clone(),
+        };
+        // Take the mirror out while the history is borrowed from it, instead of cloning the
+        // history on every request. A failed resolve leaves it empty: the plugin resyncs.
+        let mut mirror = std::mem::take(&mut live.mirror);
+        let result = match mirror.resolve(p.messages) {
+            Ok(messages) => self.rewrite(&sid, messages, request),
+            Err(e) => Err(e),
+        };
+        if let Some(live) = self.live.get_mut(&sid) {
+            live.mirror = mirror;
+        }
+        result
+    }
+
+    /// Decides what the model sees for one request of session `sid`: records the automatic
+    /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
+    fn rewrite(&mut self, sid: &str, messages: &[Message], request: RequestInfo) -> Result<Value, RpcError> {
+        let RequestInfo { requests, idle_seconds, context_limit, title } = request;
+        if self.skip_session(sid) {
             return Ok(json!({"edits": [], "append": [], "notify": null}));
         }
-        let observed = self.manager.observe(&sid, &messages).map_err(|e| RpcError::params(e.to_string()))?;
-        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        let observed = self.manager.observe(sid, messages).map_err(|e| RpcError::params(e.to_string()))?;
+        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         if slot.state.session_name.is_none() {
             slot.state.session_name = title;
         }
         let mut dirty = observed.compacted;
-        for d in strategies::automatic(&messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
+        for d in strategies::automatic(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
             dirty |= slot.state.record(&d.call_id, d.record);
         }
 
@@ -317,7 +346,7 @@ impl Server {
         for i in (0..sizes.len()).rev() {
             tails[i] = tails[i + 1] + sizes[i];
         }
-        let calls = tool_calls(&messages);
+        let calls = tool_calls(messages);
         let pending: Vec<(&str, policy::Pending)> = calls
             .iter()
             .filter_map(|c| {
@@ -325,19 +354,12 @@ impl Server {
                 Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
             })
             .collect();
-        let requests = requests.max(crate::session::current_turn(&messages) + 1);
-        let base = policy::Inputs {
-            context: tails[0],
-            tail: 0,
-            pending: 0,
-            requests,
-            idle_seconds,
-            context_limit: p.context_limit,
-        };
+        let requests = requests.max(crate::session::current_turn(messages) + 1);
+        let base = policy::Inputs { context: tails[0], tail: 0, pending: 0, requests, idle_seconds, context_limit };
         let costs: Vec<policy::Pending> = pending.iter().map(|(_, p)| *p).collect();
         let mut applied_now: Vec<String> = Vec::new();
         if let Some((cut, reason)) = policy::choose(&self.config.rewrite, &base, &costs) {
-            tracing::debug!(session = sid.as_str(), ?reason, cut, pending = pending.len(), "applying pending rewrites");
+            tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
             for (id, _) in &pending[cut..] {
                 if let Some(r) = slot.state.pruned.get_mut(*id) {
                     r.applied = true;
@@ -347,9 +369,9 @@ impl Server {
             dirty = true;
         }
 
-        let edits = edits_for(&messages, &slot.state);
-        let append = self.tail_message(&sid, &messages);
-        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        let edits = edits_for(messages, &slot.state);
+        let append = self.tail_message(sid, messages);
+        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         let notify = match self.config.prune_notification {
             _ if applied_now.is_empty() => None,
             Notification::Off => None,
@@ -362,7 +384,7 @@ impl Server {
         };
         if dirty {
             slot.dirty = true;
-            self.save(&sid);
+            self.save(sid);
         }
         Ok(json!({"edits": edits, "append": append, "notify": notify}))
     }
