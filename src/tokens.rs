@@ -56,8 +56,6 @@ pub fn preload() {
 pub enum Field {
     Output,
     Input,
-    Error,
-    Text,
 }
 
 /// Counts tokens and remembers the count of each part's field.

@@ -8,11 +8,6 @@
 use super::{str_field, Message, Role};
 use serde_json::Value;
 
-/// The sort key of a stored row: creation time first, then id.
-pub fn order_key<'a>(time_created: i64, id: &'a str) -> (i64, &'a str) {
-    (time_created, id)
-}
-
 /// The suffix of `messages` (already in history order) that OpenCode sends to the model: from
 /// the user message that asked for the newest completed compaction, onwards. A compaction part
 /// with `tail_start_id` also keeps the messages from that id up to the compaction request.

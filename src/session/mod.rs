@@ -8,7 +8,7 @@
 
 mod history;
 
-pub use history::{order_key, visible_history};
+pub use history::visible_history;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -96,8 +96,7 @@ fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
 }
 
 /// Runs every enabled automatic strategy (deduplication, supersede-writes, purge-errors) in
-/// that order, each seeing the decisions of the ones before it. Returns the new decisions,
-/// not yet recorded.
+/// that order. Returns the new decisions, not yet recorded.
 pub fn automatic(
     messages: &[Message],
     state: &SessionState,
@@ -105,16 +104,14 @@ pub fn automatic(
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
-    let mut scratch = state.clone();
-    let mut out = Vec::new();
-    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
-        let found = automatic_one(strategy, messages, &scratch, config, protection, counter);
-        for d in &found {
-            scratch.pruned.insert(d.call_id.clone(), d.record.clone());
-        }
-        out.extend(found);
-    }
-    out
+    // The three never propose the same call: deduplication takes completed calls of tools
+    // other than `write` (always protected from it), supersede-writes completed `write`s, and
+    // purge-errors errored calls. So each can run on `state` as it is, with no copy of it on
+    // the request path.
+    [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors]
+        .into_iter()
+        .flat_map(|strategy| automatic_one(strategy, messages, state, config, protection, counter))
+        .collect()
 }
 
 /// Runs one automatic strategy, if it is enabled.

@@ -152,6 +152,17 @@ fn outputs_opencode_already_cleared_are_not_pruned_or_counted() {
     assert_eq!(out, messages);
 }
 
+/// The prunable list with the default listing: every output, absolute paths.
+fn listed(
+    messages: &[Message],
+    state: &mut SessionState,
+    config: &Config,
+    protection: &Protection,
+) -> Vec<manual::Prunable> {
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    manual::prunable(messages, state, config, protection, &manual::Listing::default(), &mut counter)
+}
+
 fn manual_session() -> Vec<Message> {
     SessionBuilder::new()
         .user("explore")
@@ -168,26 +179,12 @@ fn prunable_list_names_calls_with_stable_small_ids() {
     let config = Config::default();
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
-    let list = manual::prunable(
-        &messages,
-        &mut state,
-        &config,
-        &protection,
-        &manual::Listing::default(),
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let list = listed(&messages, &mut state, &config, &protection);
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, /src/parser.py", "2: bash, cat data/records.csv", "3: glob, **/*.py"]);
     // A new call gets the next id; the old ones keep theirs.
     let more = SessionBuilder::continuing(messages).tool("c5", "read", read("/x"), "x").build();
-    let list = manual::prunable(
-        &more,
-        &mut state,
-        &config,
-        &protection,
-        &manual::Listing::default(),
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let list = listed(&more, &mut state, &config, &protection);
     assert_eq!(list.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
 }
 
@@ -223,14 +220,7 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = manual::prunable(
-        &messages,
-        &mut state,
-        &config,
-        &protection,
-        &manual::Listing::default(),
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let valid = listed(&messages, &mut state, &config, &protection);
 
     let err = manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
     assert_eq!(err.0, "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3.");
@@ -249,14 +239,7 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     assert_eq!(output_of(&out, "c2"), "id,name\n1,a");
 
     // Already pruned ids leave the list, and naming one again is refused.
-    let valid = manual::prunable(
-        &messages,
-        &mut state,
-        &config,
-        &protection,
-        &manual::Listing::default(),
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let valid = listed(&messages, &mut state, &config, &protection);
     let err = manual::discard(&messages, &["1".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.contains("Valid ids: 2."), "{}", err.0);
 }
@@ -268,14 +251,7 @@ fn extract_replaces_each_output_with_its_distillation() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = manual::prunable(
-        &messages,
-        &mut state,
-        &config,
-        &protection,
-        &manual::Listing::default(),
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let valid = listed(&messages, &mut state, &config, &protection);
     let err =
         manual::extract(&messages, &["1".into(), "2".into()], &["only one".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.starts_with("Got 2 ids but 1 distillations"), "{}", err.0);
