@@ -77,6 +77,9 @@ pub enum Command {
         session: String,
         #[arg(long, default_value_t = 1_000_000)]
         count: u64,
+        /// The call ids are `<prefix><i>`, so that processes can tell their prunes apart.
+        #[arg(long, default_value = "c")]
+        prefix: String,
     },
 }
 
@@ -123,7 +126,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Context { session } => context_cmd(&ctx, session.as_deref(), out),
         Command::Sweep { session, last, dry_run } => sweep(&ctx, &session, last, dry_run, out),
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
-        Command::SaveLoop { session, count } => save_loop(&ctx, &session, count),
+        Command::SaveLoop { session, count, prefix } => save_loop(&ctx, &session, count, &prefix),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
     }
 }
@@ -261,7 +264,7 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, dry_run: bool, out: &mut dyn 
             slot.state.session_name = Some(loaded.info.title.clone());
         }
         for d in decisions {
-            slot.state.record(&d.call_id, d.record);
+            slot.record(&d.call_id, d.record);
         }
         if let Some(aside) = manager.save_now(id)? {
             tracing::warn!("set the corrupt state file aside as {}", aside.display());
@@ -314,11 +317,14 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
     Ok(())
 }
 
-/// Saves session `id` `count` times, adding prune `c<i>` worth `i` tokens before save `i`, so
-/// every version on disk says which save wrote it.
-fn save_loop(ctx: &Ctx, id: &str, count: u64) -> Result<()> {
+/// Saves session `id` `count` times, adding prune `<prefix><i>` worth `i` tokens before each
+/// save, `i` going on from the prunes already saved, so every version on disk says which
+/// save wrote it.
+fn save_loop(ctx: &Ctx, id: &str, count: u64, prefix: &str) -> Result<()> {
     let mut manager = ctx.manager();
-    for i in 1..=count {
+    let (slot, _) = manager.slot(id)?;
+    let first: u64 = (1..).find(|i| !slot.state.pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
+    for i in first..first.saturating_add(count) {
         let (slot, _) = manager.slot(id)?;
         let record = crate::state::PruneRecord {
             strategy: crate::state::Strategy::Sweep,
@@ -327,7 +333,7 @@ fn save_loop(ctx: &Ctx, id: &str, count: u64) -> Result<()> {
             tool: String::new(),
             applied: true,
         };
-        slot.state.record(&format!("c{i}"), record);
+        slot.record(&format!("{prefix}{i}"), record);
         manager.save_now(id)?;
     }
     Ok(())

@@ -76,7 +76,7 @@ impl Db {
                  ORDER BY time_updated DESC, id",
             )
             .map_err(&err)?;
-        let rows = stmt.query_map([], |r| session_row(r)).map_err(&err)?;
+        let rows = stmt.query_map([], session_row).map_err(&err)?;
         let mut out = Vec::new();
         for row in rows {
             let mut info = row.map_err(&err)?;

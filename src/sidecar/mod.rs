@@ -132,10 +132,7 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 /// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
 /// The policy needs sizes on every request, so this avoids the tokenizer.
 fn approx_tokens(part: &Value) -> u64 {
-    let mut chars = 0usize;
-    for key in ["text"] {
-        chars += str_field(part, key).map_or(0, str::len);
-    }
+    let mut chars = str_field(part, "text").map_or(0, str::len);
     if let Some(state) = part.get("state") {
         chars += str_field(state, "output").map_or(0, str::len);
         chars += str_field(state, "error").map_or(0, str::len);
@@ -335,7 +332,7 @@ impl Server {
         }
         let mut dirty = observed.compacted;
         for d in strategies::automatic(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
-            dirty |= slot.state.record(&d.call_id, d.record);
+            dirty |= slot.record(&d.call_id, d.record);
         }
 
         // The cache-aware policy: apply pending rewrites together, when it pays. Each
@@ -527,7 +524,7 @@ impl Server {
             })
             .collect();
         for d in decisions {
-            slot.state.record(&d.call_id, d.record);
+            slot.record(&d.call_id, d.record);
         }
         slot.dirty = true;
         self.save(&sid);
@@ -547,6 +544,7 @@ impl Server {
                 "DCP commands are disabled in dcp.jsonc (commands.enabled).".to_string()
             }
             ["stats"] => {
+                self.manager.refresh(&sid).map_err(internal)?;
                 let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
                 let session = crate::stats::session(&sid, &slot.state);
                 let all = crate::stats::all_time(self.manager.dir()).map_err(internal)?;
@@ -592,7 +590,7 @@ impl Server {
         for mut d in decisions {
             // The user asked: the rewrite applies on the next request.
             d.record.applied = true;
-            slot.state.record(&d.call_id, d.record);
+            slot.record(&d.call_id, d.record);
         }
         slot.dirty = true;
         self.save(sid);

@@ -7,12 +7,19 @@
 //! `summary: true`) appears, the session's prune list and token cache are cleared, its stats
 //! are kept, and it is due to be saved. A corrupt state file is reported once by name; the
 //! session starts afresh, and the file is set aside when the state is first saved.
+//!
+//! Other processes may write the same state file: a CLI sweep, a second OpenCode. Saves are
+//! read-merge-writes under the file's lock ([`persist::sync`]), so none of their updates is
+//! lost, and before each request [`Manager::observe`] checks the file's stamp and merges in
+//! what another process wrote. A slot keeps a journal of the prunes it recorded since its
+//! last save, which is what a merge adds to the file's stats.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use super::persist::{self, LoadOutcome, StateError};
-use super::SessionState;
+use super::persist::{self, LoadOutcome, Stamp, StateError, Synced};
+use super::{PruneRecord, SessionState};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -21,10 +28,29 @@ use crate::tokens::{EstimatorChoice, TokenCounter};
 pub struct Slot {
     pub state: SessionState,
     pub tokens: TokenCounter,
-    /// The unreadable state file found at load, still to be set aside.
+    /// The unreadable state file found at load; the first save sets it aside.
     pub corrupt: Option<PathBuf>,
     /// Whether the state changed since it was last handed out for saving.
     pub dirty: bool,
+    /// Prunes recorded since the last save job, for the next merge.
+    journal: Vec<(String, PruneRecord)>,
+    /// The version of the file `state` was last synced with.
+    stamp: Option<Stamp>,
+    /// The number of save jobs handed out, and of those whose outcome was taken in.
+    handed: u64,
+    absorbed: u64,
+}
+
+impl Slot {
+    /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.
+    pub fn record(&mut self, call_id: &str, record: PruneRecord) -> bool {
+        if !self.state.record(call_id, record.clone()) {
+            return false;
+        }
+        self.journal.push((call_id.to_string(), record));
+        self.dirty = true;
+        true
+    }
 }
 
 /// What [`Manager::observe`] noticed.
@@ -34,28 +60,74 @@ pub struct Observation {
     pub first_seen: bool,
     /// A newer compaction appeared; the prune list was cleared.
     pub compacted: bool,
+    /// Another process had changed the state file; its changes were merged in.
+    pub external: bool,
 }
 
-/// A save to perform: the bytes of a state file and where they go.
-#[derive(Debug, Clone)]
+/// Outcomes of finished saves, by session id, waiting for the manager to take them in. The
+/// writer task posts to it; the manager reads it before the next request.
+#[derive(Debug, Default, Clone)]
+pub struct Mailbox(Arc<Mutex<HashMap<String, Posted>>>);
+
+#[derive(Debug)]
+struct Posted {
+    seq: u64,
+    stamp: Option<Stamp>,
+    /// The merged state, kept when a save took in another process's changes.
+    merged: Option<SessionState>,
+}
+
+impl Mailbox {
+    fn post(&self, id: &str, seq: u64, synced: Synced) {
+        let Ok(mut map) = self.0.lock() else {
+            return;
+        };
+        let entry = map.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
+        // A later save read the file an earlier foreign merge wrote: it has those changes too.
+        let keep = synced.foreign || entry.merged.is_some();
+        entry.seq = seq;
+        entry.stamp = synced.stamp;
+        entry.merged = keep.then_some(synced.state);
+    }
+
+    fn take(&self, id: &str, seq: u64) -> Option<Posted> {
+        let mut map = self.0.lock().ok()?;
+        if map.get(id).is_some_and(|p| p.seq == seq) {
+            return map.remove(id);
+        }
+        None
+    }
+}
+
+/// A save to perform: a session's state, and the prunes it recorded since its last save.
+#[derive(Debug)]
 pub struct SaveJob {
     pub dir: PathBuf,
     pub session_id: String,
-    pub bytes: Vec<u8>,
-    /// Set the existing file aside before writing: it was corrupt.
-    pub set_aside: bool,
+    state: SessionState,
+    journal: Vec<(String, PruneRecord)>,
+    base: Option<Stamp>,
+    seq: u64,
+    mailbox: Mailbox,
 }
 
 impl SaveJob {
-    /// Performs the save synchronously.
+    /// Performs the save synchronously: a read-merge-write under the file's lock. Returns
+    /// where a corrupt file was set aside.
     pub fn run(&self) -> Result<Option<PathBuf>, StateError> {
-        let path = persist::state_path(&self.dir, &self.session_id)?;
-        let mut aside = None;
-        if self.set_aside && path.exists() {
-            aside = Some(persist::set_aside(&path)?);
-        }
-        persist::write_atomic(&path, &self.bytes).map_err(|source| StateError::Write { path, source })?;
+        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, self.base)?;
+        let aside = synced.aside.take();
+        self.mailbox.post(&self.session_id, self.seq, synced);
         Ok(aside)
+    }
+
+    /// Folds an older job of the same session into this newer one, for a writer that has
+    /// both queued: the newer state wins, and neither journal is lost.
+    pub fn absorb_older(&mut self, older: SaveJob) {
+        let mut journal = older.journal;
+        journal.append(&mut self.journal);
+        self.journal = journal;
+        self.base = older.base;
     }
 }
 
@@ -65,6 +137,7 @@ pub struct Manager {
     dir: PathBuf,
     estimator: EstimatorChoice,
     slots: HashMap<String, Slot>,
+    mailbox: Mailbox,
 }
 
 /// The `time.created` of the newest compaction summary in `messages`, or 0.
@@ -74,7 +147,7 @@ pub fn newest_compaction(messages: &[Message]) -> i64 {
 
 impl Manager {
     pub fn new(dir: &Path, estimator: EstimatorChoice) -> Manager {
-        Manager { dir: dir.to_path_buf(), estimator, slots: HashMap::new() }
+        Manager { dir: dir.to_path_buf(), estimator, slots: HashMap::new(), mailbox: Mailbox::default() }
     }
 
     pub fn dir(&self) -> &Path {
@@ -87,7 +160,9 @@ impl Manager {
         persist::validate_session_id(id)?;
         let first = !self.slots.contains_key(id);
         if first {
-            let (state, corrupt) = match persist::load(&self.dir, id)? {
+            let path = persist::state_path(&self.dir, id)?;
+            let stamp = persist::stamp(&path);
+            let (state, corrupt) = match persist::load_path(&path) {
                 LoadOutcome::Missing => (SessionState::default(), None),
                 LoadOutcome::Loaded(state) => (*state, None),
                 LoadOutcome::Corrupt { path, reason } => {
@@ -98,18 +173,75 @@ impl Manager {
                     (SessionState::default(), Some(path))
                 }
             };
-            let slot = Slot { state, tokens: TokenCounter::new(self.estimator), corrupt, dirty: false };
+            let slot = Slot {
+                state,
+                tokens: TokenCounter::new(self.estimator),
+                corrupt,
+                dirty: false,
+                journal: Vec::new(),
+                stamp,
+                handed: 0,
+                absorbed: 0,
+            };
             self.slots.insert(id.to_string(), slot);
         }
         Ok((self.slots.get_mut(id).expect("inserted above"), first))
     }
 
+    /// Takes in what happened to session `id`'s file since the state was last synced: the
+    /// outcome of this process's last save, or another process's write. While a save of
+    /// this process is still in flight nothing is read: that save merges, and its outcome
+    /// is taken in next time. Returns whether another process's changes were merged in.
+    pub fn refresh(&mut self, id: &str) -> Result<bool, StateError> {
+        let path = persist::state_path(&self.dir, id)?;
+        let mailbox = self.mailbox.clone();
+        let (slot, first) = self.slot(id)?;
+        if first {
+            return Ok(false);
+        }
+        if slot.absorbed < slot.handed {
+            let Some(posted) = mailbox.take(id, slot.handed) else {
+                return Ok(false);
+            };
+            slot.absorbed = slot.handed;
+            slot.stamp = posted.stamp;
+            let Some(merged) = posted.merged else {
+                return Ok(false);
+            };
+            slot.state = persist::merge(merged, &slot.state, &slot.journal);
+            return Ok(true);
+        }
+        let now = persist::stamp(&path);
+        if now == slot.stamp || now.is_none() {
+            return Ok(false);
+        }
+        slot.stamp = now;
+        match persist::load_path(&path) {
+            LoadOutcome::Loaded(disk) => {
+                slot.state = persist::merge(*disk, &slot.state, &slot.journal);
+                Ok(true)
+            }
+            LoadOutcome::Missing => Ok(false),
+            LoadOutcome::Corrupt { path, reason } => {
+                tracing::warn!(
+                    "state file {} was changed by another process and is now corrupt ({reason}); it will be set aside, not overwritten",
+                    path.display()
+                );
+                slot.dirty = true;
+                Ok(false)
+            }
+        }
+    }
+
     /// Looks at the messages about to be sent for session `id`: loads its state on first
-    /// sight and handles a compaction newer than the last one handled.
+    /// sight, merges in another process's changes, and handles a compaction newer than the
+    /// last one handled.
     pub fn observe(&mut self, id: &str, messages: &[Message]) -> Result<Observation, StateError> {
         let newest = newest_compaction(messages);
-        let (slot, first_seen) = self.slot(id)?;
-        let mut seen = Observation { first_seen, compacted: false };
+        let first_seen = !self.slots.contains_key(id);
+        let external = self.refresh(id)?;
+        let (slot, _) = self.slot(id)?;
+        let mut seen = Observation { first_seen, compacted: false, external };
         let foreign = !slot.state.raw.contains_key("dcp");
         if first_seen && foreign && slot.state.last_compaction == 0 {
             // A file dcp did not write does not say which compaction it has seen: take the
@@ -126,22 +258,46 @@ impl Manager {
         Ok(seen)
     }
 
-    /// Folds the pending counter and renders the session's state for saving. The corrupt
-    /// file, if any, is set aside by this job and forgotten.
+    /// Hands out session `id`'s state for saving: a copy and the journal since the last job.
     pub fn save_job(&mut self, id: &str) -> Result<SaveJob, StateError> {
         let dir = self.dir.clone();
+        let mailbox = self.mailbox.clone();
         let (slot, _) = self.slot(id)?;
         slot.state.fold_counter();
         slot.dirty = false;
-        let set_aside = slot.corrupt.take().is_some();
-        let bytes = persist::render(&slot.state, &persist::now_iso());
-        Ok(SaveJob { dir, session_id: id.to_string(), bytes, set_aside })
+        slot.corrupt = None;
+        slot.handed += 1;
+        Ok(SaveJob {
+            dir,
+            session_id: id.to_string(),
+            state: slot.state.clone(),
+            journal: std::mem::take(&mut slot.journal),
+            base: slot.stamp,
+            seq: slot.handed,
+            mailbox,
+        })
     }
 
-    /// Saves session `id` now, on this thread.
+    /// Saves session `id` now, on this thread, and takes in the outcome. Returns where a
+    /// corrupt file was set aside.
     pub fn save_now(&mut self, id: &str) -> Result<Option<PathBuf>, StateError> {
         let job = self.save_job(id)?;
-        job.run()
+        match job.run() {
+            Ok(aside) => {
+                self.refresh(id)?;
+                Ok(aside)
+            }
+            Err(e) => {
+                // Nothing was written: the journal goes back, for the next save.
+                let (slot, _) = self.slot(id)?;
+                let mut journal = job.journal;
+                journal.append(&mut slot.journal);
+                slot.journal = journal;
+                slot.absorbed = slot.handed;
+                slot.dirty = true;
+                Err(e)
+            }
+        }
     }
 
     /// The ids of sessions with unsaved changes.

@@ -33,6 +33,18 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot create state dir {path}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot lock {path}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot set aside corrupt state file {path}")]
     SetAside {
         path: PathBuf,
@@ -83,7 +95,10 @@ pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
 pub fn load_path(path: &Path) -> LoadOutcome {
     let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
     match fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LoadOutcome::Missing,
+        // No dir, or a file where the dir should be: there is no state file either way.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            return LoadOutcome::Missing
+        }
         Err(e) => return corrupt(format!("cannot read it: {e}")),
         // A FIFO or a device would block the read, or never end: only plain files are read.
         Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
@@ -300,13 +315,15 @@ pub fn now_iso() -> String {
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, fsync, rename,
 /// then fsync of the directory so the rename itself is durable.
+///
+/// The temp file is `.<name>.tmp`, one per state file: callers hold the session's lock (see
+/// [`lock`]), so no two writers share it, and a temp file a killed writer left behind is
+/// simply overwritten by the next save instead of piling up.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
+    let tmp = dir.join(format!(".{name}.tmp"));
     let result = (|| {
         let mut file = fs::File::create(&tmp)?;
         file.write_all(bytes)?;
@@ -324,6 +341,150 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Which version of a state file is on disk. Every dcp save renames a new file into place,
+/// so a save by any process changes the inode, and an in-place rewrite (the published DCP
+/// plugin's) changes the size or the modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+/// The [`Stamp`] of the file at `path`, or `None` if there is none.
+pub fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some(Stamp { len: meta.len(), modified: meta.modified().ok(), inode })
+}
+
+/// Takes the advisory lock of session `id`'s state file, waiting for it: `.<id>.lock` in
+/// `dir`. Every dcp process holds it while it reads, merges and writes the file, so two
+/// processes never interleave a read-merge-write. The lock goes with the returned file, and
+/// with the process if it dies.
+pub fn lock(dir: &Path, id: &str) -> Result<fs::File, StateError> {
+    validate_session_id(id)?;
+    fs::create_dir_all(dir).map_err(|source| StateError::CreateDir { path: dir.to_path_buf(), source })?;
+    let path = dir.join(format!(".{id}.lock"));
+    let open = || {
+        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        file.lock()?;
+        Ok(file)
+    };
+    open().map_err(|source| StateError::Lock { path: path.clone(), source })
+}
+
+/// Brings `disk`, the state another process may have written since this one last read it,
+/// together with `mine`, this process's state, and returns the union. `journal` holds the
+/// prunes `mine` recorded since it last synced: their stats are added to the file's, except
+/// for calls the file already has (another process pruned them too, and counted them).
+///
+/// The newer compaction wins the prune list: prunes from before it name calls the model no
+/// longer sees. Stats only ever add up. Agent-facing ids keep the file's numbering; an id of
+/// `mine` that another call took on disk is renumbered.
+pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneRecord)]) -> SessionState {
+    let mut out = disk;
+    out.fold_counter();
+    for (id, record) in journal {
+        if out.pruned.contains_key(id) {
+            continue;
+        }
+        let tally = out.stats.by_strategy.entry(record.strategy).or_default();
+        tally.tokens += record.tokens;
+        tally.tools += 1;
+        out.stats.total_prune_tokens += record.tokens;
+    }
+    if mine.last_compaction > out.last_compaction {
+        out.pruned.clear();
+        out.last_compaction = mine.last_compaction;
+    }
+    if mine.last_compaction == out.last_compaction {
+        for (id, record) in &mine.pruned {
+            match out.pruned.get_mut(id) {
+                // Once either side applied a prune it stays applied.
+                Some(theirs) => theirs.applied |= record.applied,
+                None => {
+                    out.pruned.insert(id.clone(), record.clone());
+                }
+            }
+        }
+    }
+    let taken: std::collections::HashSet<u32> = out.ids.values().copied().collect();
+    let mut next = out.next_id.max(mine.next_id).max(1);
+    for (call, n) in &mine.ids {
+        if out.ids.contains_key(call) {
+            continue;
+        }
+        let n = if taken.contains(n) {
+            let fresh = next;
+            next = next.saturating_add(1);
+            fresh
+        } else {
+            *n
+        };
+        out.ids.insert(call.clone(), n);
+    }
+    let max_id = out.ids.values().copied().max().unwrap_or(0);
+    out.next_id = next.max(max_id.saturating_add(1));
+    if mine.session_name.is_some() {
+        out.session_name.clone_from(&mine.session_name);
+    }
+    out
+}
+
+/// What [`sync`] did.
+#[derive(Debug)]
+pub struct Synced {
+    /// The state now on disk.
+    pub state: SessionState,
+    /// The written file's stamp.
+    pub stamp: Option<Stamp>,
+    /// Whether the file had changed since `base`: another process wrote it, and `state`
+    /// holds its changes as well.
+    pub foreign: bool,
+    /// Where a corrupt file was set aside.
+    pub aside: Option<PathBuf>,
+}
+
+/// Saves session `id` with a read-merge-write under its lock: reads the file as it is now,
+/// merges `mine` and `journal` into it (see [`merge`]), and writes the result atomically.
+/// `base` is the stamp of the version `mine` was last synced with. A missing file is written
+/// from `mine` alone; a corrupt one is set aside first, never overwritten.
+pub fn sync(
+    dir: &Path,
+    id: &str,
+    mine: &SessionState,
+    journal: &[(String, PruneRecord)],
+    base: Option<Stamp>,
+) -> Result<Synced, StateError> {
+    let path = state_path(dir, id)?;
+    let _lock = lock(dir, id)?;
+    let current = stamp(&path);
+    let mut aside = None;
+    let merged = match load_path(&path) {
+        LoadOutcome::Loaded(disk) => merge(*disk, mine, journal),
+        LoadOutcome::Missing => {
+            let mut state = mine.clone();
+            state.fold_counter();
+            state
+        }
+        LoadOutcome::Corrupt { .. } => {
+            if path.exists() {
+                aside = Some(set_aside(&path)?);
+            }
+            let mut state = mine.clone();
+            state.fold_counter();
+            state
+        }
+    };
+    let bytes = render(&merged, &now_iso());
+    write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
+    Ok(Synced { state: merged, stamp: stamp(&path), foreign: current != base, aside })
+}
+
 /// Renames a corrupt state file out of the way: `<name>.corrupt-<UTC time>`.
 pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
@@ -332,19 +493,6 @@ pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
     let target = PathBuf::from(target);
     fs::rename(path, &target).map_err(|source| StateError::SetAside { path: path.to_path_buf(), source })?;
     Ok(target)
-}
-
-/// Saves `state` as session `id` in `dir`. `corrupt` names a file found unreadable when the
-/// state was loaded: it is set aside first, never overwritten. Returns where it was set aside.
-pub fn save(dir: &Path, id: &str, state: &SessionState, corrupt: bool) -> Result<Option<PathBuf>, StateError> {
-    let path = state_path(dir, id)?;
-    let mut set = None;
-    if corrupt && path.exists() {
-        set = Some(set_aside(&path)?);
-    }
-    let bytes = render(state, &now_iso());
-    write_atomic(&path, &bytes).map_err(|source| StateError::Write { path, source })?;
-    Ok(set)
 }
 
 #[cfg(test)]
@@ -374,5 +522,64 @@ mod tests {
         assert!(parse(&[0xff, 0xfe]).unwrap_err().starts_with("not UTF-8"));
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(parse(deep.as_bytes()).is_err());
+    }
+
+    fn rec(strategy: Strategy, tokens: u64, applied: bool) -> PruneRecord {
+        PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied }
+    }
+
+    #[test]
+    fn merge_unions_prunes_and_counts_each_call_once() {
+        let mut disk = SessionState::default();
+        disk.record("theirs", rec(Strategy::Sweep, 7, true));
+        disk.record("both", rec(Strategy::Deduplication, 5, false));
+        disk.fold_counter();
+        let mut mine = SessionState::default();
+        mine.record("both", rec(Strategy::Deduplication, 5, true));
+        mine.record("mine", rec(Strategy::Discard, 3, true));
+        let journal = vec![
+            ("both".to_string(), rec(Strategy::Deduplication, 5, true)),
+            ("mine".to_string(), rec(Strategy::Discard, 3, true)),
+        ];
+        let out = merge(disk, &mine, &journal);
+        assert_eq!(out.pruned.keys().collect::<Vec<_>>(), ["both", "mine", "theirs"]);
+        assert!(out.pruned["both"].applied, "applied on either side stays applied");
+        // `both` was counted by the other process already.
+        assert_eq!(out.stats.tokens(), 15);
+        assert_eq!(out.stats.by_strategy[&Strategy::Deduplication].tools, 1);
+        assert_eq!(out.stats.by_strategy[&Strategy::Discard].tools, 1);
+    }
+
+    #[test]
+    fn merge_lets_the_newer_compaction_win_the_prune_list_and_keeps_stats() {
+        let mut disk = SessionState::default();
+        disk.record("old", rec(Strategy::Sweep, 4, true));
+        disk.fold_counter();
+        let mut mine = SessionState::default();
+        mine.clear_after_compaction(100);
+        mine.record("new", rec(Strategy::Sweep, 6, true));
+        let journal = vec![("new".to_string(), rec(Strategy::Sweep, 6, true))];
+        let out = merge(disk.clone(), &mine, &journal);
+        assert_eq!(out.pruned.keys().collect::<Vec<_>>(), ["new"]);
+        assert_eq!((out.last_compaction, out.stats.tokens()), (100, 10));
+        // The other way round: the file saw a compaction this process has not.
+        disk.clear_after_compaction(200);
+        let out = merge(disk, &mine, &journal);
+        assert!(out.pruned.is_empty());
+        assert_eq!((out.last_compaction, out.stats.tokens()), (200, 10));
+    }
+
+    #[test]
+    fn merge_keeps_the_files_agent_ids_and_renumbers_a_clash() {
+        let mut disk = SessionState::default();
+        assert_eq!(disk.id_for("a"), 1);
+        let mut mine = SessionState::default();
+        assert_eq!(mine.id_for("b"), 1);
+        assert_eq!(mine.id_for("a"), 2);
+        let out = merge(disk, &mine, &[]);
+        assert_eq!(out.ids["a"], 1);
+        // `b` cannot keep 1, and 2 is the id this process gave `a`: it gets a fresh one.
+        assert_eq!(out.ids["b"], 3);
+        assert_eq!(out.next_id, 4);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! The sidecar hands every save to one writer task over a channel, so saves of a session
 //! happen in order. Jobs that pile up while a write is in flight are coalesced: only the
-//! newest bytes of each session are written. A failed save (full disk, read-only dir) is
+//! newest state of each session is written, with the journals of all of them. A failed save (full disk, read-only dir) is
 //! logged once per session and retried later; pruning goes on in memory meanwhile.
 
 use std::collections::{BTreeMap, HashSet};
@@ -12,11 +12,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::manager::SaveJob;
 
-/// How long to wait before retrying a failed save.
+/// How long to wait before retrying a failed save, unless `DCP_SAVE_RETRY_MS` says otherwise.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+fn retry_after() -> Duration {
+    std::env::var("DCP_SAVE_RETRY_MS").ok().and_then(|v| v.parse().ok()).map_or(RETRY_AFTER, Duration::from_millis)
+}
+
 enum Msg {
-    Save(SaveJob),
+    Save(Box<SaveJob>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -36,7 +40,7 @@ impl Saver {
 
     /// Queues a save; returns at once.
     pub fn save(&self, job: SaveJob) {
-        let _ = self.tx.send(Msg::Save(job));
+        let _ = self.tx.send(Msg::Save(Box::new(job)));
     }
 
     /// Waits until every save queued before this call has been attempted.
@@ -51,6 +55,7 @@ impl Saver {
 async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
     let mut failing: HashSet<String> = HashSet::new();
     let mut retry: BTreeMap<String, SaveJob> = BTreeMap::new();
+    let wait = retry_after();
     loop {
         let first = if retry.is_empty() {
             match rx.recv().await {
@@ -58,7 +63,7 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
                 None => return,
             }
         } else {
-            match tokio::time::timeout(RETRY_AFTER, rx.recv()).await {
+            match tokio::time::timeout(wait, rx.recv()).await {
                 Ok(Some(m)) => m,
                 Ok(None) => {
                     write_all(std::mem::take(&mut retry), &mut failing, &mut BTreeMap::new()).await;
@@ -78,15 +83,23 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
         while let Some(msg) = next {
             match msg {
                 Msg::Save(job) => {
-                    let set_aside = job.set_aside || jobs.get(&job.session_id).is_some_and(|j| j.set_aside);
-                    jobs.insert(job.session_id.clone(), SaveJob { set_aside, ..job });
+                    let mut job = *job;
+                    if let Some(older) = jobs.remove(&job.session_id) {
+                        job.absorb_older(older);
+                    }
+                    jobs.insert(job.session_id.clone(), job);
                 }
                 Msg::Flush(done) => flushes.push(done),
             }
             next = rx.try_recv().ok();
         }
-        for (id, job) in std::mem::take(&mut retry) {
-            jobs.entry(id).or_insert(job);
+        for (id, older) in std::mem::take(&mut retry) {
+            match jobs.get_mut(&id) {
+                Some(job) => job.absorb_older(older),
+                None => {
+                    jobs.insert(id, older);
+                }
+            }
         }
         write_all(jobs, &mut failing, &mut retry).await;
         for done in flushes {
@@ -101,10 +114,13 @@ async fn write_all(
     retry: &mut BTreeMap<String, SaveJob>,
 ) {
     for (id, job) in jobs {
-        let attempt = job.clone();
-        let result = tokio::task::spawn_blocking(move || attempt.run()).await;
+        let result = tokio::task::spawn_blocking(move || {
+            let outcome = job.run();
+            (job, outcome)
+        })
+        .await;
         match result {
-            Ok(Ok(aside)) => {
+            Ok((_, Ok(aside))) => {
                 if let Some(aside) = aside {
                     tracing::warn!("set the corrupt state file of {id} aside as {}", aside.display());
                 }
@@ -112,7 +128,7 @@ async fn write_all(
                     tracing::warn!("saved the state of {id} again after earlier failures");
                 }
             }
-            Ok(Err(e)) => {
+            Ok((job, Err(e))) => {
                 if failing.insert(id.clone()) {
                     tracing::warn!(
                         "{}; pruning goes on in memory and the save will be retried",

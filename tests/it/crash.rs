@@ -48,4 +48,25 @@ fn state_files_survive_sigkill_at_random_moments() {
         assert!(n >= previous, "a kill lost an earlier save: {n} < {previous}");
         previous = n;
     }
+    // A kill between creating the temp file and renaming it leaves `.ses_crash.json.tmp`:
+    // one at most, since every save of the session uses the same name under its lock, and
+    // the next save takes it over.
+    let temps = || {
+        std::fs::read_dir(&state_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp"))
+            .count()
+    };
+    assert!(temps() <= 1);
+    let status = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["save-loop", "--session", "ses_crash", "--count", "1", "--data-dir"])
+        .arg(&data)
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(temps(), 0, "a save left its temp file behind");
+    eprintln!("{survived} kills survived; the last file held {previous} saves");
 }

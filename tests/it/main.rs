@@ -4,6 +4,7 @@
 //! flow, from the host adapters to the CLI.
 
 mod cli;
+mod concurrency;
 mod crash;
 mod e2e;
 mod engine;
@@ -12,4 +13,5 @@ mod hostile;
 mod persistence;
 mod sidecar;
 mod state_manager;
+mod storage_failures;
 mod support;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::support::{Sandbox, DB_SESSION};
 
-struct Sidecar {
+pub(crate) struct Sidecar {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -19,7 +19,12 @@ struct Sidecar {
 }
 
 impl Sidecar {
-    fn spawn(sandbox: &Sandbox, config: &str) -> Sidecar {
+    pub(crate) fn spawn(sandbox: &Sandbox, config: &str) -> Sidecar {
+        Sidecar::spawn_with(sandbox, config, &[], Stdio::null())
+    }
+
+    /// A sidecar with extra environment variables, whose stderr goes to `stderr`.
+    pub(crate) fn spawn_with(sandbox: &Sandbox, config: &str, envs: &[(&str, &str)], stderr: Stdio) -> Sidecar {
         let root = sandbox.dir.path();
         let cfg = root.join("home/.config/opencode");
         std::fs::create_dir_all(&cfg).unwrap();
@@ -32,9 +37,10 @@ impl Sidecar {
             .env("XDG_CONFIG_HOME", root.join("home/.config"))
             .env_remove("OPENCODE_CONFIG_DIR")
             .env_remove("OPENCODE_DB")
+            .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();
@@ -58,13 +64,13 @@ impl Sidecar {
         answer
     }
 
-    fn result(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn result(&mut self, method: &str, params: Value) -> Value {
         let answer = self.call(method, params);
         assert!(answer.get("error").is_none(), "{answer}");
         answer["result"].clone()
     }
 
-    fn shutdown(mut self) {
+    pub(crate) fn shutdown(mut self) {
         self.result("shutdown", json!({}));
         assert!(self.child.wait().unwrap().success());
     }
@@ -76,7 +82,7 @@ fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
 }
 
 /// Applies a transform result the way the plugin does.
-fn apply(messages: &mut [Value], result: &Value) {
+pub(crate) fn apply(messages: &mut [Value], result: &Value) {
     for e in result["edits"].as_array().unwrap() {
         let (m, p) = (e["m"].as_u64().unwrap() as usize, e["p"].as_u64().unwrap() as usize);
         let mut at = &mut messages[m]["parts"][p];
@@ -97,7 +103,7 @@ fn state_file(sandbox: &Sandbox) -> Value {
     serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap()
 }
 
-const IMMEDIATE: &str =
+pub(crate) const IMMEDIATE: &str =
     r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}}}"#;
 
 #[test]

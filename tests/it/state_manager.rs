@@ -23,7 +23,7 @@ fn each_session_keeps_its_own_state_across_switches() {
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
     let a = SessionBuilder::new().user("a").build();
     assert!(m.observe("ses_a", &a).unwrap().first_seen);
-    m.slot("ses_a").unwrap().0.state.record("call_a", record(10));
+    m.slot("ses_a").unwrap().0.record("call_a", record(10));
 
     // Switching to b loads b's file; a's state is untouched by it.
     let seen = m.observe("ses_b", &a).unwrap();
@@ -50,7 +50,7 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_c", &before).unwrap();
     let (slot, _) = m.slot("ses_c").unwrap();
-    slot.state.record("c1", record(25));
+    slot.record("c1", record(25));
     slot.state.id_for("c1");
     m.save_now("ses_c").unwrap();
 
@@ -81,7 +81,7 @@ fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
     let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_d", &before).unwrap();
-    m.slot("ses_d").unwrap().0.state.record("c1", record(5));
+    m.slot("ses_d").unwrap().0.record("c1", record(5));
     m.save_now("ses_d").unwrap();
     drop(m);
     let after = SessionBuilder::continuing(before).compaction("s").build();

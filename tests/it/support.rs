@@ -156,3 +156,26 @@ fn part_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
         .find(|p| p.get("callID").and_then(Value::as_str) == Some(call_id))
         .unwrap_or_else(|| panic!("no call {call_id}"))
 }
+
+/// A request of session `ses_test` whose newest call `d<i>b` reads the same file as `d<i>a`.
+pub fn duplicate_reads(i: u64) -> Vec<Value> {
+    let path = json!({"filePath": format!("/p/f{i}.rs")});
+    let output = format!("fn f{i}() {{}}\n").repeat(40);
+    SessionBuilder::new()
+        .user(&format!("request {i}"))
+        .tool(&format!("d{i}a"), "read", path.clone(), &output)
+        .tool(&format!("d{i}b"), "read", path, &output)
+        .build()
+        .into_iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .map(|mut m| {
+            // Distinct message and part ids per request, as in a real session.
+            let id = format!("{}_{i}", m["info"]["id"].as_str().unwrap());
+            m["info"]["id"] = json!(id);
+            for (k, p) in m["parts"].as_array_mut().unwrap().iter_mut().enumerate() {
+                p["id"] = json!(format!("prt_{id}_{k}"));
+            }
+            m
+        })
+        .collect()
+}

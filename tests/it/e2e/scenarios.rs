@@ -252,10 +252,11 @@ fn killing_the_sidecar_mid_session_does_not_break_the_run() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     lab.dcp_bin = wrapper;
+    // The kill comes after the request that pruned the first read, so there is saved state.
     lab.llm.push(vec![
         read("k.parser", "src/parser.py"),
-        read("k.parser_again", "src/parser.py").killing(&pidfile),
-        read("k.records", "data/records.csv"),
+        read("k.parser_again", "src/parser.py"),
+        read("k.records", "data/records.csv").killing(&pidfile),
         read("k.parser_third", "src/parser.py"),
         Turn::text("k.answer", "Done despite the crash."),
     ]);
@@ -268,6 +269,17 @@ fn killing_the_sidecar_mid_session_does_not_break_the_run() {
     assert_eq!(result(&answer, &call_id_of(&lab, "k.parser")), OUTPUT_PLACEHOLDER);
     assert_eq!(result(&answer, &call_id_of(&lab, "k.parser_again")), OUTPUT_PLACEHOLDER);
     assert!(result(&answer, &call_id_of(&lab, "k.parser_third")).contains("def parse_section_1"));
+    // The state saved before the kill is intact, and the restarted sidecar counted nothing twice.
+    let session = lab.session_id();
+    let state = lab.state(&session);
+    assert!(state["dcp"]["pruned"].get(call_id_of(&lab, "k.parser")).is_some(), "{state}");
+    assert_eq!(state["dcp"]["byStrategy"]["deduplication"]["tools"], 2, "{state}");
+    let leftovers: Vec<String> = std::fs::read_dir(lab.state_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp") || n.contains(".corrupt-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
 #[test]
@@ -291,29 +303,42 @@ fn fake_sidecar(lab: &Lab, name: &str, script: &str) -> std::path::PathBuf {
     path
 }
 
-fn passes_through(lab: &Lab, prefix: &str) {
+/// A first run with the real sidecar saves state; a second run of the same session with the
+/// misbehaving `fake` passes the messages through and leaves that state byte for byte.
+fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::path::PathBuf) {
+    let label = |s: &str| format!("{prefix}.{s}");
     lab.llm.push(vec![
-        read(&format!("{prefix}.one"), "src/parser.py"),
-        read(&format!("{prefix}.two"), "src/parser.py"),
-        Turn::text(&format!("{prefix}.answer"), "ok"),
+        read(&label("one"), "src/parser.py"),
+        read(&label("two"), "src/parser.py"),
+        Turn::text(&label("first"), "ok"),
     ]);
-    let out = lab.run(None, "Read twice while dcp misbehaves.");
+    let out = lab.run(None, "Read twice with dcp.");
     assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
-    let answer = lab.llm.request_for(&format!("{prefix}.answer"));
-    assert!(result(&answer, &call_id_of(lab, &format!("{prefix}.one"))).contains("def parse_section_1"), "unchanged");
+    let session = lab.session_id();
+    let file = lab.state_dir().join(format!("{session}.json"));
+    let saved = std::fs::read(&file).expect("the first run saved state");
+    assert!(lab.state(&session)["dcp"]["pruned"].get(call_id_of(&lab, &label("one"))).is_some());
+
+    lab.dcp_bin = fake;
+    lab.llm.push(vec![read(&label("three"), "src/parser.py"), Turn::text(&label("answer"), "ok")]);
+    let out = lab.run(Some(&session), "Read again while dcp misbehaves.");
+    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    let answer = lab.llm.request_for(&label("answer"));
+    assert!(result(&answer, &call_id_of(&lab, &label("one"))).contains("def parse_section_1"), "passed through");
     assert!(!answer.text().contains("<prunable-tools>"));
+    assert_eq!(std::fs::read(&file).unwrap(), saved, "the state saved before the failure changed");
 }
 
 #[test]
 fn a_sidecar_that_answers_garbage_is_passed_through() {
-    let mut lab = Lab::new(IMMEDIATE);
-    lab.dcp_bin = fake_sidecar(&lab, "garbage.sh", "while read line; do echo 'this is not json'; done");
-    passes_through(&lab, "g");
+    let lab = Lab::new(IMMEDIATE);
+    let fake = fake_sidecar(&lab, "garbage.sh", "while read line; do echo 'this is not json'; done");
+    passes_through_and_keeps_the_state(lab, "g", fake);
 }
 
 #[test]
 fn a_sidecar_that_hangs_is_passed_through() {
-    let mut lab = Lab::new(IMMEDIATE);
-    lab.dcp_bin = fake_sidecar(&lab, "hang.sh", "exec cat >/dev/null");
-    passes_through(&lab, "h");
+    let lab = Lab::new(IMMEDIATE);
+    let fake = fake_sidecar(&lab, "hang.sh", "exec cat >/dev/null");
+    passes_through_and_keeps_the_state(lab, "h", fake);
 }

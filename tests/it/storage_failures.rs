@@ -1,0 +1,88 @@
+//! A state dir that cannot be written, and a full disk: pruning goes on in memory, the
+//! failure is reported once, nothing already saved is damaged, and the save is retried.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use dcp::state::manager::Manager;
+use dcp::state::persist;
+use dcp::state::{Action, PruneRecord, Strategy};
+use dcp::tokens::EstimatorChoice;
+use serde_json::json;
+
+use crate::sidecar::{Sidecar, IMMEDIATE};
+use crate::support::{duplicate_reads, Sandbox};
+
+fn record(tokens: u64) -> PruneRecord {
+    PruneRecord { strategy: Strategy::Sweep, action: Action::Output, tokens, tool: String::new(), applied: true }
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_written_keeps_pruning_in_memory_and_saves_later() {
+    let s = Sandbox::new();
+    // The state dir is a plain file: nothing can be created in it, even by root.
+    std::fs::remove_dir_all(s.state_dir()).unwrap();
+    std::fs::write(s.state_dir(), "not a dir").unwrap();
+    let log = s.dir.path().join("sidecar.log");
+    let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
+    let mut sidecar = Sidecar::spawn_with(&s, IMMEDIATE, &[("DCP_SAVE_RETRY_MS", "200")], stderr);
+    for i in 1..=3 {
+        let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": duplicate_reads(i)}));
+        assert_eq!(result["edits"].as_array().unwrap().len(), 1, "request {i} was not pruned: {result}");
+    }
+    // Let a few retries fail too.
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::remove_file(s.state_dir()).unwrap();
+    std::fs::create_dir(s.state_dir()).unwrap();
+    // The retry timer saves without waiting for another request.
+    let file = s.state_dir().join("ses_test.json");
+    let start = Instant::now();
+    while !file.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = persist::parse(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(state.stats.by_strategy[&Strategy::Deduplication].tools, 3);
+    sidecar.shutdown();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let failures: Vec<&str> = text.lines().filter(|l| l.contains("pruning goes on in memory")).collect();
+    assert_eq!(failures.len(), 1, "one warning, not one per attempt: {text}");
+    assert!(failures[0].contains("cannot create state dir") && failures[0].contains("storage/plugin/dcp"), "{text}");
+    assert!(!text.contains("corrupt"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("saved the state of ses_test again")).count(), 1, "{text}");
+}
+
+#[test]
+fn a_full_disk_keeps_the_old_file_names_the_error_and_loses_no_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    m.slot("ses_full").unwrap().0.record("c1", record(10));
+    m.save_now("ses_full").unwrap();
+    let file = dir.path().join("ses_full.json");
+    let before = std::fs::read(&file).unwrap();
+    // The next write lands on /dev/full, which fails every write with ENOSPC.
+    std::os::unix::fs::symlink("/dev/full", dir.path().join(".ses_full.json.tmp")).unwrap();
+    m.slot("ses_full").unwrap().0.record("c2", record(20));
+    let err = dcp::error_chain(&m.save_now("ses_full").unwrap_err());
+    assert!(err.contains("cannot write state file") && err.contains("ses_full.json"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), before, "a failed save damaged the saved file");
+    // Space is back (the failed save removed its temp file): the next save has both prunes.
+    m.save_now("ses_full").unwrap();
+    let state = persist::parse(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(state.pruned.len(), 2);
+    assert_eq!(state.stats.tokens(), 30);
+    assert_eq!(state.stats.by_strategy[&Strategy::Sweep].tools, 2);
+}
+
+#[test]
+fn a_temp_file_left_by_a_killed_save_is_replaced_not_piled_up() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".ses_t.json.tmp"), "{\"half\": ").unwrap();
+    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    m.slot("ses_t").unwrap().0.record("c1", record(1));
+    m.save_now("ses_t").unwrap();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, [".ses_t.lock", "ses_t.json"]);
+}
