@@ -164,7 +164,7 @@ class Sidecar {
   }
 }
 
-/** What was last sent of each session, so unchanged parts go by reference. */
+/** What was last sent of each session, so unchanged messages and parts are not re-sent. */
 class SentCache {
   constructor() {
     this.generation = -1;
@@ -177,7 +177,8 @@ class SentCache {
       this.generation = generation;
     }
     let s = this.sessions.get(id);
-    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map() }));
+    // `seq` and `edits`: the last answer's edits, which the sidecar may tell us to reuse.
+    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map(), keys: [], seq: null, edits: [] }));
     return s;
   }
 
@@ -200,10 +201,32 @@ function infoKey(info) {
   return `${info.role}|${info.time?.completed ?? ""}|${info.finish ?? ""}|${info.summary === true}|${info.error ? 1 : 0}|${info.tokens?.output ?? ""}`;
 }
 
-/** The history in wire form: unchanged infos and parts by reference. */
+/** What identifies a message's version: its info and every part, by id and key. A part
+ * without a key (an unknown type) never matches, so its message is always re-sent. */
+function messageKey(m) {
+  const info = m.info ?? {};
+  let key = `${info.id}#${infoKey(info)}`;
+  for (const part of m.parts ?? []) {
+    const k = part && part.id ? partKey(part) : null;
+    if (k === null) return null;
+    key += `#${part.id}:${k}`;
+  }
+  return key;
+}
+
+/** The history in wire form: `base` leading messages unchanged since the last request are
+ * not sent at all; of the rest, unchanged infos and parts go by reference. */
 function encode(messages, cache) {
+  let base = 0;
+  if (cache) {
+    const keys = messages.map(messageKey);
+    const previous = cache.keys;
+    while (base < keys.length && base < previous.length && keys[base] !== null && keys[base] === previous[base]) base++;
+    cache.keys = keys;
+  }
   const wire = [];
-  for (const m of messages) {
+  for (let i = base; i < messages.length; i++) {
+    const m = messages[i];
     const info = m.info ?? {};
     const entry = { id: info.id, parts: [] };
     const ik = infoKey(info);
@@ -223,7 +246,7 @@ function encode(messages, cache) {
     }
     wire.push(entry);
   }
-  return wire;
+  return { base, messages: wire };
 }
 
 function applyEdits(messages, result) {
@@ -310,14 +333,28 @@ export const DcpPlugin = async ({ client, directory }) => {
         if (parentID !== undefined) params.parentID = parentID;
         let result;
         if (compaction) {
-          result = await sidecar.call("transform", { ...params, messages: encode(messages, null) });
+          result = await sidecar.call("transform", { ...params, ...encode(messages, null) });
         } else {
+          const send = () => {
+            const cache = sent.session(sessionID, sidecar.generation);
+            const request = { ...params, ...encode(messages, cache) };
+            if (cache.seq !== null) request.have = cache.seq;
+            return sidecar.call("transform", request).then((answer) => {
+              // Unchanged edits are not re-sent: the last ones hold.
+              if (answer?.sameEdits) answer.edits = cache.edits;
+              else if (answer?.seq !== undefined) {
+                cache.seq = answer.seq;
+                cache.edits = answer.edits ?? [];
+              }
+              return answer;
+            });
+          };
           try {
-            result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+            result = await send();
           } catch (e) {
             if (e?.code !== RESYNC) throw e;
             sent.forget(sessionID);
-            result = await sidecar.call("transform", { ...params, messages: encode(messages, sent.session(sessionID, sidecar.generation)) });
+            result = await send();
           }
         }
         applyEdits(messages, result);

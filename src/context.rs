@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::session::{str_field, tool_calls, Message, Role};
+use crate::session::{str_field, History, Message, Role};
 use crate::state::{Action, SessionState, Strategy};
 use crate::strategies::{self, Protection};
 use crate::tokens::TokenCounter;
@@ -137,7 +137,8 @@ pub fn analyse(
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Analysis {
-    let calls = tool_calls(messages);
+    let history = History::new(messages);
+    let calls = &history.calls;
     let before = measure(messages, counter);
     let mut scratch = state.clone();
     // Only the recorded decisions for calls still in the history matter here.
@@ -171,7 +172,7 @@ pub fn analyse(
         }
     }
     for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
-        let found = strategies::automatic_one(strategy, messages, &scratch, config, protection, counter);
+        let found = strategies::automatic_one(strategy, &history, &scratch, config, protection, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
             pruned.push(describe(&d.call_id, &d.record, false));

@@ -35,13 +35,23 @@ pub enum EstimatorChoice {
     CharsDiv4,
 }
 
+static BPE_STATE: OnceLock<Option<&'static bpe_openai::Tokenizer>> = OnceLock::new();
+
 fn bpe() -> Option<&'static bpe_openai::Tokenizer> {
-    static BPE: OnceLock<Option<&'static bpe_openai::Tokenizer>> = OnceLock::new();
-    *BPE.get_or_init(|| {
+    *BPE_STATE.get_or_init(|| {
         // Loading deserialises tables built into the binary; guard against a panic in the
         // dependency so that counting degrades to chars/4 instead of taking dcp down.
         std::panic::catch_unwind(bpe_openai::o200k_base).ok()
     })
+}
+
+/// The estimator `Auto` will use, without waiting for the tables to load: the tokenizer,
+/// unless it already failed to load.
+pub fn expected_estimator() -> Estimator {
+    match BPE_STATE.get() {
+        Some(None) => Estimator::CharsDiv4,
+        _ => Estimator::O200k,
+    }
 }
 
 /// Starts loading the BPE tables on a background thread, so that the first count is fast.
@@ -62,12 +72,16 @@ pub enum Field {
 #[derive(Debug, Default)]
 pub struct TokenCounter {
     choice: EstimatorChoice,
-    cache: HashMap<(String, Field), u64>,
+    /// By part id: the output's count and the input's. Looked up by `&str`, so a hit
+    /// allocates nothing.
+    cache: HashMap<String, [Option<u64>; 2]>,
+    /// By part id: the deduplication signature of a completed call, whose input never changes.
+    signatures: HashMap<String, u64>,
 }
 
 impl TokenCounter {
     pub fn new(choice: EstimatorChoice) -> Self {
-        TokenCounter { choice, cache: HashMap::new() }
+        TokenCounter { choice, cache: HashMap::new(), signatures: HashMap::new() }
     }
 
     /// The estimator this counter uses.
@@ -92,17 +106,39 @@ impl TokenCounter {
         if part_id.is_empty() {
             return self.count(text);
         }
-        if let Some(n) = self.cache.get(&(part_id.to_string(), field)) {
-            return *n;
+        let slot = field as usize;
+        if let Some(n) = self.cache.get(part_id).and_then(|counts| counts[slot]) {
+            return n;
         }
         let n = self.count(text);
-        self.cache.insert((part_id.to_string(), field), n);
+        match self.cache.get_mut(part_id) {
+            Some(counts) => counts[slot] = Some(n),
+            None => {
+                let mut counts = [None; 2];
+                counts[slot] = Some(n);
+                self.cache.insert(part_id.to_string(), counts);
+            }
+        }
         n
+    }
+
+    /// The signature of part `part_id`, worked out by `make` the first time.
+    pub fn signature(&mut self, part_id: &str, make: impl FnOnce() -> u64) -> u64 {
+        if part_id.is_empty() {
+            return make();
+        }
+        if let Some(s) = self.signatures.get(part_id) {
+            return *s;
+        }
+        let s = make();
+        self.signatures.insert(part_id.to_string(), s);
+        s
     }
 
     /// Forgets every cached count (after a compaction, the parts are gone).
     pub fn clear(&mut self) {
         self.cache.clear();
+        self.signatures.clear();
     }
 }
 

@@ -1,5 +1,6 @@
-//! State files: `persist::parse` on arbitrary bytes never panics, and a state it parses
-//! renders to a file that parses again and renders to the same bytes.
+//! State files: `persist::parse` on arbitrary bytes never panics, a state it parses renders
+//! to a file that parses again and renders to the same bytes, and merging it with itself
+//! (another process's copy of the same file) loses no prune and counts nothing twice.
 
 #![no_main]
 
@@ -24,4 +25,8 @@ fuzz_target!(|data: &[u8]| {
         String::from_utf8_lossy(&rendered),
         String::from_utf8_lossy(&twice)
     );
+    let journal: Vec<_> = state.pruned.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
+    let merged = persist::merge(again, &state, &journal);
+    assert_eq!(merged.pruned, state.pruned, "a merge with the same file changed the prunes");
+    assert_eq!(merged.stats.tokens(), state.stats.tokens(), "a merge with the same file counted prunes twice");
 });

@@ -80,17 +80,60 @@ pub struct ToolCall<'a> {
     pub call_id: &'a str,
     pub tool: &'a str,
     pub status: ToolStatus,
-    pub input: &'a Value,
-    pub output: Option<&'a str>,
-    pub error: Option<&'a str>,
     /// OpenCode already cleared this output itself (`state.time.compacted`).
     pub compacted: bool,
     /// The model step the call belongs to: the number of assistant messages up to and
     /// including the call's message, starting at 1.
     pub turn: u32,
+    /// The part itself; input, output and error are read from it when asked for.
+    value: &'a Value,
+    key: Option<&'a str>,
+    file_path: Option<&'a str>,
 }
 
 static NULL: Value = Value::Null;
+
+/// What a tool part says about itself, owned, so that it can be kept across requests: a
+/// completed part never changes, so the sidecar reads each part once (see
+/// [`History::from_facts`]) instead of on every request.
+#[derive(Debug, Clone)]
+pub struct CallFacts {
+    pub part: usize,
+    pub part_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub status: ToolStatus,
+    pub compacted: bool,
+    pub key: Option<String>,
+    pub file_path: Option<String>,
+}
+
+impl CallFacts {
+    /// The facts of every tool part of `message`.
+    pub fn of(message: &Message) -> Vec<CallFacts> {
+        message
+            .parts
+            .iter()
+            .enumerate()
+            .filter_map(|(pi, part)| ToolCall::from_part(0, pi, part, 0))
+            .map(|c| CallFacts {
+                part: c.part,
+                part_id: c.part_id.to_string(),
+                call_id: c.call_id.to_string(),
+                tool: c.tool.to_string(),
+                status: c.status,
+                compacted: c.compacted,
+                key: c.key.map(str::to_string),
+                file_path: c.file_path.map(str::to_string),
+            })
+            .collect()
+    }
+}
+
+fn key_argument(input: &Value) -> Option<&str> {
+    const KEYS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
+    KEYS.iter().find_map(|k| str_field(input, k))
+}
 
 impl<'a> ToolCall<'a> {
     /// Builds a view of `part` if it is a tool part with a call id. Returns `None` for any
@@ -110,6 +153,7 @@ impl<'a> ToolCall<'a> {
             _ => ToolStatus::Unknown,
         };
         let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
+        let input = state.get("input").unwrap_or(&NULL);
         Some(ToolCall {
             message,
             part: part_index,
@@ -117,24 +161,91 @@ impl<'a> ToolCall<'a> {
             call_id,
             tool,
             status,
-            input: state.get("input").unwrap_or(&NULL),
-            output: str_field(state, "output"),
-            error: str_field(state, "error"),
             compacted,
             turn,
+            value: part,
+            key: key_argument(input),
+            file_path: str_field(input, "filePath").or_else(|| str_field(input, "path")),
         })
+    }
+
+    /// The view of a part whose facts were read before.
+    fn from_facts(message: usize, facts: &'a CallFacts, part: &'a Value, turn: u32) -> Self {
+        ToolCall {
+            message,
+            part: facts.part,
+            part_id: &facts.part_id,
+            call_id: &facts.call_id,
+            tool: &facts.tool,
+            status: facts.status,
+            compacted: facts.compacted,
+            turn,
+            value: part,
+            key: facts.key.as_deref(),
+            file_path: facts.file_path.as_deref(),
+        }
+    }
+
+    fn state(&self) -> &'a Value {
+        self.value.get("state").unwrap_or(&NULL)
+    }
+
+    /// The call's arguments (`state.input`), or `null`.
+    pub fn input(&self) -> &'a Value {
+        self.state().get("input").unwrap_or(&NULL)
+    }
+
+    /// The call's output, once completed.
+    pub fn output(&self) -> Option<&'a str> {
+        str_field(self.state(), "output")
+    }
+
+    /// The call's error, if it failed.
+    pub fn error(&self) -> Option<&'a str> {
+        str_field(self.state(), "error")
     }
 
     /// The argument that best names what the call touched: a file path, a command, a pattern
     /// or a URL. This is what the `<prunable-tools>` list and the CLI show.
     pub fn key_argument(&self) -> Option<&'a str> {
-        const KEYS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
-        KEYS.iter().find_map(|k| str_field(self.input, k))
+        self.key
     }
 
     /// The file this call reads or writes, if its input names one.
     pub fn file_path(&self) -> Option<&'a str> {
-        str_field(self.input, "filePath").or_else(|| str_field(self.input, "path"))
+        self.file_path
+    }
+}
+
+/// A history's tool calls and its current model step, found in one walk, for every strategy
+/// that looks at the same request.
+#[derive(Debug)]
+pub struct History<'a> {
+    pub messages: &'a [Message],
+    pub calls: Vec<ToolCall<'a>>,
+    /// The current model step: the number of assistant messages.
+    pub current: u32,
+}
+
+impl<'a> History<'a> {
+    pub fn new(messages: &'a [Message]) -> History<'a> {
+        let calls = tool_calls(messages);
+        History { messages, calls, current: current_turn(messages) }
+    }
+
+    /// The history of `messages` from facts read earlier: `facts[i]` are the facts of
+    /// `messages[i]`'s tool parts, and `turns[i]` the model step of `messages[i]`. Builds the
+    /// views without reading the parts again.
+    pub fn from_facts(messages: &'a [Message], facts: &'a [Vec<CallFacts>], turns: &'a [u32]) -> History<'a> {
+        let mut calls = Vec::with_capacity(facts.iter().map(Vec::len).sum());
+        for (mi, (message, facts)) in messages.iter().zip(facts).enumerate() {
+            for f in facts {
+                if let Some(part) = message.parts.get(f.part) {
+                    calls.push(ToolCall::from_facts(mi, f, part, turns[mi]));
+                }
+            }
+        }
+        History { messages, calls, current: turns.last().copied().unwrap_or(0) }
     }
 }
 

@@ -1,24 +1,33 @@
 //! The sidecar's mirror of each session's history, so requests need not re-send it.
 //!
-//! A `transform` request lists every message, but a message whose info is unchanged may omit
-//! `info`, and a part already sent and unchanged may be sent as `{"ref": "<part id>"}`. The
-//! mirror holds the previous request's messages and resolves those references by moving the
-//! values it holds, so a request costs what is new plus a list of ids. A reference the mirror
-//! cannot resolve (after a sidecar restart) is a `RESYNC` error: the plugin then sends
-//! everything in full.
+//! A `transform` request says how many leading messages are unchanged since the previous
+//! request (`base`) and sends only the rest. Of those, a message whose info is unchanged may
+//! omit `info`, and a part already sent and unchanged may be sent as `{"ref": "<part id>"}`.
+//! The mirror holds the previous request's messages, keeps the first `base` as they are and
+//! resolves the references by moving the values it holds, so a request costs what changed,
+//! not the length of the session. A base or reference the mirror cannot resolve (after a
+//! sidecar restart) is a `RESYNC` error: the plugin then sends everything in full.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
 use super::protocol::{code, RpcError};
-use crate::session::Message;
+use crate::session::{str_field, CallFacts, History, Message, Role};
 
+/// The previous request's messages, and what was read from each of them once: its tool
+/// calls, its model step, its approximate size and whether it is a compaction summary. The
+/// side tables are aligned with `messages`; entries of the unchanged prefix are reused.
 #[derive(Debug, Default)]
 pub struct Mirror {
     messages: Vec<Message>,
-    infos: HashMap<String, usize>,
-    parts: HashMap<String, (usize, usize)>,
+    /// How many leading messages the last request kept from the one before.
+    kept: usize,
+    facts: Vec<Vec<CallFacts>>,
+    turns: Vec<u32>,
+    sizes: Vec<u64>,
+    /// The newest compaction summary's `time.created` up to each message, or 0.
+    compactions: Vec<i64>,
 }
 
 fn resync(what: &str) -> RpcError {
@@ -34,81 +43,174 @@ impl Mirror {
         &self.messages
     }
 
-    /// Resolves a request's wire messages against the previous request, and keeps the
-    /// result as the new mirror.
-    pub fn resolve(&mut self, wire: Vec<Value>) -> Result<&[Message], RpcError> {
-        let mut old = std::mem::take(&mut self.messages);
-        let old_infos = std::mem::take(&mut self.infos);
-        let old_parts = std::mem::take(&mut self.parts);
-        let mut out = Vec::with_capacity(wire.len());
-        for (mi, item) in wire.into_iter().enumerate() {
-            let Value::Object(mut item) = item else {
-                return Err(RpcError::params(format!("transform: messages[{mi}] is not an object")));
-            };
-            let info = match item.remove("info") {
-                Some(info @ Value::Object(_)) => info,
-                Some(other) => {
-                    return Err(RpcError::params(format!(
-                        "transform: messages[{mi}].info is not an object: {}",
-                        crate::format::excerpt(&other)
-                    )))
-                }
-                None => {
-                    let id = item.get("id").and_then(Value::as_str).ok_or_else(|| {
-                        RpcError::params(format!("transform: messages[{mi}] has neither info nor id"))
-                    })?;
-                    let at = *old_infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
-                    match std::mem::take(&mut old[at].info) {
-                        Value::Null => return Err(resync(&format!("message {id}"))),
-                        info => info,
-                    }
-                }
-            };
-            let parts = match item.remove("parts") {
-                Some(Value::Array(parts)) => parts,
-                None => Vec::new(),
-                Some(other) => {
-                    return Err(RpcError::params(format!(
-                        "transform: messages[{mi}].parts is not a list: {}",
-                        crate::format::excerpt(&other)
-                    )))
-                }
-            };
-            let mut resolved = Vec::with_capacity(parts.len());
-            for (pi, part) in parts.into_iter().enumerate() {
-                let reference = match &part {
-                    Value::Object(o) if o.len() == 1 => o.get("ref").and_then(Value::as_str).map(str::to_string),
-                    Value::Object(_) => None,
-                    other => {
-                        return Err(RpcError::params(format!(
-                            "transform: messages[{mi}].parts[{pi}] is not an object: {}",
-                            crate::format::excerpt(other)
-                        )))
-                    }
-                };
-                let Some(id) = reference else {
-                    resolved.push(part);
-                    continue;
-                };
-                let &(m, p) = old_parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
-                match std::mem::take(&mut old[m].parts[p]) {
-                    Value::Null => return Err(resync(&format!("part {id}"))),
-                    value => resolved.push(value),
-                }
-            }
-            out.push(Message { info, parts: resolved });
-        }
-        for (mi, m) in out.iter().enumerate() {
-            self.infos.insert(m.id().to_string(), mi);
-            for (pi, p) in m.parts.iter().enumerate() {
-                if let Some(id) = p.get("id").and_then(Value::as_str) {
-                    self.parts.insert(id.to_string(), (mi, pi));
-                }
-            }
-        }
-        self.messages = out;
-        Ok(&self.messages)
+    /// The tool calls of the last resolved request, from the facts read when each message
+    /// arrived.
+    pub fn history(&self) -> History<'_> {
+        History::from_facts(&self.messages, &self.facts, &self.turns)
     }
+
+    /// How many leading messages of the last resolved request are the previous request's,
+    /// unchanged.
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+
+    /// The approximate tokens of each message of the last resolved request.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// The `time.created` of the newest compaction summary of the last request, or 0.
+    pub fn newest_compaction(&self) -> i64 {
+        self.compactions.last().copied().unwrap_or(0)
+    }
+
+    fn clear(&mut self) {
+        *self = Mirror::default();
+    }
+
+    /// Reads the messages from `from` on, which are new or changed, into the side tables.
+    fn index_from(&mut self, from: usize) {
+        self.facts.truncate(from);
+        self.turns.truncate(from);
+        self.sizes.truncate(from);
+        self.compactions.truncate(from);
+        let mut turn = self.turns.last().copied().unwrap_or(0);
+        let mut newest = self.compactions.last().copied().unwrap_or(0);
+        for m in &self.messages[from..] {
+            if m.role() == Role::Assistant {
+                turn += 1;
+            }
+            if m.is_compaction_summary() {
+                newest = newest.max(m.time_created());
+            }
+            self.facts.push(CallFacts::of(m));
+            self.turns.push(turn);
+            self.sizes.push(m.parts.iter().map(approx_tokens).sum());
+            self.compactions.push(newest);
+        }
+    }
+
+    /// Resolves a request against the previous one, and keeps the result as the new mirror.
+    /// The first `base` messages are the previous request's, unchanged; `wire` holds the rest,
+    /// whose omitted infos and `ref` parts are taken from the previous request's messages
+    /// after `base`. So a request costs what changed, not the length of the session.
+    pub fn resolve(&mut self, base: usize, wire: Vec<Value>) -> Result<&[Message], RpcError> {
+        if base > self.messages.len() {
+            let had = self.messages.len();
+            self.clear();
+            return Err(RpcError::new(
+                code::RESYNC,
+                format!("base {base} is past the {had} messages in the sidecar's mirror; send the full history"),
+            ));
+        }
+        let mut old = self.messages.split_off(base);
+        match resolve_tail(&mut old, base, wire) {
+            Ok(tail) => {
+                self.messages.extend(tail);
+                self.index_from(base);
+                self.kept = base;
+                Ok(&self.messages)
+            }
+            Err(e) => {
+                // The plugin resyncs with the full history.
+                self.clear();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
+/// The policy needs sizes on every request, so this avoids the tokenizer.
+pub fn approx_tokens(part: &Value) -> u64 {
+    let mut chars = str_field(part, "text").map_or(0, str::len);
+    if let Some(state) = part.get("state") {
+        chars += str_field(state, "output").map_or(0, str::len);
+        chars += str_field(state, "error").map_or(0, str::len);
+        if let Some(input) = state.get("input").and_then(Value::as_object) {
+            for (k, v) in input {
+                chars += k.len() + v.as_str().map_or(8, str::len);
+            }
+        }
+    }
+    (chars as u64).div_ceil(4)
+}
+
+/// Resolves the wire messages after `base` against `old`, the previous request's messages
+/// after `base`, moving the values it reuses out of `old`.
+fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Vec<Message>, RpcError> {
+    let mut infos: HashMap<String, usize> = HashMap::with_capacity(old.len());
+    let mut parts: HashMap<String, (usize, usize)> = HashMap::new();
+    for (mi, m) in old.iter().enumerate() {
+        infos.insert(m.id().to_string(), mi);
+        for (pi, p) in m.parts.iter().enumerate() {
+            if let Some(id) = p.get("id").and_then(Value::as_str) {
+                parts.insert(id.to_string(), (mi, pi));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(wire.len());
+    for (i, item) in wire.into_iter().enumerate() {
+        let mi = base + i;
+        let Value::Object(mut item) = item else {
+            return Err(RpcError::params(format!("transform: messages[{mi}] is not an object")));
+        };
+        let info = match item.remove("info") {
+            Some(info @ Value::Object(_)) => info,
+            Some(other) => {
+                return Err(RpcError::params(format!(
+                    "transform: messages[{mi}].info is not an object: {}",
+                    crate::format::excerpt(&other)
+                )))
+            }
+            None => {
+                let id = item
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| RpcError::params(format!("transform: messages[{mi}] has neither info nor id")))?;
+                let at = *infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
+                match std::mem::take(&mut old[at].info) {
+                    Value::Null => return Err(resync(&format!("message {id}"))),
+                    info => info,
+                }
+            }
+        };
+        let wire_parts = match item.remove("parts") {
+            Some(Value::Array(parts)) => parts,
+            None => Vec::new(),
+            Some(other) => {
+                return Err(RpcError::params(format!(
+                    "transform: messages[{mi}].parts is not a list: {}",
+                    crate::format::excerpt(&other)
+                )))
+            }
+        };
+        let mut resolved = Vec::with_capacity(wire_parts.len());
+        for (pi, part) in wire_parts.into_iter().enumerate() {
+            let reference = match &part {
+                Value::Object(o) if o.len() == 1 => o.get("ref").and_then(Value::as_str).map(str::to_string),
+                Value::Object(_) => None,
+                other => {
+                    return Err(RpcError::params(format!(
+                        "transform: messages[{mi}].parts[{pi}] is not an object: {}",
+                        crate::format::excerpt(other)
+                    )))
+                }
+            };
+            let Some(id) = reference else {
+                resolved.push(part);
+                continue;
+            };
+            let &(m, p) = parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
+            match std::mem::take(&mut old[m].parts[p]) {
+                Value::Null => return Err(resync(&format!("part {id}"))),
+                value => resolved.push(value),
+            }
+        }
+        out.push(Message { info, parts: resolved });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -122,19 +224,43 @@ mod tests {
         let first = vec![
             json!({"info": {"id": "msg_1", "role": "user"}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}]}),
         ];
-        m.resolve(first).unwrap();
+        m.resolve(0, first).unwrap();
         let second = vec![
             json!({"id": "msg_1", "parts": [{"ref": "prt_1"}]}),
             json!({"info": {"id": "msg_2", "role": "assistant"}, "parts": [{"id": "prt_2", "type": "text", "text": "yo"}]}),
         ];
-        let got = m.resolve(second).unwrap();
+        let got = m.resolve(0, second).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].info["role"], "user");
         assert_eq!(got[0].parts[0]["text"], "hi");
         // A reference the mirror never saw asks for a resync.
-        let err = m.resolve(vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})]).unwrap_err();
+        let err = m.resolve(0, vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})]).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
-        let err = Mirror::default().resolve(vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
+        let err = Mirror::default().resolve(0, vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
+        assert_eq!(err.code, code::RESYNC);
+    }
+
+    #[test]
+    fn a_base_keeps_the_unchanged_prefix_and_resolves_the_rest() {
+        let mut m = Mirror::default();
+        let first = vec![
+            json!({"info": {"id": "msg_1", "role": "user"}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}]}),
+            json!({"info": {"id": "msg_2", "role": "assistant"}, "parts": [{"id": "prt_2", "type": "text", "text": "yo"}]}),
+        ];
+        m.resolve(0, first).unwrap();
+        // msg_1 is unchanged; msg_2 is re-sent by reference, and msg_3 is new.
+        let second = vec![
+            json!({"id": "msg_2", "parts": [{"ref": "prt_2"}]}),
+            json!({"info": {"id": "msg_3", "role": "user"}, "parts": [{"id": "prt_3", "type": "text", "text": "go"}]}),
+        ];
+        let got = m.resolve(1, second).unwrap();
+        let ids: Vec<&str> = got.iter().map(Message::id).collect();
+        assert_eq!(ids, ["msg_1", "msg_2", "msg_3"]);
+        assert_eq!(got[1].parts[0]["text"], "yo");
+        // Only what follows the base can be referenced, and the base cannot pass the mirror.
+        let err = m.resolve(2, vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
+        assert_eq!(err.code, code::RESYNC);
+        let err = m.resolve(9, vec![]).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
     }
 }

@@ -23,7 +23,7 @@ use crate::config::{self, Config, Notification};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::policy;
-use crate::session::{str_field, tool_calls, Message, Role};
+use crate::session::{str_field, History, Message, Role};
 use crate::state::manager::Manager;
 use crate::state::saver::Saver;
 use crate::state::{PruneRecord, SessionState};
@@ -52,6 +52,10 @@ struct Live {
     lookups: u32,
     /// Tool calls in the history when the agent was last nudged.
     calls_at_nudge: usize,
+    /// The number of the last answer whose edits the plugin may keep, and what they were
+    /// computed from: the slot's revision and the number of messages.
+    edits_seq: u64,
+    edits_basis: Option<(u64, usize)>,
 }
 
 /// The sidecar's state: config, sessions, and where saves go.
@@ -79,11 +83,18 @@ struct TransformParams {
     /// The history is a copy about to be summarised by a compaction, not a model request.
     #[serde(default)]
     compaction: bool,
+    /// How many leading messages are the previous request's, unchanged: not re-sent.
+    #[serde(default)]
+    base: usize,
+    /// The `seq` of the last answer whose edits the plugin holds.
+    #[serde(default)]
+    have: Option<u64>,
     messages: Vec<Value>,
 }
 
 /// What a transform knows about the request besides the history.
 struct RequestInfo {
+    have: Option<u64>,
     requests: u32,
     idle_seconds: Option<u64>,
     context_limit: Option<u64>,
@@ -127,22 +138,6 @@ fn now_ms() -> i64 {
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, e.to_string())
-}
-
-/// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
-/// The policy needs sizes on every request, so this avoids the tokenizer.
-fn approx_tokens(part: &Value) -> u64 {
-    let mut chars = str_field(part, "text").map_or(0, str::len);
-    if let Some(state) = part.get("state") {
-        chars += str_field(state, "output").map_or(0, str::len);
-        chars += str_field(state, "error").map_or(0, str::len);
-        if let Some(input) = state.get("input").and_then(Value::as_object) {
-            for (k, v) in input {
-                chars += k.len() + v.as_str().map_or(8, str::len);
-            }
-        }
-    }
-    (chars as u64).div_ceil(4)
 }
 
 impl Server {
@@ -235,7 +230,9 @@ impl Server {
             self.protection = Protection::new(&loaded.config).map_err(internal)?;
             self.config = loaded.config;
         }
-        let estimator = crate::tokens::TokenCounter::new(EstimatorChoice::Auto).estimator().name();
+        // Not `TokenCounter::estimator`: that would wait for the tables, which load in the
+        // background while the first requests are served.
+        let estimator = crate::tokens::expected_estimator().name();
         Ok(json!({
             "protocol": protocol::PROTOCOL_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
@@ -289,17 +286,19 @@ impl Server {
             // no counting, no policy, no list. It is not the next request's history
             // either, so the mirror is left as it is.
             let mut scratch = Mirror::default();
-            let messages = scratch.resolve(p.messages)?;
+            let messages = scratch.resolve(0, p.messages)?;
             if self.skip_session(&sid) {
                 return Ok(json!({"edits": [], "append": [], "notify": null}));
             }
             let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-            return Ok(json!({"edits": edits_for(messages, &slot.state), "append": [], "notify": null}));
+            let history = History::new(messages);
+            return Ok(json!({"edits": edits_for(&history, &slot.state), "append": [], "notify": null}));
         }
         let idle_seconds = live.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         live.last_request_ms = Some(now);
         live.requests += 1;
         let request = RequestInfo {
+            have: p.have,
             requests: live.requests,
             idle_seconds,
             context_limit: p.context_limit,
@@ -308,8 +307,8 @@ impl Server {
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
         let mut mirror = std::mem::take(&mut live.mirror);
-        let result = match mirror.resolve(p.messages) {
-            Ok(messages) => self.rewrite(&sid, messages, request),
+        let result = match mirror.resolve(p.base, p.messages) {
+            Ok(_) => self.rewrite(&sid, &mirror, request),
             Err(e) => Err(e),
         };
         if let Some(live) = self.live.get_mut(&sid) {
@@ -320,38 +319,43 @@ impl Server {
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
     /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
-    fn rewrite(&mut self, sid: &str, messages: &[Message], request: RequestInfo) -> Result<Value, RpcError> {
-        let RequestInfo { requests, idle_seconds, context_limit, title } = request;
+    fn rewrite(&mut self, sid: &str, mirror: &Mirror, request: RequestInfo) -> Result<Value, RpcError> {
+        let RequestInfo { have, requests, idle_seconds, context_limit, title } = request;
         if self.skip_session(sid) {
             return Ok(json!({"edits": [], "append": [], "notify": null}));
         }
-        let observed = self.manager.observe(sid, messages).map_err(|e| RpcError::params(e.to_string()))?;
+        let observed = self
+            .manager
+            .observe_newest(sid, mirror.newest_compaction())
+            .map_err(|e| RpcError::params(e.to_string()))?;
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         if slot.state.session_name.is_none() {
             slot.state.session_name = title;
         }
         let mut dirty = observed.compacted;
-        for d in strategies::automatic(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
+        // What the mirror read from each message when it arrived: nothing is read twice.
+        let history = mirror.history();
+        for d in strategies::automatic(&history, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
             dirty |= slot.record(&d.call_id, d.record);
         }
 
         // The cache-aware policy: apply pending rewrites together, when it pays. Each
         // assistant message in the history was one request, so the session's request count
         // survives restarts.
-        let sizes: Vec<u64> = messages.iter().map(|m| m.parts.iter().map(approx_tokens).sum()).collect();
+        let sizes = mirror.sizes();
         let mut tails = vec![0u64; sizes.len() + 1];
         for i in (0..sizes.len()).rev() {
             tails[i] = tails[i + 1] + sizes[i];
         }
-        let calls = tool_calls(messages);
-        let pending: Vec<(&str, policy::Pending)> = calls
+        let pending: Vec<(&str, policy::Pending)> = history
+            .calls
             .iter()
             .filter_map(|c| {
                 let r = slot.state.pruned.get(c.call_id).filter(|r| !r.applied)?;
                 Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
             })
             .collect();
-        let requests = requests.max(crate::session::current_turn(messages) + 1);
+        let requests = requests.max(history.current + 1);
         let base = policy::Inputs { context: tails[0], tail: 0, pending: 0, requests, idle_seconds, context_limit };
         let costs: Vec<policy::Pending> = pending.iter().map(|(_, p)| *p).collect();
         let mut applied_now: Vec<String> = Vec::new();
@@ -361,13 +365,29 @@ impl Server {
                 if let Some(r) = slot.state.pruned.get_mut(*id) {
                     r.applied = true;
                 }
+                slot.revision += 1;
                 applied_now.push((*id).to_string());
             }
             dirty = true;
         }
 
-        let edits = edits_for(messages, &slot.state);
-        let append = self.tail_message(sid, messages);
+        // The edits are the same as in the last answer if no prune changed and the messages
+        // they point at were kept: the plugin then reuses its copy instead of receiving them.
+        let basis = (slot.revision, history.messages.len());
+        let live = self.live.get_mut(sid).expect("transform inserts");
+        let previous = live.edits_basis;
+        let same = have == Some(live.edits_seq)
+            && previous.is_some_and(|(revision, len)| revision == basis.0 && mirror.kept() >= len);
+        let edits = if same {
+            None
+        } else {
+            live.edits_seq += 1;
+            live.edits_basis = Some(basis);
+            let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+            Some(edits_for(&history, &slot.state))
+        };
+        let seq = live_seq(&self.live, sid);
+        let append = self.tail_message(sid, &history);
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         let notify = match self.config.prune_notification {
             _ if applied_now.is_empty() => None,
@@ -383,11 +403,17 @@ impl Server {
             slot.dirty = true;
             self.save(sid);
         }
-        Ok(json!({"edits": edits, "append": append, "notify": notify}))
+        let mut answer = json!({"seq": seq, "append": append, "notify": notify});
+        match edits {
+            Some(edits) => answer["edits"] = Value::Array(edits),
+            None => answer["sameEdits"] = Value::Bool(true),
+        }
+        Ok(answer)
     }
 
     /// The synthetic message appended after the history: the prunable list and any nudge.
-    fn tail_message(&mut self, sid: &str, messages: &[Message]) -> Vec<Value> {
+    fn tail_message(&mut self, sid: &str, history: &History<'_>) -> Vec<Value> {
+        let messages = history.messages;
         let tools = &self.config.tools;
         if !tools.discard.enabled && !tools.extract.enabled {
             return Vec::new();
@@ -398,12 +424,12 @@ impl Server {
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
         let list =
-            manual::prunable(messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
+            manual::prunable(history, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
         if list.is_empty() {
             return Vec::new();
         }
         let mut text = texts::prunable_list(&list);
-        let calls = tool_calls(messages).len();
+        let calls = history.calls.len();
         let live = self.live.entry(sid.to_string()).or_default();
         if live.calls_at_nudge > calls {
             live.calls_at_nudge = 0;
@@ -414,11 +440,12 @@ impl Server {
             && calls - live.calls_at_nudge >= settings.nudge_frequency as usize
         {
             live.calls_at_nudge = calls;
-            let calls_by_id = tool_calls(messages);
+            let by_id: HashMap<&str, &crate::session::ToolCall<'_>> =
+                history.calls.iter().map(|c| (c.call_id, c)).collect();
             let tokens: u64 = list
                 .iter()
-                .filter_map(|p| calls_by_id.iter().find(|c| c.call_id == p.call_id))
-                .map(|c| c.output.map_or(0, |o| o.len() as u64).div_ceil(4))
+                .filter_map(|p| by_id.get(p.call_id.as_str()))
+                .map(|c| c.output().map_or(0, |o| o.len() as u64).div_ceil(4))
                 .sum();
             text.push('\n');
             text.push_str(&texts::nudge(list.len(), tokens));
@@ -494,8 +521,14 @@ impl Server {
         let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let valid =
-            manual::prunable(&messages, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
+        let valid = manual::prunable(
+            &History::new(&messages),
+            &mut slot.state,
+            &self.config,
+            &self.protection,
+            &listing,
+            &mut slot.tokens,
+        );
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
@@ -634,23 +667,23 @@ impl Server {
     }
 }
 
+fn live_seq(live: &HashMap<String, Live>, sid: &str) -> u64 {
+    live.get(sid).map_or(0, |l| l.edits_seq)
+}
+
 /// The edits that bring `messages` to what the model should see: every applied prune.
-fn edits_for(messages: &[Message], state: &SessionState) -> Vec<Value> {
+fn edits_for(history: &History<'_>, state: &SessionState) -> Vec<Value> {
     let mut edits = Vec::new();
     if state.pruned.is_empty() {
         return edits;
     }
-    for (mi, m) in messages.iter().enumerate() {
-        for (pi, part) in m.parts.iter().enumerate() {
-            let Some(record) = part.get("callID").and_then(Value::as_str).and_then(|c| state.pruned.get(c)) else {
-                continue;
-            };
-            if !record.applied {
-                continue;
-            }
-            for e in strategies::field_edits(part, &record.action) {
-                edits.push(json!({"m": mi, "p": pi, "path": e.path, "value": e.value}));
-            }
+    for call in &history.calls {
+        let Some(record) = state.pruned.get(call.call_id).filter(|r| r.applied) else {
+            continue;
+        };
+        let part = &history.messages[call.message].parts[call.part];
+        for e in strategies::field_edits(part, &record.action) {
+            edits.push(json!({"m": call.message, "p": call.part, "path": e.path, "value": e.value}));
         }
     }
     edits

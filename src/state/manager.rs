@@ -32,6 +32,9 @@ pub struct Slot {
     pub corrupt: Option<PathBuf>,
     /// Whether the state changed since it was last handed out for saving.
     pub dirty: bool,
+    /// Bumped whenever the rewrites in force may change (an applied record, a compaction, a
+    /// merge), so the sidecar can tell that the edits it last sent still hold.
+    pub revision: u64,
     /// Prunes recorded since the last save job, for the next merge.
     journal: Vec<(String, PruneRecord)>,
     /// The version of the file `state` was last synced with.
@@ -44,8 +47,12 @@ pub struct Slot {
 impl Slot {
     /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.
     pub fn record(&mut self, call_id: &str, record: PruneRecord) -> bool {
+        let applied = record.applied;
         if !self.state.record(call_id, record.clone()) {
             return false;
+        }
+        if applied {
+            self.revision += 1;
         }
         self.journal.push((call_id.to_string(), record));
         self.dirty = true;
@@ -178,6 +185,7 @@ impl Manager {
                 tokens: TokenCounter::new(self.estimator),
                 corrupt,
                 dirty: false,
+                revision: 0,
                 journal: Vec::new(),
                 stamp,
                 handed: 0,
@@ -209,6 +217,7 @@ impl Manager {
                 return Ok(false);
             };
             slot.state = persist::merge(merged, &slot.state, &slot.journal);
+            slot.revision += 1;
             return Ok(true);
         }
         let now = persist::stamp(&path);
@@ -219,6 +228,7 @@ impl Manager {
         match persist::load_path(&path) {
             LoadOutcome::Loaded(disk) => {
                 slot.state = persist::merge(*disk, &slot.state, &slot.journal);
+                slot.revision += 1;
                 Ok(true)
             }
             LoadOutcome::Missing => Ok(false),
@@ -237,7 +247,12 @@ impl Manager {
     /// sight, merges in another process's changes, and handles a compaction newer than the
     /// last one handled.
     pub fn observe(&mut self, id: &str, messages: &[Message]) -> Result<Observation, StateError> {
-        let newest = newest_compaction(messages);
+        self.observe_newest(id, newest_compaction(messages))
+    }
+
+    /// [`Manager::observe`], given the `time.created` of the newest compaction summary in the
+    /// messages (0 if there is none).
+    pub fn observe_newest(&mut self, id: &str, newest: i64) -> Result<Observation, StateError> {
         let first_seen = !self.slots.contains_key(id);
         let external = self.refresh(id)?;
         let (slot, _) = self.slot(id)?;
@@ -253,6 +268,7 @@ impl Manager {
             slot.state.clear_after_compaction(newest);
             slot.tokens.clear();
             slot.dirty = true;
+            slot.revision += 1;
             seen.compacted = true;
         }
         Ok(seen)

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{open_for_pruning, output_tokens, Decision, Protection};
 use crate::config::Config;
-use crate::session::{current_turn, tool_calls, Message, ToolStatus};
+use crate::session::{History, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
@@ -54,16 +54,24 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// A 64-bit hash of [`signature`]: what the strategy compares, remembered per part.
+pub fn signature_hash(tool: &str, input: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    signature(tool, input).hash(&mut hasher);
+    hasher.finish()
+}
+
 pub fn decide(
-    messages: &[Message],
+    history: &History<'_>,
     state: &SessionState,
     config: &Config,
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
-    let calls = tool_calls(messages);
-    let current = current_turn(messages);
-    let mut newest: HashMap<String, usize> = HashMap::new();
+    let calls = &history.calls;
+    let current = history.current;
+    let mut newest: HashMap<u64, usize> = HashMap::new();
     let eligible = |i: usize| {
         let c = &calls[i];
         c.status == ToolStatus::Completed
@@ -71,11 +79,16 @@ pub fn decide(
             && !config.dedup_protects(c.tool)
             && !protection.protects_file(c)
     };
-    let signatures: Vec<Option<String>> =
-        (0..calls.len()).map(|i| eligible(i).then(|| signature(calls[i].tool, calls[i].input))).collect();
+    // A completed call's input never changes, so its signature is worked out once.
+    let signatures: Vec<Option<u64>> = (0..calls.len())
+        .map(|i| {
+            let c = &calls[i];
+            eligible(i).then(|| counter.signature(c.part_id, || signature_hash(c.tool, c.input())))
+        })
+        .collect();
     for (i, sig) in signatures.iter().enumerate() {
         if let Some(sig) = sig {
-            newest.insert(sig.clone(), i);
+            newest.insert(*sig, i);
         }
     }
     let mut out = Vec::new();

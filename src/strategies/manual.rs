@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use super::{finished, open_for_pruning, output_tokens, Decision, Protection};
 use crate::config::Config;
-use crate::session::{current_turn, tool_calls, Message, ToolCall, ToolStatus};
+use crate::session::{tool_calls, History, Message, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
@@ -80,20 +80,20 @@ pub struct Listing<'a> {
 /// The calls the agent may discard or extract, oldest first, with their ids. Assigns ids to
 /// calls seen for the first time, so it takes the state mutably.
 pub fn prunable(
-    messages: &[Message],
+    history: &History<'_>,
     state: &mut SessionState,
     config: &Config,
     protection: &Protection,
     listing: &Listing<'_>,
     counter: &mut TokenCounter,
 ) -> Vec<Prunable> {
-    let current = current_turn(messages);
+    let current = history.current;
     let mut out = Vec::new();
-    for call in tool_calls(messages) {
-        if !agent_may_prune(&call, state, config, protection, current) {
+    for call in &history.calls {
+        if !agent_may_prune(call, state, config, protection, current) {
             continue;
         }
-        if listing.min_tokens > 0 && output_tokens(&call, counter) < listing.min_tokens {
+        if listing.min_tokens > 0 && output_tokens(call, counter) < listing.min_tokens {
             continue;
         }
         let id = state.id_for(call.call_id);

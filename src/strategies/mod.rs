@@ -17,7 +17,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::session::{Message, ToolCall, ToolStatus};
+use crate::session::{History, Message, ToolCall, ToolStatus};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -75,7 +75,7 @@ impl Protection {
 
     /// Whether the call's file matches a protected pattern.
     pub fn protects_file(&self, call: &ToolCall<'_>) -> bool {
-        call.file_path().is_some_and(|p| self.files.is_match(p))
+        !self.files.is_empty() && call.file_path().is_some_and(|p| self.files.is_match(p))
     }
 
     /// Whether the call is too young to prune, `current` being the newest model step.
@@ -92,13 +92,13 @@ fn open_for_pruning(call: &ToolCall<'_>, state: &SessionState) -> bool {
 
 /// Tokens of a call's output, counted once per part.
 fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
-    counter.count_part(call.part_id, Field::Output, call.output.unwrap_or(""))
+    counter.count_part(call.part_id, Field::Output, call.output().unwrap_or(""))
 }
 
 /// Runs every enabled automatic strategy (deduplication, supersede-writes, purge-errors) in
 /// that order. Returns the new decisions, not yet recorded.
 pub fn automatic(
-    messages: &[Message],
+    history: &History<'_>,
     state: &SessionState,
     config: &Config,
     protection: &Protection,
@@ -110,14 +110,14 @@ pub fn automatic(
     // the request path.
     [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors]
         .into_iter()
-        .flat_map(|strategy| automatic_one(strategy, messages, state, config, protection, counter))
+        .flat_map(|strategy| automatic_one(strategy, history, state, config, protection, counter))
         .collect()
 }
 
 /// Runs one automatic strategy, if it is enabled.
 pub fn automatic_one(
     strategy: Strategy,
-    messages: &[Message],
+    history: &History<'_>,
     state: &SessionState,
     config: &Config,
     protection: &Protection,
@@ -126,13 +126,13 @@ pub fn automatic_one(
     let s = &config.strategies;
     match strategy {
         Strategy::Deduplication if s.deduplication.enabled => {
-            dedup::decide(messages, state, config, protection, counter)
+            dedup::decide(history, state, config, protection, counter)
         }
         Strategy::SupersedeWrites if s.supersede_writes.enabled => {
-            supersede_writes::decide(messages, state, protection, counter)
+            supersede_writes::decide(history, state, protection, counter)
         }
         Strategy::PurgeErrors if s.purge_errors.enabled => {
-            purge_errors::decide(messages, state, config, protection, counter)
+            purge_errors::decide(history, state, config, protection, counter)
         }
         _ => Vec::new(),
     }

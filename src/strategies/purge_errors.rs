@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{open_for_pruning, Decision, Protection, ERROR_INPUT_PLACEHOLDER};
 use crate::config::Config;
-use crate::session::{current_turn, tool_calls, Message, ToolStatus};
+use crate::session::{History, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -27,32 +27,32 @@ pub fn string_inputs(input: &Value) -> String {
 }
 
 pub fn decide(
-    messages: &[Message],
+    history: &History<'_>,
     state: &SessionState,
     config: &Config,
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
     let turns = config.strategies.purge_errors.turns;
-    let current = current_turn(messages);
+    let current = history.current;
     let mut out = Vec::new();
-    for call in tool_calls(messages) {
+    for call in &history.calls {
         if call.status != ToolStatus::Error || current.saturating_sub(call.turn) < turns {
             continue;
         }
-        if !open_for_pruning(&call, state)
+        if !open_for_pruning(call, state)
             || config.purge_protects(call.tool)
-            || protection.protects_file(&call)
-            || protection.protects_turn(&call, current)
+            || protection.protects_file(call)
+            || protection.protects_turn(call, current)
         {
             continue;
         }
-        let text = string_inputs(call.input);
+        let text = string_inputs(call.input());
         if text.is_empty() {
             continue;
         }
         let tokens = counter.count_part(call.part_id, Field::Input, &text);
-        out.push(Decision::new(&call, Strategy::PurgeErrors, Action::ErrorInputs, tokens));
+        out.push(Decision::new(call, Strategy::PurgeErrors, Action::ErrorInputs, tokens));
     }
     out
 }

@@ -6,37 +6,46 @@
 //! file patterns and turn protection still apply.
 
 use super::{open_for_pruning, Decision, Protection};
-use crate::session::{current_turn, str_field, tool_calls, Message, ToolStatus};
+use std::collections::HashMap;
+
+use crate::session::{str_field, History, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
 pub fn decide(
-    messages: &[Message],
+    history: &History<'_>,
     state: &SessionState,
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
-    let calls = tool_calls(messages);
-    let current = current_turn(messages);
+    let calls = &history.calls;
+    let current = history.current;
+    // The last completed read of each path, so each write is checked in one lookup.
+    let mut last_read: HashMap<&str, usize> = HashMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        if c.tool == "read" && c.status == ToolStatus::Completed {
+            if let Some(path) = c.file_path() {
+                last_read.insert(path, i);
+            }
+        }
+    }
     let mut out = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         if call.tool != "write" || call.status != ToolStatus::Completed {
             continue;
         }
-        let (Some(path), Some(content)) = (str_field(call.input, "filePath"), str_field(call.input, "content")) else {
+        let Some(path) = call.file_path() else {
             continue;
         };
+        if !last_read.get(path).is_some_and(|&r| r > i) {
+            continue;
+        }
         if !open_for_pruning(call, state) || protection.protects_file(call) || protection.protects_turn(call, current) {
             continue;
         }
-        let read_later = calls[i + 1..].iter().any(|later| {
-            later.tool == "read"
-                && later.status == ToolStatus::Completed
-                && str_field(later.input, "filePath") == Some(path)
-        });
-        if !read_later {
+        let Some(content) = str_field(call.input(), "content") else {
             continue;
-        }
+        };
         let tokens = counter.count_part(call.part_id, Field::Input, content);
         out.push(Decision::new(call, Strategy::SupersedeWrites, Action::WriteContent, tokens));
     }

@@ -33,7 +33,7 @@ pub fn decide(
         .into_iter()
         .map(|call| match call.status {
             ToolStatus::Error => {
-                let tokens = counter.count_part(call.part_id, Field::Input, &string_inputs(call.input));
+                let tokens = counter.count_part(call.part_id, Field::Input, &string_inputs(call.input()));
                 Decision::new(call, Strategy::Sweep, Action::ErrorInputs, tokens)
             }
             _ => Decision::new(call, Strategy::Sweep, Action::Output, output_tokens(call, counter)),

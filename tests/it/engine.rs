@@ -1,7 +1,7 @@
 //! The strategies and the rewrite, on synthetic sessions.
 
 use dcp::config::Config;
-use dcp::session::Message;
+use dcp::session::{History, Message};
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{
     self, manual, sweep, Protection, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER, WRITE_CONTENT_PLACEHOLDER,
@@ -16,7 +16,7 @@ fn auto(messages: &[Message], config: &Config) -> (Vec<Message>, SessionState) {
     let mut state = SessionState::default();
     let protection = Protection::new(config).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    for d in strategies::automatic(messages, &state, config, &protection, &mut counter) {
+    for d in strategies::automatic(&History::new(messages), &state, config, &protection, &mut counter) {
         state.record(&d.call_id, d.record);
     }
     let mut out = messages.to_vec();
@@ -160,7 +160,7 @@ fn listed(
     protection: &Protection,
 ) -> Vec<manual::Prunable> {
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    manual::prunable(messages, state, config, protection, &manual::Listing::default(), &mut counter)
+    manual::prunable(&History::new(messages), state, config, protection, &manual::Listing::default(), &mut counter)
 }
 
 fn manual_session() -> Vec<Message> {
@@ -202,7 +202,7 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
     let mut state = SessionState::default();
     let listing = manual::Listing { project: Some("/proj"), min_tokens: 200 };
     let list = manual::prunable(
-        &messages,
+        &History::new(&messages),
         &mut state,
         &config,
         &protection,

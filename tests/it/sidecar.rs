@@ -279,3 +279,31 @@ fn subagent_sessions_are_left_alone_by_default() {
     assert!(!result["edits"].as_array().unwrap().is_empty());
     sidecar.shutdown();
 }
+
+#[test]
+fn unchanged_messages_and_edits_are_not_sent_twice() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let seq = first["seq"].as_u64().unwrap();
+    let edits = first["edits"].as_array().unwrap().len();
+    assert!(edits > 0, "{first}");
+    // The same history again, none of it re-sent: the edits hold, and are not repeated.
+    let n = messages.len();
+    let again = sidecar.result("transform", json!({"sessionID": DB_SESSION, "base": n, "have": seq, "messages": []}));
+    assert_eq!(again["sameEdits"], true, "{again}");
+    assert!(again.get("edits").is_none());
+    let list = |answer: &Value| {
+        let text = answer["append"][0]["parts"][0]["text"].as_str().unwrap().to_string();
+        text[..text.find("</prunable-tools>").unwrap()].to_string()
+    };
+    assert_eq!(list(&again), list(&first), "the prunable list is the same");
+    // Without `have`, or with a stale one, the edits come in full.
+    let full = sidecar.result("transform", json!({"sessionID": DB_SESSION, "base": n, "have": 0, "messages": []}));
+    assert_eq!(full["edits"].as_array().unwrap().len(), edits, "{full}");
+    // A base past what the sidecar holds asks for a resync.
+    let answer = sidecar.call("transform", json!({"sessionID": DB_SESSION, "base": n + 5, "messages": []}));
+    assert_eq!(answer["error"]["code"], -32001, "{answer}");
+    sidecar.shutdown();
+}
