@@ -7,6 +7,7 @@ mod cli;
 mod crash;
 mod e2e;
 mod engine;
+mod gen;
 mod host;
 mod hostile;
 mod persistence;
