@@ -9,7 +9,12 @@
 // OpenCode builds fresh message objects from its database for every request, so each call
 // gets a deep copy (structuredClone, outside the timed region); only the hook call is timed.
 //
-//   node run.mjs --plugin ours|published --session FILE [--steps N] [--first-runs F] [--bin PATH]
+//   node run.mjs --plugin ours|published --session FILE [--steps N] [--budget-s S] [--min-steps M]
+//                [--first-runs F] [--bin PATH]
+//
+// --steps caps the steady-state steps; --budget-s stops the steady state once it has run that
+// long, after at least --min-steps steps (default 20), so a slow plugin does not hold a
+// benchmark run for hours.
 
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -21,7 +26,15 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, "..", "..");
 
 function parseArgs(argv) {
-  const args = { plugin: "ours", session: null, steps: Infinity, firstRuns: 3, bin: join(repo, "target", "release", "dcp") };
+  const args = {
+    plugin: "ours",
+    session: null,
+    steps: Infinity,
+    budgetS: Infinity,
+    minSteps: 20,
+    firstRuns: 3,
+    bin: join(repo, "target", "release", "dcp"),
+  };
   for (let i = 0; i < argv.length; i++) {
     const value = () => {
       if (i + 1 >= argv.length) throw new Error(`${argv[i]} needs a value`);
@@ -31,6 +44,8 @@ function parseArgs(argv) {
       case "--plugin": args.plugin = value(); break;
       case "--session": args.session = value(); break;
       case "--steps": args.steps = Number(value()); break;
+      case "--budget-s": args.budgetS = Number(value()); break;
+      case "--min-steps": args.minSteps = Number(value()); break;
       case "--first-runs": args.firstRuns = Math.max(1, Number(value())); break;
       case "--bin": args.bin = resolve(value()); break;
       default: throw new Error(`unknown argument ${argv[i]}`);
@@ -91,6 +106,18 @@ function sidecarPids() {
     }
   }
   return pids;
+}
+
+/** CPU time the process has used, in milliseconds (utime + stime; Linux counts in 1/100 s). */
+function cpuMs(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Fields 14 and 15 of stat(5), counted from the state field, which is field 3.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
 }
 
 function peakRssKb(pid) {
@@ -202,24 +229,35 @@ async function main() {
   // Steady state: the steps appended one by one, the hook called after each.
   const current = withSession(structuredClone(history), sessionID);
   const times = [];
+  const cpuBefore = sidecar ? cpuMs(sidecar) : null;
   let prunedLast = prunedFirst;
+  let lastOutput = null;
   let appendedLast = 0;
+  const steadyStart = performance.now();
+  let stopped = false;
   for (let i = 0; i < steps.length; i++) {
+    if (i >= args.minSteps && performance.now() - steadyStart > args.budgetS * 1000) {
+      stopped = true;
+      break;
+    }
+    // Only the last step's result is kept, to count its placeholders after the loop.
+    lastOutput = null;
     current.push(...withSession(structuredClone(steps[i]), sessionID));
     const output = { messages: structuredClone(current) };
     const sent = output.messages.length;
     const t0 = performance.now();
     await transform({}, output);
     times.push(performance.now() - t0);
-    if (i === steps.length - 1) {
-      prunedLast = countPruned(output.messages);
-      appendedLast = output.messages.length - sent;
-    }
+    appendedLast = output.messages.length - sent;
+    lastOutput = output;
   }
+  if (lastOutput) prunedLast = countPruned(lastOutput.messages);
+  lastOutput = null;
 
   const sorted = [...times].sort((a, b) => a - b);
   const firstSorted = [...firstRuns].sort((a, b) => a - b);
   const peak = sidecar ? peakRssKb(sidecar) : null;
+  const cpuAfter = sidecar ? cpuMs(sidecar) : null;
   const result = {
     plugin: args.plugin,
     messages: history.length,
@@ -229,6 +267,7 @@ async function main() {
     steady_p99_ms: round(quantile(sorted, 0.99)),
     steady_max_ms: round(sorted[sorted.length - 1] ?? null),
     steps: times.length,
+    steps_stopped_by_budget: stopped,
     pruned_first: prunedFirst,
     pruned_last: prunedLast,
     appended_last: appendedLast,
@@ -237,6 +276,9 @@ async function main() {
   if (args.plugin === "ours") {
     result.sidecar_pid = sidecar;
     result.sidecar_peak_rss_kb = peak;
+    // How much of a step is the sidecar's own work (the rest is node: encoding, JSON, edits).
+    result.sidecar_cpu_ms_per_step =
+      cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null;
   }
   process.stdout.write(JSON.stringify(result) + "\n");
   for (const pid of sidecarPids()) try { process.kill(pid, "SIGTERM"); } catch {}
