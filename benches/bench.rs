@@ -590,7 +590,7 @@ fn main() {
     for (k, v) in machine() {
         md.push_str(&format!("| {k} | {v} |\n"));
     }
-    md.push_str("\n| measurement | value | target | |  notes |\n|---|---:|---:|---|---|\n");
+    md.push_str("\n| measurement | value | target | met | notes |\n|---|---:|---:|---|---|\n");
     for r in &rows {
         let value = r.value.map(|v| fmt_value(v, r.unit)).unwrap_or_else(|| "—".into());
         let target = r.target.map(|t| format!("≤ {}", fmt_value(t.max, r.unit))).unwrap_or_else(|| "—".into());
