@@ -8,6 +8,7 @@ mod concurrency;
 mod crash;
 mod e2e;
 mod engine;
+mod gen;
 mod host;
 mod hostile;
 mod persistence;

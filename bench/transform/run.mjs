@@ -1,0 +1,294 @@
+// Times one plugin's `experimental.chat.messages.transform` hook on a session made by
+// `dcp gen session`: the first request on the whole history, then the steady state as the
+// generated steps are appended one at a time. `--plugin ours` loads this repository's
+// plugin/index.js (which drives `dcp serve`); `--plugin published` loads the published DCP
+// plugin installed here by `npm install` (it is AGPL: it is called, never copied). Both are
+// loaded and called the way OpenCode does it, with a stub client, inside a private temp
+// HOME/XDG tree so nothing touches the real user's files. Prints one JSON line of results.
+//
+// OpenCode builds fresh message objects from its database for every request, so each call
+// gets a deep copy (structuredClone, outside the timed region); only the hook call is timed.
+//
+//   node run.mjs --plugin ours|published --session FILE [--steps N] [--budget-s S] [--min-steps M]
+//                [--first-runs F] [--bin PATH]
+//
+// --steps caps the steady-state steps; --budget-s stops the steady state once it has run that
+// long, after at least --min-steps steps (default 20), so a slow plugin does not hold a
+// benchmark run for hours.
+
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, "..", "..");
+
+function parseArgs(argv) {
+  const args = {
+    plugin: "ours",
+    session: null,
+    steps: Infinity,
+    budgetS: Infinity,
+    minSteps: 20,
+    firstRuns: 3,
+    bin: join(repo, "target", "release", "dcp"),
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${argv[i]} needs a value`);
+      return argv[++i];
+    };
+    switch (argv[i]) {
+      case "--plugin": args.plugin = value(); break;
+      case "--session": args.session = value(); break;
+      case "--steps": args.steps = Number(value()); break;
+      case "--budget-s": args.budgetS = Number(value()); break;
+      case "--min-steps": args.minSteps = Number(value()); break;
+      case "--first-runs": args.firstRuns = Math.max(1, Number(value())); break;
+      case "--bin": args.bin = resolve(value()); break;
+      default: throw new Error(`unknown argument ${argv[i]}`);
+    }
+  }
+  if (!["ours", "published"].includes(args.plugin)) throw new Error("--plugin is ours or published");
+  if (!args.session) throw new Error("--session FILE is required");
+  return args;
+}
+
+const PLACEHOLDERS = ["[Output removed", "[input removed", "[content removed"];
+
+/** Tool parts whose output or an input the plugin replaced with a placeholder. */
+function countPruned(messages) {
+  let n = 0;
+  for (const m of messages) {
+    for (const p of m?.parts ?? []) {
+      if (p?.type !== "tool" || !p.state) continue;
+      const strings = [p.state.output, ...Object.values(p.state.input ?? {})];
+      if (strings.some((s) => typeof s === "string" && PLACEHOLDERS.some((h) => s.startsWith(h)))) n++;
+    }
+  }
+  return n;
+}
+
+/** The history with every session id replaced, so each fresh instance sees a new session. */
+function withSession(messages, id) {
+  for (const m of messages) {
+    if (m.info) m.info.sessionID = id;
+    for (const p of m.parts ?? []) p.sessionID = id;
+  }
+  return messages;
+}
+
+function quantile(sorted, q) {
+  if (!sorted.length) return null;
+  // Nearest rank: the smallest value with at least q of the samples at or below it.
+  const rank = Math.max(1, Math.ceil(q * sorted.length));
+  return sorted[rank - 1];
+}
+
+const round = (ms) => (ms == null ? null : Math.round(ms * 1000) / 1000);
+
+/** Pids of this process's children whose command line is `… serve`: the dcp sidecars. */
+function sidecarPids() {
+  const pids = new Set();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      // The command name is in parentheses and may hold spaces: the ppid follows the last ")".
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (ppid !== process.pid) continue;
+      const argv = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0");
+      if (argv.includes("serve")) pids.add(Number(name));
+    } catch {
+      // The process exited while we looked.
+    }
+  }
+  return pids;
+}
+
+/** CPU time the process has used, in milliseconds (utime + stime; Linux counts in 1/100 s). */
+function cpuMs(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Fields 14 and 15 of stat(5), counted from the state field, which is field 3.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
+function peakRssKb(pid) {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+
+  // A private HOME and XDG tree, set before either plugin is imported: the published one
+  // computes its paths when its module loads.
+  const sandbox = mkdtempSync(join(tmpdir(), "dcp-bench-"));
+  const project = join(sandbox, "project");
+  for (const d of ["home", "data", "config/opencode", "project"]) mkdirSync(join(sandbox, d), { recursive: true });
+  process.env.HOME = join(sandbox, "home");
+  process.env.XDG_DATA_HOME = join(sandbox, "data");
+  process.env.XDG_CONFIG_HOME = join(sandbox, "config");
+  for (const v of ["OPENCODE_CONFIG_DIR", "OPENCODE_DB", "OPENCODE_SERVER_PASSWORD"]) delete process.env[v];
+  process.env.DCP_BIN = args.bin;
+  // A first request on a huge history may take longer than the plugin's 3 s default; the
+  // bench wants the real time, not a pass-through.
+  process.env.DCP_TIMEOUT_MS = process.env.DCP_TIMEOUT_MS || "600000";
+  if (args.plugin === "published") {
+    // Its auto-update would query the registry and could replace the installed package.
+    writeFileSync(join(sandbox, "config/opencode/dcp.jsonc"), JSON.stringify({ autoUpdate: false }) + "\n");
+  }
+
+  // The context OpenCode hands a plugin, with cheap no-op stubs. Each instance gets its own,
+  // so the warnings reported are those of the instance measured last.
+  let warnings = [];
+  const newContext = () => {
+    const logged = (warnings = []);
+    const ok = async () => ({ data: {} });
+    const client = {
+      app: {
+        log: async (opts) => {
+          if (opts?.body?.level === "warn" || opts?.body?.level === "error") logged.push(opts.body.message);
+          return {};
+        },
+      },
+      session: {
+        get: async () => ({ data: { parentID: null } }),
+        prompt: ok,
+        abort: ok,
+        messages: async () => ({ data: [] }),
+      },
+      tui: { showToast: ok },
+    };
+    return {
+      client,
+      project: { id: "bench", worktree: project, time: { created: 0 } },
+      directory: project,
+      worktree: project,
+      experimental_workspace: { register() {} },
+      serverUrl: new URL("http://127.0.0.1:4096"),
+      $: () => {
+        throw new Error("no shell in the bench");
+      },
+    };
+  };
+
+  const entry = args.plugin === "ours" ? pathToFileURL(join(repo, "plugin", "index.js")).href : "@tarquinen/opencode-dcp";
+  const mod = await import(entry);
+  // As OpenCode does: call every exported plugin function once and merge the hooks.
+  const plugins = [...new Set(Object.values(mod).filter((f) => typeof f === "function"))];
+  const instance = async () => {
+    const ctx = newContext();
+    const hooks = {};
+    for (const plugin of plugins) Object.assign(hooks, await plugin(ctx));
+    const transform = hooks["experimental.chat.messages.transform"];
+    if (!transform) throw new Error(`${args.plugin}: no experimental.chat.messages.transform hook`);
+    return transform;
+  };
+
+  const session = JSON.parse(readFileSync(args.session, "utf8"));
+  const history = session.messages;
+  const steps = session.steps.slice(0, Number.isFinite(args.steps) ? args.steps : undefined);
+
+  // First request: a fresh plugin instance on a fresh session, several times.
+  const firstRuns = [];
+  let transform;
+  let sidecar = null;
+  let prunedFirst = 0;
+  let sessionID = session.sessionID;
+  for (let run = 0; run < args.firstRuns; run++) {
+    const before = sidecarPids();
+    transform = await instance();
+    const started = [...sidecarPids()].filter((p) => !before.has(p));
+    sessionID = `${session.sessionID.slice(0, -3)}r${String(run).padStart(2, "0")}`;
+    const output = { messages: withSession(structuredClone(history), sessionID) };
+    const t0 = performance.now();
+    await transform({}, output);
+    firstRuns.push(performance.now() - t0);
+    prunedFirst = countPruned(output.messages);
+    const last = run === args.firstRuns - 1;
+    if (!last) {
+      // Only the last instance goes on to the steady state: stop the others' sidecars.
+      for (const pid of started) try { process.kill(pid, "SIGTERM"); } catch {}
+    } else {
+      sidecar = started[0] ?? null;
+    }
+  }
+
+  // Steady state: the steps appended one by one, the hook called after each.
+  const current = withSession(structuredClone(history), sessionID);
+  const times = [];
+  const cpuBefore = sidecar ? cpuMs(sidecar) : null;
+  let prunedLast = prunedFirst;
+  let lastOutput = null;
+  let appendedLast = 0;
+  const steadyStart = performance.now();
+  let stopped = false;
+  for (let i = 0; i < steps.length; i++) {
+    if (i >= args.minSteps && performance.now() - steadyStart > args.budgetS * 1000) {
+      stopped = true;
+      break;
+    }
+    // Only the last step's result is kept, to count its placeholders after the loop.
+    lastOutput = null;
+    current.push(...withSession(structuredClone(steps[i]), sessionID));
+    const output = { messages: structuredClone(current) };
+    const sent = output.messages.length;
+    const t0 = performance.now();
+    await transform({}, output);
+    times.push(performance.now() - t0);
+    appendedLast = output.messages.length - sent;
+    lastOutput = output;
+  }
+  if (lastOutput) prunedLast = countPruned(lastOutput.messages);
+  lastOutput = null;
+
+  const sorted = [...times].sort((a, b) => a - b);
+  const firstSorted = [...firstRuns].sort((a, b) => a - b);
+  const peak = sidecar ? peakRssKb(sidecar) : null;
+  const cpuAfter = sidecar ? cpuMs(sidecar) : null;
+  const result = {
+    plugin: args.plugin,
+    messages: history.length,
+    first_ms: round(quantile(firstSorted, 0.5)),
+    first_runs_ms: firstRuns.map(round),
+    steady_p50_ms: round(quantile(sorted, 0.5)),
+    steady_p99_ms: round(quantile(sorted, 0.99)),
+    steady_max_ms: round(sorted[sorted.length - 1] ?? null),
+    steps: times.length,
+    steps_stopped_by_budget: stopped,
+    pruned_first: prunedFirst,
+    pruned_last: prunedLast,
+    appended_last: appendedLast,
+    warnings: [...new Set(warnings)].slice(0, 5),
+  };
+  if (args.plugin === "ours") {
+    result.sidecar_pid = sidecar;
+    result.sidecar_peak_rss_kb = peak;
+    // How much of a step is the sidecar's own work (the rest is node: encoding, JSON, edits).
+    result.sidecar_cpu_ms_per_step =
+      cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null;
+  }
+  process.stdout.write(JSON.stringify(result) + "\n");
+  for (const pid of sidecarPids()) try { process.kill(pid, "SIGTERM"); } catch {}
+  try {
+    rmSync(sandbox, { recursive: true, force: true });
+  } catch {}
+  process.exit(0);
+}
+
+main().catch((e) => {
+  process.stderr.write(`run.mjs: ${e?.stack ?? e}\n`);
+  process.exit(1);
+});
