@@ -120,6 +120,21 @@ function cpuMs(pid) {
   }
 }
 
+/** Resolves once none of `pids` is running any more (or after `ms`). */
+async function waitGone(pids, ms) {
+  const deadline = performance.now() + ms;
+  const running = (pid) => {
+    try {
+      // A zombie (state Z) has exited but is not reaped yet: it writes nothing more.
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+    } catch {
+      return false;
+    }
+  };
+  while (pids.some(running) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+}
+
 function peakRssKb(pid) {
   try {
     const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
@@ -281,7 +296,10 @@ async function main() {
       cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null;
   }
   process.stdout.write(JSON.stringify(result) + "\n");
-  for (const pid of sidecarPids()) try { process.kill(pid, "SIGTERM"); } catch {}
+  const left = [...sidecarPids()];
+  for (const pid of left) try { process.kill(pid, "SIGTERM"); } catch {}
+  // Wait for them to be gone, or a late state save would recreate the temp dir after it is removed.
+  await waitGone(left, 3000);
   try {
     rmSync(sandbox, { recursive: true, force: true });
   } catch {}
