@@ -194,7 +194,8 @@ function partKey(part) {
     return `t|${state.status}|${state.time?.end ?? ""}|${state.time?.compacted ?? ""}|${body.length}`;
   }
   if (typeof part.text === "string") return `x|${part.type}|${part.text.length}|${part.time?.end ?? ""}|${part.ignored ?? ""}`;
-  return null;
+  // Step markers, patches, files and the like are written once and never change.
+  return `o|${part.type}`;
 }
 
 function infoKey(info) {
@@ -202,14 +203,13 @@ function infoKey(info) {
 }
 
 /** What identifies a message's version: its info and every part, by id and key. A part
- * without a key (an unknown type) never matches, so its message is always re-sent. */
+ * without an id never matches, so its message is always re-sent. */
 function messageKey(m) {
   const info = m.info ?? {};
   let key = `${info.id}#${infoKey(info)}`;
   for (const part of m.parts ?? []) {
-    const k = part && part.id ? partKey(part) : null;
-    if (k === null) return null;
-    key += `#${part.id}:${k}`;
+    if (!part || !part.id) return null;
+    key += `#${part.id}:${partKey(part)}`;
   }
   return key;
 }

@@ -95,23 +95,137 @@ pub fn state_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Sums every state file of `dir`.
+/// What one state file adds to the all-time report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Summary {
+    Counts { tokens: u64, tools: u64 },
+    Corrupt(String),
+    Missing,
+}
+
+/// A file's summary, with the size and modification time it was read at.
+#[derive(Debug, Clone)]
+struct Remembered {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    summary: Summary,
+}
+
+/// Summaries of the state files read so far in this process, by dir and file name: a
+/// repeated report reads only the files whose size or modification time changed.
+type Memo = std::collections::HashMap<PathBuf, std::collections::HashMap<String, Remembered>>;
+static MEMO: std::sync::Mutex<Option<Memo>> = std::sync::Mutex::new(None);
+
+/// The summary at the head of a file dcp wrote: `stats` comes first and carries
+/// `totalPrunedTools`, so the report need not parse the whole file. `None` for other files.
+fn summary_from_head(head: &[u8]) -> Option<Summary> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        #[serde(default)]
+        prune_token_counter: u64,
+        total_prune_tokens: u64,
+        total_pruned_tools: u64,
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let rest = text.trim_start().strip_prefix('{')?.trim_start().strip_prefix("\"stats\"")?;
+    let rest = rest.trim_start().strip_prefix(':')?;
+    // `stats` is flat: its object ends at the first `}`.
+    let end = rest.find('}')?;
+    let head: Head = serde_json::from_str(&rest[..=end]).ok()?;
+    Some(Summary::Counts { tokens: head.total_prune_tokens + head.prune_token_counter, tools: head.total_pruned_tools })
+}
+
+/// Reads what `path` adds to the report: from its head when dcp wrote it and it ends as a
+/// whole file does, else by loading it.
+fn summarize(path: &Path, len: u64, regular: bool) -> Summary {
+    use std::io::Read;
+    const HEAD: u64 = 4096;
+    // Only a plain file is opened here: a FIFO would block. Anything else is left to the
+    // loader, which says what is wrong with it.
+    if let Some(mut file) = regular.then(|| std::fs::File::open(path).ok()).flatten() {
+        let mut head = Vec::with_capacity(HEAD.min(len) as usize);
+        let complete = file.by_ref().take(HEAD).read_to_end(&mut head).is_ok() && whole(&file, len, &head);
+        if complete {
+            if let Some(summary) = summary_from_head(&head) {
+                return summary;
+            }
+        }
+    }
+    match persist::load_path(path) {
+        LoadOutcome::Loaded(state) => Summary::Counts { tokens: state.stats.tokens(), tools: tools_of(&state) },
+        LoadOutcome::Corrupt { reason, .. } => Summary::Corrupt(reason),
+        LoadOutcome::Missing => Summary::Missing,
+    }
+}
+
+/// Whether a file whose first bytes are `head` ends with the closing brace of a JSON object,
+/// as a whole state file does: a torn or truncated one is loaded in full and reported.
+fn whole(file: &std::fs::File, len: u64, head: &[u8]) -> bool {
+    let tail_len = len.min(64);
+    let mut tail = vec![0u8; tail_len as usize];
+    #[cfg(unix)]
+    let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut tail, len - tail_len).is_ok();
+    #[cfg(not(unix))]
+    let read = {
+        let _ = file;
+        let n = head.len().min(tail.len());
+        tail = head[head.len() - n..].to_vec();
+        len as usize == head.len()
+    };
+    let _ = head;
+    read && tail.iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'}')
+}
+
+/// Sums every state file of `dir`. Files dcp wrote are read from their head; summaries are
+/// remembered for the process, by file name, size and modification time.
 pub fn all_time(dir: &Path) -> std::io::Result<AllTime> {
     let mut report = AllTime::default();
-    for path in state_files(dir)? {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(e),
+    };
+    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let known = memo.get_or_insert_with(Default::default).entry(dir.to_path_buf()).or_default();
+    let mut files: Vec<(String, Summary)> = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if !name.strip_suffix(".json").is_some_and(|id| persist::validate_session_id(id).is_ok()) {
+            continue;
+        }
+        // The entry's own metadata: a stat relative to the open dir, not a walk of the path.
+        let meta = entry.metadata().ok();
+        let len = meta.as_ref().map_or(0, |m| m.len());
+        let modified = meta.as_ref().and_then(|m| m.modified().ok());
+        report.bytes += len;
+        let summary = match known.get(&name) {
+            Some(r) if meta.is_some() && r.len == len && r.modified == modified => r.summary.clone(),
+            _ => {
+                let regular = meta.as_ref().is_some_and(std::fs::Metadata::is_file);
+                let summary = summarize(&entry.path(), len, regular);
+                known.insert(name.clone(), Remembered { len, modified, summary: summary.clone() });
+                summary
+            }
+        };
+        files.push((name, summary));
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, summary) in files {
         report.files += 1;
-        report.bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        match persist::load_path(&path) {
-            LoadOutcome::Loaded(state) => {
-                let tokens = state.stats.tokens();
+        match summary {
+            Summary::Counts { tokens, tools } => {
                 report.tokens_saved += tokens;
-                report.tools_pruned += tools_of(&state);
+                report.tools_pruned += tools;
                 if tokens > 0 {
                     report.sessions += 1;
                 }
             }
-            LoadOutcome::Corrupt { path, reason } => report.corrupt.push(CorruptFile { file: path, reason }),
-            LoadOutcome::Missing => {}
+            Summary::Corrupt(reason) => report.corrupt.push(CorruptFile { file: dir.join(name), reason }),
+            Summary::Missing => {}
         }
     }
     Ok(report)

@@ -103,14 +103,19 @@ impl TokenCounter {
     /// Tokens in `text`, the `field` of part `part_id`, counted once per part. Parts without
     /// an id are counted every time.
     pub fn count_part(&mut self, part_id: &str, field: Field, text: &str) -> u64 {
+        self.count_part_with(part_id, field, || text)
+    }
+
+    /// [`TokenCounter::count_part`], reading the text only if the count is not cached.
+    pub fn count_part_with<'t>(&mut self, part_id: &str, field: Field, text: impl FnOnce() -> &'t str) -> u64 {
         if part_id.is_empty() {
-            return self.count(text);
+            return self.count(text());
         }
         let slot = field as usize;
         if let Some(n) = self.cache.get(part_id).and_then(|counts| counts[slot]) {
             return n;
         }
-        let n = self.count(text);
+        let n = self.count(text());
         match self.cache.get_mut(part_id) {
             Some(counts) => counts[slot] = Some(n),
             None => {

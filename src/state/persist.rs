@@ -182,6 +182,22 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, String> {
     if imported.tools > 0 && !state.stats.by_strategy.contains_key(&Strategy::Imported) {
         state.stats.by_strategy.insert(Strategy::Imported, imported);
     }
+    // What `render` rewrites from the parsed fields need not be kept twice: the keys stay, to
+    // hold their place in the file, but the prune lists, often most of the file, go. A state
+    // is copied for every save, so this keeps the copies small.
+    if let Some(own) = state.raw.get_mut("dcp") {
+        *own = Value::Null;
+    }
+    if let Some(Value::Object(prune)) = state.raw.get_mut("prune") {
+        for key in ["toolIds", "tools"] {
+            if let Some(v) = prune.get_mut(key) {
+                *v = Value::Null;
+            }
+        }
+    }
+    if let Some(ids) = state.raw.get_mut("prunedIds") {
+        *ids = Value::Null;
+    }
     Ok(state)
 }
 
@@ -260,7 +276,15 @@ fn count(value: &Value, key: &str) -> Result<u64, String> {
 pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     // Keys are updated in place (and removed with `shift_remove`) so that the fields keep their
     // order: rendering a rendered file gives the same bytes.
-    let mut out = state.raw.clone();
+    // `stats` goes first, with the tools count, so that the all-time report can read a file's
+    // savings from its first bytes (see `crate::stats`).
+    let mut out = Map::new();
+    out.insert("stats".into(), Value::Null);
+    for (k, v) in &state.raw {
+        if k != "stats" {
+            out.insert(k.clone(), v.clone());
+        }
+    }
     out.shift_remove("prunedIds");
     if let Some(name) = &state.session_name {
         out.insert("sessionName".into(), Value::String(name.clone()));
@@ -276,12 +300,14 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         prune.insert("tools".into(), Value::Object(tools));
     }
     out.insert("prune".into(), Value::Object(prune));
-    let mut stats = match out.get_mut("stats") {
-        Some(Value::Object(s)) => std::mem::take(s),
+    let mut stats = match state.raw.get("stats") {
+        Some(Value::Object(s)) => s.clone(),
         _ => Map::new(),
     };
     stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
     stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
+    let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
+    stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
     out.insert("stats".into(), Value::Object(stats));
     out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
     let by: Map<String, Value> = state

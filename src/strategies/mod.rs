@@ -92,7 +92,7 @@ fn open_for_pruning(call: &ToolCall<'_>, state: &SessionState) -> bool {
 
 /// Tokens of a call's output, counted once per part.
 fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
-    counter.count_part(call.part_id, Field::Output, call.output().unwrap_or(""))
+    counter.count_part_with(call.part_id, Field::Output, || call.output().unwrap_or(""))
 }
 
 /// Runs every enabled automatic strategy (deduplication, supersede-writes, purge-errors) in

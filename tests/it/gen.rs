@@ -73,11 +73,11 @@ fn histories_have_the_requested_length_and_opencode_shape() {
     }
     // Some steps read a file the history already read: pruning has work to do.
     let read_before: HashSet<&Value> =
-        tool_calls(&s.messages).iter().filter(|c| c.tool == "read").map(|c| c.input).collect();
+        tool_calls(&s.messages).iter().filter(|c| c.tool == "read").map(|c| c.input()).collect();
     let repeated = s
         .steps
         .iter()
-        .filter(|st| tool_calls(st).iter().any(|c| c.tool == "read" && read_before.contains(c.input)))
+        .filter(|st| tool_calls(st).iter().any(|c| c.tool == "read" && read_before.contains(c.input())))
         .count();
     assert!(repeated >= 5, "{repeated} steps repeat a read");
 }
@@ -133,7 +133,7 @@ fn the_mix_has_what_pruning_works_on() {
     let sizes: Vec<usize> = calls
         .iter()
         .filter(|c| ["read", "grep", "glob", "bash"].contains(&c.tool))
-        .filter_map(|c| c.output.map(str::len))
+        .filter_map(|c| c.output().map(str::len))
         .collect();
     assert!(sizes.len() > 1_000);
     assert!(sizes.iter().all(|n| (gen::MIN_OUTPUT..=gen::MAX_OUTPUT).contains(n)), "an output out of range");
@@ -142,14 +142,14 @@ fn the_mix_has_what_pruning_works_on() {
     let small = sizes.iter().filter(|n| **n < 2_000).count();
     assert!(small * 2 > sizes.len(), "{small} of {} small", sizes.len());
     // Outputs look like text, not one repeated character.
-    let largest = calls.iter().filter_map(|c| c.output).max_by_key(|o| o.len()).unwrap();
+    let largest = calls.iter().filter_map(|c| c.output()).max_by_key(|o| o.len()).unwrap();
     let distinct: HashSet<&str> = largest.split_whitespace().collect();
     assert!(distinct.len() > 200, "{} distinct words", distinct.len());
 
     // Repeated reads with identical input.
     let mut reads: HashMap<String, usize> = HashMap::new();
     for c in calls.iter().filter(|c| c.tool == "read" && c.status == ToolStatus::Completed) {
-        *reads.entry(c.input.to_string()).or_default() += 1;
+        *reads.entry(c.input().to_string()).or_default() += 1;
     }
     assert!(reads.values().any(|n| *n >= 3));
     // Errored calls.
@@ -158,8 +158,8 @@ fn the_mix_has_what_pruning_works_on() {
     // Writes read back later.
     let mut read_back = 0;
     for (i, w) in calls.iter().enumerate().filter(|(_, c)| c.tool == "write") {
-        let path = &w.input["filePath"];
-        if calls[i + 1..].iter().any(|c| c.tool == "read" && &c.input["filePath"] == path) {
+        let path = &w.input()["filePath"];
+        if calls[i + 1..].iter().any(|c| c.tool == "read" && &c.input()["filePath"] == path) {
             read_back += 1;
         }
     }

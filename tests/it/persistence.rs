@@ -29,7 +29,7 @@ fn the_1x_layout_round_trips() {
     assert_eq!(again.stats.tokens(), 1520);
     assert_eq!(again.session_name, state.session_name);
     assert_eq!(value["prune"]["toolIds"], json!(state.pruned.keys().collect::<Vec<_>>()));
-    assert_eq!(value["stats"], json!({"pruneTokenCounter": 0, "totalPruneTokens": 1520}));
+    assert_eq!(value["stats"], json!({"pruneTokenCounter": 0, "totalPruneTokens": 1520, "totalPrunedTools": 2}));
     assert_eq!(value["lastUpdated"], "2026-11-22T00:00:00.000Z");
 }
 
@@ -184,4 +184,45 @@ fn the_async_saver_writes_the_newest_state_in_order() {
     let state = persist::parse(&std::fs::read(dir.path().join("ses_async.json")).unwrap()).unwrap();
     assert_eq!(state.pruned.len(), 20);
     assert_eq!(state.stats.tokens(), (1..=20).sum::<u64>());
+}
+
+#[test]
+fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    for (i, id) in ["ses_a", "ses_b"].iter().enumerate() {
+        let (slot, _) = m.slot(id).unwrap();
+        for n in 0..=i as u64 {
+            let record = PruneRecord {
+                strategy: Strategy::Sweep,
+                action: Action::Output,
+                tokens: 10 + n,
+                tool: String::new(),
+                applied: true,
+            };
+            slot.record(&format!("c{n}"), record);
+        }
+        m.save_now(id).unwrap();
+    }
+    let bytes = std::fs::read(dir.path().join("ses_b.json")).unwrap();
+    assert!(String::from_utf8_lossy(&bytes).starts_with("{\n  \"stats\": {"), "stats come first");
+    let all = dcp::stats::all_time(dir.path()).unwrap();
+    assert_eq!((all.files, all.tokens_saved, all.tools_pruned, all.sessions), (2, 31, 3, 2));
+    // A later save is seen by a repeated report.
+    let (slot, _) = m.slot("ses_a").unwrap();
+    let record = PruneRecord {
+        strategy: Strategy::Sweep,
+        action: Action::Output,
+        tokens: 100,
+        tool: String::new(),
+        applied: true,
+    };
+    slot.record("c9", record);
+    m.save_now("ses_a").unwrap();
+    let all = dcp::stats::all_time(dir.path()).unwrap();
+    assert_eq!((all.tokens_saved, all.tools_pruned), (131, 4));
+    // A file cut short keeps a good head, but is reported, not counted.
+    std::fs::write(dir.path().join("ses_b.json"), &bytes[..bytes.len() - 40]).unwrap();
+    let all = dcp::stats::all_time(dir.path()).unwrap();
+    assert_eq!((all.tokens_saved, all.corrupt.len()), (110, 1));
 }
