@@ -178,7 +178,7 @@ class SentCache {
     }
     let s = this.sessions.get(id);
     // `seq` and `edits`: the last answer's edits, which the sidecar may tell us to reuse.
-    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map(), keys: [], seq: null, edits: [] }));
+    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map(), prints: [], seq: null, edits: [] }));
     return s;
   }
 
@@ -202,16 +202,44 @@ function infoKey(info) {
   return `${info.role}|${info.time?.completed ?? ""}|${info.finish ?? ""}|${info.summary === true}|${info.error ? 1 : 0}|${info.tokens?.output ?? ""}`;
 }
 
-/** What identifies a message's version: its info and every part, by id and key. A part
- * without an id never matches, so its message is always re-sent. */
-function messageKey(m) {
+/** What identifies a message's version, as a flat list: its info and every part, by id and
+ * the fields that change (a tool's status, end, compaction and output length; a text's
+ * length). `null` for a message with a part that has no id: it is always re-sent. */
+function fingerprint(m) {
   const info = m.info ?? {};
-  let key = `${info.id}#${infoKey(info)}`;
+  const f = [info.id, info.role, info.time?.completed, info.finish, info.summary === true, !!info.error, info.tokens?.output];
   for (const part of m.parts ?? []) {
     if (!part || !part.id) return null;
-    key += `#${part.id}:${partKey(part)}`;
+    const st = part.state;
+    if (part.type === "tool" && st) f.push(part.id, st.status, st.time?.end, st.time?.compacted, (st.output ?? st.error ?? "").length);
+    else if (typeof part.text === "string") f.push(part.id, part.type, part.text.length, part.time?.end, part.ignored);
+    else f.push(part.id, part.type, 0, 0, 0);
   }
-  return key;
+  return f;
+}
+
+/** Whether `m` still has fingerprint `f`, read without building anything: this runs over
+ * the whole history on every request. */
+function matches(m, f) {
+  if (!f) return false;
+  const info = m.info ?? {};
+  const parts = m.parts ?? [];
+  if (f.length !== 7 + 5 * parts.length) return false;
+  if (f[0] !== info.id || f[1] !== info.role || f[2] !== info.time?.completed || f[3] !== info.finish) return false;
+  if (f[4] !== (info.summary === true) || f[5] !== !!info.error || f[6] !== info.tokens?.output) return false;
+  let i = 7;
+  for (const part of parts) {
+    if (!part || part.id !== f[i]) return false;
+    const st = part.state;
+    if (part.type === "tool" && st) {
+      if (f[i + 1] !== st.status || f[i + 2] !== st.time?.end || f[i + 3] !== st.time?.compacted) return false;
+      if (f[i + 4] !== (st.output ?? st.error ?? "").length) return false;
+    } else if (typeof part.text === "string") {
+      if (f[i + 1] !== part.type || f[i + 2] !== part.text.length || f[i + 3] !== part.time?.end || f[i + 4] !== part.ignored) return false;
+    } else if (f[i + 1] !== part.type) return false;
+    i += 5;
+  }
+  return true;
 }
 
 /** The history in wire form: `base` leading messages unchanged since the last request are
@@ -219,10 +247,10 @@ function messageKey(m) {
 function encode(messages, cache) {
   let base = 0;
   if (cache) {
-    const keys = messages.map(messageKey);
-    const previous = cache.keys;
-    while (base < keys.length && base < previous.length && keys[base] !== null && keys[base] === previous[base]) base++;
-    cache.keys = keys;
+    const previous = cache.prints;
+    while (base < messages.length && base < previous.length && matches(messages[base], previous[base])) base++;
+    previous.length = base;
+    for (let i = base; i < messages.length; i++) previous.push(fingerprint(messages[i]));
   }
   const wire = [];
   for (let i = base; i < messages.length; i++) {
@@ -340,9 +368,13 @@ export const DcpPlugin = async ({ client, directory }) => {
             const request = { ...params, ...encode(messages, cache) };
             if (cache.seq !== null) request.have = cache.seq;
             return sidecar.call("transform", request).then((answer) => {
-              // Unchanged edits are not re-sent: the last ones hold.
+              // Edits already sent are not sent again: the last ones hold, plus any new ones.
               if (answer?.sameEdits) answer.edits = cache.edits;
-              else if (answer?.seq !== undefined) {
+              else if (answer?.addEdits) {
+                cache.edits = cache.edits.concat(answer.addEdits);
+                cache.seq = answer.seq;
+                answer.edits = cache.edits;
+              } else if (answer?.seq !== undefined) {
                 cache.seq = answer.seq;
                 cache.edits = answer.edits ?? [];
               }

@@ -77,7 +77,15 @@ impl Mirror {
         self.compactions.truncate(from);
         let mut turn = self.turns.last().copied().unwrap_or(0);
         let mut newest = self.compactions.last().copied().unwrap_or(0);
-        for m in &self.messages[from..] {
+        for m in &mut self.messages[from..] {
+            // Nothing reads a tool's metadata, where OpenCode often keeps a second copy of the
+            // output (a read's preview, a command's output): the mirror need not hold it.
+            for part in &mut m.parts {
+                if let Some(Value::Object(state)) = part.get_mut("state") {
+                    state.shift_remove("metadata");
+                }
+            }
+            let m = &*m;
             if m.role() == Role::Assistant {
                 turn += 1;
             }

@@ -10,7 +10,7 @@ pub mod mirror;
 pub mod protocol;
 pub mod texts;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -53,9 +53,11 @@ struct Live {
     /// Tool calls in the history when the agent was last nudged.
     calls_at_nudge: usize,
     /// The number of the last answer whose edits the plugin may keep, and what they were
-    /// computed from: the slot's revision and the number of messages.
+    /// computed from: the slot's revision and resets, and the number of messages.
     edits_seq: u64,
-    edits_basis: Option<(u64, usize)>,
+    edits_basis: Option<EditsBasis>,
+    /// The calls whose edits the plugin holds as of `edits_seq`.
+    edits_sent: HashSet<String>,
 }
 
 /// The sidecar's state: config, sessions, and where saves go.
@@ -90,6 +92,20 @@ struct TransformParams {
     #[serde(default)]
     have: Option<u64>,
     messages: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EditsBasis {
+    revision: u64,
+    resets: u64,
+    messages: usize,
+}
+
+/// What the answer says about edits.
+enum EditsAnswer {
+    Same,
+    Add(Vec<Value>),
+    Full(Vec<Value>),
 }
 
 /// What a transform knows about the request besides the history.
@@ -371,20 +387,25 @@ impl Server {
             dirty = true;
         }
 
-        // The edits are the same as in the last answer if no prune changed and the messages
-        // they point at were kept: the plugin then reuses its copy instead of receiving them.
-        let basis = (slot.revision, history.messages.len());
+        // The plugin keeps the edits of the last answer it got. If it has those of the last
+        // answer sent, no prune was dropped since and the messages they point at were kept,
+        // only new edits are sent, or none.
+        let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: history.messages.len() };
         let live = self.live.get_mut(sid).expect("transform inserts");
-        let previous = live.edits_basis;
-        let same = have == Some(live.edits_seq)
-            && previous.is_some_and(|(revision, len)| revision == basis.0 && mirror.kept() >= len);
-        let edits = if same {
-            None
+        let follows = have == Some(live.edits_seq)
+            && live.edits_basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
+        let edits = if follows && live.edits_basis.is_some_and(|b| b.revision == basis.revision) {
+            EditsAnswer::Same
+        } else if follows {
+            let added = added_edits(&history, &slot.state, &mut live.edits_sent);
+            live.edits_seq += 1;
+            live.edits_basis = Some(basis);
+            EditsAnswer::Add(added)
         } else {
             live.edits_seq += 1;
             live.edits_basis = Some(basis);
-            let (slot, _) = self.manager.slot(sid).map_err(internal)?;
-            Some(edits_for(&history, &slot.state))
+            live.edits_sent = applied_calls(&history, &slot.state);
+            EditsAnswer::Full(edits_for(&history, &slot.state))
         };
         let seq = live_seq(&self.live, sid);
         let append = self.tail_message(sid, &history);
@@ -405,8 +426,9 @@ impl Server {
         }
         let mut answer = json!({"seq": seq, "append": append, "notify": notify});
         match edits {
-            Some(edits) => answer["edits"] = Value::Array(edits),
-            None => answer["sameEdits"] = Value::Bool(true),
+            EditsAnswer::Same => answer["sameEdits"] = Value::Bool(true),
+            EditsAnswer::Add(edits) => answer["addEdits"] = Value::Array(edits),
+            EditsAnswer::Full(edits) => answer["edits"] = Value::Array(edits),
         }
         Ok(answer)
     }
@@ -665,6 +687,40 @@ impl Server {
             self.save(&sid);
         }
     }
+}
+
+/// The calls of `history` whose prune is applied: those the edits cover.
+fn applied_calls(history: &History<'_>, state: &SessionState) -> HashSet<String> {
+    history
+        .calls
+        .iter()
+        .filter(|c| state.pruned.get(c.call_id).is_some_and(|r| r.applied))
+        .map(|c| c.call_id.to_string())
+        .collect()
+}
+
+/// The edits of applied prunes not yet in `sent`, which gains them.
+fn added_edits(history: &History<'_>, state: &SessionState, sent: &mut HashSet<String>) -> Vec<Value> {
+    let new: HashSet<&str> = state
+        .pruned
+        .iter()
+        .filter(|(id, r)| r.applied && !sent.contains(id.as_str()))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let mut edits = Vec::new();
+    if new.is_empty() {
+        return edits;
+    }
+    for call in history.calls.iter().filter(|c| new.contains(c.call_id)) {
+        let record = &state.pruned[call.call_id];
+        let part = &history.messages[call.message].parts[call.part];
+        for e in strategies::field_edits(part, &record.action) {
+            edits.push(json!({"m": call.message, "p": call.part, "path": e.path, "value": e.value}));
+        }
+    }
+    // A prune of a call not in the history has no edit; it is not looked for again.
+    sent.extend(new.into_iter().map(str::to_string));
+    edits
 }
 
 fn live_seq(live: &HashMap<String, Live>, sid: &str) -> u64 {

@@ -35,6 +35,9 @@ pub struct Slot {
     /// Bumped whenever the rewrites in force may change (an applied record, a compaction, a
     /// merge), so the sidecar can tell that the edits it last sent still hold.
     pub revision: u64,
+    /// Bumped when rewrites may have been dropped (a compaction, a merge): only additions
+    /// can then be sent as such.
+    pub resets: u64,
     /// Prunes recorded since the last save job, for the next merge.
     journal: Vec<(String, PruneRecord)>,
     /// The version of the file `state` was last synced with.
@@ -180,12 +183,16 @@ impl Manager {
                     (SessionState::default(), Some(path))
                 }
             };
+            // A corrupt file is no version to build on: the first save reads it again, and
+            // sets it aside.
+            let stamp = if corrupt.is_some() { None } else { stamp };
             let slot = Slot {
                 state,
                 tokens: TokenCounter::new(self.estimator),
                 corrupt,
                 dirty: false,
                 revision: 0,
+                resets: 0,
                 journal: Vec::new(),
                 stamp,
                 handed: 0,
@@ -218,6 +225,7 @@ impl Manager {
             };
             slot.state = persist::merge(merged, &slot.state, &slot.journal);
             slot.revision += 1;
+            slot.resets += 1;
             return Ok(true);
         }
         let now = persist::stamp(&path);
@@ -229,6 +237,7 @@ impl Manager {
             LoadOutcome::Loaded(disk) => {
                 slot.state = persist::merge(*disk, &slot.state, &slot.journal);
                 slot.revision += 1;
+                slot.resets += 1;
                 Ok(true)
             }
             LoadOutcome::Missing => Ok(false),
@@ -269,6 +278,7 @@ impl Manager {
             slot.tokens.clear();
             slot.dirty = true;
             slot.revision += 1;
+            slot.resets += 1;
             seen.compacted = true;
         }
         Ok(seen)

@@ -91,6 +91,15 @@ pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
     Ok(load_path(&path))
 }
 
+/// Reads `path`, unless `known`: the file is the version `mine` was last synced with, so
+/// `mine` already holds all of it (and `Missing` stands for "nothing new on disk").
+fn load_path_unless(path: &Path, known: bool) -> LoadOutcome {
+    if known {
+        return LoadOutcome::Missing;
+    }
+    load_path(path)
+}
+
 /// Reads one state file.
 pub fn load_path(path: &Path) -> LoadOutcome {
     let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
@@ -490,7 +499,8 @@ pub fn sync(
     let _lock = lock(dir, id)?;
     let current = stamp(&path);
     let mut aside = None;
-    let merged = match load_path(&path) {
+    let unchanged = current.is_some() && current == base;
+    let merged = match load_path_unless(&path, unchanged) {
         LoadOutcome::Loaded(disk) => merge(*disk, mine, journal),
         LoadOutcome::Missing => {
             let mut state = mine.clone();

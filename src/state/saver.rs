@@ -12,6 +12,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::manager::SaveJob;
 
+/// How long a save waits for more saves to fold into it: a burst of requests (an agent's
+/// tool steps) costs one write, not one each.
+pub const GATHER: Duration = Duration::from_millis(100);
+
 /// How long to wait before retrying a failed save, unless `DCP_SAVE_RETRY_MS` says otherwise.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -76,7 +80,11 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Msg>) {
                 }
             }
         };
-        // Coalesce everything already queued: the newest job per session wins.
+        // Coalesce everything queued meanwhile: the newest job per session wins. A flush
+        // does not wait.
+        if matches!(first, Msg::Save(_)) {
+            tokio::time::sleep(GATHER).await;
+        }
         let mut jobs: BTreeMap<String, SaveJob> = BTreeMap::new();
         let mut flushes = Vec::new();
         let mut next = Some(first);
