@@ -242,12 +242,33 @@ function matches(m, f) {
   return true;
 }
 
+/** The quick form of `matches` for messages well behind the newest: a finished message
+ * keeps its info and its text; what OpenCode still changes there is a tool part's status and
+ * its compaction, so only those (and every id and part count) are compared. */
+function settled(m, f) {
+  if (!f) return false;
+  const parts = m.parts ?? [];
+  if (f.length !== 7 + 5 * parts.length || f[0] !== m.info?.id) return false;
+  let i = 7;
+  for (const part of parts) {
+    if (part?.type === "tool") {
+      const st = part.state;
+      if (part.id !== f[i] || f[i + 1] !== st?.status || f[i + 3] !== st?.time?.compacted) return false;
+    }
+    i += 5;
+  }
+  return true;
+}
+
 /** The history in wire form: `base` leading messages unchanged since the last request are
  * not sent at all; of the rest, unchanged infos and parts go by reference. */
 function encode(messages, cache) {
   let base = 0;
   if (cache) {
     const previous = cache.prints;
+    // The newest messages are compared in full: they are the ones still being written.
+    const settledBelow = Math.min(messages.length, previous.length) - 4;
+    while (base < settledBelow && settled(messages[base], previous[base])) base++;
     while (base < messages.length && base < previous.length && matches(messages[base], previous[base])) base++;
     previous.length = base;
     for (let i = base; i < messages.length; i++) previous.push(fingerprint(messages[i]));

@@ -6,7 +6,7 @@
 //! tokenizer cannot run, counting falls back to characters / 4 and says so through
 //! [`Estimator`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::OnceLock;
 
 /// Which estimator produced the counts.
@@ -81,7 +81,7 @@ pub struct TokenCounter {
 
 impl TokenCounter {
     pub fn new(choice: EstimatorChoice) -> Self {
-        TokenCounter { choice, cache: HashMap::new(), signatures: HashMap::new() }
+        TokenCounter { choice, cache: HashMap::default(), signatures: HashMap::default() }
     }
 
     /// The estimator this counter uses.

@@ -8,7 +8,7 @@
 //! not the length of the session. A base or reference the mirror cannot resolve (after a
 //! sidecar restart) is a `RESYNC` error: the plugin then sends everything in full.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde_json::Value;
 
@@ -148,8 +148,8 @@ pub fn approx_tokens(part: &Value) -> u64 {
 /// Resolves the wire messages after `base` against `old`, the previous request's messages
 /// after `base`, moving the values it reuses out of `old`.
 fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Vec<Message>, RpcError> {
-    let mut infos: HashMap<String, usize> = HashMap::with_capacity(old.len());
-    let mut parts: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut infos: HashMap<String, usize> = HashMap::default();
+    let mut parts: HashMap<String, (usize, usize)> = HashMap::default();
     for (mi, m) in old.iter().enumerate() {
         infos.insert(m.id().to_string(), mi);
         for (pi, p) in m.parts.iter().enumerate() {

@@ -10,7 +10,9 @@ pub mod mirror;
 pub mod protocol;
 pub mod texts;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::FxHashSet as HashSet;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -363,14 +365,22 @@ impl Server {
         for i in (0..sizes.len()).rev() {
             tails[i] = tails[i + 1] + sizes[i];
         }
-        let pending: Vec<(&str, policy::Pending)> = history
-            .calls
-            .iter()
-            .filter_map(|c| {
-                let r = slot.state.pruned.get(c.call_id).filter(|r| !r.applied)?;
-                Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
-            })
-            .collect();
+        // Usually nothing waits, and the history need not be searched.
+        let waiting: HashSet<&str> =
+            slot.state.pruned.iter().filter(|(_, r)| !r.applied).map(|(id, _)| id.as_str()).collect();
+        let pending: Vec<(&str, policy::Pending)> = if waiting.is_empty() {
+            Vec::new()
+        } else {
+            history
+                .calls
+                .iter()
+                .filter(|c| waiting.contains(c.call_id))
+                .filter_map(|c| {
+                    let r = slot.state.pruned.get(c.call_id)?;
+                    Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
+                })
+                .collect()
+        };
         let requests = requests.max(history.current + 1);
         let base = policy::Inputs { context: tails[0], tail: 0, pending: 0, requests, idle_seconds, context_limit };
         let costs: Vec<policy::Pending> = pending.iter().map(|(_, p)| *p).collect();

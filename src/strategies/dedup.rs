@@ -5,11 +5,11 @@
 //! `{"filePath": "a", "limit": null}` and `{"filePath": "a"}` are the same call. Only
 //! completed calls take part; errored ones are purge-errors' business.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde_json::Value;
 
-use super::{open_for_pruning, output_tokens, Decision, Protection};
+use super::{open_in, output_tokens, pruned_ids, Decision, Protection};
 use crate::config::Config;
 use crate::session::{History, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
@@ -71,7 +71,7 @@ pub fn decide(
 ) -> Vec<Decision> {
     let calls = &history.calls;
     let current = history.current;
-    let mut newest: HashMap<u64, usize> = HashMap::new();
+    let mut newest: HashMap<u64, usize> = HashMap::default();
     let eligible = |i: usize| {
         let c = &calls[i];
         c.status == ToolStatus::Completed
@@ -91,11 +91,12 @@ pub fn decide(
             newest.insert(*sig, i);
         }
     }
+    let pruned = pruned_ids(state);
     let mut out = Vec::new();
     for (i, sig) in signatures.iter().enumerate() {
         let Some(sig) = sig else { continue };
         let call = &calls[i];
-        if newest[sig] == i || !open_for_pruning(call, state) || protection.protects_turn(call, current) {
+        if newest[sig] == i || !open_in(call, &pruned) || protection.protects_turn(call, current) {
             continue;
         }
         let tokens = output_tokens(call, counter);

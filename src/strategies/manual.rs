@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::{finished, open_for_pruning, output_tokens, Decision, Protection};
+use super::{finished, open_for_pruning, open_in, output_tokens, pruned_ids, Decision, Protection};
 use crate::config::Config;
 use crate::session::{tool_calls, History, Message, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
@@ -55,13 +55,13 @@ fn one_line(text: &str, max: usize) -> String {
 
 fn agent_may_prune(
     call: &ToolCall<'_>,
-    state: &SessionState,
+    pruned: &rustc_hash::FxHashSet<&str>,
     config: &Config,
     protection: &Protection,
     current: u32,
 ) -> bool {
     call.status == ToolStatus::Completed
-        && open_for_pruning(call, state)
+        && open_in(call, pruned)
         && !config.tools_protect(call.tool)
         && !protection.protects_file(call)
         && !protection.protects_turn(call, current)
@@ -88,14 +88,17 @@ pub fn prunable(
     counter: &mut TokenCounter,
 ) -> Vec<Prunable> {
     let current = history.current;
-    let mut out = Vec::new();
-    for call in &history.calls {
-        if !agent_may_prune(call, state, config, protection, current) {
-            continue;
-        }
-        if listing.min_tokens > 0 && output_tokens(call, counter) < listing.min_tokens {
-            continue;
-        }
+    let listed: Vec<&ToolCall<'_>> = {
+        let pruned = pruned_ids(state);
+        history
+            .calls
+            .iter()
+            .filter(|call| agent_may_prune(call, &pruned, config, protection, current))
+            .filter(|call| listing.min_tokens == 0 || output_tokens(call, counter) >= listing.min_tokens)
+            .collect()
+    };
+    let mut out = Vec::with_capacity(listed.len());
+    for call in listed {
         let id = state.id_for(call.call_id);
         let key = call.key_argument().map(|k| match listing.project {
             Some(root) => {

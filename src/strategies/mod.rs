@@ -90,6 +90,17 @@ fn open_for_pruning(call: &ToolCall<'_>, state: &SessionState) -> bool {
     !call.compacted && !state.pruned.contains_key(call.call_id)
 }
 
+/// The ids of `state`'s pruned calls, for loops over every call of a long history: a hash
+/// lookup costs much less than a search of the ordered map.
+fn pruned_ids(state: &SessionState) -> rustc_hash::FxHashSet<&str> {
+    state.pruned.keys().map(String::as_str).collect()
+}
+
+/// [`open_for_pruning`], given [`pruned_ids`].
+fn open_in(call: &ToolCall<'_>, pruned: &rustc_hash::FxHashSet<&str>) -> bool {
+    !call.compacted && !pruned.contains(call.call_id)
+}
+
 /// Tokens of a call's output, counted once per part.
 fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
     counter.count_part_with(call.part_id, Field::Output, || call.output().unwrap_or(""))

@@ -6,7 +6,7 @@
 //! file patterns and turn protection still apply.
 
 use super::{open_for_pruning, Decision, Protection};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::session::{str_field, History, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
@@ -21,7 +21,7 @@ pub fn decide(
     let calls = &history.calls;
     let current = history.current;
     // The last completed read of each path, so each write is checked in one lookup.
-    let mut last_read: HashMap<&str, usize> = HashMap::new();
+    let mut last_read: HashMap<&str, usize> = HashMap::default();
     for (i, c) in calls.iter().enumerate() {
         if c.tool == "read" && c.status == ToolStatus::Completed {
             if let Some(path) = c.file_path() {
