@@ -4,6 +4,10 @@
 //! counts the pruned ids of every layout (or dcp's own per-strategy tally when that is
 //! larger, since it survives compactions), and sessions counts the files whose savings are
 //! above 0. A corrupt file counts for nothing and is listed; it never stops the report.
+//!
+//! The report must stay fast over thousands of files, so a file dcp wrote is read from its
+//! head (`stats` comes first, with `totalPrunedTools`) once its last byte shows it whole, and
+//! each file's summary is remembered for the process by name, size and modification time.
 
 use std::path::{Path, PathBuf};
 
@@ -69,30 +73,6 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
 fn tools_of(state: &SessionState) -> u64 {
     let tally: u64 = state.stats.by_strategy.values().map(|t: &Tally| t.tools).sum();
     tally.max(state.pruned.len() as u64)
-}
-
-/// The state files of `dir`: every `<session id>.json`, sorted by name.
-pub fn state_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let Some(id) = name.strip_suffix(".json") else {
-            continue;
-        };
-        if persist::validate_session_id(id).is_ok() {
-            out.push(path);
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// What one state file adds to the all-time report.
@@ -194,7 +174,7 @@ pub fn all_time(dir: &Path) -> std::io::Result<AllTime> {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if !name.strip_suffix(".json").is_some_and(|id| persist::validate_session_id(id).is_ok()) {
+        if name.strip_suffix(".json").is_none_or(|id| persist::validate_session_id(id).is_err()) {
             continue;
         }
         // The entry's own metadata: a stat relative to the open dir, not a walk of the path.

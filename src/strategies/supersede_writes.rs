@@ -37,7 +37,7 @@ pub fn decide(
         let Some(path) = call.file_path() else {
             continue;
         };
-        if !last_read.get(path).is_some_and(|&r| r > i) {
+        if last_read.get(path).is_none_or(|&r| r <= i) {
             continue;
         }
         if !open_for_pruning(call, state) || protection.protects_file(call) || protection.protects_turn(call, current) {
