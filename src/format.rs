@@ -34,15 +34,23 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// Cuts `text` to at most `max` bytes, at a character boundary. Returns whether it was cut.
+pub fn cut(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    true
+}
+
 /// A JSON value as an error message can carry it: cut to 60 bytes at a character boundary.
 pub fn excerpt(value: &serde_json::Value) -> String {
     let mut shown = value.to_string();
-    if shown.len() > 60 {
-        let mut end = 60;
-        while !shown.is_char_boundary(end) {
-            end -= 1;
-        }
-        shown.truncate(end);
+    if cut(&mut shown, 60) {
         shown.push('…');
     }
     shown

@@ -939,12 +939,7 @@ impl Generator {
         let output = log_text(&mut self.rng, templates, target);
         // OpenCode keeps a copy of the output in the metadata, cut at 30,000 characters.
         let mut kept = output.clone();
-        if kept.len() > 30_000 {
-            let mut cut = 30_000;
-            while !kept.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            kept.truncate(cut);
+        if crate::format::cut(&mut kept, 30_000) {
             kept.push_str("\n\n...");
         }
         let exit = if self.rng.percent(12) { 1 } else { 0 };

@@ -125,7 +125,7 @@ fn summarize(path: &Path, len: u64, regular: bool) -> Summary {
     // loader, which says what is wrong with it.
     if let Some(mut file) = regular.then(|| std::fs::File::open(path).ok()).flatten() {
         let mut head = Vec::with_capacity(HEAD.min(len) as usize);
-        let complete = file.by_ref().take(HEAD).read_to_end(&mut head).is_ok() && whole(&file, len, &head);
+        let complete = file.by_ref().take(HEAD).read_to_end(&mut head).is_ok() && whole(&file, len);
         if complete {
             if let Some(summary) = summary_from_head(&head) {
                 return summary;
@@ -139,21 +139,19 @@ fn summarize(path: &Path, len: u64, regular: bool) -> Summary {
     }
 }
 
-/// Whether a file whose first bytes are `head` ends with the closing brace of a JSON object,
+/// Whether a file ends with the closing brace of a JSON object,
 /// as a whole state file does: a torn or truncated one is loaded in full and reported.
-fn whole(file: &std::fs::File, len: u64, head: &[u8]) -> bool {
+fn whole(file: &std::fs::File, len: u64) -> bool {
     let tail_len = len.min(64);
     let mut tail = vec![0u8; tail_len as usize];
     #[cfg(unix)]
     let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut tail, len - tail_len).is_ok();
+    // Elsewhere the file is loaded in full.
     #[cfg(not(unix))]
     let read = {
         let _ = file;
-        let n = head.len().min(tail.len());
-        tail = head[head.len() - n..].to_vec();
-        len as usize == head.len()
+        false
     };
-    let _ = head;
     read && tail.iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'}')
 }
 

@@ -131,7 +131,7 @@ impl Mirror {
 
 /// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
 /// The policy needs sizes on every request, so this avoids the tokenizer.
-pub fn approx_tokens(part: &Value) -> u64 {
+fn approx_tokens(part: &Value) -> u64 {
     let mut chars = str_field(part, "text").map_or(0, str::len);
     if let Some(state) = part.get("state") {
         chars += str_field(state, "output").map_or(0, str::len);

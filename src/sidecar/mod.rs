@@ -310,7 +310,8 @@ impl Server {
             }
             let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
             let history = History::new(messages);
-            return Ok(json!({"edits": edits_for(&history, &slot.state), "append": [], "notify": null}));
+            let edits = edits_for(&history, &slot.state, &mut HashSet::default());
+            return Ok(json!({"edits": edits, "append": [], "notify": null}));
         }
         let idle_seconds = live.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         live.last_request_ms = Some(now);
@@ -406,18 +407,20 @@ impl Server {
             && live.edits_basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
         let edits = if follows && live.edits_basis.is_some_and(|b| b.revision == basis.revision) {
             EditsAnswer::Same
-        } else if follows {
-            let added = added_edits(&history, &slot.state, &mut live.edits_sent);
-            live.edits_seq += 1;
-            live.edits_basis = Some(basis);
-            EditsAnswer::Add(added)
         } else {
+            if !follows {
+                live.edits_sent.clear();
+            }
+            let edits = edits_for(&history, &slot.state, &mut live.edits_sent);
             live.edits_seq += 1;
             live.edits_basis = Some(basis);
-            live.edits_sent = applied_calls(&history, &slot.state);
-            EditsAnswer::Full(edits_for(&history, &slot.state))
+            if follows {
+                EditsAnswer::Add(edits)
+            } else {
+                EditsAnswer::Full(edits)
+            }
         };
-        let seq = live_seq(&self.live, sid);
+        let seq = live.edits_seq;
         let append = self.tail_message(sid, &history);
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         let notify = match self.config.prune_notification {
@@ -699,18 +702,10 @@ impl Server {
     }
 }
 
-/// The calls of `history` whose prune is applied: those the edits cover.
-fn applied_calls(history: &History<'_>, state: &SessionState) -> HashSet<String> {
-    history
-        .calls
-        .iter()
-        .filter(|c| state.pruned.get(c.call_id).is_some_and(|r| r.applied))
-        .map(|c| c.call_id.to_string())
-        .collect()
-}
-
-/// The edits of applied prunes not yet in `sent`, which gains them.
-fn added_edits(history: &History<'_>, state: &SessionState, sent: &mut HashSet<String>) -> Vec<Value> {
+/// The edits that bring `messages` to what the model should see, for every applied prune
+/// whose call is not in `sent` yet; `sent` gains them. With an empty `sent`, every prune in
+/// force. Edits come in history order.
+fn edits_for(history: &History<'_>, state: &SessionState, sent: &mut HashSet<String>) -> Vec<Value> {
     let new: HashSet<&str> = state
         .pruned
         .iter()
@@ -730,28 +725,6 @@ fn added_edits(history: &History<'_>, state: &SessionState, sent: &mut HashSet<S
     }
     // A prune of a call not in the history has no edit; it is not looked for again.
     sent.extend(new.into_iter().map(str::to_string));
-    edits
-}
-
-fn live_seq(live: &HashMap<String, Live>, sid: &str) -> u64 {
-    live.get(sid).map_or(0, |l| l.edits_seq)
-}
-
-/// The edits that bring `messages` to what the model should see: every applied prune.
-fn edits_for(history: &History<'_>, state: &SessionState) -> Vec<Value> {
-    let mut edits = Vec::new();
-    if state.pruned.is_empty() {
-        return edits;
-    }
-    for call in &history.calls {
-        let Some(record) = state.pruned.get(call.call_id).filter(|r| r.applied) else {
-            continue;
-        };
-        let part = &history.messages[call.message].parts[call.part];
-        for e in strategies::field_edits(part, &record.action) {
-            edits.push(json!({"m": call.message, "p": call.part, "path": e.path, "value": e.value}));
-        }
-    }
     edits
 }
 

@@ -91,15 +91,6 @@ pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
     Ok(load_path(&path))
 }
 
-/// Reads `path`, unless `known`: the file is the version `mine` was last synced with, so
-/// `mine` already holds all of it (and `Missing` stands for "nothing new on disk").
-fn load_path_unless(path: &Path, known: bool) -> LoadOutcome {
-    if known {
-        return LoadOutcome::Missing;
-    }
-    load_path(path)
-}
-
 /// Reads one state file.
 pub fn load_path(path: &Path) -> LoadOutcome {
     let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
@@ -499,16 +490,12 @@ pub fn sync(
     let _lock = lock(dir, id)?;
     let current = stamp(&path);
     let mut aside = None;
-    let unchanged = current.is_some() && current == base;
-    let merged = match load_path_unless(&path, unchanged) {
+    // A file still at the version `mine` was last synced with has nothing `mine` lacks.
+    let disk = if current.is_some() && current == base { LoadOutcome::Missing } else { load_path(&path) };
+    let merged = match disk {
         LoadOutcome::Loaded(disk) => merge(*disk, mine, journal),
-        LoadOutcome::Missing => {
-            let mut state = mine.clone();
-            state.fold_counter();
-            state
-        }
-        LoadOutcome::Corrupt { .. } => {
-            if path.exists() {
+        outcome => {
+            if matches!(outcome, LoadOutcome::Corrupt { .. }) && path.exists() {
                 aside = Some(set_aside(&path)?);
             }
             let mut state = mine.clone();

@@ -590,20 +590,26 @@ fn first_rows(sandbox: &Sandbox) -> (String, String) {
     (m, p)
 }
 
+/// Stores the SQL `value` as the data of the recorded session's first message and part, and
+/// runs `dcp context` on it. Returns the two row ids and the run.
+fn context_with_bad_rows(s: &Sandbox, value: &str) -> (String, String, Output) {
+    let (m, p) = first_rows(s);
+    edit_db(
+        s,
+        &format!(
+            "UPDATE message SET data = {value} WHERE id = '{m}'; UPDATE part SET data = {value} WHERE id = '{p}';"
+        ),
+    );
+    (m, p, dcp(s, &["context", "--session", DB_SESSION]))
+}
+
 #[test]
 fn malformed_rows_in_opencode_db_are_skipped_with_a_warning() {
     for (what, value) in
         [("not JSON", "'{\"role\": '"), ("a JSON array", "'[1, 2]'"), ("a number", "42"), ("empty", "''")]
     {
         let s = Sandbox::new();
-        let (m, p) = first_rows(&s);
-        edit_db(
-            &s,
-            &format!(
-                "UPDATE message SET data = {value} WHERE id = '{m}'; UPDATE part SET data = {value} WHERE id = '{p}';"
-            ),
-        );
-        let out = dcp(&s, &["context", "--session", DB_SESSION]);
+        let (m, p, out) = context_with_bad_rows(&s, value);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(0), "{what}: {err}");
         let db = s.data().join("opencode.db").display().to_string();
@@ -620,14 +626,7 @@ fn malformed_rows_in_opencode_db_are_skipped_with_a_warning() {
 fn a_blob_or_invalid_utf8_row_in_opencode_db_is_skipped_not_fatal() {
     for (what, value) in [("a blob", "X'FFFE00'"), ("text that is not UTF-8", "CAST(X'7B22FF227D' AS TEXT)")] {
         let s = Sandbox::new();
-        let (m, p) = first_rows(&s);
-        edit_db(
-            &s,
-            &format!(
-                "UPDATE message SET data = {value} WHERE id = '{m}'; UPDATE part SET data = {value} WHERE id = '{p}';"
-            ),
-        );
-        let out = dcp(&s, &["context", "--session", DB_SESSION]);
+        let (m, p, out) = context_with_bad_rows(&s, value);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(0), "{what}: {err}");
         for id in [&m, &p] {
@@ -639,7 +638,6 @@ fn a_blob_or_invalid_utf8_row_in_opencode_db_is_skipped_not_fatal() {
 #[test]
 fn a_null_row_in_opencode_db_is_skipped_not_fatal() {
     let s = Sandbox::new();
-    let (m, p) = first_rows(&s);
     // OpenCode's schema says NOT NULL; drop the constraint in this copy to store a NULL.
     edit_db(
         &s,
@@ -649,11 +647,7 @@ fn a_null_row_in_opencode_db_is_skipped_not_fatal() {
              PRAGMA writable_schema = OFF;"
         ),
     );
-    edit_db(
-        &s,
-        &format!("UPDATE message SET data = NULL WHERE id = '{m}'; UPDATE part SET data = NULL WHERE id = '{p}';"),
-    );
-    let out = dcp(&s, &["context", "--session", DB_SESSION]);
+    let (m, p, out) = context_with_bad_rows(&s, "NULL");
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     for id in [&m, &p] {

@@ -307,3 +307,39 @@ fn unchanged_messages_and_edits_are_not_sent_twice() {
     assert_eq!(answer["error"]["code"], -32001, "{answer}");
     sidecar.shutdown();
 }
+
+#[test]
+fn a_new_prune_is_sent_as_an_added_edit() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let mut messages = recorded_messages(&s);
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    apply(&mut messages, &first);
+    assert_ne!(output_of(&messages, "call_22_0_07e7b86f"), OUTPUT_PLACEHOLDER);
+    // The model repeats the step holding the last read of parser.py: a copy with new ids.
+    let at = messages
+        .iter()
+        .position(|m| m["parts"].as_array().unwrap().iter().any(|p| p["callID"] == "call_22_0_07e7b86f"))
+        .unwrap();
+    let mut again = recorded_messages(&s)[at].clone();
+    again["info"]["id"] = json!("msg_zz_again");
+    for (i, p) in again["parts"].as_array_mut().unwrap().iter_mut().enumerate() {
+        p["id"] = json!(format!("prt_zz_again_{i}"));
+        p["messageID"] = json!("msg_zz_again");
+        if p["type"] == "tool" {
+            p["callID"] = json!(format!("call_zz_again_{i}"));
+        }
+    }
+    let n = messages.len();
+    let seq = first["seq"].as_u64().unwrap();
+    let second = sidecar
+        .result("transform", json!({"sessionID": DB_SESSION, "base": n, "have": seq, "messages": [again.clone()]}));
+    assert!(second.get("edits").is_none(), "{second}");
+    // Every call of the copied step is a duplicate now: only their older twins' edits come.
+    let tools = again["parts"].as_array().unwrap().iter().filter(|p| p["type"] == "tool").count();
+    let added = second["addEdits"].as_array().unwrap();
+    assert_eq!(added.len(), tools, "{second}");
+    assert!(added.iter().all(|e| e["m"] == at && e["value"] == OUTPUT_PLACEHOLDER), "{second}");
+    assert_eq!(second["seq"].as_u64().unwrap(), seq + 1);
+    sidecar.shutdown();
+}
