@@ -193,6 +193,8 @@ fn run_transform(plugin: &str, session: &Path, plan: Plan, limit: Duration) -> R
     // A 20,000-message history and its copies need more than node's default heap.
     let mut child = Command::new("node")
         .arg("--max-old-space-size=8192")
+        // run.mjs collects its own copies' garbage outside the timed calls (see there).
+        .arg("--expose-gc")
         .arg(&script)
         .args(["--plugin", plugin, "--steps", &plan.steps.to_string(), "--first-runs", &plan.first.to_string()])
         .args(["--min-steps", &plan.min_steps.to_string(), "--budget-s", &plan.budget_s.to_string()])

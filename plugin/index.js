@@ -178,7 +178,8 @@ class SentCache {
     }
     let s = this.sessions.get(id);
     // `seq` and `edits`: the last answer's edits, which the sidecar may tell us to reuse.
-    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map(), prints: [], seq: null, edits: [] }));
+    // `sweep`: where the next deep check of settled messages starts (see `sweepWindow`).
+    if (!s) this.sessions.set(id, (s = { infos: new Map(), parts: new Map(), prints: [], sweep: 0, seq: null, edits: [] }));
     return s;
   }
 
@@ -260,6 +261,18 @@ function settled(m, f) {
   return true;
 }
 
+/** The quickest check: same id, same number of parts. */
+function same(m, f) {
+  return f !== null && f !== undefined && f[0] === m.info?.id && f.length === 7 + 5 * (m.parts?.length ?? 0);
+}
+
+/** How many settled messages each request checks with `settled`: a window that moves on
+ * with every request, so that a change OpenCode makes deep in the history (marking old
+ * outputs compacted when it prunes them) is noticed within a few dozen requests. */
+function sweepWindow(settledCount) {
+  return 32 + (settledCount >> 6);
+}
+
 /** The history in wire form: `base` leading messages unchanged since the last request are
  * not sent at all; of the rest, unchanged infos and parts go by reference. */
 function encode(messages, cache) {
@@ -268,7 +281,26 @@ function encode(messages, cache) {
     const previous = cache.prints;
     // The newest messages are compared in full: they are the ones still being written.
     const settledBelow = Math.min(messages.length, previous.length) - 4;
-    while (base < settledBelow && settled(messages[base], previous[base])) base++;
+    // OpenCode appends to a history, cuts it at a compaction and drops its end on a revert:
+    // with the first and the last settled messages unchanged, so is everything between. The
+    // messages are fresh objects, so each one read is a cache miss; reading all of them on
+    // every request would cost more than the rest of the request.
+    if (settledBelow > 0 && same(messages[0], previous[0]) && same(messages[settledBelow - 1], previous[settledBelow - 1])) {
+      base = settledBelow;
+    } else {
+      while (base < settledBelow && same(messages[base], previous[base])) base++;
+    }
+    if (settledBelow > 0) {
+      let at = cache.sweep < settledBelow ? cache.sweep : 0;
+      const end = Math.min(settledBelow, at + sweepWindow(settledBelow));
+      for (; at < end; at++) {
+        if (at < base && !settled(messages[at], previous[at])) {
+          base = at;
+          break;
+        }
+      }
+      cache.sweep = at;
+    }
     while (base < messages.length && base < previous.length && matches(messages[base], previous[base])) base++;
     previous.length = base;
     for (let i = base; i < messages.length; i++) previous.push(fingerprint(messages[i]));
@@ -299,11 +331,17 @@ function encode(messages, cache) {
 }
 
 function applyEdits(messages, result) {
-  for (const edit of result.edits ?? []) {
+  const edits = result.edits ?? [];
+  // Every edit is applied again on every request (OpenCode hands fresh objects), so this
+  // loop is kept plain: most paths are `state.output`, two steps deep.
+  for (let k = 0; k < edits.length; k++) {
+    const edit = edits[k];
+    const path = edit.path;
+    if (!Array.isArray(path) || path.length === 0) continue;
     let target = messages[edit.m]?.parts?.[edit.p];
-    const path = edit.path ?? [];
-    for (let i = 0; target && i < path.length - 1; i++) target = target[path[i]];
-    if (target && typeof target === "object" && path.length) target[path[path.length - 1]] = edit.value;
+    if (path.length === 2) target = target?.[path[0]];
+    else for (let i = 0; target && i < path.length - 1; i++) target = target[path[i]];
+    if (target && typeof target === "object") target[path[path.length - 1]] = edit.value;
   }
   for (const message of result.append ?? []) messages.push(message);
 }

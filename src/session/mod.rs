@@ -95,7 +95,7 @@ static NULL: Value = Value::Null;
 
 /// What a tool part says about itself, owned, so that it can be kept across requests: a
 /// completed part never changes, so the sidecar reads each part once (see
-/// [`History::from_facts`]) instead of on every request.
+/// `crate::sidecar::index`) instead of on every request.
 #[derive(Debug, Clone)]
 pub struct CallFacts {
     pub part: usize,
@@ -170,7 +170,7 @@ impl<'a> ToolCall<'a> {
     }
 
     /// The view of a part whose facts were read before.
-    fn from_facts(message: usize, facts: &'a CallFacts, part: &'a Value, turn: u32) -> Self {
+    pub fn from_facts(message: usize, facts: &'a CallFacts, part: &'a Value, turn: u32) -> Self {
         ToolCall {
             message,
             part: facts.part,
@@ -231,21 +231,6 @@ impl<'a> History<'a> {
     pub fn new(messages: &'a [Message]) -> History<'a> {
         let calls = tool_calls(messages);
         History { messages, calls, current: current_turn(messages) }
-    }
-
-    /// The history of `messages` from facts read earlier: `facts[i]` are the facts of
-    /// `messages[i]`'s tool parts, and `turns[i]` the model step of `messages[i]`. Builds the
-    /// views without reading the parts again.
-    pub fn from_facts(messages: &'a [Message], facts: &'a [Vec<CallFacts>], turns: &'a [u32]) -> History<'a> {
-        let mut calls = Vec::with_capacity(facts.iter().map(Vec::len).sum());
-        for (mi, (message, facts)) in messages.iter().zip(facts).enumerate() {
-            for f in facts {
-                if let Some(part) = message.parts.get(f.part) {
-                    calls.push(ToolCall::from_facts(mi, f, part, turns[mi]));
-                }
-            }
-        }
-        History { messages, calls, current: turns.last().copied().unwrap_or(0) }
     }
 }
 

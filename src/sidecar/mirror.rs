@@ -13,18 +13,17 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 
 use super::protocol::{code, RpcError};
-use crate::session::{str_field, CallFacts, History, Message, Role};
+use crate::session::{str_field, Message};
 
-/// The previous request's messages, and what was read from each of them once: its tool
-/// calls, its model step, its approximate size and whether it is a compaction summary. The
-/// side tables are aligned with `messages`; entries of the unchanged prefix are reused.
+/// The previous request's messages, and what was read from each of them once: its
+/// approximate size and whether it is a compaction summary. The side tables are aligned with
+/// `messages`; entries of the unchanged prefix are reused. (The tool calls are the
+/// [`super::index::Index`]'s business.)
 #[derive(Debug, Default)]
 pub struct Mirror {
     messages: Vec<Message>,
     /// How many leading messages the last request kept from the one before.
     kept: usize,
-    facts: Vec<Vec<CallFacts>>,
-    turns: Vec<u32>,
     sizes: Vec<u64>,
     /// The newest compaction summary's `time.created` up to each message, or 0.
     compactions: Vec<i64>,
@@ -41,12 +40,6 @@ impl Mirror {
     /// The messages of the last resolved request.
     pub fn messages(&self) -> &[Message] {
         &self.messages
-    }
-
-    /// The tool calls of the last resolved request, from the facts read when each message
-    /// arrived.
-    pub fn history(&self) -> History<'_> {
-        History::from_facts(&self.messages, &self.facts, &self.turns)
     }
 
     /// How many leading messages of the last resolved request are the previous request's,
@@ -71,11 +64,8 @@ impl Mirror {
 
     /// Reads the messages from `from` on, which are new or changed, into the side tables.
     fn index_from(&mut self, from: usize) {
-        self.facts.truncate(from);
-        self.turns.truncate(from);
         self.sizes.truncate(from);
         self.compactions.truncate(from);
-        let mut turn = self.turns.last().copied().unwrap_or(0);
         let mut newest = self.compactions.last().copied().unwrap_or(0);
         for m in &mut self.messages[from..] {
             // Nothing reads a tool's metadata, where OpenCode often keeps a second copy of the
@@ -86,14 +76,9 @@ impl Mirror {
                 }
             }
             let m = &*m;
-            if m.role() == Role::Assistant {
-                turn += 1;
-            }
             if m.is_compaction_summary() {
                 newest = newest.max(m.time_created());
             }
-            self.facts.push(CallFacts::of(m));
-            self.turns.push(turn);
             self.sizes.push(m.parts.iter().map(approx_tokens).sum());
             self.compactions.push(newest);
         }

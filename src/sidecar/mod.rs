@@ -6,6 +6,7 @@
 //! [`Saver`] task, off the request path. Nothing is ever written to stdout but protocol
 //! lines; logs go to stderr and, with `debug`, to files.
 
+pub mod index;
 pub mod mirror;
 pub mod protocol;
 pub mod texts;
@@ -14,11 +15,14 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashSet as HashSet;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use std::io::{BufRead, Write};
+use std::sync::mpsc::RecvTimeoutError;
 
+use self::index::Index;
 use self::mirror::Mirror;
 use self::protocol::{code, Request, RpcError};
 use crate::config::{self, Config, Notification};
@@ -45,6 +49,8 @@ pub struct Options {
 #[derive(Debug, Default)]
 struct Live {
     mirror: Mirror,
+    /// The session's tool calls, as the strategies and the prunable list need them.
+    index: Index,
     requests: u32,
     last_request_ms: Option<i64>,
     /// Whether the session has a parent (a subagent), once known.
@@ -70,6 +76,10 @@ pub struct Server {
     manager: Manager,
     live: HashMap<String, Live>,
     saver: Option<Saver>,
+    /// When each session's last save job was handed to the saver, and the sessions whose
+    /// save waits for the next [`Server::save_due`].
+    handed: HashMap<String, Instant>,
+    waiting: std::collections::BTreeSet<String>,
     shutting_down: bool,
 }
 
@@ -154,6 +164,11 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// How often a session's state is handed to the saver after requests, at most: a burst of
+/// requests (an agent's tool steps) costs one copy and one write per interval, and what
+/// waits reaches the disk within about this long.
+pub const SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, e.to_string())
 }
@@ -173,6 +188,8 @@ impl Server {
             manager,
             live: HashMap::new(),
             saver,
+            handed: HashMap::new(),
+            waiting: Default::default(),
             shutting_down: false,
         })
     }
@@ -247,6 +264,10 @@ impl Server {
             }
             self.protection = Protection::new(&loaded.config).map_err(internal)?;
             self.config = loaded.config;
+            // What the indexes read was judged by the old rules.
+            for live in self.live.values_mut() {
+                live.index = Index::default();
+            }
         }
         // Not `TokenCounter::estimator`: that would wait for the tables, which load in the
         // background while the first requests are served.
@@ -309,8 +330,10 @@ impl Server {
                 return Ok(json!({"edits": [], "append": [], "notify": null}));
             }
             let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-            let history = History::new(messages);
-            let edits = edits_for(&history, &slot.state, &mut HashSet::default());
+            let positions: HashMap<&str, (usize, usize)> =
+                History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
+            let position = |id: &str| positions.get(id).copied();
+            let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
             return Ok(json!({"edits": edits, "append": [], "notify": null}));
         }
         let idle_seconds = live.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
@@ -352,9 +375,14 @@ impl Server {
             slot.state.session_name = title;
         }
         let mut dirty = observed.compacted;
-        // What the mirror read from each message when it arrived: nothing is read twice.
-        let history = mirror.history();
-        for d in strategies::automatic(&history, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
+        // The index reads only what is new since the last request, and hands over the calls
+        // that became prunable.
+        let messages = mirror.messages();
+        let index = &mut self.live.get_mut(sid).expect("transform inserts").index;
+        if index.sync(messages, mirror.kept(), slot.resets, &self.config, &self.protection) {
+            tracing::debug!(session = sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
+        }
+        for d in index.decisions(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
             dirty |= slot.record(&d.call_id, d.record);
         }
 
@@ -366,34 +394,30 @@ impl Server {
         for i in (0..sizes.len()).rev() {
             tails[i] = tails[i + 1] + sizes[i];
         }
-        // Usually nothing waits, and the history need not be searched.
-        let waiting: HashSet<&str> =
-            slot.state.pruned.iter().filter(|(_, r)| !r.applied).map(|(id, _)| id.as_str()).collect();
-        let pending: Vec<(&str, policy::Pending)> = if waiting.is_empty() {
-            Vec::new()
-        } else {
-            history
-                .calls
-                .iter()
-                .filter(|c| waiting.contains(c.call_id))
-                .filter_map(|c| {
-                    let r = slot.state.pruned.get(c.call_id)?;
-                    Some((c.call_id, policy::Pending { tokens: r.tokens, tail: tails[c.message] }))
-                })
-                .collect()
-        };
-        let requests = requests.max(history.current + 1);
+        // The waiting prunes of calls in the history, in history order.
+        let mut pending: Vec<((usize, usize), String, policy::Pending)> = slot
+            .state
+            .pruned
+            .iter()
+            .filter(|(_, r)| !r.applied)
+            .filter_map(|(id, r)| {
+                let at = index.position(id)?;
+                Some((at, id.clone(), policy::Pending { tokens: r.tokens, tail: tails[at.0] }))
+            })
+            .collect();
+        pending.sort_unstable_by_key(|(at, _, _)| *at);
+        let requests = requests.max(index.current() + 1);
         let base = policy::Inputs { context: tails[0], tail: 0, pending: 0, requests, idle_seconds, context_limit };
-        let costs: Vec<policy::Pending> = pending.iter().map(|(_, p)| *p).collect();
+        let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
         let mut applied_now: Vec<String> = Vec::new();
         if let Some((cut, reason)) = policy::choose(&self.config.rewrite, &base, &costs) {
             tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
-            for (id, _) in &pending[cut..] {
-                if let Some(r) = slot.state.pruned.get_mut(*id) {
+            for (_, id, _) in &pending[cut..] {
+                if let Some(r) = slot.state.pruned.get_mut(id) {
                     r.applied = true;
                 }
                 slot.revision += 1;
-                applied_now.push((*id).to_string());
+                applied_now.push(id.clone());
             }
             dirty = true;
         }
@@ -401,7 +425,7 @@ impl Server {
         // The plugin keeps the edits of the last answer it got. If it has those of the last
         // answer sent, no prune was dropped since and the messages they point at were kept,
         // only new edits are sent, or none.
-        let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: history.messages.len() };
+        let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: messages.len() };
         let live = self.live.get_mut(sid).expect("transform inserts");
         let follows = have == Some(live.edits_seq)
             && live.edits_basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
@@ -411,7 +435,8 @@ impl Server {
             if !follows {
                 live.edits_sent.clear();
             }
-            let edits = edits_for(&history, &slot.state, &mut live.edits_sent);
+            let index = &live.index;
+            let edits = edits_for(messages, |id| index.position(id), &slot.state, &mut live.edits_sent);
             live.edits_seq += 1;
             live.edits_basis = Some(basis);
             if follows {
@@ -421,7 +446,7 @@ impl Server {
             }
         };
         let seq = live.edits_seq;
-        let append = self.tail_message(sid, &history);
+        let append = self.tail_message(sid, messages);
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         let notify = match self.config.prune_notification {
             _ if applied_now.is_empty() => None,
@@ -447,25 +472,27 @@ impl Server {
     }
 
     /// The synthetic message appended after the history: the prunable list and any nudge.
-    fn tail_message(&mut self, sid: &str, history: &History<'_>) -> Vec<Value> {
-        let messages = history.messages;
+    fn tail_message(&mut self, sid: &str, messages: &[Message]) -> Vec<Value> {
+        let Ok((slot, _)) = self.manager.slot(sid) else {
+            return Vec::new();
+        };
+        let recorded = slot.take_recorded();
         let tools = &self.config.tools;
         if !tools.discard.enabled && !tools.extract.enabled {
             return Vec::new();
         }
-        let Ok((slot, _)) = self.manager.slot(sid) else {
+        let Some(live) = self.live.get_mut(sid) else {
             return Vec::new();
         };
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let list =
-            manual::prunable(history, &mut slot.state, &self.config, &self.protection, &listing, &mut slot.tokens);
-        if list.is_empty() {
+        let listing = manual::Listing { project, min_tokens: tools.settings.min_tokens.into() };
+        let state = &mut slot.state;
+        let index = &mut live.index;
+        let Some(list) = index.prunable(messages, &recorded, state, &self.config, &self.protection, &listing) else {
             return Vec::new();
-        }
-        let mut text = texts::prunable_list(&list);
-        let calls = history.calls.len();
-        let live = self.live.entry(sid.to_string()).or_default();
+        };
+        let mut text = list.to_string();
+        let calls = index.calls();
         if live.calls_at_nudge > calls {
             live.calls_at_nudge = 0;
         }
@@ -475,15 +502,9 @@ impl Server {
             && calls - live.calls_at_nudge >= settings.nudge_frequency as usize
         {
             live.calls_at_nudge = calls;
-            let by_id: HashMap<&str, &crate::session::ToolCall<'_>> =
-                history.calls.iter().map(|c| (c.call_id, c)).collect();
-            let tokens: u64 = list
-                .iter()
-                .filter_map(|p| by_id.get(p.call_id.as_str()))
-                .map(|c| c.output().map_or(0, |o| o.len() as u64).div_ceil(4))
-                .sum();
+            let (listed, tokens) = index.listed();
             text.push('\n');
-            text.push_str(&texts::nudge(list.len(), tokens));
+            text.push_str(&texts::nudge(listed, tokens));
         }
         let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
         let created = messages.last().map_or(0, Message::time_created);
@@ -556,14 +577,8 @@ impl Server {
         let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let valid = manual::prunable(
-            &History::new(&messages),
-            &mut slot.state,
-            &self.config,
-            &self.protection,
-            &listing,
-            &mut slot.tokens,
-        );
+        let valid =
+            manual::prunable(&History::new(&messages), &mut slot.state, &self.config, &self.protection, &listing);
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
@@ -595,7 +610,7 @@ impl Server {
             slot.record(&d.call_id, d.record);
         }
         slot.dirty = true;
-        self.save(&sid);
+        self.save_now(&sid);
         let verb = if p.name == "discard" { "Discarded" } else { "Extracted" };
         let done: Vec<(u32, &str, Option<&str>)> =
             done.iter().map(|(i, t, k)| (*i, t.as_str(), k.as_deref())).collect();
@@ -661,7 +676,7 @@ impl Server {
             slot.record(&d.call_id, d.record);
         }
         slot.dirty = true;
-        self.save(sid);
+        self.save_now(sid);
         Ok(format!(
             "Swept {n} tool output{} ({} tokens).",
             if n == 1 { "" } else { "s" },
@@ -681,10 +696,29 @@ impl Server {
         json!({})
     }
 
+    /// Saves session `sid` after a request: hands its state to the saver at once, or, when
+    /// it handed one less than [`SAVE_EVERY`] ago, at [`Server::save_due`]. Copying a long
+    /// session's state for every request of a burst would cost more than the requests
+    /// themselves. What waits is only what the automatic strategies decided, which a
+    /// restarted sidecar decides again from the history; the agent's and the user's prunes
+    /// are saved at once ([`Server::save_now`]).
     fn save(&mut self, sid: &str) {
+        if self.saver.is_some() && self.handed.get(sid).is_some_and(|t| t.elapsed() < SAVE_EVERY) {
+            self.waiting.insert(sid.to_string());
+            return;
+        }
+        self.save_now(sid);
+    }
+
+    /// Hands session `sid`'s state to the saver now.
+    fn save_now(&mut self, sid: &str) {
+        self.waiting.remove(sid);
         match self.manager.save_job(sid) {
             Ok(job) => match &self.saver {
-                Some(saver) => saver.save(job),
+                Some(saver) => {
+                    self.handed.insert(sid.to_string(), Instant::now());
+                    saver.save(job)
+                }
                 None => {
                     if let Err(e) = job.run() {
                         tracing::warn!("{}", crate::error_chain(&e));
@@ -695,36 +729,59 @@ impl Server {
         }
     }
 
+    /// When the next waiting save is due, if one waits.
+    pub fn save_due(&self) -> Option<Instant> {
+        self.waiting.iter().filter_map(|sid| self.handed.get(sid)).min().map(|t| *t + SAVE_EVERY)
+    }
+
+    /// Hands out every waiting save that is due.
+    pub fn save_waiting(&mut self) {
+        let due: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|sid| self.handed.get(*sid).is_none_or(|t| t.elapsed() >= SAVE_EVERY))
+            .cloned()
+            .collect();
+        for sid in due {
+            self.save_now(&sid);
+        }
+    }
+
     fn save_dirty(&mut self) {
         for sid in self.manager.dirty() {
-            self.save(&sid);
+            self.save_now(&sid);
         }
     }
 }
 
 /// The edits that bring `messages` to what the model should see, for every applied prune
 /// whose call is not in `sent` yet; `sent` gains them. With an empty `sent`, every prune in
-/// force. Edits come in history order.
-fn edits_for(history: &History<'_>, state: &SessionState, sent: &mut HashSet<String>) -> Vec<Value> {
-    let new: HashSet<&str> = state
-        .pruned
-        .iter()
-        .filter(|(id, r)| r.applied && !sent.contains(id.as_str()))
-        .map(|(id, _)| id.as_str())
-        .collect();
-    let mut edits = Vec::new();
-    if new.is_empty() {
-        return edits;
-    }
-    for call in history.calls.iter().filter(|c| new.contains(c.call_id)) {
-        let record = &state.pruned[call.call_id];
-        let part = &history.messages[call.message].parts[call.part];
-        for e in strategies::field_edits(part, &record.action) {
-            edits.push(json!({"m": call.message, "p": call.part, "path": e.path, "value": e.value}));
+/// force. `position` finds a call's message and part. Edits come in history order.
+fn edits_for(
+    messages: &[Message],
+    position: impl Fn(&str) -> Option<(usize, usize)>,
+    state: &SessionState,
+    sent: &mut HashSet<String>,
+) -> Vec<Value> {
+    let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
+    for (id, record) in state.pruned.iter().filter(|(_, r)| r.applied) {
+        if sent.contains(id.as_str()) {
+            continue;
+        }
+        // A prune of a call not in the history has no edit; it is not looked for again.
+        sent.insert(id.clone());
+        if let Some(at) = position(id) {
+            new.push((at, id, record));
         }
     }
-    // A prune of a call not in the history has no edit; it is not looked for again.
-    sent.extend(new.into_iter().map(str::to_string));
+    new.sort_unstable_by_key(|(at, _, _)| *at);
+    let mut edits = Vec::new();
+    for ((m, p), _, record) in new {
+        let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
+        for e in strategies::field_edits(part, &record.action) {
+            edits.push(json!({"m": m, "p": p, "path": e.path, "value": e.value}));
+        }
+    }
     edits
 }
 
@@ -744,11 +801,15 @@ fn text_line(buf: Vec<u8>) -> Line {
 }
 
 /// Reads one line of at most `max` bytes; a longer line is consumed and reported.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
+fn read_line<R: BufRead>(reader: &mut R, max: usize) -> std::io::Result<Line> {
     let mut buf = Vec::new();
     let mut skipped = 0usize;
     loop {
-        let available = reader.fill_buf().await?;
+        let available = match reader.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         if available.is_empty() {
             return Ok(match (buf.is_empty(), skipped) {
                 (true, 0) => Line::Eof,
@@ -775,66 +836,94 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, max: usiz
 }
 
 /// Runs the sidecar until stdin closes or `shutdown` arrives.
+///
+/// Requests are read and answered with plain blocking I/O on this thread (a reader thread
+/// hands it the lines), since every hop through an async runtime's I/O threads adds a
+/// thread wake-up to the round trip. The saver's writes run on a one-worker tokio runtime.
 pub fn serve(options: Options) -> anyhow::Result<()> {
     crate::tokens::preload();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async move {
-        let saver = Saver::spawn();
-        let mut server = Server::new(options, Some(saver.clone()))?;
-        // The line limit can be lowered (never raised past the default) for tests.
-        let max_line = std::env::var("DCP_MAX_LINE_BYTES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(protocol::MAX_LINE_BYTES, |v| v.min(protocol::MAX_LINE_BYTES));
-        let mut reader = BufReader::with_capacity(1 << 20, tokio::io::stdin());
-        let mut stdout = tokio::io::stdout();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let saver = {
+        let _context = runtime.enter();
+        Saver::spawn()
+    };
+    let mut server = Server::new(options, Some(saver.clone()))?;
+    // The line limit can be lowered (never raised past the default) for tests.
+    let max_line = std::env::var("DCP_MAX_LINE_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(protocol::MAX_LINE_BYTES, |v| v.min(protocol::MAX_LINE_BYTES));
+    // Lines are read on their own thread, so that waiting for one can give way to a save
+    // that falls due.
+    let (tx, lines) = std::sync::mpsc::sync_channel(16);
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
         loop {
-            let response = match read_line(&mut reader, max_line).await? {
-                Line::Eof => break,
-                Line::TooLong(n) => {
-                    let e = RpcError::new(
-                        code::LINE_TOO_LONG,
-                        format!("line of {n} bytes is over the {max_line}-byte limit; skipped"),
-                    );
-                    tracing::warn!("protocol: {}", e.message);
-                    Some(protocol::err(None, &e))
-                }
-                Line::NotUtf8(at) => {
-                    let e = RpcError::new(code::PARSE, format!("line is not UTF-8 (invalid byte at offset {at})"));
-                    tracing::warn!("protocol: {}", e.message);
-                    Some(protocol::err(None, &e))
-                }
-                Line::Text(line) => server.handle_line(&line),
-            };
-            if let Some(mut response) = response {
-                response.push('\n');
-                if stdout.write_all(response.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
-                    break;
-                }
+            let line = read_line(&mut reader, max_line);
+            let last = !matches!(line, Ok(Line::Text(_) | Line::TooLong(_) | Line::NotUtf8(_)));
+            if tx.send(line).is_err() || last {
+                return;
             }
-            if server.shutting_down() {
+        }
+    });
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let line = match server.save_due() {
+            Some(due) => match lines.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => {
+                    server.save_waiting();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => Ok(Line::Eof),
+            },
+            None => lines.recv().unwrap_or(Ok(Line::Eof)),
+        };
+        let response = match line? {
+            Line::Eof => break,
+            Line::TooLong(n) => {
+                let e = RpcError::new(
+                    code::LINE_TOO_LONG,
+                    format!("line of {n} bytes is over the {max_line}-byte limit; skipped"),
+                );
+                tracing::warn!("protocol: {}", e.message);
+                Some(protocol::err(None, &e))
+            }
+            Line::NotUtf8(at) => {
+                let e = RpcError::new(code::PARSE, format!("line is not UTF-8 (invalid byte at offset {at})"));
+                tracing::warn!("protocol: {}", e.message);
+                Some(protocol::err(None, &e))
+            }
+            Line::Text(line) => server.handle_line(&line),
+        };
+        if let Some(mut response) = response {
+            response.push('\n');
+            if stdout.write_all(response.as_bytes()).is_err() || stdout.flush().is_err() {
                 break;
             }
         }
-        server.save_dirty();
-        saver.flush().await;
-        Ok(())
-    })
+        if server.shutting_down() {
+            break;
+        }
+    }
+    server.save_dirty();
+    runtime.block_on(saver.flush());
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn over_long_lines_are_skipped_and_reading_goes_on() {
+    #[test]
+    fn over_long_lines_are_skipped_and_reading_goes_on() {
         let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
-        let mut reader = BufReader::with_capacity(16, input.as_bytes());
-        assert!(matches!(read_line(&mut reader, 50).await.unwrap(), Line::TooLong(101)));
-        match read_line(&mut reader, 50).await.unwrap() {
+        let mut reader = std::io::BufReader::with_capacity(16, input.as_bytes());
+        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::TooLong(101)));
+        match read_line(&mut reader, 50).unwrap() {
             Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
             _ => panic!("expected the next line"),
         }
-        assert!(matches!(read_line(&mut reader, 50).await.unwrap(), Line::Eof));
+        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::Eof));
     }
 }

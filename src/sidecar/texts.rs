@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 
 use crate::format;
 use crate::state::{PruneRecord, Strategy};
-use crate::strategies::manual::Prunable;
 
 /// Added to the system prompt when discard or extract is enabled. Constant, so the prompt
 /// prefix stays byte-stable.
@@ -42,10 +41,10 @@ pub const EXTRACT_DESCRIPTION: &str =
 the <prunable-tools> list: distillation[i] replaces the output of ids[i].";
 
 /// The `<prunable-tools>` block appended at the tail of a request.
-pub fn prunable_list(items: &[Prunable]) -> String {
+pub fn prunable_list<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
     let mut text = String::from("<prunable-tools>\n");
-    for p in items {
-        text.push_str(&p.line());
+    for line in lines {
+        text.push_str(line);
         text.push('\n');
     }
     text.push_str("</prunable-tools>");

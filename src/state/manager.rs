@@ -40,6 +40,8 @@ pub struct Slot {
     pub resets: u64,
     /// Prunes recorded since the last save job, for the next merge.
     journal: Vec<(String, PruneRecord)>,
+    /// Call ids recorded since the sidecar last took them ([`Slot::take_recorded`]).
+    recorded: Vec<String>,
     /// The version of the file `state` was last synced with.
     stamp: Option<Stamp>,
     /// The number of save jobs handed out, and of those whose outcome was taken in.
@@ -58,8 +60,15 @@ impl Slot {
             self.revision += 1;
         }
         self.journal.push((call_id.to_string(), record));
+        self.recorded.push(call_id.to_string());
         self.dirty = true;
         true
+    }
+
+    /// The call ids recorded since the last call, oldest first: what the sidecar's prunable
+    /// list must drop.
+    pub fn take_recorded(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.recorded)
     }
 }
 
@@ -77,7 +86,15 @@ pub struct Observation {
 /// Outcomes of finished saves, by session id, waiting for the manager to take them in. The
 /// writer task posts to it; the manager reads it before the next request.
 #[derive(Debug, Default, Clone)]
-pub struct Mailbox(Arc<Mutex<HashMap<String, Posted>>>);
+pub struct Mailbox(Arc<Mutex<Boxes>>);
+
+#[derive(Debug, Default)]
+struct Boxes {
+    posted: HashMap<String, Posted>,
+    /// The job number and resulting stamp of each session's last write, kept after the
+    /// outcome is taken in.
+    written: HashMap<String, (u64, Stamp)>,
+}
 
 #[derive(Debug)]
 struct Posted {
@@ -89,10 +106,13 @@ struct Posted {
 
 impl Mailbox {
     fn post(&self, id: &str, seq: u64, synced: Synced) {
-        let Ok(mut map) = self.0.lock() else {
+        let Ok(mut boxes) = self.0.lock() else {
             return;
         };
-        let entry = map.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
+        if let Some(stamp) = synced.stamp {
+            boxes.written.insert(id.to_string(), (seq, stamp));
+        }
+        let entry = boxes.posted.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
         // A later save read the file an earlier foreign merge wrote: it has those changes too.
         let keep = synced.foreign || entry.merged.is_some();
         entry.seq = seq;
@@ -101,11 +121,18 @@ impl Mailbox {
     }
 
     fn take(&self, id: &str, seq: u64) -> Option<Posted> {
-        let mut map = self.0.lock().ok()?;
-        if map.get(id).is_some_and(|p| p.seq == seq) {
-            return map.remove(id);
+        let mut boxes = self.0.lock().ok()?;
+        if boxes.posted.get(id).is_some_and(|p| p.seq == seq) {
+            return boxes.posted.remove(id);
         }
         None
+    }
+
+    /// The stamp of the file session `id`'s last save wrote, if that save came before job
+    /// number `seq`.
+    fn written(&self, id: &str, seq: u64) -> Option<Stamp> {
+        let boxes = self.0.lock().ok()?;
+        boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, stamp)| *stamp)
     }
 }
 
@@ -125,7 +152,10 @@ impl SaveJob {
     /// Performs the save synchronously: a read-merge-write under the file's lock. Returns
     /// where a corrupt file was set aside.
     pub fn run(&self) -> Result<Option<PathBuf>, StateError> {
-        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, self.base)?;
+        // A job handed out while an earlier one was in flight has the version before that
+        // one as its base; what that one wrote is no news to it either.
+        let known: Vec<Stamp> = self.base.into_iter().chain(self.mailbox.written(&self.session_id, self.seq)).collect();
+        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, &known)?;
         let aside = synced.aside.take();
         self.mailbox.post(&self.session_id, self.seq, synced);
         Ok(aside)
@@ -194,6 +224,7 @@ impl Manager {
                 revision: 0,
                 resets: 0,
                 journal: Vec::new(),
+                recorded: Vec::new(),
                 stamp,
                 handed: 0,
                 absorbed: 0,

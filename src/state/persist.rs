@@ -468,8 +468,8 @@ pub struct Synced {
     pub state: SessionState,
     /// The written file's stamp.
     pub stamp: Option<Stamp>,
-    /// Whether the file had changed since `base`: another process wrote it, and `state`
-    /// holds its changes as well.
+    /// Whether the file was at none of the `known` versions: another process wrote it, and
+    /// `state` holds its changes as well.
     pub foreign: bool,
     /// Where a corrupt file was set aside.
     pub aside: Option<PathBuf>,
@@ -477,21 +477,23 @@ pub struct Synced {
 
 /// Saves session `id` with a read-merge-write under its lock: reads the file as it is now,
 /// merges `mine` and `journal` into it (see [`merge`]), and writes the result atomically.
-/// `base` is the stamp of the version `mine` was last synced with. A missing file is written
+/// `known` are stamps of versions `mine` has everything of (the one it was last synced with,
+/// the one this process wrote last); a file at one of them is not read. A missing file is written
 /// from `mine` alone; a corrupt one is set aside first, never overwritten.
 pub fn sync(
     dir: &Path,
     id: &str,
     mine: &SessionState,
     journal: &[(String, PruneRecord)],
-    base: Option<Stamp>,
+    known: &[Stamp],
 ) -> Result<Synced, StateError> {
     let path = state_path(dir, id)?;
     let _lock = lock(dir, id)?;
     let current = stamp(&path);
     let mut aside = None;
-    // A file still at the version `mine` was last synced with has nothing `mine` lacks.
-    let disk = if current.is_some() && current == base { LoadOutcome::Missing } else { load_path(&path) };
+    // A file still at a version `mine` was synced with has nothing `mine` lacks.
+    let foreign = current.is_some_and(|c| !known.contains(&c));
+    let disk = if current.is_some() && !foreign { LoadOutcome::Missing } else { load_path(&path) };
     let merged = match disk {
         LoadOutcome::Loaded(disk) => merge(*disk, mine, journal),
         outcome => {
@@ -505,7 +507,7 @@ pub fn sync(
     };
     let bytes = render(&merged, &now_iso());
     write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
-    Ok(Synced { state: merged, stamp: stamp(&path), foreign: current != base, aside })
+    Ok(Synced { state: merged, stamp: stamp(&path), foreign, aside })
 }
 
 /// Renames a corrupt state file out of the way: `<name>.corrupt-<UTC time>`.

@@ -12,9 +12,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::manager::SaveJob;
 
-/// How long a save waits for more saves to fold into it: a burst of requests (an agent's
-/// tool steps) costs one write, not one each.
-pub const GATHER: Duration = Duration::from_millis(100);
+/// How long a save waits for more saves to fold into it. The sidecar already hands out at
+/// most one save per session every `SAVE_EVERY` (see `crate::sidecar`); this only gathers
+/// the saves of several sessions into one pass.
+pub const GATHER: Duration = Duration::from_millis(20);
 
 /// How long to wait before retrying a failed save, unless `DCP_SAVE_RETRY_MS` says otherwise.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{open_in, output_tokens, pruned_ids, Decision, Protection};
 use crate::config::Config;
-use crate::session::{History, ToolStatus};
+use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
@@ -62,6 +62,21 @@ pub fn signature_hash(tool: &str, input: &Value) -> u64 {
     hasher.finish()
 }
 
+/// Whether `call` takes part in deduplication at all: completed, not cleared by OpenCode, and
+/// of no protected tool or file.
+pub fn eligible(call: &ToolCall<'_>, config: &Config, protection: &Protection) -> bool {
+    call.status == ToolStatus::Completed
+        && !call.compacted
+        && !config.dedup_protects(call.tool)
+        && !protection.protects_file(call)
+}
+
+/// The prune of `call`, which a newer identical call superseded.
+pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Decision {
+    let tokens = output_tokens(call, counter);
+    Decision::new(call, Strategy::Deduplication, Action::Output, tokens)
+}
+
 pub fn decide(
     history: &History<'_>,
     state: &SessionState,
@@ -72,18 +87,11 @@ pub fn decide(
     let calls = &history.calls;
     let current = history.current;
     let mut newest: HashMap<u64, usize> = HashMap::default();
-    let eligible = |i: usize| {
-        let c = &calls[i];
-        c.status == ToolStatus::Completed
-            && !c.compacted
-            && !config.dedup_protects(c.tool)
-            && !protection.protects_file(c)
-    };
     // A completed call's input never changes, so its signature is worked out once.
-    let signatures: Vec<Option<u64>> = (0..calls.len())
-        .map(|i| {
-            let c = &calls[i];
-            eligible(i).then(|| counter.signature(c.part_id, || signature_hash(c.tool, c.input())))
+    let signatures: Vec<Option<u64>> = calls
+        .iter()
+        .map(|c| {
+            eligible(c, config, protection).then(|| counter.signature(c.part_id, || signature_hash(c.tool, c.input())))
         })
         .collect();
     for (i, sig) in signatures.iter().enumerate() {
@@ -99,8 +107,7 @@ pub fn decide(
         if newest[sig] == i || !open_in(call, &pruned) || protection.protects_turn(call, current) {
             continue;
         }
-        let tokens = output_tokens(call, counter);
-        out.push(Decision::new(call, Strategy::Deduplication, Action::Output, tokens));
+        out.push(prune(call, counter));
     }
     out
 }

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::{finished, open_for_pruning, open_in, output_tokens, pruned_ids, Decision, Protection};
+use super::{finished, open_for_pruning, output_tokens, pruned_ids, Decision, Protection};
 use crate::config::Config;
 use crate::session::{tool_calls, History, Message, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
@@ -53,28 +53,56 @@ fn one_line(text: &str, max: usize) -> String {
     cut
 }
 
-fn agent_may_prune(
-    call: &ToolCall<'_>,
-    pruned: &rustc_hash::FxHashSet<&str>,
-    config: &Config,
-    protection: &Protection,
-    current: u32,
-) -> bool {
-    call.status == ToolStatus::Completed
-        && open_in(call, pruned)
-        && !config.tools_protect(call.tool)
-        && !protection.protects_file(call)
-        && !protection.protects_turn(call, current)
-}
-
 /// How the prunable list is built.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Listing<'a> {
     /// Paths under this directory are shown relative to it: shorter lines, fewer tokens.
     pub project: Option<&'a str>,
-    /// Outputs smaller than this are not listed: a list line is re-sent (uncached) with every
-    /// request, so listing a small output costs more than pruning it saves.
+    /// Outputs smaller than this many tokens (estimated by [`approx_tokens`]) are not listed:
+    /// a list line is re-sent (uncached) with every request, so listing a small output costs
+    /// more than pruning it saves.
     pub min_tokens: u64,
+}
+
+/// Whether the list shows `call`: the agent may prune it (`open`: dcp has not pruned it), and
+/// its output is large enough to be worth a line.
+pub fn listable(
+    call: &ToolCall<'_>,
+    open: bool,
+    config: &Config,
+    protection: &Protection,
+    listing: &Listing<'_>,
+    current: u32,
+) -> bool {
+    call.status == ToolStatus::Completed
+        && open
+        && !call.compacted
+        && !config.tools_protect(call.tool)
+        && !protection.protects_file(call)
+        && !protection.protects_turn(call, current)
+        && (listing.min_tokens == 0 || approx_tokens(call.output()) >= listing.min_tokens)
+}
+
+/// Tokens of an output, estimated as characters / 4: the list's threshold needs no more,
+/// and the tokenizer would cost the request path more than the rest of it.
+pub fn approx_tokens(output: Option<&str>) -> u64 {
+    output.map_or(0, |o| o.chars().count() as u64).div_ceil(4)
+}
+
+/// The list entry of `call`, with its id (assigned now if it has none).
+pub fn item(call: &ToolCall<'_>, state: &mut SessionState, listing: &Listing<'_>) -> Prunable {
+    let key = call.key_argument().map(|k| match listing.project {
+        Some(root) => {
+            k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k)
+        }
+        None => k,
+    });
+    Prunable {
+        id: state.id_for(call.call_id),
+        call_id: call.call_id.to_string(),
+        tool: call.tool.to_string(),
+        key: key.map(str::to_string),
+    }
 }
 
 /// The calls the agent may discard or extract, oldest first, with their ids. Assigns ids to
@@ -85,7 +113,6 @@ pub fn prunable(
     config: &Config,
     protection: &Protection,
     listing: &Listing<'_>,
-    counter: &mut TokenCounter,
 ) -> Vec<Prunable> {
     let current = history.current;
     let listed: Vec<&ToolCall<'_>> = {
@@ -93,27 +120,13 @@ pub fn prunable(
         history
             .calls
             .iter()
-            .filter(|call| agent_may_prune(call, &pruned, config, protection, current))
-            .filter(|call| listing.min_tokens == 0 || output_tokens(call, counter) >= listing.min_tokens)
+            .filter(|call| {
+                let open = !pruned.contains(call.call_id);
+                listable(call, open, config, protection, listing, current)
+            })
             .collect()
     };
-    let mut out = Vec::with_capacity(listed.len());
-    for call in listed {
-        let id = state.id_for(call.call_id);
-        let key = call.key_argument().map(|k| match listing.project {
-            Some(root) => {
-                k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k)
-            }
-            None => k,
-        });
-        out.push(Prunable {
-            id,
-            call_id: call.call_id.to_string(),
-            tool: call.tool.to_string(),
-            key: key.map(str::to_string),
-        });
-    }
-    out
+    listed.into_iter().map(|call| item(call, state, listing)).collect()
 }
 
 /// Why a discard or extract was refused. The message is meant for the agent.

@@ -78,6 +78,11 @@ impl Protection {
         !self.files.is_empty() && call.file_path().is_some_and(|p| self.files.is_match(p))
     }
 
+    /// Model steps a call stays protected for (0: none).
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
     /// Whether the call is too young to prune, `current` being the newest model step.
     pub fn protects_turn(&self, call: &ToolCall<'_>, current: u32) -> bool {
         self.turns > 0 && current.saturating_sub(call.turn) < self.turns

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{open_for_pruning, Decision, Protection, ERROR_INPUT_PLACEHOLDER};
 use crate::config::Config;
-use crate::session::{History, ToolStatus};
+use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -26,6 +26,30 @@ pub fn string_inputs(input: &Value) -> String {
     out
 }
 
+/// The model step from which errored `call` is old enough to purge.
+pub fn ready_at(call: &ToolCall<'_>, config: &Config, protection: &Protection) -> u32 {
+    call.turn.saturating_add(config.strategies.purge_errors.turns.max(protection.turns()))
+}
+
+/// The purge of errored `call`: none if its tool or file is protected or it has no string
+/// input to remove.
+pub fn prune(
+    call: &ToolCall<'_>,
+    config: &Config,
+    protection: &Protection,
+    counter: &mut TokenCounter,
+) -> Option<Decision> {
+    if config.purge_protects(call.tool) || protection.protects_file(call) {
+        return None;
+    }
+    let text = string_inputs(call.input());
+    if text.is_empty() {
+        return None;
+    }
+    let tokens = counter.count_part(call.part_id, Field::Input, &text);
+    Some(Decision::new(call, Strategy::PurgeErrors, Action::ErrorInputs, tokens))
+}
+
 pub fn decide(
     history: &History<'_>,
     state: &SessionState,
@@ -33,26 +57,16 @@ pub fn decide(
     protection: &Protection,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
-    let turns = config.strategies.purge_errors.turns;
     let current = history.current;
     let mut out = Vec::new();
     for call in &history.calls {
-        if call.status != ToolStatus::Error || current.saturating_sub(call.turn) < turns {
+        if call.status != ToolStatus::Error || current < ready_at(call, config, protection) {
             continue;
         }
-        if !open_for_pruning(call, state)
-            || config.purge_protects(call.tool)
-            || protection.protects_file(call)
-            || protection.protects_turn(call, current)
-        {
+        if !open_for_pruning(call, state) {
             continue;
         }
-        let text = string_inputs(call.input());
-        if text.is_empty() {
-            continue;
-        }
-        let tokens = counter.count_part(call.part_id, Field::Input, &text);
-        out.push(Decision::new(call, Strategy::PurgeErrors, Action::ErrorInputs, tokens));
+        out.extend(prune(call, config, protection, counter));
     }
     out
 }

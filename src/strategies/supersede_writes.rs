@@ -8,7 +8,7 @@
 use super::{open_for_pruning, Decision, Protection};
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::session::{str_field, History, ToolStatus};
+use crate::session::{str_field, History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -40,14 +40,21 @@ pub fn decide(
         if last_read.get(path).is_none_or(|&r| r <= i) {
             continue;
         }
-        if !open_for_pruning(call, state) || protection.protects_file(call) || protection.protects_turn(call, current) {
+        if !open_for_pruning(call, state) || protection.protects_turn(call, current) {
             continue;
         }
-        let Some(content) = str_field(call.input(), "content") else {
-            continue;
-        };
-        let tokens = counter.count_part(call.part_id, Field::Input, content);
-        out.push(Decision::new(call, Strategy::SupersedeWrites, Action::WriteContent, tokens));
+        out.extend(prune(call, protection, counter));
     }
     out
+}
+
+/// The prune of write `call`, once a later read covers its file: none if the file is
+/// protected or the write has no `content`.
+pub fn prune(call: &ToolCall<'_>, protection: &Protection, counter: &mut TokenCounter) -> Option<Decision> {
+    if protection.protects_file(call) {
+        return None;
+    }
+    let content = str_field(call.input(), "content")?;
+    let tokens = counter.count_part(call.part_id, Field::Input, content);
+    Some(Decision::new(call, Strategy::SupersedeWrites, Action::WriteContent, tokens))
 }

@@ -159,8 +159,7 @@ fn listed(
     config: &Config,
     protection: &Protection,
 ) -> Vec<manual::Prunable> {
-    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    manual::prunable(&History::new(messages), state, config, protection, &manual::Listing::default(), &mut counter)
+    manual::prunable(&History::new(messages), state, config, protection, &manual::Listing::default())
 }
 
 fn manual_session() -> Vec<Message> {
@@ -201,14 +200,7 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
     let protection = Protection::new(&config).unwrap();
     let mut state = SessionState::default();
     let listing = manual::Listing { project: Some("/proj"), min_tokens: 200 };
-    let list = manual::prunable(
-        &History::new(&messages),
-        &mut state,
-        &config,
-        &protection,
-        &listing,
-        &mut TokenCounter::new(EstimatorChoice::Auto),
-    );
+    let list = manual::prunable(&History::new(&messages), &mut state, &config, &protection, &listing);
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, src/big.py", "2: read, /etc/hosts"]);
 }

@@ -11,6 +11,7 @@ mod engine;
 mod gen;
 mod host;
 mod hostile;
+mod index;
 mod persistence;
 mod sidecar;
 mod state_manager;

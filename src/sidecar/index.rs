@@ -1,0 +1,261 @@
+//! The sidecar's incremental view of a session's tool calls: what the automatic strategies
+//! and the `<prunable-tools>` list need, kept up to date one message at a time.
+//!
+//! The batch functions ([`crate::strategies::automatic`], [`manual::prunable`]) look at every call
+//! of a history, which suits the CLI. On a model request only the newest messages are new, so
+//! the sidecar keeps an [`Index`] per session across requests and does work in proportion to
+//! what is new:
+//!
+//! * a call becomes a *candidate* when something new makes it prunable: a newer call with the
+//!   same signature (deduplication), a later read of the file it wrote (supersede-writes), or
+//!   its own error (purge-errors). Candidates wait in a queue until their turn protection
+//!   expires, and are then judged by the same per-call rules as the batch strategies;
+//! * the list grows at its end as calls leave turn protection, loses a line when its call is
+//!   pruned, and is rendered again only when it changed.
+//!
+//! The index reads messages only once. It is rebuilt from scratch when messages it read have
+//! changed (OpenCode marked old outputs compacted, a revert) or when the state was reset (a
+//! compaction, a merge with another process's file), so it always agrees with the batch
+//! functions; `tests/it/index.rs` runs both side by side over generated sessions.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::texts;
+use crate::config::Config;
+use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
+use crate::state::{SessionState, Strategy};
+use crate::strategies::manual::{self, Listing};
+use crate::strategies::{dedup, purge_errors, supersede_writes, Decision, Protection};
+use crate::tokens::TokenCounter;
+
+/// One tool call of the history, as read when its message arrived.
+#[derive(Debug)]
+struct Call {
+    facts: CallFacts,
+    message: usize,
+    turn: u32,
+}
+
+/// A line of the prunable list.
+#[derive(Debug)]
+struct Listed {
+    call: usize,
+    /// The line, as [`manual::Prunable::line`] renders it.
+    line: String,
+    /// Approximate tokens of the output, for the nudge.
+    approx: u64,
+}
+
+/// What the sidecar knows of one session's tool calls between requests.
+#[derive(Debug, Default)]
+pub struct Index {
+    calls: Vec<Call>,
+    by_call_id: HashMap<String, usize>,
+    /// Messages read so far: a prefix of the history.
+    messages: usize,
+    /// The current model step: the number of assistant messages read.
+    current: u32,
+    /// The slot's `resets` the index was built against.
+    resets: u64,
+    /// The newest deduplication-eligible call of each signature.
+    newest: HashMap<u64, usize>,
+    /// Completed writes of each path that no later read covers yet.
+    writes: HashMap<String, Vec<usize>>,
+    /// Candidates by the model step from which they may be pruned.
+    waiting: BinaryHeap<Reverse<(u32, usize, Strategy)>>,
+    /// Calls before this one were considered for the prunable list.
+    cursor: usize,
+    listed: Vec<Listed>,
+    /// The rendered list, while it is current.
+    text: Option<String>,
+    /// How often the index was rebuilt from scratch (for logs and tests).
+    rebuilds: u64,
+}
+
+impl Index {
+    /// Brings the index up to `messages`, of which the first `kept` are unchanged since the
+    /// last call; `resets` is the slot's reset count. Returns whether it was rebuilt.
+    pub fn sync(
+        &mut self,
+        messages: &[Message],
+        kept: usize,
+        resets: u64,
+        config: &Config,
+        protection: &Protection,
+    ) -> bool {
+        let stale = resets != self.resets || kept < self.messages || messages.len() < self.messages;
+        if stale {
+            let rebuilds = self.rebuilds + 1;
+            *self = Index { resets, rebuilds, ..Index::default() };
+        }
+        for (mi, message) in messages.iter().enumerate().skip(self.messages) {
+            if message.role() == Role::Assistant {
+                self.current += 1;
+            }
+            for facts in CallFacts::of(message) {
+                let Some(part) = message.parts.get(facts.part) else { continue };
+                let at = self.calls.len();
+                self.add(at, &ToolCall::from_facts(mi, &facts, part, self.current), config, protection);
+                self.by_call_id.insert(facts.call_id.clone(), at);
+                self.calls.push(Call { facts, message: mi, turn: self.current });
+            }
+        }
+        self.messages = messages.len();
+        stale
+    }
+
+    /// How many times the index was rebuilt because what it had read changed.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
+    }
+
+    /// Notes what call `at` makes prunable.
+    fn add(&mut self, at: usize, call: &ToolCall<'_>, config: &Config, protection: &Protection) {
+        let s = &config.strategies;
+        let turns = protection.turns();
+        match call.status {
+            ToolStatus::Completed => {
+                if s.deduplication.enabled && dedup::eligible(call, config, protection) {
+                    let sig = dedup::signature_hash(call.tool, call.input());
+                    if let Some(older) = self.newest.insert(sig, at) {
+                        let ready = self.calls[older].turn.saturating_add(turns);
+                        self.waiting.push(Reverse((ready, older, Strategy::Deduplication)));
+                    }
+                }
+                if s.supersede_writes.enabled {
+                    if let Some(path) = call.file_path() {
+                        match call.tool {
+                            "write" => self.writes.entry(path.to_string()).or_default().push(at),
+                            "read" => {
+                                for write in self.writes.remove(path).unwrap_or_default() {
+                                    let ready = self.calls[write].turn.saturating_add(turns);
+                                    self.waiting.push(Reverse((ready, write, Strategy::SupersedeWrites)));
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            ToolStatus::Error if s.purge_errors.enabled => {
+                let ready = purge_errors::ready_at(call, config, protection);
+                self.waiting.push(Reverse((ready, at, Strategy::PurgeErrors)));
+            }
+            _ => {}
+        }
+    }
+
+    /// The automatic strategies' new decisions: every candidate whose protection has expired
+    /// and that is still open, judged by its strategy's rules. Not yet recorded.
+    pub fn decisions(
+        &mut self,
+        messages: &[Message],
+        state: &SessionState,
+        config: &Config,
+        protection: &Protection,
+        counter: &mut TokenCounter,
+    ) -> Vec<Decision> {
+        let mut ready = Vec::new();
+        while let Some(Reverse((at_turn, at, strategy))) = self.waiting.peek().copied() {
+            if at_turn > self.current {
+                break;
+            }
+            self.waiting.pop();
+            ready.push((strategy, at));
+        }
+        // The batch order: by strategy, then history order.
+        ready.sort_unstable();
+        ready.dedup();
+        let mut out = Vec::new();
+        for (strategy, at) in ready {
+            let Some(call) = view(&self.calls, messages, at) else { continue };
+            if call.compacted || state.pruned.contains_key(call.call_id) {
+                continue;
+            }
+            let decision = match strategy {
+                Strategy::Deduplication => Some(dedup::prune(&call, counter)),
+                Strategy::SupersedeWrites => supersede_writes::prune(&call, protection, counter),
+                Strategy::PurgeErrors => purge_errors::prune(&call, config, protection, counter),
+                _ => None,
+            };
+            out.extend(decision);
+        }
+        out
+    }
+
+    /// Where call `call_id` is: its message and part.
+    pub fn position(&self, call_id: &str) -> Option<(usize, usize)> {
+        let call = &self.calls[*self.by_call_id.get(call_id)?];
+        Some((call.message, call.facts.part))
+    }
+
+    /// The current model step: the number of assistant messages.
+    pub fn current(&self) -> u32 {
+        self.current
+    }
+
+    /// How many tool calls the history holds.
+    pub fn calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Takes prunes recorded since the last call (`recorded`, call ids) off the list, and
+    /// adds the calls that left turn protection. Returns the rendered list, or `None` when it
+    /// is empty.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prunable(
+        &mut self,
+        messages: &[Message],
+        recorded: &[String],
+        state: &mut SessionState,
+        config: &Config,
+        protection: &Protection,
+        listing: &Listing<'_>,
+    ) -> Option<&str> {
+        for call_id in recorded {
+            let Some(&at) = self.by_call_id.get(call_id.as_str()) else { continue };
+            if let Ok(i) = self.listed.binary_search_by_key(&at, |l| l.call) {
+                self.listed.remove(i);
+                self.text = None;
+            }
+        }
+        let turns = protection.turns();
+        while self.cursor < self.calls.len() {
+            let at = self.cursor;
+            let call = &self.calls[at];
+            if turns > 0 && self.current.saturating_sub(call.turn) < turns {
+                break;
+            }
+            self.cursor += 1;
+            let Some(view) = view(&self.calls, messages, at) else { continue };
+            let open = !state.pruned.contains_key(view.call_id);
+            if !manual::listable(&view, open, config, protection, listing, self.current) {
+                continue;
+            }
+            let approx = manual::approx_tokens(view.output());
+            let line = manual::item(&view, state, listing).line();
+            self.listed.push(Listed { call: at, line, approx });
+            self.text = None;
+        }
+        if self.listed.is_empty() {
+            return None;
+        }
+        let listed = &self.listed;
+        Some(self.text.get_or_insert_with(|| texts::prunable_list(listed.iter().map(|l| l.line.as_str()))))
+    }
+
+    /// The number of calls on the list, and their approximate output tokens.
+    pub fn listed(&self) -> (usize, u64) {
+        (self.listed.len(), self.listed.iter().map(|l| l.approx).sum())
+    }
+}
+
+/// The view of call `at` over `messages`, if its part is still there.
+fn view<'a>(calls: &'a [Call], messages: &'a [Message], at: usize) -> Option<ToolCall<'a>> {
+    let call = &calls[at];
+    let part = messages.get(call.message)?.parts.get(call.facts.part)?;
+    Some(ToolCall::from_facts(call.message, &call.facts, part, call.turn))
+}

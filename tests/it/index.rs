@@ -1,0 +1,111 @@
+//! The sidecar's incremental index against the batch strategies: fed the same generated
+//! session one step at a time, both must decide the same prunes and show the same
+//! `<prunable-tools>` list after every step, with and without turn protection, and after the
+//! index has had to start over.
+
+use dcp::config::Config;
+use dcp::gen::{self, SessionSpec};
+use dcp::session::{History, Message};
+use dcp::sidecar::index::Index;
+use dcp::sidecar::texts;
+use dcp::state::SessionState;
+use dcp::strategies::{self, manual, Decision, Protection};
+use dcp::tokens::{EstimatorChoice, TokenCounter};
+
+/// One side: a state, a token counter, and what was recorded since the list last looked.
+struct Side {
+    state: SessionState,
+    counter: TokenCounter,
+    recorded: Vec<String>,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side { state: SessionState::default(), counter: TokenCounter::new(EstimatorChoice::Auto), recorded: Vec::new() }
+    }
+
+    /// Records `decisions` and returns them as comparable lines.
+    fn record(&mut self, decisions: Vec<Decision>) -> Vec<String> {
+        let mut lines: Vec<String> = decisions
+            .into_iter()
+            .filter_map(|d| {
+                let line = format!("{} {:?}", d.call_id, d.record);
+                self.state.record(&d.call_id, d.record).then(|| {
+                    self.recorded.push(d.call_id);
+                    line
+                })
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+}
+
+/// Runs both over `spec`'s session and steps; `restart_at` lists steps where the index is
+/// told that messages it read have changed, so it must rebuild. Returns the number of steps
+/// that pruned something, so a caller can check the run was not vacuous.
+fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> usize {
+    let protection = Protection::new(config).unwrap();
+    let listing = manual::Listing { project: Some("/home/dev/project"), min_tokens: 200 };
+    let session = gen::session(spec);
+    let mut messages: Vec<Message> = session.messages.clone();
+    let (mut batch, mut incremental) = (Side::new(), Side::new());
+    let mut index = Index::default();
+    let mut indexed = 0usize;
+    let mut pruning_steps = 0;
+    for step in 0..=session.steps.len() {
+        if step > 0 {
+            messages.extend(session.steps[step - 1].iter().cloned());
+        }
+        let kept = if restart_at.contains(&step) { indexed.saturating_sub(3) } else { indexed };
+        let rebuilt = index.sync(&messages, kept, 0, config, &protection);
+        assert_eq!(rebuilt, restart_at.contains(&step) && step > 0, "step {step}: rebuilt");
+        indexed = messages.len();
+
+        let history = History::new(&messages);
+        let decisions = strategies::automatic(&history, &batch.state, config, &protection, &mut batch.counter);
+        let expected = batch.record(decisions);
+        let decisions = index.decisions(&messages, &incremental.state, config, &protection, &mut incremental.counter);
+        let got = incremental.record(decisions);
+        assert_eq!(got, expected, "step {step}: decisions");
+        pruning_steps += usize::from(!got.is_empty());
+
+        let list = manual::prunable(&history, &mut batch.state, config, &protection, &listing);
+        let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
+        let expected = (!list.is_empty()).then(|| texts::prunable_list(lines.iter().map(String::as_str)));
+        let recorded = std::mem::take(&mut incremental.recorded);
+        let got = index
+            .prunable(&messages, &recorded, &mut incremental.state, config, &protection, &listing)
+            .map(str::to_string);
+        assert_eq!(got, expected, "step {step}: prunable list");
+        assert_eq!(incremental.state.ids, batch.state.ids, "step {step}: ids");
+    }
+    pruning_steps
+}
+
+fn spec(messages: usize, steps: usize, seed: u64) -> SessionSpec {
+    SessionSpec { messages, steps, seed }
+}
+
+#[test]
+fn the_index_decides_and_lists_as_the_batch_strategies_do() {
+    let pruning = side_by_side(&spec(300, 120, 7), &Config::default(), &[]);
+    assert!(pruning > 20, "only {pruning} steps pruned anything");
+}
+
+#[test]
+fn the_index_agrees_under_turn_protection_and_protected_files() {
+    let mut config = Config::default();
+    config.turn_protection.enabled = true;
+    config.turn_protection.turns = 3;
+    config.protected_file_patterns = vec!["**/*.md".into()];
+    config.strategies.purge_errors.turns = 6;
+    let pruning = side_by_side(&spec(200, 120, 11), &config, &[]);
+    assert!(pruning > 10, "only {pruning} steps pruned anything");
+}
+
+#[test]
+fn the_index_agrees_after_it_starts_over() {
+    let pruning = side_by_side(&spec(150, 60, 3), &Config::default(), &[10, 11, 40]);
+    assert!(pruning > 5, "only {pruning} steps pruned anything");
+}
