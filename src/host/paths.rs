@@ -14,6 +14,7 @@ pub struct Env {
     pub home: Option<PathBuf>,
     pub xdg_data_home: Option<PathBuf>,
     pub xdg_config_home: Option<PathBuf>,
+    pub xdg_cache_home: Option<PathBuf>,
     pub opencode_db: Option<PathBuf>,
     pub opencode_config_dir: Option<PathBuf>,
 }
@@ -26,6 +27,7 @@ impl Env {
             home: directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()),
             xdg_data_home: var("XDG_DATA_HOME"),
             xdg_config_home: var("XDG_CONFIG_HOME"),
+            xdg_cache_home: var("XDG_CACHE_HOME"),
             opencode_db: var("OPENCODE_DB"),
             opencode_config_dir: var("OPENCODE_CONFIG_DIR"),
         }
@@ -48,6 +50,15 @@ impl Env {
         match &self.xdg_config_home {
             Some(d) => d.join("opencode"),
             None => self.home().join(".config/opencode"),
+        }
+    }
+
+    /// dcp's own cache directory: `$XDG_CACHE_HOME/dcp`, else `~/.cache/dcp`. (Not under
+    /// OpenCode's cache dir, which OpenCode empties when its version changes.)
+    pub fn cache_dir(&self) -> PathBuf {
+        match &self.xdg_cache_home {
+            Some(d) => d.join("dcp"),
+            None => self.home().join(".cache/dcp"),
         }
     }
 

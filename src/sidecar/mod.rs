@@ -630,7 +630,8 @@ impl Server {
                 self.manager.refresh(&sid).map_err(internal)?;
                 let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
                 let session = crate::stats::session(&sid, &slot.state);
-                let all = crate::stats::all_time(self.manager.dir()).map_err(internal)?;
+                let all = crate::stats::all_time(self.manager.dir(), Some(&self.options.env.cache_dir()))
+                    .map_err(internal)?;
                 crate::report::stats(Some(&session), &all)
             }
             ["context"] => {

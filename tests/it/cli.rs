@@ -232,3 +232,46 @@ fn debug_logs_go_to_daily_files_under_the_config_dir() {
     assert!(text.contains("DEBUG") && text.contains("Sessions"), "{text}");
     assert!(!out.contains("DEBUG"), "nothing but warnings on stderr, nothing on stdout");
 }
+
+/// The all-time figures of `dcp stats --json`.
+fn all_time(s: &Sandbox) -> serde_json::Value {
+    let out = dcp(s, &["stats", "--json"]);
+    let json_text = out.split("----- stdout -----\n").nth(1).unwrap().split("----- stderr -----").next().unwrap();
+    let v: serde_json::Value = serde_json::from_str(json_text).unwrap();
+    v["all_time"].clone()
+}
+
+#[test]
+fn stats_remembers_summaries_across_runs_in_the_cache_dir() {
+    let s = Sandbox::new();
+    let first = all_time(&s);
+    assert_eq!(first["tokens_saved"], 907 + 1520 + 2300);
+    let cache_dir = s.dir.path().join("home/.cache/dcp");
+    let cache = std::fs::read_dir(&cache_dir).unwrap().next().unwrap().unwrap().path();
+    let text = std::fs::read_to_string(&cache).unwrap();
+    // The corrupt files are not cached: they are read and reported on every run.
+    assert!(text.ends_with("end\t4\n"), "{text}");
+    assert_eq!(all_time(&s), first);
+
+    // The next run trusts the cache for a file whose size and time are unchanged: a cache
+    // that says otherwise is believed (which shows it is read)...
+    let id = "ses_204d30935ffeIhuHRntLhlCv3U.json";
+    let line = text.lines().find(|l| l.starts_with(id)).unwrap();
+    let mut fields: Vec<&str> = line.split('\t').collect();
+    let tokens: u64 = fields[4].parse().unwrap();
+    fields[4] = "1000000";
+    std::fs::write(&cache, text.replace(line, &fields.join("\t"))).unwrap();
+    assert_eq!(all_time(&s)["tokens_saved"], 907 + 1520 + 2300 - tokens + 1_000_000);
+
+    // ...until the file's time changes.
+    let file = std::fs::File::options().append(true).open(s.state_dir().join(id)).unwrap();
+    file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).unwrap();
+    assert_eq!(all_time(&s), first);
+
+    // A removed file stops counting, and a cache that is not whole is ignored.
+    std::fs::remove_file(s.state_dir().join(id)).unwrap();
+    std::fs::write(&cache, "dcp all-time cache 1\tgarbage").unwrap();
+    let after = all_time(&s);
+    assert_eq!(after["tokens_saved"], 907 + 1520 + 2300 - tokens);
+    assert_eq!(after["files"], first["files"].as_u64().unwrap() - 1);
+}

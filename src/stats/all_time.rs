@@ -1,0 +1,432 @@
+//! The all-time report: the savings of every state file in a directory, fast over thousands.
+//!
+//! Three things keep it fast, each a fallback for the next:
+//! - A file dcp wrote is read from its head (`stats` comes first, with `totalPrunedTools`),
+//!   in one read, once its last byte shows it whole. Other files are loaded in full.
+//! - Each file's summary is remembered by name, size and modification time: for the process,
+//!   and across processes in a cache file under dcp's cache dir. A report with a cache then
+//!   stats every file but reads only those that changed. The stats run on two threads.
+//! - A long-lived process watches the directory (see [`super::watch`]), so a repeated report
+//!   re-reads only the files named in the events since the last one, and stats nothing else.
+//!
+//! The cache is a plain text file, `all-time-<hash of the dir>.tsv`, that names its dir and
+//! ends with a count line. One that does not parse, names another dir, or lacks its last line
+//! is ignored (and rewritten). Corrupt state files are never cached: they are reported afresh.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::fs::{DirEntry, Metadata};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::watch::{Changes, Watch};
+use super::{tools_of, AllTime, CorruptFile};
+use crate::state::persist::{self, LoadOutcome};
+
+/// What one state file adds to the all-time report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Summary {
+    Counts { tokens: u64, tools: u64 },
+    Corrupt(String),
+    Missing,
+}
+
+/// A file's summary, with the size and modification time it was read at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Remembered {
+    len: u64,
+    modified: Option<SystemTime>,
+    summary: Summary,
+}
+
+impl Remembered {
+    fn matches(&self, meta: &Metadata) -> bool {
+        self.len == meta.len() && self.modified.is_some() && self.modified == meta.modified().ok()
+    }
+}
+
+/// What this process knows of one state dir.
+#[derive(Default)]
+struct Known {
+    files: HashMap<String, Remembered>,
+    watch: Option<Watch>,
+    /// The cache file was read (or there was none): it is read once per process.
+    cache_read: bool,
+}
+
+static MEMO: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Known>>> = std::sync::Mutex::new(None);
+
+/// Sums every state file of `dir`. `cache_dir` is where dcp keeps its caches (see
+/// [`crate::host::paths::Env::cache_dir`]); without one, nothing is remembered across
+/// processes.
+pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime> {
+    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let known = memo.get_or_insert_with(Default::default).entry(dir.to_path_buf()).or_default();
+    let cache = cache_dir.and_then(|c| cache_path(c, dir));
+    let changes = known.watch.as_mut().map_or(Changes::Unknown, Watch::changes);
+    let changed = match changes {
+        Changes::Names(names) => refresh(dir, &mut known.files, names),
+        Changes::Unknown => {
+            if !known.cache_read {
+                known.cache_read = true;
+                if let Some(files) = cache.as_deref().and_then(|c| read_cache(c, dir)) {
+                    known.files = files;
+                }
+            }
+            // The watch goes first, so that a change made during the scan is seen next time.
+            known.watch = Watch::new(dir);
+            match scan(dir, &mut known.files) {
+                Ok(changed) => changed,
+                Err(e) => {
+                    known.watch = None;
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        known.files.clear();
+                        return Ok(AllTime::default());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
+    if changed {
+        if let Some(cache) = &cache {
+            write_cache(cache, dir, &known.files);
+        }
+    }
+    Ok(report(dir, &known.files))
+}
+
+/// Whether `name` is a state file's name: a session id (see
+/// [`persist::validate_session_id`]) and `.json`.
+fn is_state_file(name: &str) -> bool {
+    name.strip_suffix(".json").is_some_and(|id| {
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+/// Re-reads the files named by a watch's events. Returns whether anything changed.
+fn refresh(dir: &Path, files: &mut HashMap<String, Remembered>, mut names: Vec<String>) -> bool {
+    names.sort_unstable();
+    names.dedup();
+    let mut changed = false;
+    for name in names.into_iter().filter(|n| is_state_file(n)) {
+        let path = dir.join(&name);
+        // An event means the file was written: it is read again even if its size and time
+        // look the same.
+        let entry = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => remember(&path, Some(meta)),
+            Err(_) => {
+                changed |= files.remove(&name).is_some();
+                continue;
+            }
+        };
+        changed |= files.get(&name) != Some(&entry);
+        files.insert(name, entry);
+    }
+    changed
+}
+
+/// Lists `dir` and brings `files` up to date with it: entries are statted (on two threads
+/// when there are many), and read only when their size or time changed. Returns whether
+/// anything changed.
+fn scan(dir: &Path, files: &mut HashMap<String, Remembered>) -> std::io::Result<bool> {
+    let mut entries: Vec<(String, DirEntry)> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Ok(name) = entry.file_name().into_string() {
+            if is_state_file(&name) {
+                entries.push((name, entry));
+            }
+        }
+    }
+    let old: &HashMap<String, Remembered> = files;
+    let look = |chunk: &[(String, DirEntry)]| -> Vec<Option<Remembered>> {
+        chunk
+            .iter()
+            .map(|(name, entry)| {
+                // The entry's own metadata: a stat relative to the open dir, not a walk of
+                // the path.
+                let Some(known) = old.get(name) else {
+                    return Some(remember(&entry.path(), None));
+                };
+                match entry.metadata() {
+                    Ok(meta) if known.matches(&meta) => None,
+                    meta => Some(remember(&entry.path(), meta.ok())),
+                }
+            })
+            .collect()
+    };
+    const PER_THREAD: usize = 512;
+    let looked: Vec<Option<Remembered>> = if entries.len() < 2 * PER_THREAD {
+        look(&entries)
+    } else {
+        let (a, b) = entries.split_at(entries.len() / 2);
+        std::thread::scope(|s| {
+            let second = s.spawn(|| look(b));
+            let mut first = look(a);
+            // A panic in the other thread is a bug, not bad input: it goes on as one.
+            first.extend(second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            first
+        })
+    };
+    let mut changed = entries.len() != files.len();
+    let mut next = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
+    for ((name, _), fresh) in entries.into_iter().zip(looked) {
+        let entry = match fresh {
+            Some(fresh) => {
+                changed = true;
+                fresh
+            }
+            None => match files.remove(&name) {
+                Some(kept) => kept,
+                None => continue,
+            },
+        };
+        next.insert(name, entry);
+    }
+    *files = next;
+    Ok(changed)
+}
+
+/// Reads what the file at `path` adds to the report, with the size and time it was read at.
+/// `meta` is its metadata if it was statted already: a file that was not is opened first and
+/// its metadata read from the open file, which saves a lookup of the path.
+fn remember(path: &Path, meta: Option<Metadata>) -> Remembered {
+    let missing = Remembered { len: 0, modified: None, summary: Summary::Missing };
+    let (meta, summary) = match meta {
+        // Only a plain file is opened here: a FIFO would block. Anything else is left to the
+        // loader, which says what is wrong with it.
+        Some(meta) if !meta.is_file() => (meta, None),
+        Some(meta) => {
+            let summary = std::fs::File::open(path).ok().and_then(|f| read_head(&f, meta.len()));
+            (meta, summary)
+        }
+        None => {
+            let file = open_nonblocking(path);
+            let Ok(meta) = file.as_ref().map_or_else(|_| std::fs::symlink_metadata(path), std::fs::File::metadata)
+            else {
+                return missing;
+            };
+            let summary = file.ok().filter(|_| meta.is_file()).and_then(|f| read_head(&f, meta.len()));
+            (meta, summary)
+        }
+    };
+    let summary = summary.unwrap_or_else(|| match persist::load_path(path) {
+        LoadOutcome::Loaded(state) => Summary::Counts { tokens: state.stats.tokens(), tools: tools_of(&state) },
+        LoadOutcome::Corrupt { reason, .. } => Summary::Corrupt(reason),
+        LoadOutcome::Missing => Summary::Missing,
+    });
+    Remembered { len: meta.len(), modified: meta.modified().ok(), summary }
+}
+
+/// The summary of a whole file dcp wrote, from its head, in one read for files up to 16 KB
+/// (and one more for the tail of larger ones). `None` when the file is not one.
+fn read_head(mut file: &std::fs::File, len: u64) -> Option<Summary> {
+    use std::io::Read;
+    const ONE_READ: u64 = 4 * 1024;
+    const TAIL: u64 = 64;
+    let mut buf = vec![0u8; len.min(ONE_READ) as usize];
+    file.read_exact(&mut buf).ok()?;
+    let whole = if len <= ONE_READ {
+        ends_whole(&buf)
+    } else {
+        let mut tail = [0u8; TAIL as usize];
+        read_at(file, &mut tail, len - TAIL) && ends_whole(&tail)
+    };
+    // A torn or truncated file is loaded in full, and reported.
+    whole.then(|| summary_from_head(&buf)).flatten()
+}
+
+/// Opens `path` for reading without blocking on a FIFO (or a device) that has no writer.
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    options.open(path)
+}
+
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> bool {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at).is_ok()
+}
+
+/// Elsewhere large files are loaded in full.
+#[cfg(not(unix))]
+fn read_at(_file: &std::fs::File, _buf: &mut [u8], _at: u64) -> bool {
+    false
+}
+
+/// Whether `bytes` end with the closing brace of a JSON object, as a whole state file does.
+fn ends_whole(bytes: &[u8]) -> bool {
+    bytes.iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'}')
+}
+
+/// The summary at the head of a file dcp wrote: `stats` comes first and carries
+/// `totalPrunedTools`, so the report need not parse the whole file. `None` for other files.
+fn summary_from_head(head: &[u8]) -> Option<Summary> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        #[serde(default)]
+        prune_token_counter: u64,
+        total_prune_tokens: u64,
+        total_pruned_tools: u64,
+    }
+    // `stats` comes first: its 4 KB are enough, and they may end inside a character.
+    let head = &head[..head.len().min(4096)];
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+    };
+    let rest = text.trim_start().strip_prefix('{')?.trim_start().strip_prefix("\"stats\"")?;
+    let rest = rest.trim_start().strip_prefix(':')?;
+    // `stats` is flat: its object ends at the first `}`.
+    let end = rest.find('}')?;
+    let head: Head = serde_json::from_str(&rest[..=end]).ok()?;
+    Some(Summary::Counts { tokens: head.total_prune_tokens + head.prune_token_counter, tools: head.total_pruned_tools })
+}
+
+/// The report over the files known now, with corrupt files in name order.
+fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
+    let mut report = AllTime::default();
+    let mut corrupt: Vec<(&String, &String)> = Vec::new();
+    for (name, file) in files {
+        report.files += 1;
+        report.bytes += file.len;
+        match &file.summary {
+            Summary::Counts { tokens, tools } => {
+                report.tokens_saved += tokens;
+                report.tools_pruned += tools;
+                report.sessions += u64::from(*tokens > 0);
+            }
+            Summary::Corrupt(reason) => corrupt.push((name, reason)),
+            Summary::Missing => {}
+        }
+    }
+    corrupt.sort();
+    report.corrupt = corrupt
+        .into_iter()
+        .map(|(name, reason)| CorruptFile { file: dir.join(name), reason: reason.clone() })
+        .collect();
+    report
+}
+
+const CACHE_HEADER: &str = "dcp all-time cache 1";
+
+/// The cache file for `dir` under `cache_dir`, named by a hash of the dir's path (FNV-1a,
+/// stable across builds). `None` for a path that is not UTF-8 or holds a tab or newline,
+/// which the cache's lines could not name.
+fn cache_path(cache_dir: &Path, dir: &Path) -> Option<PathBuf> {
+    let text = dir.to_str().filter(|t| !t.contains(['\t', '\n', '\r']))?;
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    Some(cache_dir.join(format!("all-time-{hash:016x}.tsv")))
+}
+
+/// Reads the cache of `dir`, or `None` when it is missing or not whole.
+fn read_cache(cache: &Path, dir: &Path) -> Option<HashMap<String, Remembered>> {
+    let text = std::fs::read_to_string(cache).ok()?;
+    let parsed = parse_cache(&text, dir);
+    if parsed.is_none() {
+        tracing::debug!("ignoring the all-time cache {}: not a whole cache of {}", cache.display(), dir.display());
+    }
+    parsed
+}
+
+fn parse_cache(text: &str, dir: &Path) -> Option<HashMap<String, Remembered>> {
+    let mut lines = text.lines();
+    let header = lines.next()?.split_once('\t')?;
+    if header != (CACHE_HEADER, dir.to_str()?) {
+        return None;
+    }
+    let lines_in = text.bytes().filter(|b| *b == b'\n').count();
+    let mut files = HashMap::with_capacity_and_hasher(lines_in, Default::default());
+    for line in lines {
+        let mut fields = line.split('\t');
+        let name = fields.next()?;
+        if name == "end" {
+            let count: usize = fields.next()?.parse().ok()?;
+            return (count == files.len() && fields.next().is_none()).then_some(files);
+        }
+        let mut number = || fields.next()?.parse::<u64>().ok();
+        let (len, secs, nanos, tokens, tools) = (number()?, number()?, number()?, number()?, number()?);
+        if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) {
+            return None;
+        }
+        let modified = SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos as u32))?;
+        let summary = Summary::Counts { tokens, tools };
+        files.insert(name.to_string(), Remembered { len, modified: Some(modified), summary });
+    }
+    // No count line: the file was cut short.
+    None
+}
+
+/// Writes the cache of `dir`, best effort: a cache that cannot be written only makes the next
+/// process's first report slower.
+fn write_cache(cache: &Path, dir: &Path, files: &HashMap<String, Remembered>) {
+    use std::fmt::Write;
+    let Some(dir_text) = dir.to_str() else { return };
+    let mut text = format!("{CACHE_HEADER}\t{dir_text}\n");
+    let mut count = 0;
+    for (name, file) in files {
+        let Summary::Counts { tokens, tools } = file.summary else { continue };
+        let Some(since) = file.modified.and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok()) else { continue };
+        let _ =
+            writeln!(text, "{name}\t{}\t{}\t{}\t{tokens}\t{tools}", file.len, since.as_secs(), since.subsec_nanos());
+        count += 1;
+    }
+    let _ = writeln!(text, "end\t{count}");
+    let written = (|| -> std::io::Result<()> {
+        if let Some(parent) = cache.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let tmp = cache.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(&tmp, &text)?;
+        std::fs::rename(&tmp, cache).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    })();
+    if let Err(e) = written {
+        tracing::debug!("cannot write the all-time cache {}: {e}", cache.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_round_trips_and_refuses_what_is_not_whole() {
+        let dir = Path::new("/data/storage/plugin/dcp");
+        let modified = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        let mut files = HashMap::default();
+        let counts = Summary::Counts { tokens: 907, tools: 2 };
+        files.insert("ses_a.json".to_string(), Remembered { len: 10, modified: Some(modified), summary: counts });
+        let corrupt = Summary::Corrupt("bad".into());
+        files.insert("ses_b.json".to_string(), Remembered { len: 3, modified: Some(modified), summary: corrupt });
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = cache_path(tmp.path(), dir).unwrap();
+        write_cache(&cache, dir, &files);
+        let back = read_cache(&cache, dir).unwrap();
+        // Corrupt files are not cached: they are read and reported again.
+        files.remove("ses_b.json");
+        assert_eq!(back, files);
+        let text = std::fs::read_to_string(&cache).unwrap();
+        // Another dir's cache, a cut file, a bad number, a bad name: all ignored.
+        assert!(parse_cache(&text, Path::new("/other")).is_none());
+        assert!(parse_cache(&text[..text.len() - 8], dir).is_none());
+        assert!(parse_cache(&text.replace("\t907\t", "\t9x7\t"), dir).is_none());
+        assert!(parse_cache(&text.replace("ses_a.json", "../a.json"), dir).is_none());
+        assert!(parse_cache(&text.replace("end\t1", "end\t2"), dir).is_none());
+        assert_ne!(cache_path(tmp.path(), dir), cache_path(tmp.path(), Path::new("/data/storage/plugin/dcp2")));
+        assert_eq!(cache_path(tmp.path(), Path::new("/a\tb")), None);
+    }
+
+    #[test]
+    fn a_head_cut_inside_a_character_still_gives_its_stats() {
+        let mut text = r#"{"stats":{"pruneTokenCounter":0,"totalPruneTokens":5,"totalPrunedTools":1},"x":"é"}"#
+            .as_bytes()
+            .to_vec();
+        text.truncate(text.len() - 3);
+        assert_eq!(summary_from_head(&text), Some(Summary::Counts { tokens: 5, tools: 1 }));
+    }
+}
