@@ -273,65 +273,103 @@ fn count(value: &Value, key: &str) -> Result<u64, String> {
 }
 
 /// The file contents for `state`: its original fields, with dcp's own brought up to date.
+///
+/// Fields keep their order, so rendering a rendered file gives the same bytes: a known key is
+/// updated where it stands, a missing one goes at the end. `stats` goes first, with the tools
+/// count, so that the all-time report can read a file's savings from its first bytes (see
+/// `crate::stats`). The prune list is serialised straight from the state, not copied into a
+/// `serde_json::Value` tree first: at 17,000 pruned calls that was 40 ms a save.
 pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
-    // Keys are updated in place (and removed with `shift_remove`) so that the fields keep their
-    // order: rendering a rendered file gives the same bytes.
-    // `stats` goes first, with the tools count, so that the all-time report can read a file's
-    // savings from its first bytes (see `crate::stats`).
-    let mut out = Map::new();
-    out.insert("stats".into(), Value::Null);
-    for (k, v) in &state.raw {
-        if k != "stats" {
-            out.insert(k.clone(), v.clone());
-        }
-    }
-    out.shift_remove("prunedIds");
-    if let Some(name) = &state.session_name {
-        out.insert("sessionName".into(), Value::String(name.clone()));
-    }
-    let mut prune = match out.get_mut("prune") {
-        Some(Value::Object(p)) => std::mem::take(p),
-        _ => Map::new(),
-    };
-    let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
-    prune.insert("toolIds".into(), Value::Array(ids));
-    if prune.contains_key("tools") {
-        let tools: Map<String, Value> = state.pruned.iter().map(|(k, r)| (k.clone(), json!(r.tokens))).collect();
-        prune.insert("tools".into(), Value::Object(tools));
-    }
-    out.insert("prune".into(), Value::Object(prune));
-    let mut stats = match state.raw.get("stats") {
-        Some(Value::Object(s)) => s.clone(),
-        _ => Map::new(),
-    };
-    stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
-    stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
-    let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
-    stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
-    out.insert("stats".into(), Value::Object(stats));
-    out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
-    let by: Map<String, Value> = state
-        .stats
-        .by_strategy
-        .iter()
-        .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
-        .collect();
-    let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-    out.insert(
-        "dcp".into(),
-        json!({
-            "version": FORMAT_VERSION,
-            "pruned": state.pruned,
-            "byStrategy": by,
-            "ids": ids,
-            // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
-            "nextId": state.next_id.max(1),
-            "lastCompaction": state.last_compaction,
-        }),
+    let mut out: Vec<(&str, Out<'_>)> = vec![("stats", Out::Owned(Value::Null))];
+    out.extend(
+        state.raw.iter().filter(|(k, _)| *k != "stats" && *k != "prunedIds").map(|(k, v)| (k.as_str(), Out::Value(v))),
     );
-    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+    if let Some(name) = &state.session_name {
+        set(&mut out, "sessionName", Out::Owned(Value::String(name.clone())));
+    }
+    let mut prune = match state.raw.get("prune") {
+        Some(Value::Object(p)) => borrowed(p),
+        _ => Vec::new(),
+    };
+    set(&mut prune, "toolIds", Out::PrunedIds(&state.pruned));
+    if prune.iter().any(|(k, _)| *k == "tools") {
+        set(&mut prune, "tools", Out::PrunedTokens(&state.pruned));
+    }
+    set(&mut out, "prune", Out::Object(prune));
+    let mut stats = match state.raw.get("stats") {
+        Some(Value::Object(s)) => borrowed(s),
+        _ => Vec::new(),
+    };
+    set(&mut stats, "pruneTokenCounter", Out::Owned(json!(state.stats.prune_token_counter)));
+    set(&mut stats, "totalPruneTokens", Out::Owned(json!(state.stats.total_prune_tokens)));
+    let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
+    set(&mut stats, "totalPrunedTools", Out::Owned(json!(tally.max(state.pruned.len() as u64))));
+    set(&mut out, "stats", Out::Object(stats));
+    set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
+    let dcp = vec![
+        ("version", Out::Owned(json!(FORMAT_VERSION))),
+        ("pruned", Out::Records(&state.pruned)),
+        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
+        ("ids", Out::Ids(&state.ids)),
+        // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+        ("nextId", Out::Owned(json!(state.next_id.max(1)))),
+        ("lastCompaction", Out::Owned(json!(state.last_compaction))),
+    ];
+    set(&mut out, "dcp", Out::Object(dcp));
+    let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
+    serde_json::to_writer_pretty(&mut bytes, &Out::Object(out)).expect("writing JSON to memory cannot fail");
     bytes.push(b'\n');
     bytes
+}
+
+/// The fields of `object`, to render.
+fn borrowed(object: &Map<String, Value>) -> Vec<(&str, Out<'_>)> {
+    object.iter().map(|(k, v)| (k.as_str(), Out::Value(v))).collect()
+}
+
+/// One value of a state file being rendered, borrowed from the state where it is large.
+enum Out<'a> {
+    Value(&'a Value),
+    Owned(Value),
+    Object(Vec<(&'a str, Out<'a>)>),
+    /// `prune.toolIds`: the pruned call ids.
+    PrunedIds(&'a BTreeMap<String, PruneRecord>),
+    /// `prune.tools`: tokens by pruned call id.
+    PrunedTokens(&'a BTreeMap<String, PruneRecord>),
+    /// `dcp.pruned`: the records.
+    Records(&'a BTreeMap<String, PruneRecord>),
+    ByStrategy(&'a BTreeMap<Strategy, Tally>),
+    Ids(&'a BTreeMap<String, u32>),
+}
+
+/// Sets `key` of an object being rendered: in place if it is there, else at the end.
+fn set<'a>(fields: &mut Vec<(&'a str, Out<'a>)>, key: &'a str, value: Out<'a>) {
+    match fields.iter_mut().find(|(k, _)| *k == key) {
+        Some(field) => field.1 = value,
+        None => fields.push((key, value)),
+    }
+}
+
+impl serde::Serialize for Out<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Out::Value(v) => v.serialize(s),
+            Out::Owned(v) => v.serialize(s),
+            Out::Object(fields) => {
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
+            Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
+            Out::Records(pruned) => pruned.serialize(s),
+            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.name(), tally))),
+            Out::Ids(ids) => ids.serialize(s),
+        }
+    }
 }
 
 /// The current time as DCP writes it: ISO 8601, UTC, milliseconds.
@@ -522,7 +560,102 @@ pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
 
 #[cfg(test)]
 mod tests {
+    /// The renderer as it was, through a `serde_json::Value` tree: the oracle for [`render`].
+    fn render_via_value(state: &SessionState, last_updated: &str) -> Vec<u8> {
+        // Keys are updated in place (and removed with `shift_remove`) so that the fields keep their
+        // order: rendering a rendered file gives the same bytes.
+        // `stats` goes first, with the tools count, so that the all-time report can read a file's
+        // savings from its first bytes (see `crate::stats`).
+        let mut out = Map::new();
+        out.insert("stats".into(), Value::Null);
+        for (k, v) in &state.raw {
+            if k != "stats" {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        out.shift_remove("prunedIds");
+        if let Some(name) = &state.session_name {
+            out.insert("sessionName".into(), Value::String(name.clone()));
+        }
+        let mut prune = match out.get_mut("prune") {
+            Some(Value::Object(p)) => std::mem::take(p),
+            _ => Map::new(),
+        };
+        let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
+        prune.insert("toolIds".into(), Value::Array(ids));
+        if prune.contains_key("tools") {
+            let tools: Map<String, Value> = state.pruned.iter().map(|(k, r)| (k.clone(), json!(r.tokens))).collect();
+            prune.insert("tools".into(), Value::Object(tools));
+        }
+        out.insert("prune".into(), Value::Object(prune));
+        let mut stats = match state.raw.get("stats") {
+            Some(Value::Object(s)) => s.clone(),
+            _ => Map::new(),
+        };
+        stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
+        stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
+        let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
+        stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
+        out.insert("stats".into(), Value::Object(stats));
+        out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
+        let by: Map<String, Value> = state
+            .stats
+            .by_strategy
+            .iter()
+            .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
+            .collect();
+        let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        out.insert(
+            "dcp".into(),
+            json!({
+                "version": FORMAT_VERSION,
+                "pruned": state.pruned,
+                "byStrategy": by,
+                "ids": ids,
+                // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+                "nextId": state.next_id.max(1),
+                "lastCompaction": state.last_compaction,
+            }),
+        );
+        let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+
     use super::*;
+
+    #[test]
+    fn render_writes_what_the_value_tree_renderer_wrote() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/data/storage/plugin/dcp");
+        let mut states = vec![SessionState::default()];
+        for entry in fs::read_dir(&dir).unwrap() {
+            if let Ok(state) = parse(&fs::read(entry.unwrap().path()).unwrap()) {
+                states.push(state);
+            }
+        }
+        assert!(states.len() >= 4, "every readable layout in the fixtures");
+        // Each state as read, then with a name, new prunes of every action and agent ids.
+        for mut state in states {
+            assert_eq!(render(&state, "t"), render_via_value(&state, "t"));
+            state.session_name = Some("a \"name\"".into());
+            state.record("call_x", rec(Strategy::Deduplication, 12, true));
+            let write = PruneRecord { action: Action::WriteContent, ..rec(Strategy::SupersedeWrites, 3, false) };
+            state.record("call_y", write);
+            let distill = PruneRecord {
+                action: Action::Distill { distillation: "in\nshort".into() },
+                ..rec(Strategy::Extract, 9, true)
+            };
+            state.record("call_z", distill);
+            state.record("call_w", PruneRecord { action: Action::ErrorInputs, ..rec(Strategy::PurgeErrors, 1, true) });
+            state.ids.insert("call_x".into(), 7);
+            state.next_id = 8;
+            state.last_compaction = 1_790_000_000_000;
+            assert_eq!(
+                render(&state, "2026-11-22T00:00:00.000Z"),
+                render_via_value(&state, "2026-11-22T00:00:00.000Z")
+            );
+        }
+    }
 
     #[test]
     fn session_ids_are_checked() {
