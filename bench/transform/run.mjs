@@ -20,7 +20,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { performance } from "node:perf_hooks";
+import { performance, PerformanceObserver } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -256,6 +256,14 @@ async function main() {
   // Steady state: the steps appended one by one, the hook called after each.
   const current = withSession(structuredClone(history), sessionID);
   const times = [];
+  // Where each timed call ran, to match node's garbage collections against it afterwards.
+  const windows = [];
+  const copies = [];
+  const gcs = [];
+  const gcObserver = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) gcs.push([e.startTime, e.startTime + e.duration]);
+  });
+  gcObserver.observe({ entryTypes: ["gc"] });
   const cpuBefore = sidecar ? cpuMs(sidecar) : null;
   let prunedLast = prunedFirst;
   let lastOutput = null;
@@ -270,19 +278,29 @@ async function main() {
     // Only the last step's result is kept, to count its placeholders after the loop.
     lastOutput = null;
     current.push(...withSession(structuredClone(steps[i]), sessionID));
+    const c0 = performance.now();
     const output = { messages: structuredClone(current) };
+    copies.push(performance.now() - c0);
     collectCopy();
     const sent = output.messages.length;
     const t0 = performance.now();
     await transform({}, output);
-    times.push(performance.now() - t0);
+    const t1 = performance.now();
+    times.push(t1 - t0);
+    windows.push([t0, t1]);
     appendedLast = output.messages.length - sent;
     lastOutput = output;
   }
   if (lastOutput) prunedLast = countPruned(lastOutput.messages);
   lastOutput = null;
 
+  // Let the observer see the last collections, then mark the steps a collection ran inside.
+  await new Promise((r) => setTimeout(r, 50));
+  gcObserver.disconnect();
+  const withGc = windows.map(([a, b]) => gcs.some(([s, e]) => s < b && e > a));
   const sorted = [...times].sort((a, b) => a - b);
+  const clean = times.filter((_, i) => !withGc[i]).sort((a, b) => a - b);
+  const slow = times.map((t, i) => [t, withGc[i]]).filter(([t]) => t > 5);
   const firstSorted = [...firstRuns].sort((a, b) => a - b);
   const peak = sidecar ? peakRssKb(sidecar) : null;
   const cpuAfter = sidecar ? cpuMs(sidecar) : null;
@@ -294,6 +312,16 @@ async function main() {
     steady_p50_ms: round(quantile(sorted, 0.5)),
     steady_p99_ms: round(quantile(sorted, 0.99)),
     steady_max_ms: round(sorted[sorted.length - 1] ?? null),
+    // Steps during which node collected garbage (the bench's copies, OpenCode's in real use),
+    // and the percentiles of the others.
+    steady_steps_with_gc: withGc.filter(Boolean).length,
+    steady_slow_steps: slow.length,
+    steady_slow_steps_with_gc: slow.filter(([, gc]) => gc).length,
+    steady_p50_without_gc_ms: round(quantile(clean, 0.5)),
+    steady_p99_without_gc_ms: round(quantile(clean, 0.99)),
+    // What it takes node to copy the history once: a floor for what OpenCode spends handing
+    // the hook fresh objects on every request.
+    copy_p50_ms: round(quantile([...copies].sort((a, b) => a - b), 0.5)),
     steps: times.length,
     steps_stopped_by_budget: stopped,
     pruned_first: prunedFirst,

@@ -66,6 +66,8 @@ struct Live {
     edits_basis: Option<EditsBasis>,
     /// The calls whose edits the plugin holds as of `edits_seq`.
     edits_sent: HashSet<String>,
+    /// The messages whose tool outputs were counted ahead (see [`Server::precount`]).
+    precounted: usize,
 }
 
 /// The sidecar's state: config, sessions, and where saves go.
@@ -354,6 +356,7 @@ impl Server {
             Err(e) => Err(e),
         };
         if let Some(live) = self.live.get_mut(&sid) {
+            live.precounted = live.precounted.min(mirror.kept());
             live.mirror = mirror;
         }
         result
@@ -730,6 +733,51 @@ impl Server {
         }
     }
 
+    /// Whether [`Server::precount`] has outputs left to count.
+    pub fn has_precount(&self) -> bool {
+        self.live.values().any(|l| l.precounted < l.mirror.messages().len())
+    }
+
+    /// Counts the tokens of the completed tool outputs that arrived since the last call, one
+    /// part at a time, for as long as `idle` says no request waits and no save falls due. A
+    /// prune decided later then finds its count cached, instead of tokenizing the output on
+    /// the request path (a few milliseconds for a 50 KB output). Sessions dcp leaves alone
+    /// are skipped.
+    pub fn precount(&mut self, mut idle: impl FnMut() -> bool) {
+        let sids: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.precounted < l.mirror.messages().len())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for sid in sids {
+            let skip = self.skip_session(&sid);
+            let Some(live) = self.live.get_mut(&sid) else { continue };
+            let messages = live.mirror.messages();
+            if skip {
+                live.precounted = messages.len();
+                continue;
+            }
+            let Ok((slot, _)) = self.manager.slot(&sid) else { continue };
+            while live.precounted < messages.len() {
+                for (pi, part) in messages[live.precounted].parts.iter().enumerate() {
+                    if !idle()
+                        || self.waiting.iter().any(|w| self.handed.get(w).is_some_and(|t| t.elapsed() >= SAVE_EVERY))
+                    {
+                        return;
+                    }
+                    let Some(call) = crate::session::ToolCall::from_part(0, pi, part, 0) else { continue };
+                    if call.status == crate::session::ToolStatus::Completed && !call.compacted {
+                        slot.tokens.count_part_with(call.part_id, crate::tokens::Field::Output, || {
+                            call.output().unwrap_or("")
+                        });
+                    }
+                }
+                live.precounted += 1;
+            }
+        }
+    }
+
     /// When the next waiting save is due, if one waits.
     pub fn save_due(&self) -> Option<Instant> {
         self.waiting.iter().filter_map(|sid| self.handed.get(sid)).min().map(|t| *t + SAVE_EVERY)
@@ -868,17 +916,31 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
         }
     });
     let mut stdout = std::io::stdout().lock();
+    // A line that came in while the sidecar counted ahead.
+    let mut early = None;
     loop {
-        let line = match server.save_due() {
-            Some(due) => match lines.recv_timeout(due.saturating_duration_since(Instant::now())) {
-                Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => {
-                    server.save_waiting();
-                    continue;
+        let save_is_due = server.save_due().is_some_and(|due| due <= Instant::now());
+        if early.is_none() && !save_is_due && server.has_precount() {
+            server.precount(|| {
+                if early.is_none() {
+                    early = lines.try_recv().ok();
                 }
-                Err(RecvTimeoutError::Disconnected) => Ok(Line::Eof),
+                early.is_none()
+            });
+        }
+        let line = match early.take() {
+            Some(line) => line,
+            None => match server.save_due() {
+                Some(due) => match lines.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                    Ok(line) => line,
+                    Err(RecvTimeoutError::Timeout) => {
+                        server.save_waiting();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => Ok(Line::Eof),
+                },
+                None => lines.recv().unwrap_or(Ok(Line::Eof)),
             },
-            None => lines.recv().unwrap_or(Ok(Line::Eof)),
         };
         let response = match line? {
             Line::Eof => break,

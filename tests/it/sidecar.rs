@@ -343,3 +343,59 @@ fn a_new_prune_is_sent_as_an_added_edit() {
     assert_eq!(second["seq"].as_u64().unwrap(), seq + 1);
     sidecar.shutdown();
 }
+
+/// Runs a generated session through an in-process sidecar, request by request, and returns
+/// every answer and the `dcp` section of the session's state file (every prune with its
+/// tokens). With `ahead`, the sidecar counts
+/// outputs ahead between requests, as `dcp serve` does while idle.
+fn run_in_process(ahead: bool) -> (Vec<Value>, Value) {
+    let sandbox = Sandbox::new();
+    let home = sandbox.dir.path().join("home");
+    let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
+    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let mut server = dcp::sidecar::Server::new(options, None).unwrap();
+    let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: 200, steps: 30, seed: 7 });
+    let mut ask = |server: &mut dcp::sidecar::Server, id: usize, method: &str, params: Value| -> Value {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let answer: Value = serde_json::from_str(&server.handle_line(&line).unwrap()).unwrap();
+        assert!(answer.get("error").is_none(), "{answer}");
+        answer["result"].clone()
+    };
+    ask(&mut server, 0, "initialize", json!({"protocol": 1}));
+    let mut messages = session.messages.clone();
+    let mut answers = Vec::new();
+    for step in 0..=session.steps.len() {
+        if step > 0 {
+            messages.extend(session.steps[step - 1].iter().cloned());
+        }
+        let params = json!({"sessionID": session.session_id, "now": 1_790_000_000_000_i64 + step as i64 * 1000, "messages": messages});
+        answers.push(ask(&mut server, step + 1, "transform", params));
+        if ahead {
+            assert!(server.has_precount());
+            // A request that comes in stops the count at once...
+            let mut asked = 0;
+            server.precount(|| {
+                asked += 1;
+                false
+            });
+            assert_eq!(asked, 1);
+            assert!(server.has_precount());
+            // ...and while idle it reads every new message.
+            server.precount(|| true);
+            assert!(!server.has_precount());
+        }
+    }
+    ask(&mut server, 1000, "shutdown", json!({}));
+    let file = sandbox.state_dir().join(format!("{}.json", session.session_id));
+    let state: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    (answers, state["dcp"].clone())
+}
+
+#[test]
+fn counting_outputs_ahead_changes_no_answer_and_no_count() {
+    let (ahead, state_ahead) = run_in_process(true);
+    let (plain, state_plain) = run_in_process(false);
+    assert_eq!(ahead, plain);
+    assert_eq!(state_ahead, state_plain);
+    assert!(state_plain["byStrategy"]["deduplication"]["tools"].as_u64().unwrap() > 100, "{state_plain}");
+}
