@@ -359,14 +359,29 @@ fn ours_rows(size: usize, label: &str, r: &Value, rows: &mut Vec<Row>, notes: &m
         note.push_str(&format!("; warnings: {w:?}"));
     }
     rows.push(Row::new(format!("transform, dcp, {label}: first request"), num(r, "first_ms"), "ms", None).note(note));
-    let cpu = num(r, "sidecar_cpu_ms_per_step").map(|c| format!("sidecar CPU {} per step", fmt_value(c, "ms")));
+    let ms_of = |key: &str| num(r, key).map(|v| fmt_value(v, "ms")).unwrap_or_else(|| "?".into());
+    let mut p50_note = num(r, "sidecar_cpu_ms_per_step")
+        .map(|c| format!("sidecar CPU {} per step", fmt_value(c, "ms")))
+        .unwrap_or_default();
+    p50_note.push_str(&format!("; copying the history once takes node {}", ms_of("copy_p50_ms")));
     rows.push(
         Row::new(format!("transform, dcp, {label}: steady p50"), num(r, "steady_p50_ms"), "ms", two_k.then_some(1.0))
-            .note(cpu.unwrap_or_default()),
+            .note(p50_note),
     );
+    let mut p99_note = format!(
+        "{} of {} steps had a node GC inside; of the {} over 5 ms, {} did; the others' p99 {}",
+        r["steady_steps_with_gc"],
+        r["steps"],
+        r["steady_slow_steps"],
+        r["steady_slow_steps_with_gc"],
+        ms_of("steady_p99_without_gc_ms")
+    );
+    if r["steps"].as_u64().unwrap_or(0) < 100 {
+        p99_note.push_str("; fewer than 100 steps: the slowest one");
+    }
     rows.push(
         Row::new(format!("transform, dcp, {label}: steady p99"), num(r, "steady_p99_ms"), "ms", two_k.then_some(5.0))
-            .note(if r["steps"].as_u64().unwrap_or(0) < 100 { "fewer than 100 steps: the slowest one" } else { "" }),
+            .note(p99_note),
     );
     if size == 20_000 {
         let rss = num(r, "sidecar_peak_rss_kb").map(|kb| kb / 1024.0);

@@ -545,9 +545,30 @@ impl Server {
         Ok(json!({"system": [texts::system(tools.discard.enabled, tools.extract.enabled)]}))
     }
 
+    /// Takes session `sid`'s mirror out of `self.live`, so that its history can be borrowed
+    /// while the rest of the server is used: a long history is not copied for a tool call or
+    /// a command. [`Server::put_mirror`] puts it back.
+    fn take_mirror(&mut self, sid: &str) -> Mirror {
+        self.live.get_mut(sid).map(|l| std::mem::take(&mut l.mirror)).unwrap_or_default()
+    }
+
+    fn put_mirror(&mut self, sid: &str, mirror: Mirror) {
+        if let Some(live) = self.live.get_mut(sid) {
+            live.mirror = mirror;
+        }
+    }
+
     fn tool(&mut self, p: ToolParams) -> Result<Value, RpcError> {
+        crate::state::persist::validate_session_id(&p.session_id).map_err(|e| RpcError::params(e.to_string()))?;
+        let sid = p.session_id.clone();
+        let mirror = self.take_mirror(&sid);
+        let result = self.tool_on(p, mirror.messages());
+        self.put_mirror(&sid, mirror);
+        result
+    }
+
+    fn tool_on(&mut self, p: ToolParams, messages: &[Message]) -> Result<Value, RpcError> {
         let sid = p.session_id;
-        crate::state::persist::validate_session_id(&sid).map_err(|e| RpcError::params(e.to_string()))?;
         let enabled = match p.name.as_str() {
             "discard" => self.config.tools.discard.enabled,
             "extract" => self.config.tools.extract.enabled,
@@ -557,7 +578,6 @@ impl Server {
         if !enabled || !self.config.enabled {
             return answer(format!("{} is disabled in dcp.jsonc; nothing was pruned.", p.name));
         }
-        let messages: Vec<Message> = self.live.get(&sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
         if messages.is_empty() {
             return answer(
                 "dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.".into(),
@@ -581,7 +601,7 @@ impl Server {
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
         let valid =
-            manual::prunable(&History::new(&messages), &mut slot.state, &self.config, &self.protection, &listing);
+            manual::prunable(&History::new(messages), &mut slot.state, &self.config, &self.protection, &listing);
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
@@ -594,9 +614,9 @@ impl Server {
                 }
             };
             let (ids, _reason) = manual::split_reason(&strings("ids"), reason);
-            manual::discard(&messages, &ids, &valid, &mut slot.tokens)
+            manual::discard(messages, &ids, &valid, &mut slot.tokens)
         } else {
-            manual::extract(&messages, &strings("ids"), &strings("distillation"), &valid, &mut slot.tokens)
+            manual::extract(messages, &strings("ids"), &strings("distillation"), &valid, &mut slot.tokens)
         };
         let decisions = match decisions {
             Ok(d) => d,
@@ -638,12 +658,13 @@ impl Server {
                 crate::report::stats(Some(&session), &all)
             }
             ["context"] => {
-                let messages: Vec<Message> =
-                    self.live.get(&sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
-                let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
-                let analysis =
-                    crate::context::analyse(&messages, &slot.state, &self.config, &self.protection, &mut slot.tokens);
-                crate::report::context(&format!("Session {sid}"), &analysis)
+                let mirror = self.take_mirror(&sid);
+                let analysis = self.manager.slot(&sid).map_err(internal).map(|(slot, _)| {
+                    let (config, protection) = (&self.config, &self.protection);
+                    crate::context::analyse(mirror.messages(), &slot.state, config, protection, &mut slot.tokens)
+                });
+                self.put_mirror(&sid, mirror);
+                crate::report::context(&format!("Session {sid}"), &analysis?)
             }
             ["sweep"] | ["sweep", _] => {
                 let last = match words.get(1) {
@@ -665,10 +686,16 @@ impl Server {
     }
 
     fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {
-        let messages: Vec<Message> = self.live.get(sid).map(|l| l.mirror.messages().to_vec()).unwrap_or_default();
+        let mirror = self.take_mirror(sid);
+        let result = self.sweep_on(sid, last, mirror.messages());
+        self.put_mirror(sid, mirror);
+        result
+    }
+
+    fn sweep_on(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
         let decisions =
-            strategies::sweep::decide(&messages, &slot.state, &self.config, &self.protection, last, &mut slot.tokens);
+            strategies::sweep::decide(messages, &slot.state, &self.config, &self.protection, last, &mut slot.tokens);
         if decisions.is_empty() {
             return Ok("Nothing to sweep.".to_string());
         }
