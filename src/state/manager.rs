@@ -109,15 +109,23 @@ impl Mailbox {
         let Ok(mut boxes) = self.0.lock() else {
             return;
         };
-        if let Some(stamp) = synced.stamp {
-            boxes.written.insert(id.to_string(), (seq, stamp));
+        // A later job may take this write for its own only if it wrote nothing but this
+        // process's state. One that merged another process's changes is news to a job
+        // handed out before it was taken in: that job must read it, or it would overwrite them.
+        match synced.stamp {
+            Some(stamp) if !synced.foreign => {
+                boxes.written.insert(id.to_string(), (seq, stamp));
+            }
+            _ => {
+                boxes.written.remove(id);
+            }
         }
         let entry = boxes.posted.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
-        // A later save read the file an earlier foreign merge wrote: it has those changes too.
-        let keep = synced.foreign || entry.merged.is_some();
+        // A later save after a merge read the file that merge wrote (see above), so it has
+        // those changes too, and its own merge replaces the earlier one.
         entry.seq = seq;
         entry.stamp = synced.stamp;
-        entry.merged = keep.then_some(synced.state);
+        entry.merged = synced.merged;
     }
 
     fn take(&self, id: &str, seq: u64) -> Option<Posted> {

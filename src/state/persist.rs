@@ -502,8 +502,9 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
 /// What [`sync`] did.
 #[derive(Debug)]
 pub struct Synced {
-    /// The state now on disk.
-    pub state: SessionState,
+    /// The state now on disk, when it is not simply the state that was saved: the file was
+    /// read and merged with it.
+    pub merged: Option<SessionState>,
     /// The written file's stamp.
     pub stamp: Option<Stamp>,
     /// Whether the file was at none of the `known` versions: another process wrote it, and
@@ -532,20 +533,29 @@ pub fn sync(
     // A file still at a version `mine` was synced with has nothing `mine` lacks.
     let foreign = current.is_some_and(|c| !known.contains(&c));
     let disk = if current.is_some() && !foreign { LoadOutcome::Missing } else { load_path(&path) };
-    let merged = match disk {
-        LoadOutcome::Loaded(disk) => merge(*disk, mine, journal),
+    let (bytes, merged) = match disk {
+        LoadOutcome::Loaded(disk) => {
+            let merged = merge(*disk, mine, journal);
+            (render(&merged, &now_iso()), Some(merged))
+        }
         outcome => {
             if matches!(outcome, LoadOutcome::Corrupt { .. }) && path.exists() {
                 aside = Some(set_aside(&path)?);
             }
-            let mut state = mine.clone();
-            state.fold_counter();
-            state
+            // `mine` is written as it is (a save job's state has its counter folded already),
+            // without a copy.
+            let bytes = if mine.stats.prune_token_counter == 0 {
+                render(mine, &now_iso())
+            } else {
+                let mut state = mine.clone();
+                state.fold_counter();
+                render(&state, &now_iso())
+            };
+            (bytes, None)
         }
     };
-    let bytes = render(&merged, &now_iso());
     write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
-    Ok(Synced { state: merged, stamp: stamp(&path), foreign, aside })
+    Ok(Synced { merged, stamp: stamp(&path), foreign, aside })
 }
 
 /// Renames a corrupt state file out of the way: `<name>.corrupt-<UTC time>`.

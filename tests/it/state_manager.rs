@@ -119,3 +119,36 @@ fn bad_session_ids_are_refused_and_nothing_is_written() {
     assert!(!dir.path().join("dcp").exists());
     assert!(!dir.path().join("x.json").exists());
 }
+
+/// A save handed out while an earlier one was still in flight, where the earlier one merged
+/// another process's changes: the later one must read what the earlier one wrote, not take
+/// it for its own and overwrite those changes.
+#[test]
+fn a_save_after_a_merge_still_in_flight_keeps_the_other_process_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = "ses_inflight";
+    let mut a = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    a.slot(id).unwrap().0.record("c1", record(1));
+    a.save_now(id).unwrap();
+    // Another process adds c2.
+    let mut b = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    b.slot(id).unwrap().0.record("c2", record(2));
+    b.save_now(id).unwrap();
+    // This process hands out two saves before the first one's outcome is taken in.
+    a.slot(id).unwrap().0.record("c3", record(3));
+    let first = a.save_job(id).unwrap();
+    a.slot(id).unwrap().0.record("c4", record(4));
+    let second = a.save_job(id).unwrap();
+    first.run().unwrap();
+    second.run().unwrap();
+    let on_disk = persist::load_path(&dir.path().join(format!("{id}.json")));
+    let persist::LoadOutcome::Loaded(state) = on_disk else { panic!("{on_disk:?}") };
+    let ids: Vec<&str> = state.pruned.keys().map(String::as_str).collect();
+    assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
+    assert_eq!(state.stats.tokens(), 1 + 2 + 3 + 4);
+    // And this process takes them in.
+    a.refresh(id).unwrap();
+    let (slot, _) = a.slot(id).unwrap();
+    assert_eq!(slot.state.pruned.len(), 4);
+    assert_eq!(slot.state.stats.tokens(), 10);
+}
