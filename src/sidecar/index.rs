@@ -29,7 +29,7 @@ use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{SessionState, Strategy};
 use crate::strategies::manual::{self, Listing};
 use crate::strategies::{dedup, purge_errors, supersede_writes, Decision, Protection};
-use crate::tokens::TokenCounter;
+use crate::tokens::{Field, TokenCounter};
 
 /// One tool call of the history, as read when its message arrived.
 #[derive(Debug)]
@@ -169,6 +169,16 @@ impl Index {
         // The batch order: by strategy, then history order.
         ready.sort_unstable();
         ready.dedup();
+        // Deduplication needs the outputs' tokens: counted together (see
+        // `TokenCounter::count_parts`), as a first request decides hundreds at once.
+        let outputs: Vec<(&str, &str)> = ready
+            .iter()
+            .filter(|(strategy, _)| *strategy == Strategy::Deduplication)
+            .filter_map(|(_, at)| view(&self.calls, messages, *at))
+            .filter(|call| !call.compacted && !state.pruned.contains_key(call.call_id))
+            .map(|call| (call.part_id, call.output().unwrap_or("")))
+            .collect();
+        counter.count_parts(Field::Output, &outputs);
         let mut out = Vec::new();
         for (strategy, at) in ready {
             let Some(call) = view(&self.calls, messages, at) else { continue };
