@@ -10,7 +10,7 @@
 //! up as p50 and p99 (nearest rank); a target that is not met is reported, never fatal, and a
 //! group that cannot run (no node, no npm) says why and lets the others run.
 //!
-//! `DCP_BENCH=transform,published,stats,startup,tokenizer` (or the same words after `--`)
+//! `DCP_BENCH=transform,published,stats,startup,tokenizer,tools` (or the same words after `--`)
 //! picks groups; `DCP_BENCH_SIZES=200,2000` picks session sizes for the transform groups, and
 //! `DCP_BENCH_PUBLISHED_SIZES` the sizes the published plugin runs at (default 200 only).
 
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const GROUPS: [&str; 5] = ["transform", "published", "stats", "startup", "tokenizer"];
+const GROUPS: [&str; 6] = ["transform", "published", "stats", "startup", "tokenizer", "tools"];
 const SIZES: [usize; 3] = [200, 2_000, 20_000];
 const SEED: u64 = 1;
 
@@ -507,6 +507,41 @@ fn stats_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// The agent's `discard` tool on a 2,000-message session, in process: the sidecar's
+/// `Server` after a first request, p50 of 5 calls (each refused, so the session stays as it is).
+fn tools_rows(rows: &mut Vec<Row>) {
+    eprintln!("bench: discard on 2000 messages");
+    let root = work_dir().join("tools");
+    let _ = std::fs::remove_dir_all(&root);
+    let home = root.join("home");
+    let env = dcp::host::paths::Env {
+        home: Some(home.clone()),
+        xdg_config_home: Some(home.join(".config")),
+        ..Default::default()
+    };
+    let options = dcp::sidecar::Options { data_dir: root.join("data"), env, project: None };
+    let Ok(mut server) = dcp::sidecar::Server::new(options, None) else { return };
+    let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
+    let mut ask = |id: usize, method: &str, params: Value| {
+        let line = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        server.handle_line(&line)
+    };
+    ask(0, "initialize", serde_json::json!({"protocol": 1}));
+    ask(1, "transform", serde_json::json!({"sessionID": session.session_id, "messages": session.messages}));
+    let mut times = Vec::new();
+    for i in 0..5 {
+        let args = serde_json::json!({"ids": ["999999"], "reason": "noise"});
+        let t = Instant::now();
+        ask(2 + i, "tool", serde_json::json!({"sessionID": session.session_id, "name": "discard", "args": args}));
+        times.push(ms(t.elapsed()));
+    }
+    rows.push(
+        Row::new("discard tool call, 2,000 msgs, in process, p50", p(&sorted(times), 0.5), "ms", None)
+            .note("5 calls; the prunable list is worked out from the whole history"),
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// `dcp serve` from spawn to the answer of `initialize`, over 20 spawns.
 fn startup_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     let home = work_dir().join("startup-home");
@@ -653,6 +688,9 @@ fn main() {
     }
     if on("tokenizer") {
         tokenizer_rows(&mut rows, &mut notes);
+    }
+    if on("tools") {
+        tools_rows(&mut rows);
     }
 
     let mut md = String::new();
