@@ -64,7 +64,13 @@ pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime
     let cache = cache_dir.and_then(|c| cache_path(c, dir));
     let changes = known.watch.as_mut().map_or(Changes::Unknown, Watch::changes);
     let changed = match changes {
-        Changes::Names(names) => refresh(dir, &mut known.files, names),
+        // The cache is written after full scans only: rewriting it for every change a watch
+        // reports would cost more than the report (10,000 lines), and a stale entry only makes
+        // another process read that file again.
+        Changes::Names(names) => {
+            refresh(dir, &mut known.files, names);
+            false
+        }
         Changes::Unknown => {
             if !known.cache_read {
                 known.cache_read = true;
@@ -103,26 +109,23 @@ fn is_state_file(name: &str) -> bool {
     })
 }
 
-/// Re-reads the files named by a watch's events. Returns whether anything changed.
-fn refresh(dir: &Path, files: &mut HashMap<String, Remembered>, mut names: Vec<String>) -> bool {
+/// Re-reads the files named by a watch's events.
+fn refresh(dir: &Path, files: &mut HashMap<String, Remembered>, mut names: Vec<String>) {
     names.sort_unstable();
     names.dedup();
-    let mut changed = false;
     for name in names.into_iter().filter(|n| is_state_file(n)) {
         let path = dir.join(&name);
         // An event means the file was written: it is read again even if its size and time
         // look the same.
-        let entry = match std::fs::symlink_metadata(&path) {
-            Ok(meta) => remember(&path, Some(meta)),
-            Err(_) => {
-                changed |= files.remove(&name).is_some();
-                continue;
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) => {
+                files.insert(name, remember(&path, Some(meta)));
             }
-        };
-        changed |= files.get(&name) != Some(&entry);
-        files.insert(name, entry);
+            Err(_) => {
+                files.remove(&name);
+            }
+        }
     }
-    changed
 }
 
 /// Lists `dir` and brings `files` up to date with it: entries are statted (on two threads
