@@ -169,31 +169,27 @@ impl Index {
         // The batch order: by strategy, then history order.
         ready.sort_unstable();
         ready.dedup();
+        let open: Vec<(Strategy, ToolCall<'_>)> = ready
+            .into_iter()
+            .filter_map(|(strategy, at)| Some((strategy, view(&self.calls, messages, at)?)))
+            .filter(|(_, call)| !call.compacted && !state.pruned.contains_key(call.call_id))
+            .collect();
         // Deduplication needs the outputs' tokens: counted together (see
         // `TokenCounter::count_parts`), as a first request decides hundreds at once.
-        let outputs: Vec<(&str, &str)> = ready
+        let outputs: Vec<(&str, &str)> = open
             .iter()
             .filter(|(strategy, _)| *strategy == Strategy::Deduplication)
-            .filter_map(|(_, at)| view(&self.calls, messages, *at))
-            .filter(|call| !call.compacted && !state.pruned.contains_key(call.call_id))
-            .map(|call| (call.part_id, call.output().unwrap_or("")))
+            .map(|(_, call)| (call.part_id, call.output().unwrap_or("")))
             .collect();
         counter.count_parts(Field::Output, &outputs);
-        let mut out = Vec::new();
-        for (strategy, at) in ready {
-            let Some(call) = view(&self.calls, messages, at) else { continue };
-            if call.compacted || state.pruned.contains_key(call.call_id) {
-                continue;
-            }
-            let decision = match strategy {
-                Strategy::Deduplication => Some(dedup::prune(&call, counter)),
-                Strategy::SupersedeWrites => supersede_writes::prune(&call, protection, counter),
-                Strategy::PurgeErrors => purge_errors::prune(&call, config, protection, counter),
+        open.iter()
+            .filter_map(|(strategy, call)| match strategy {
+                Strategy::Deduplication => Some(dedup::prune(call, counter)),
+                Strategy::SupersedeWrites => supersede_writes::prune(call, protection, counter),
+                Strategy::PurgeErrors => purge_errors::prune(call, config, protection, counter),
                 _ => None,
-            };
-            out.extend(decision);
-        }
-        out
+            })
+            .collect()
     }
 
     /// Where call `call_id` is: its message and part.

@@ -70,6 +70,13 @@ struct Live {
     precounted: usize,
 }
 
+impl Live {
+    /// Whether messages are left whose outputs were not counted ahead.
+    fn uncounted(&self) -> bool {
+        self.precounted < self.mirror.messages().len()
+    }
+}
+
 /// The sidecar's state: config, sessions, and where saves go.
 pub struct Server {
     options: Options,
@@ -762,7 +769,7 @@ impl Server {
 
     /// Whether [`Server::precount`] has outputs left to count.
     pub fn has_precount(&self) -> bool {
-        self.live.values().any(|l| l.precounted < l.mirror.messages().len())
+        self.live.values().any(Live::uncounted)
     }
 
     /// Counts the tokens of the completed tool outputs that arrived since the last call, one
@@ -771,12 +778,7 @@ impl Server {
     /// the request path (a few milliseconds for a 50 KB output). Sessions dcp leaves alone
     /// are skipped.
     pub fn precount(&mut self, mut idle: impl FnMut() -> bool) {
-        let sids: Vec<String> = self
-            .live
-            .iter()
-            .filter(|(_, l)| l.precounted < l.mirror.messages().len())
-            .map(|(k, _)| k.clone())
-            .collect();
+        let sids: Vec<String> = self.live.iter().filter(|(_, l)| l.uncounted()).map(|(k, _)| k.clone()).collect();
         for sid in sids {
             let skip = self.skip_session(&sid);
             let Some(live) = self.live.get_mut(&sid) else { continue };
@@ -785,19 +787,16 @@ impl Server {
                 live.precounted = messages.len();
                 continue;
             }
+            let due = save_due(&self.waiting, &self.handed);
             let Ok((slot, _)) = self.manager.slot(&sid) else { continue };
             while live.precounted < messages.len() {
                 for (pi, part) in messages[live.precounted].parts.iter().enumerate() {
-                    if !idle()
-                        || self.waiting.iter().any(|w| self.handed.get(w).is_some_and(|t| t.elapsed() >= SAVE_EVERY))
-                    {
+                    if !idle() || due.is_some_and(|d| d <= Instant::now()) {
                         return;
                     }
                     let Some(call) = crate::session::ToolCall::from_part(0, pi, part, 0) else { continue };
                     if call.status == crate::session::ToolStatus::Completed && !call.compacted {
-                        slot.tokens.count_part_with(call.part_id, crate::tokens::Field::Output, || {
-                            call.output().unwrap_or("")
-                        });
+                        strategies::output_tokens(&call, &mut slot.tokens);
                     }
                 }
                 live.precounted += 1;
@@ -807,7 +806,12 @@ impl Server {
 
     /// When the next waiting save is due, if one waits.
     pub fn save_due(&self) -> Option<Instant> {
-        self.waiting.iter().filter_map(|sid| self.handed.get(sid)).min().map(|t| *t + SAVE_EVERY)
+        save_due(&self.waiting, &self.handed)
+    }
+
+    /// Whether a waiting save is due now.
+    pub fn save_is_due(&self) -> bool {
+        self.save_due().is_some_and(|due| due <= Instant::now())
     }
 
     /// Hands out every waiting save that is due.
@@ -828,6 +832,12 @@ impl Server {
             self.save_now(&sid);
         }
     }
+}
+
+/// When the next of the `waiting` saves is due, given when each session's last save was
+/// `handed` out.
+fn save_due(waiting: &std::collections::BTreeSet<String>, handed: &HashMap<String, Instant>) -> Option<Instant> {
+    waiting.iter().filter_map(|sid| handed.get(sid)).min().map(|t| *t + SAVE_EVERY)
 }
 
 /// The edits that bring `messages` to what the model should see, for every applied prune
@@ -946,8 +956,7 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
     // A line that came in while the sidecar counted ahead.
     let mut early = None;
     loop {
-        let save_is_due = server.save_due().is_some_and(|due| due <= Instant::now());
-        if early.is_none() && !save_is_due && server.has_precount() {
+        if early.is_none() && !server.save_is_due() && server.has_precount() {
             server.precount(|| {
                 if early.is_none() {
                     early = lines.try_recv().ok();

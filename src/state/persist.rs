@@ -53,11 +53,15 @@ pub enum StateError {
     },
 }
 
-/// Checks that `id` is a session id dcp can use in a file name: `[A-Za-z0-9_-]{1,128}`.
+/// Whether `id` is a session id dcp can use in a file name: `[A-Za-z0-9_-]{1,128}`.
+pub fn is_session_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Checks that `id` is a session id dcp can use in a file name (see [`is_session_id`]),
+/// naming what is wrong with it if not.
 pub fn validate_session_id(id: &str) -> Result<(), StateError> {
-    let ok =
-        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if is_session_id(id) {
         return Ok(());
     }
     let mut shown: String = id.chars().take(48).collect();

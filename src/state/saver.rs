@@ -2,8 +2,9 @@
 //!
 //! The sidecar hands every save to one writer task over a channel, so saves of a session
 //! happen in order. Jobs that pile up while a write is in flight are coalesced: only the
-//! newest state of each session is written, with the journals of all of them. A failed save (full disk, read-only dir) is
-//! logged once per session and retried later; pruning goes on in memory meanwhile.
+//! newest state of each session is written, with the journals of all of them. A failed save
+//! (full disk, read-only dir) is logged once per session and retried later; pruning goes on
+//! in memory meanwhile.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

@@ -101,12 +101,9 @@ pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime
     Ok(report(dir, &known.files))
 }
 
-/// Whether `name` is a state file's name: a session id (see
-/// [`persist::validate_session_id`]) and `.json`.
+/// Whether `name` is a state file's name: a session id and `.json`.
 fn is_state_file(name: &str) -> bool {
-    name.strip_suffix(".json").is_some_and(|id| {
-        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    })
+    name.strip_suffix(".json").is_some_and(persist::is_session_id)
 }
 
 /// Re-reads the files named by a watch's events.

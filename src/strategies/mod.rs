@@ -107,7 +107,7 @@ fn open_in(call: &ToolCall<'_>, pruned: &rustc_hash::FxHashSet<&str>) -> bool {
 }
 
 /// Tokens of a call's output, counted once per part.
-fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
+pub fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
     counter.count_part_with(call.part_id, Field::Output, || call.output().unwrap_or(""))
 }
 
