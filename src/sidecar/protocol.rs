@@ -1,11 +1,13 @@
 //! The sidecar's wire format: newline-delimited JSON-RPC 2.0 on stdin/stdout.
 //!
 //! One request or notification per line, one response per request, in order. PROTOCOL.md
-//! is the reference; this module decodes lines into [`Request`]s and encodes responses.
-//! Every malformed line gets an error response that says what was wrong (or, without an id
-//! to answer, a warning); none stops the sidecar.
+//! is the reference; this module decodes lines into [`Request`]s, holds each method's params
+//! and answer as types, and encodes responses. Every malformed line gets an error response
+//! that says what was wrong (or, without an id to answer, a warning); none stops the sidecar.
 
-use serde::Deserialize;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{json, Value};
 
 /// The protocol version this sidecar speaks.
@@ -105,13 +107,243 @@ pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Re
 }
 
 /// A success response line.
-pub fn ok(id: &Value, result: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+pub fn ok(id: &Value, result: &Answer) -> String {
+    #[derive(Serialize)]
+    struct Response<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a Answer,
+    }
+    match serde_json::to_string(&Response { jsonrpc: "2.0", id, result }) {
+        Ok(line) => line,
+        Err(e) => err(Some(id), &RpcError::new(code::INTERNAL, format!("cannot encode the answer: {e}"))),
+    }
 }
 
 /// An error response line.
 pub fn err(id: Option<&Value>, e: &RpcError) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": e.code, "message": e.message}}).to_string()
+}
+
+/// `initialize`: the protocol the plugin speaks and the project it runs in.
+#[derive(Deserialize)]
+pub struct InitializeParams {
+    #[serde(default)]
+    pub protocol: Option<u64>,
+    #[serde(default)]
+    pub directory: Option<PathBuf>,
+}
+
+/// `transform`: one model request's history, in wire form.
+#[derive(Deserialize)]
+pub struct TransformParams {
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    #[serde(rename = "parentID", default)]
+    pub parent_id: Option<Option<String>>,
+    #[serde(rename = "contextLimit", default)]
+    pub context_limit: Option<u64>,
+    /// Milliseconds since the epoch; the sidecar's clock when absent.
+    #[serde(default)]
+    pub now: Option<i64>,
+    /// The history is a copy about to be summarised by a compaction, not a model request.
+    #[serde(default)]
+    pub compaction: bool,
+    /// How many leading messages are the previous request's, unchanged: not re-sent.
+    #[serde(default)]
+    pub base: usize,
+    /// The `seq` of the last answer whose edits the plugin holds.
+    #[serde(default)]
+    pub have: Option<u64>,
+    pub messages: Vec<Value>,
+}
+
+/// `system`: the session whose system prompt is being built, if known.
+#[derive(Deserialize)]
+pub struct SessionParams {
+    #[serde(rename = "sessionID", default)]
+    pub session_id: Option<String>,
+}
+
+/// `tool`: an agent tool call.
+#[derive(Deserialize)]
+pub struct ToolParams {
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub args: Value,
+}
+
+/// `command`: a `/dcp` command and its arguments.
+#[derive(Deserialize)]
+pub struct CommandParams {
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// What a request is answered with.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Answer {
+    Initialized(Initialized),
+    Transformed(Transformed),
+    System(System),
+    Tool(ToolOutput),
+    Command(CommandOutput),
+    /// `{}`: for `event` and `shutdown`.
+    Empty(Empty),
+}
+
+/// `{}`.
+#[derive(Debug, Default, Serialize)]
+pub struct Empty {}
+
+/// The answer to `initialize`: what this sidecar offers.
+#[derive(Debug, Serialize)]
+pub struct Initialized {
+    pub protocol: u64,
+    pub version: &'static str,
+    pub enabled: bool,
+    pub estimator: &'static str,
+    pub tools: ToolsOffered,
+    pub commands: bool,
+    pub descriptions: Descriptions,
+}
+
+/// Which agent tools the plugin should register.
+#[derive(Debug, Serialize)]
+pub struct ToolsOffered {
+    pub discard: bool,
+    pub extract: bool,
+}
+
+/// The descriptions of the agent tools and of `/dcp`.
+#[derive(Debug, Serialize)]
+pub struct Descriptions {
+    pub discard: &'static str,
+    pub extract: &'static str,
+    pub command: &'static str,
+}
+
+/// The answer to `transform`: the edits to apply, the messages to append, and a notification
+/// to show once the turn ends.
+#[derive(Debug)]
+pub struct Transformed {
+    /// The number of this answer's edits, for the plugin's next `have`; `None` when the
+    /// answer's edits are not to be kept (a skipped session, a compaction).
+    pub seq: Option<u64>,
+    pub edits: Edits,
+    pub append: Vec<Synthetic>,
+    pub notify: Option<String>,
+}
+
+impl Transformed {
+    /// An answer that changes nothing and that the plugin does not keep.
+    pub fn unchanged() -> Transformed {
+        Transformed { seq: None, edits: Edits::Full(Vec::new()), append: Vec::new(), notify: None }
+    }
+}
+
+impl Serialize for Transformed {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        if let Some(seq) = self.seq {
+            map.serialize_entry("seq", &seq)?;
+        }
+        match &self.edits {
+            Edits::Same => map.serialize_entry("sameEdits", &true)?,
+            Edits::Add(edits) => map.serialize_entry("addEdits", edits)?,
+            Edits::Full(edits) => map.serialize_entry("edits", edits)?,
+        }
+        map.serialize_entry("append", &self.append)?;
+        map.serialize_entry("notify", &self.notify)?;
+        map.end()
+    }
+}
+
+/// What an answer says about edits, relative to the last answer the plugin holds.
+#[derive(Debug)]
+pub enum Edits {
+    /// The plugin's edits still hold (`sameEdits: true`).
+    Same,
+    /// The plugin's edits, plus these (`addEdits`).
+    Add(Vec<Edit>),
+    /// Every edit in force (`edits`).
+    Full(Vec<Edit>),
+}
+
+/// One field change: `value` at `path` inside part `p` of message `m`.
+#[derive(Debug, Serialize)]
+pub struct Edit {
+    pub m: usize,
+    pub p: usize,
+    pub path: Vec<String>,
+    pub value: Value,
+}
+
+/// A message the sidecar appends after the history (the prunable list and nudges).
+#[derive(Debug, Serialize)]
+pub struct Synthetic {
+    pub info: SyntheticInfo,
+    pub parts: Vec<SyntheticPart>,
+}
+
+/// The info of a [`Synthetic`] message: a user message, with the agent and model of the
+/// last real one.
+#[derive(Debug, Serialize)]
+pub struct SyntheticInfo {
+    pub id: &'static str,
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    pub role: &'static str,
+    pub time: Created,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<Value>,
+}
+
+/// `{created}`, in milliseconds since the epoch.
+#[derive(Debug, Serialize)]
+pub struct Created {
+    pub created: i64,
+}
+
+/// The one text part of a [`Synthetic`] message.
+#[derive(Debug, Serialize)]
+pub struct SyntheticPart {
+    pub id: &'static str,
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    #[serde(rename = "messageID")]
+    pub message_id: &'static str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+    pub synthetic: bool,
+}
+
+/// The answer to `system`: lines to add to the system prompt.
+#[derive(Debug, Serialize)]
+pub struct System {
+    pub system: Vec<String>,
+}
+
+/// The answer to `tool`: what the agent reads.
+#[derive(Debug, Serialize)]
+pub struct ToolOutput {
+    pub output: String,
+    pub title: String,
+}
+
+/// The answer to `command`: what the user reads.
+#[derive(Debug, Serialize)]
+pub struct CommandOutput {
+    pub text: String,
 }
 
 #[cfg(test)]

@@ -1,0 +1,223 @@
+// The plugin function: OpenCode's hooks, each forwarded to the sidecar with what it needs,
+// and its answer applied. Every hook swallows its own failures, so OpenCode never sees an
+// exception from dcp.
+
+import { Sidecar, RESYNC } from "./sidecar.js";
+import { SentCache, encode } from "./encode.js";
+import { applyEdits, resolveEdits } from "./edits.js";
+
+/** The JSON-Schema form of the agent tools' arguments (a plugin loaded from a folder cannot
+ * import `@opencode-ai/plugin`, so no zod). OpenCode marks every listed key required and does
+ * not validate, so the sidecar checks what it gets. */
+const TOOL_ARGS = {
+  discard: {
+    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
+    reason: { type: "string", enum: ["completion", "noise"], description: "completion: the work they served is done; noise: they never helped" },
+  },
+  extract: {
+    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
+    distillation: { type: "array", items: { type: "string" }, description: "one distillation per id, in the same order" },
+  },
+};
+
+function isSideRequest(system) {
+  const first = Array.isArray(system) ? String(system[0] ?? "") : "";
+  return first.startsWith("You are a title generator") || first.includes("context summarization agent");
+}
+
+/** A text part shown in the session and never sent to the model. */
+function shownPart(text) {
+  const now = Date.now();
+  return { type: "text", text, ignored: true, synthetic: true, time: { start: now, end: now } };
+}
+
+/** What the hooks share: the sidecar, what was sent, and what OpenCode told us per session. */
+function context(client, directory) {
+  const log = (level, message) => {
+    try {
+      client?.app?.log?.({ body: { service: "dcp", level, message } })?.catch?.(() => {});
+    } catch {}
+  };
+  const ctx = {
+    client,
+    sidecar: new Sidecar(log, directory),
+    sent: new SentCache(),
+    contextLimits: new Map(),
+    parents: new Map(),
+    compacting: new Set(),
+    abortNext: new Set(),
+    notices: new Map(),
+  };
+  ctx.show = (sessionID, text) => {
+    if (!text || !sessionID) return;
+    try {
+      client.session.prompt({ path: { id: sessionID }, body: { noReply: true, parts: [shownPart(text)] } })?.catch?.(() => {});
+    } catch {}
+  };
+  ctx.parentOf = async (sessionID) => {
+    if (ctx.parents.has(sessionID)) return ctx.parents.get(sessionID);
+    let parent;
+    try {
+      const r = await client.session.get({ path: { id: sessionID } });
+      if (r?.data) parent = r.data.parentID ?? null;
+    } catch {}
+    if (parent !== undefined) ctx.parents.set(sessionID, parent);
+    return parent;
+  };
+  return ctx;
+}
+
+/** Sends a model request's history to the sidecar (by delta, once more in full when it asks
+ * to resync) and returns its answer with the full list of edits. */
+async function transformRequest(ctx, sessionID, messages, params) {
+  const { sidecar, sent } = ctx;
+  if (params.compaction) return sidecar.call("transform", { ...params, ...encode(messages, null) });
+  const send = () => {
+    const cache = sent.session(sessionID, sidecar.generation);
+    const request = { ...params, ...encode(messages, cache) };
+    if (cache.seq !== null) request.have = cache.seq;
+    return sidecar.call("transform", request).then((answer) => resolveEdits(cache, answer));
+  };
+  try {
+    return await send();
+  } catch (e) {
+    if (e?.code !== RESYNC) throw e;
+    sent.forget(sessionID);
+    return send();
+  }
+}
+
+function messagesTransform(ctx) {
+  return async (_input, output) => {
+    try {
+      const messages = output?.messages;
+      if (!Array.isArray(messages) || messages.length === 0) return;
+      const sessionID = messages.find((m) => m?.info?.sessionID)?.info?.sessionID;
+      if (!sessionID) return;
+      if (ctx.abortNext.delete(sessionID)) {
+        // A /dcp command ran: it needs no model request.
+        await ctx.client.session.abort({ path: { id: sessionID } }).catch?.(() => {});
+        return;
+      }
+      const compaction = ctx.compacting.delete(sessionID);
+      if (!ctx.sidecar.child && !ctx.sidecar.start()) return;
+      const params = { sessionID, contextLimit: ctx.contextLimits.get(sessionID), compaction };
+      const parentID = await ctx.parentOf(sessionID);
+      if (parentID !== undefined) params.parentID = parentID;
+      const result = await transformRequest(ctx, sessionID, messages, params);
+      applyEdits(messages, result);
+      if (result.notify) ctx.notices.set(sessionID, [...(ctx.notices.get(sessionID) ?? []), result.notify]);
+    } catch {
+      // Pass the messages through: the failure was logged, and the sidecar restarts.
+    }
+  };
+}
+
+function systemTransform(ctx) {
+  return async (input, output) => {
+    try {
+      if (isSideRequest(output?.system)) return;
+      const sessionID = input?.sessionID;
+      const limit = input?.model?.limit?.context;
+      if (sessionID && limit) ctx.contextLimits.set(sessionID, limit);
+      const params = { sessionID };
+      if (sessionID) {
+        const parentID = await ctx.parentOf(sessionID);
+        if (parentID !== undefined) params.parentID = parentID;
+      }
+      const result = await ctx.sidecar.call("system", params);
+      if (Array.isArray(output?.system)) for (const line of result.system ?? []) output.system.push(line);
+    } catch {}
+  };
+}
+
+function eventHook(ctx) {
+  return async ({ event }) => {
+    try {
+      const props = event?.properties ?? {};
+      if (event?.type === "session.idle" && props.sessionID) {
+        // Notifications wait for the turn to end, so they never interrupt the agent.
+        const queued = ctx.notices.get(props.sessionID);
+        ctx.notices.delete(props.sessionID);
+        if (queued?.length) ctx.show(props.sessionID, queued.join("\n"));
+      }
+      if (event?.type === "session.deleted") {
+        const id = props.info?.id;
+        if (id) ctx.sent.forget(id);
+      }
+      if (event?.type === "session.deleted" || event?.type === "session.compacted") {
+        ctx.sidecar.notify("event", { type: event.type, properties: props });
+      }
+    } catch {}
+  };
+}
+
+/** The agent tools the sidecar enabled, `discard` and `extract`. */
+function agentTools(ctx, init) {
+  const tools = {};
+  for (const name of ["discard", "extract"]) {
+    if (!init?.tools?.[name]) continue;
+    tools[name] = {
+      description: init.descriptions?.[name] ?? name,
+      args: TOOL_ARGS[name],
+      async execute(args, toolCtx) {
+        try {
+          const result = await ctx.sidecar.call("tool", { sessionID: toolCtx?.sessionID, name, args: args ?? {} });
+          return { title: result.title ?? name, output: String(result.output ?? ""), metadata: {} };
+        } catch {
+          return "dcp is unavailable right now; nothing was pruned.";
+        }
+      },
+    };
+  }
+  return tools;
+}
+
+/** `/dcp`: its answer is shown in the session, never to the model, and the model request
+ * OpenCode would start for the command is skipped. */
+function commandHook(ctx) {
+  return async (input, output) => {
+    try {
+      if (input?.command !== "dcp" || !input.sessionID) return;
+      let text;
+      try {
+        const result = await ctx.sidecar.call("command", { sessionID: input.sessionID, arguments: input.arguments ?? "" });
+        text = String(result.text ?? "");
+      } catch {
+        text = "dcp is unavailable right now; try again.";
+      }
+      if (Array.isArray(output?.parts)) {
+        output.parts.splice(0, output.parts.length, shownPart(text));
+        ctx.abortNext.add(input.sessionID);
+      }
+    } catch {}
+  };
+}
+
+export const DcpPlugin = async ({ client, directory }) => {
+  const ctx = context(client, directory);
+  ctx.sidecar.start();
+  const init = (await ctx.sidecar.ready) ?? null;
+  const hooks = {
+    "experimental.chat.messages.transform": messagesTransform(ctx),
+    "experimental.chat.system.transform": systemTransform(ctx),
+    "experimental.session.compacting": async (input) => {
+      try {
+        if (input?.sessionID) ctx.compacting.add(input.sessionID);
+      } catch {}
+    },
+    event: eventHook(ctx),
+  };
+  const tools = agentTools(ctx, init);
+  if (Object.keys(tools).length) hooks.tool = tools;
+  if (init?.commands) {
+    hooks.config = async (cfg) => {
+      try {
+        cfg.command = cfg.command ?? {};
+        cfg.command.dcp = { template: "/dcp $ARGUMENTS", description: init.descriptions?.command ?? "dcp" };
+      } catch {}
+    };
+    hooks["command.execute.before"] = commandHook(ctx);
+  }
+  return hooks;
+};

@@ -1,0 +1,163 @@
+// The `dcp serve` child process: spawning it, one JSON-RPC line per request, and restarting
+// it after any failure. A sidecar that fails is logged once and messages pass through.
+
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { delimiter, join } from "node:path";
+
+export const PROTOCOL = 1;
+const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
+// A sidecar that fails to start, or dies before its first answer, is not retried for this
+// long; one that dies after answering is restarted on the next request.
+const RESTART_BACKOFF_MS = 2000;
+/** The error code asking for the full history again (the sidecar was restarted). */
+export const RESYNC = -32001;
+
+function findBinary() {
+  if (process.env.DCP_BIN) return existsSync(process.env.DCP_BIN) ? process.env.DCP_BIN : null;
+  const names = process.platform === "win32" ? ["dcp.exe", "dcp"] : ["dcp"];
+  for (const dir of (process.env.PATH || "").split(delimiter)) {
+    for (const name of names) {
+      const candidate = join(dir, name);
+      if (dir && existsSync(candidate)) return candidate;
+    }
+  }
+  return null;
+}
+
+/** One `dcp serve` child process, restarted on demand after any failure. */
+export class Sidecar {
+  constructor(log, directory) {
+    this.log = log;
+    this.directory = directory;
+    this.child = null;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.generation = 0;
+    this.buffer = "";
+    this.failedAt = 0;
+    this.warned = new Set();
+  }
+
+  warnOnce(key, message) {
+    if (this.warned.has(key)) return;
+    this.warned.add(key);
+    this.log("warn", message);
+  }
+
+  start() {
+    if (this.child) return true;
+    if (Date.now() - this.failedAt < RESTART_BACKOFF_MS) return false;
+    const bin = findBinary();
+    if (!bin) {
+      this.failedAt = Date.now();
+      this.warnOnce("nobin", "dcp binary not found (set DCP_BIN or put dcp on PATH); messages pass through unchanged");
+      return false;
+    }
+    let child;
+    try {
+      child = spawn(bin, ["serve"], { stdio: ["pipe", "pipe", "pipe"], env: process.env });
+    } catch (e) {
+      this.fail(`cannot start ${bin}: ${e?.message ?? e}`);
+      return false;
+    }
+    this.child = child;
+    this.answered = false;
+    this.generation += 1;
+    this.buffer = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk) => this.onData(child, chunk));
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk) => {
+      for (const line of chunk.split("\n")) if (line.trim()) this.log("debug", line.trim());
+    });
+    child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
+    child.on("exit", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
+    child.stdin.on("error", () => {});
+    this.ready = this.call("initialize", { protocol: PROTOCOL, directory: this.directory }).catch(() => null);
+    return true;
+  }
+
+  onData(child, chunk) {
+    if (child !== this.child) return;
+    this.buffer += chunk;
+    let newline;
+    while ((newline = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, newline);
+      this.buffer = this.buffer.slice(newline + 1);
+      if (!line.trim()) continue;
+      let message;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        this.restart(`sidecar sent a line that is not JSON: ${line.slice(0, 80)}`);
+        return;
+      }
+      this.answered = true;
+      const waiter = this.pending.get(message.id);
+      if (!waiter) continue;
+      this.pending.delete(message.id);
+      clearTimeout(waiter.timer);
+      if (message.error) waiter.reject(Object.assign(new Error(message.error.message), { code: message.error.code }));
+      else waiter.resolve(message.result);
+    }
+  }
+
+  onExit(child, why) {
+    if (child !== this.child) return;
+    this.child = null;
+    this.fail(why);
+    if (this.answered) this.failedAt = 0;
+  }
+
+  fail(why) {
+    this.failedAt = Date.now();
+    this.warnOnce(`fail:${why.split(":")[0]}`, `${why}; messages pass through unchanged, and the sidecar restarts on the next request`);
+    for (const [, waiter] of this.pending) {
+      clearTimeout(waiter.timer);
+      waiter.reject(new Error(why));
+    }
+    this.pending.clear();
+  }
+
+  restart(why) {
+    const child = this.child;
+    this.child = null;
+    if (child) {
+      try {
+        child.kill("SIGKILL");
+      } catch {}
+    }
+    this.fail(why);
+    this.failedAt = 0;
+  }
+
+  call(method, params, timeout = TIMEOUT_MS) {
+    if (!this.child && !this.start()) return Promise.reject(new Error("sidecar unavailable"));
+    const id = this.nextId++;
+    const child = this.child;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        if (child === this.child) this.restart(`sidecar did not answer ${method} within ${timeout} ms`);
+        reject(new Error("timeout"));
+      }, timeout);
+      this.pending.set(id, { resolve, reject, timer });
+      try {
+        child.stdin.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+      } catch (e) {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        this.restart(`cannot write to the sidecar: ${e?.message ?? e}`);
+        reject(e);
+      }
+    });
+  }
+
+  notify(method, params) {
+    if (!this.child) return;
+    try {
+      this.child.stdin.write(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n");
+    } catch {}
+  }
+}

@@ -1,0 +1,178 @@
+//! The sidecar's line loop: protocol lines in on stdin, answers out on stdout.
+//!
+//! Requests are read and answered with plain blocking I/O on the server's thread (a reader
+//! thread hands it the lines), since every hop through an async runtime's I/O threads adds a
+//! thread wake-up to the round trip. Between requests the server counts tokens ahead and
+//! hands out the saves that fall due. A line over the size limit or not in UTF-8 gets an
+//! error answer and is skipped; reading goes on.
+
+use std::io::{BufRead, Write};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Instant;
+
+use super::protocol::{self, code, RpcError};
+use super::{Options, Server};
+use crate::state::saver::Saver;
+
+enum Line {
+    Text(String),
+    TooLong(usize),
+    /// Not UTF-8: the offset of the first invalid byte.
+    NotUtf8(usize),
+    Eof,
+}
+
+fn text_line(buf: Vec<u8>) -> Line {
+    match String::from_utf8(buf) {
+        Ok(text) => Line::Text(text),
+        Err(e) => Line::NotUtf8(e.utf8_error().valid_up_to()),
+    }
+}
+
+/// Reads one line of at most `max` bytes; a longer line is consumed and reported.
+fn read_line<R: BufRead>(reader: &mut R, max: usize) -> std::io::Result<Line> {
+    let mut buf = Vec::new();
+    let mut skipped = 0usize;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(match (buf.is_empty(), skipped) {
+                (true, 0) => Line::Eof,
+                (_, 0) => text_line(buf),
+                (_, n) => Line::TooLong(n),
+            });
+        }
+        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let n = chunk.len();
+        if skipped > 0 || buf.len() + n > max {
+            skipped += buf.len() + n;
+            buf.clear();
+        } else {
+            buf.extend_from_slice(chunk);
+        }
+        reader.consume(n);
+        if found {
+            return Ok(if skipped > 0 { Line::TooLong(skipped) } else { text_line(buf) });
+        }
+    }
+}
+
+/// Reads stdin's lines on their own thread, so that waiting for one can give way to a save
+/// that falls due.
+fn spawn_reader(max_line: usize) -> Receiver<std::io::Result<Line>> {
+    let (tx, lines) = std::sync::mpsc::sync_channel(16);
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+        loop {
+            let line = read_line(&mut reader, max_line);
+            let last = !matches!(line, Ok(Line::Text(_) | Line::TooLong(_) | Line::NotUtf8(_)));
+            if tx.send(line).is_err() || last {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+/// The next line, counting ahead while none waits and handing out the saves that fall due.
+fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>) -> std::io::Result<Line> {
+    // A line that came in while the server counted ahead.
+    let mut early = None;
+    loop {
+        if early.is_none() && !server.save_is_due() && server.has_precount() {
+            server.precount(|| {
+                if early.is_none() {
+                    early = lines.try_recv().ok();
+                }
+                early.is_none()
+            });
+        }
+        if let Some(line) = early.take() {
+            return line;
+        }
+        match server.save_due() {
+            Some(due) => match lines.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(line) => return line,
+                Err(RecvTimeoutError::Timeout) => server.save_waiting(),
+                Err(RecvTimeoutError::Disconnected) => return Ok(Line::Eof),
+            },
+            None => return lines.recv().unwrap_or(Ok(Line::Eof)),
+        }
+    }
+}
+
+/// The answer to a line, if it gets one; `None` for the end of the input as well.
+fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
+    let e = match line {
+        Line::Eof => return None,
+        Line::Text(line) => return server.handle_line(&line),
+        Line::TooLong(n) => {
+            RpcError::new(code::LINE_TOO_LONG, format!("line of {n} bytes is over the {max_line}-byte limit; skipped"))
+        }
+        Line::NotUtf8(at) => RpcError::new(code::PARSE, format!("line is not UTF-8 (invalid byte at offset {at})")),
+    };
+    tracing::warn!("protocol: {}", e.message);
+    Some(protocol::err(None, &e))
+}
+
+/// Runs the sidecar until stdin closes or `shutdown` arrives.
+///
+/// The saver's writes run on a one-worker tokio runtime.
+pub fn serve(options: Options) -> anyhow::Result<()> {
+    crate::tokens::preload();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let saver = {
+        let _context = runtime.enter();
+        Saver::spawn()
+    };
+    let mut server = Server::new(options, Some(saver.clone()))?;
+    // The line limit can be lowered (never raised past the default) for tests.
+    let max_line = std::env::var("DCP_MAX_LINE_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(protocol::MAX_LINE_BYTES, |v| v.min(protocol::MAX_LINE_BYTES));
+    let lines = spawn_reader(max_line);
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let line = next_line(&mut server, &lines)?;
+        if matches!(line, Line::Eof) {
+            break;
+        }
+        if let Some(mut response) = answer(&mut server, line, max_line) {
+            response.push('\n');
+            if stdout.write_all(response.as_bytes()).is_err() || stdout.flush().is_err() {
+                break;
+            }
+        }
+        if server.shutting_down() {
+            break;
+        }
+    }
+    server.save_dirty();
+    runtime.block_on(saver.flush());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_long_lines_are_skipped_and_reading_goes_on() {
+        let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
+        let mut reader = std::io::BufReader::with_capacity(16, input.as_bytes());
+        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::TooLong(101)));
+        match read_line(&mut reader, 50).unwrap() {
+            Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
+            _ => panic!("expected the next line"),
+        }
+        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::Eof));
+    }
+}

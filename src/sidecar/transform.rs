@@ -1,0 +1,345 @@
+//! `transform` and `system`: what the model sees on a request.
+//!
+//! A transform records what the automatic strategies decided, applies the pending rewrites
+//! when the cache-aware [`policy`] says they pay, answers with the edits the plugin does not
+//! hold yet, and appends the `<prunable-tools>` list (with a nudge when one is due). A
+//! compaction's copy of the history gets the edits in force and nothing else.
+
+use std::collections::HashMap;
+
+use rustc_hash::FxHashSet as HashSet;
+
+use super::mirror::Mirror;
+use super::protocol::{
+    Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System, TransformParams,
+    Transformed,
+};
+use super::{internal, now_ms, texts, validate_session_id, Server, Session};
+use crate::config::{Config, Notification};
+use crate::policy;
+use crate::session::{History, Message, Role};
+use crate::state::manager::Slot;
+use crate::state::{PruneRecord, SessionState};
+use crate::strategies::{self, manual, Protection};
+
+/// What the plugin holds of a session's edits: the number of the last answer whose edits
+/// it may keep, what they were computed from, and the calls they cover.
+#[derive(Debug, Default)]
+pub(super) struct EditsSent {
+    seq: u64,
+    basis: Option<EditsBasis>,
+    calls: HashSet<String>,
+}
+
+/// What a set of edits was computed from: the slot's revision and resets, and the number of
+/// messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EditsBasis {
+    revision: u64,
+    resets: u64,
+    messages: usize,
+}
+
+/// What a transform knows about the request besides the history.
+struct RequestInfo {
+    have: Option<u64>,
+    requests: u32,
+    idle_seconds: Option<u64>,
+    context_limit: Option<u64>,
+}
+
+impl Server {
+    pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
+        let sid = p.session_id.clone();
+        validate_session_id(&sid)?;
+        self.with_session(&sid, |server, session| server.transform_session(session, p))
+    }
+
+    fn transform_session(&mut self, session: &mut Session, p: TransformParams) -> Result<Transformed, RpcError> {
+        let sid = p.session_id;
+        let now = p.now.unwrap_or_else(now_ms);
+        if let Some(parent) = p.parent_id {
+            session.parent = Some(parent.is_some());
+        }
+        self.learn(session, &sid);
+        if p.compaction {
+            return self.compaction(session, &sid, p.messages);
+        }
+        let idle_seconds = session.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        session.last_request_ms = Some(now);
+        session.requests += 1;
+        let request =
+            RequestInfo { have: p.have, requests: session.requests, idle_seconds, context_limit: p.context_limit };
+        // Take the mirror out while the history is borrowed from it, instead of cloning the
+        // history on every request. A failed resolve leaves it empty: the plugin resyncs.
+        let mut mirror = std::mem::take(&mut session.mirror);
+        let result = match mirror.resolve(p.base, p.messages) {
+            Ok(_) => self.rewrite(session, &sid, &mirror, request),
+            Err(e) => Err(e),
+        };
+        session.precounted = session.precounted.min(mirror.kept());
+        session.mirror = mirror;
+        result
+    }
+
+    /// The summariser sees the history as the model does, but this is no request: no
+    /// counting, no policy, no list. It is not the next request's history either, so the
+    /// mirror is left as it is.
+    fn compaction(
+        &mut self,
+        session: &Session,
+        sid: &str,
+        wire: Vec<serde_json::Value>,
+    ) -> Result<Transformed, RpcError> {
+        let mut scratch = Mirror::default();
+        let messages = scratch.resolve(0, wire)?;
+        if self.skips(Some(session)) {
+            return Ok(Transformed::unchanged());
+        }
+        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        let positions: HashMap<&str, (usize, usize)> =
+            History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
+        let position = |id: &str| positions.get(id).copied();
+        let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
+        Ok(Transformed { seq: None, edits: Edits::Full(edits), append: Vec::new(), notify: None })
+    }
+
+    /// Decides what the model sees for one request of session `sid`: records the automatic
+    /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
+    fn rewrite(
+        &mut self,
+        session: &mut Session,
+        sid: &str,
+        mirror: &Mirror,
+        request: RequestInfo,
+    ) -> Result<Transformed, RpcError> {
+        if self.skips(Some(session)) {
+            return Ok(Transformed::unchanged());
+        }
+        let observed = self
+            .manager
+            .observe_newest(sid, mirror.newest_compaction())
+            .map_err(|e| RpcError::params(e.to_string()))?;
+        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        if slot.state.session_name.is_none() {
+            slot.state.session_name = session.title.clone();
+        }
+        let mut dirty = observed.compacted;
+        // The index reads only what is new since the last request, and hands over the calls
+        // that became prunable.
+        let messages = mirror.messages();
+        let index = &mut session.index;
+        if index.sync(messages, mirror.kept(), slot.resets, &self.config, &self.protection) {
+            tracing::debug!(session = sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
+        }
+        for d in index.decisions(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
+            dirty |= slot.record(&d.call_id, d.record);
+        }
+        let applied_now = apply_pending(&self.config.rewrite, slot, session, sid, mirror, &request);
+        dirty |= applied_now.is_some();
+        let applied_now = applied_now.unwrap_or_default();
+        let (seq, edits) = answer_edits(session, slot, mirror, request.have);
+        let project = self.options.project.as_ref().and_then(|p| p.to_str());
+        let append = tail_message(&self.config, &self.protection, project, session, slot, sid, messages);
+        let notify = notification(self.config.prune_notification, slot, &applied_now);
+        if dirty {
+            slot.dirty = true;
+            self.save(session, sid);
+        }
+        Ok(Transformed { seq: Some(seq), edits, append, notify })
+    }
+
+    pub(super) fn system(&mut self, p: SessionParams) -> System {
+        let skip = match p.session_id.as_deref() {
+            Some(sid) => self.with_session(sid, |server, session| {
+                server.learn(session, sid);
+                server.skips(Some(session))
+            }),
+            None => false,
+        };
+        let tools = &self.config.tools;
+        if !self.config.enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
+            return System { system: Vec::new() };
+        }
+        System { system: vec![texts::system(tools.discard.enabled, tools.extract.enabled)] }
+    }
+}
+
+/// The synthetic message appended after the history: the prunable list and any nudge.
+fn tail_message(
+    config: &Config,
+    protection: &Protection,
+    project: Option<&str>,
+    session: &mut Session,
+    slot: &mut Slot,
+    sid: &str,
+    messages: &[Message],
+) -> Vec<Synthetic> {
+    let recorded = slot.take_recorded();
+    let tools = &config.tools;
+    if !tools.discard.enabled && !tools.extract.enabled {
+        return Vec::new();
+    }
+    let listing = manual::Listing { project, min_tokens: tools.settings.min_tokens.into() };
+    let index = &mut session.index;
+    let Some(list) = index.prunable(messages, &recorded, &mut slot.state, config, protection, &listing) else {
+        return Vec::new();
+    };
+    let mut text = list.to_string();
+    let calls = index.calls();
+    if session.calls_at_nudge > calls {
+        session.calls_at_nudge = 0;
+    }
+    let settings = &tools.settings;
+    if settings.nudge_enabled
+        && settings.nudge_frequency > 0
+        && calls - session.calls_at_nudge >= settings.nudge_frequency as usize
+    {
+        session.calls_at_nudge = calls;
+        let (listed, tokens) = index.listed();
+        text.push('\n');
+        text.push_str(&texts::nudge(listed, tokens));
+    }
+    vec![synthetic_message(sid, messages, text)]
+}
+
+/// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
+/// calls whose rewrites it applied, or `None` when it waits. Each assistant message in the history was one request,
+/// so the session's request count survives restarts.
+fn apply_pending(
+    rewrite: &crate::config::Rewrite,
+    slot: &mut Slot,
+    session: &Session,
+    sid: &str,
+    mirror: &Mirror,
+    request: &RequestInfo,
+) -> Option<Vec<String>> {
+    let sizes = mirror.sizes();
+    let mut tails = vec![0u64; sizes.len() + 1];
+    for i in (0..sizes.len()).rev() {
+        tails[i] = tails[i + 1] + sizes[i];
+    }
+    let index = &session.index;
+    // The waiting prunes of calls in the history, in history order.
+    let mut pending: Vec<((usize, usize), String, policy::Pending)> = slot
+        .state
+        .pruned
+        .iter()
+        .filter(|(_, r)| !r.applied)
+        .filter_map(|(id, r)| {
+            let at = index.position(id)?;
+            Some((at, id.clone(), policy::Pending { tokens: r.tokens, tail: tails[at.0] }))
+        })
+        .collect();
+    pending.sort_unstable_by_key(|(at, _, _)| *at);
+    let requests = request.requests.max(index.current() + 1);
+    let base = policy::Inputs {
+        context: tails[0],
+        tail: 0,
+        pending: 0,
+        requests,
+        idle_seconds: request.idle_seconds,
+        context_limit: request.context_limit,
+    };
+    let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
+    let (cut, reason) = policy::choose(rewrite, &base, &costs)?;
+    tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
+    let mut applied_now: Vec<String> = Vec::new();
+    for (_, id, _) in &pending[cut..] {
+        if let Some(r) = slot.state.pruned.get_mut(id) {
+            r.applied = true;
+        }
+        slot.revision += 1;
+        applied_now.push(id.clone());
+    }
+    Some(applied_now)
+}
+
+/// The edits of this answer, and its number. The plugin keeps the edits of the last answer
+/// it got. If it has those of the last answer sent, no prune was dropped since and the
+/// messages they point at were kept, only new edits are sent, or none.
+fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Option<u64>) -> (u64, Edits) {
+    let messages = mirror.messages();
+    let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: messages.len() };
+    let sent = &mut session.edits;
+    let follows =
+        have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
+    if follows && sent.basis.is_some_and(|b| b.revision == basis.revision) {
+        return (sent.seq, Edits::Same);
+    }
+    if !follows {
+        sent.calls.clear();
+    }
+    let index = &session.index;
+    let edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
+    sent.seq += 1;
+    sent.basis = Some(basis);
+    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
+}
+
+/// The notification of the rewrites applied on this request, at the configured level.
+fn notification(level: Notification, slot: &Slot, applied_now: &[String]) -> Option<String> {
+    if applied_now.is_empty() || level == Notification::Off {
+        return None;
+    }
+    let records: Vec<(&str, &PruneRecord)> =
+        applied_now.iter().filter_map(|id| slot.state.pruned.get(id).map(|r| (id.as_str(), r))).collect();
+    let still = slot.state.pruned.values().filter(|r| !r.applied).count();
+    Some(texts::notification(level == Notification::Detailed, &records, still))
+}
+
+/// The user message that carries `text` after the history, with the agent and model of the
+/// last user message.
+fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic {
+    const MESSAGE_ID: &str = "msg_dcp_prunable_tools";
+    let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
+    let field = |key: &str| last_user.and_then(|m| m.info.get(key)).cloned();
+    let info = SyntheticInfo {
+        id: MESSAGE_ID,
+        session_id: sid.to_string(),
+        role: "user",
+        time: Created { created: messages.last().map_or(0, Message::time_created) },
+        agent: field("agent"),
+        model: field("model"),
+    };
+    let part = SyntheticPart {
+        id: "prt_dcp_prunable_tools",
+        session_id: sid.to_string(),
+        message_id: MESSAGE_ID,
+        kind: "text",
+        text,
+        synthetic: true,
+    };
+    Synthetic { info, parts: vec![part] }
+}
+
+/// The edits that bring `messages` to what the model should see, for every applied prune
+/// whose call is not in `sent` yet; `sent` gains them. With an empty `sent`, every prune in
+/// force. `position` finds a call's message and part. Edits come in history order.
+fn edits_for(
+    messages: &[Message],
+    position: impl Fn(&str) -> Option<(usize, usize)>,
+    state: &SessionState,
+    sent: &mut HashSet<String>,
+) -> Vec<Edit> {
+    let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
+    for (id, record) in state.pruned.iter().filter(|(_, r)| r.applied) {
+        if sent.contains(id.as_str()) {
+            continue;
+        }
+        // A prune of a call not in the history has no edit; it is not looked for again.
+        sent.insert(id.clone());
+        if let Some(at) = position(id) {
+            new.push((at, id, record));
+        }
+    }
+    new.sort_unstable_by_key(|(at, _, _)| *at);
+    let mut edits = Vec::new();
+    for ((m, p), _, record) in new {
+        let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
+        for e in strategies::field_edits(part, &record.action) {
+            edits.push(Edit { m, p, path: e.path, value: e.value });
+        }
+    }
+    edits
+}
