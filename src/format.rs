@@ -5,6 +5,20 @@ pub fn tokens(n: u64) -> String {
     format!("~{}", compact(n))
 }
 
+/// A token count in a table, where every row has the same precision: `~850`, `~15,420`.
+pub fn approx(n: u64) -> String {
+    format!("~{}", thousands(n))
+}
+
+/// `1 tool`, `2 tools`: a count with its noun, plural unless it is one.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// `850`, `15.4K`, `1.2M`: one decimal, trailing `.0` dropped.
 pub fn compact(n: u64) -> String {
     let unit = match n {
@@ -77,5 +91,9 @@ mod tests {
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(12), "12");
         assert_eq!(bytes(3277), "3.20 KiB");
+        assert_eq!(approx(15_420), "~15,420");
+        assert_eq!(count(1, "tool"), "1 tool");
+        assert_eq!(count(0, "tool"), "0 tools");
+        assert_eq!(count(3, "session"), "3 sessions");
     }
 }

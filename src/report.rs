@@ -79,21 +79,35 @@ pub fn shorten(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
-/// The statistics panel: the session's savings, if given, and all-time.
+/// The statistics panel: the session's savings, if given, and all-time. Every token count
+/// in it has the same precision (`~1,234`), so its rows compare at a glance.
 pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     let mut out = String::from("DCP statistics\n");
     if let Some(s) = session {
         let _ = writeln!(out);
-        let _ = writeln!(out, "Session {}:", s.session_id);
-        let _ = writeln!(out, "  Tokens pruned: {}", format::tokens(s.tokens_pruned));
+        match &s.title {
+            Some(title) => {
+                let _ = writeln!(out, "Session \"{title}\" ({}):", s.session_id);
+            }
+            None => {
+                let _ = writeln!(out, "Session {}:", s.session_id);
+            }
+        }
+        let _ = writeln!(out, "  Tokens pruned: {}", format::approx(s.tokens_pruned));
         let _ = writeln!(out, "  Tools pruned:  {}", s.tools_pruned);
         for t in &s.by_strategy {
-            let _ = writeln!(out, "    {:<17} {:>8}  {} tools", t.strategy, format::tokens(t.tokens), t.tools);
+            let _ = writeln!(
+                out,
+                "    {:<17} {:>8}  {}",
+                t.strategy,
+                format::approx(t.tokens),
+                format::count(t.tools, "tool")
+            );
         }
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "All-time ({} state files, {}):", all.files, format::bytes(all.bytes));
-    let _ = writeln!(out, "  Tokens saved:  {}", format::tokens(all.tokens_saved));
+    let _ = writeln!(out, "All-time ({}, {}):", format::count(all.files, "state file"), format::bytes(all.bytes));
+    let _ = writeln!(out, "  Tokens saved:  {}", format::approx(all.tokens_saved));
     let _ = writeln!(out, "  Tools pruned:  {}", all.tools_pruned);
     let _ = writeln!(out, "  Sessions:      {}", all.sessions);
     out

@@ -22,6 +22,8 @@ use crate::state::{SessionState, Strategy, Tally};
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct SessionStats {
     pub session_id: String,
+    /// The session's title, as its state file remembers it.
+    pub title: Option<String>,
     pub tokens_pruned: u64,
     pub tools_pruned: u64,
     /// Calls whose prune is in force now (cleared by compactions).
@@ -65,6 +67,7 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         .collect();
     SessionStats {
         session_id: session_id.to_string(),
+        title: state.session_name.clone(),
         tokens_pruned: state.stats.tokens(),
         tools_pruned: tools_of(state),
         active_prunes: state.pruned.len() as u64,

@@ -234,7 +234,10 @@ fn commands_answer_in_text() {
     assert!(help["text"].as_str().unwrap().contains("/dcp sweep [N]"));
     let stats = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "stats"}));
     let text = stats["text"].as_str().unwrap();
-    assert!(text.starts_with("DCP statistics\n\nSession ses_dfedb2935ffeIhuHRntLhlCv3U:"), "{text}");
+    assert!(
+        text.starts_with("DCP statistics\n\nSession \"Fake session title\" (ses_dfedb2935ffeIhuHRntLhlCv3U):"),
+        "{text}"
+    );
     assert!(text.contains("deduplication"), "{text}");
     let context = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "context"}));
     assert!(context["text"].as_str().unwrap().contains("tool outputs"));

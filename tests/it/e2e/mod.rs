@@ -128,25 +128,34 @@ impl Lab {
         self.data_dir().join("storage/plugin/dcp")
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// The environment OpenCode runs in: this lab's XDG dirs, no update checks, and dcp's
+    /// binary. `OPENCODE_CONFIG_DIR` and `OPENCODE_DB` are unset.
+    pub fn env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
         let root = self.root();
+        vec![
+            ("PWD", self.project().into()),
+            ("XDG_DATA_HOME", root.join("xdg/data").into()),
+            ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
+            ("XDG_CACHE_HOME", root.join("xdg/cache").into()),
+            ("XDG_STATE_HOME", root.join("xdg/state").into()),
+            ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
+            ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
+            ("OPENCODE_DISABLE_SHARE", "1".into()),
+            ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1".into()),
+            ("DCP_BIN", self.dcp_bin.clone().into()),
+            ("DCP_TIMEOUT_MS", "1500".into()),
+        ]
+    }
+
+    /// The variables [`Lab::env`] removes.
+    pub const UNSET: [&'static str; 2] = ["OPENCODE_CONFIG_DIR", "OPENCODE_DB"];
+
+    fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(opencode());
-        cmd.args(args)
-            .current_dir(self.project())
-            .env("PWD", self.project())
-            .env("XDG_DATA_HOME", root.join("xdg/data"))
-            .env("XDG_CONFIG_HOME", root.join("xdg/config"))
-            .env("XDG_CACHE_HOME", root.join("xdg/cache"))
-            .env("XDG_STATE_HOME", root.join("xdg/state"))
-            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
-            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-            .env("OPENCODE_DISABLE_SHARE", "1")
-            .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
-            .env("DCP_BIN", &self.dcp_bin)
-            .env("DCP_TIMEOUT_MS", "1500")
-            .env_remove("OPENCODE_CONFIG_DIR")
-            .env_remove("OPENCODE_DB")
-            .stdin(Stdio::null());
+        cmd.args(args).current_dir(self.project()).envs(self.env()).stdin(Stdio::null());
+        for name in Lab::UNSET {
+            cmd.env_remove(name);
+        }
         cmd
     }
 

@@ -52,7 +52,7 @@ pub fn write_project(dir: &Path) {
     git(&["commit", "-qm", "demo"]);
 }
 
-fn read(label: &str, rel: &str) -> Turn {
+pub fn read(label: &str, rel: &str) -> Turn {
     Turn::tool(label, "read", json!({"filePath": format!("{{{{cwd}}}}/{rel}")}))
 }
 
