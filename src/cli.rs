@@ -1,4 +1,4 @@
-//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep` and `dcp stats`.
+//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep`, `dcp stats` and `dcp doctor`.
 //!
 //! It works on OpenCode's data without OpenCode running: it reads sessions read-only and
 //! writes only dcp's own state files. Every command takes `--data-dir DIR` and `--json`;
@@ -68,6 +68,9 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },
+    /// Check the install: the binary and the plugin, OpenCode's config, every dcp.jsonc, the
+    /// state dir, opencode.db and the logs. Exits 1 when something is wrong.
+    Doctor,
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
     /// For crash-safety tests: save a session's state over and over, one more prune each time.
@@ -147,6 +150,11 @@ impl Ctx {
 /// Runs the CLI on already parsed arguments, printing to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let env = Env::from_process();
+    if let Command::Doctor = cli.command {
+        // Before the config is loaded: a bad config is one of its findings.
+        let data_dir = cli.data_dir.unwrap_or_else(|| env.data_dir());
+        return doctor(&crate::doctor::Inputs::from_process(env, data_dir), cli.json, out);
+    }
     let cwd = std::env::current_dir().ok();
     let loaded = config::load(&config::Locations::standard(&env, cwd.as_deref()))?;
     let _guard = crate::logging::init(loaded.config.debug.then(|| paths::log_dir(&env.config_dir())).as_deref());
@@ -162,7 +170,23 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
         Command::SaveLoop { session, count, prefix } => save_loop(&ctx, &session, count, &prefix),
         Command::Gen { what } => gen_cmd(&ctx, &what, out),
+        Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
+    }
+}
+
+/// Prints the doctor's report; any problem found is an error, so the exit code is 1.
+fn doctor(inputs: &crate::doctor::Inputs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let report = crate::doctor::run(inputs);
+    if json {
+        print_json(out, &report)?;
+    } else {
+        report.render(out)?;
+    }
+    match report.problems {
+        0 => Ok(()),
+        1 => anyhow::bail!("doctor found 1 problem"),
+        n => anyhow::bail!("doctor found {n} problems"),
     }
 }
 

@@ -62,6 +62,15 @@ impl Env {
         }
     }
 
+    /// OpenCode's cache directory: `$XDG_CACHE_HOME/opencode`, else `~/.cache/opencode`.
+    /// OpenCode installs plugins named by npm package under its `packages/` dir.
+    pub fn opencode_cache_dir(&self) -> PathBuf {
+        match &self.xdg_cache_home {
+            Some(d) => d.join("opencode"),
+            None => self.home().join(".cache/opencode"),
+        }
+    }
+
     /// The SQLite database of `data_dir`: `OPENCODE_DB` if set (absolute, or relative to the
     /// data dir), else `opencode.db` inside it.
     pub fn db_path(&self, data_dir: &Path) -> PathBuf {

@@ -6,12 +6,14 @@
 mod cli;
 mod concurrency;
 mod crash;
+mod doctor;
 mod e2e;
 mod engine;
 mod gen;
 mod host;
 mod hostile;
 mod index;
+mod package;
 mod persistence;
 mod sidecar;
 mod state_manager;
