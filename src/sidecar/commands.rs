@@ -2,11 +2,33 @@
 //!
 //! Each answers with text the user reads in the session; none makes a model request. A
 //! sweep is the user's own decision: recorded, applied on the next request and saved at once.
+//!
+//! A command may come before any request of its session in this process: a resumed session
+//! before its first prompt, or `opencode run --command dcp context`. The sidecar has then
+//! mirrored nothing, so `context` and `sweep` read the history from `opencode.db` (or
+//! `storage/`) through the host adapters, as the CLI does, and answer as the CLI would.
 
+use super::mirror::Mirror;
 use super::protocol::{CommandOutput, CommandParams, RpcError};
 use super::{internal, texts, validate_session_id, Server};
-use crate::session::Message;
+use crate::host::DataDir;
+use crate::session::{visible_history, Message};
 use crate::strategies;
+
+/// A session's history for a command: the mirror of the last request, or the stored one.
+enum History {
+    Mirrored(Mirror),
+    Stored(Vec<Message>),
+}
+
+impl History {
+    fn messages(&self) -> &[Message] {
+        match self {
+            History::Mirrored(mirror) => mirror.messages(),
+            History::Stored(messages) => messages,
+        }
+    }
+}
 
 impl Server {
     pub(super) fn command(&mut self, p: CommandParams) -> Result<CommandOutput, RpcError> {
@@ -41,29 +63,73 @@ impl Server {
 
     /// `/dcp stats`: this session's savings and the all-time ones.
     fn stats(&mut self, sid: &str) -> Result<String, RpcError> {
+        let title = self.title(sid);
         self.manager.refresh(sid).map_err(internal)?;
         let (slot, _) = self.manager.slot(sid).map_err(internal)?;
-        let session = crate::stats::session(sid, &slot.state);
+        let mut session = crate::stats::session(sid, &slot.state);
+        session.title = session.title.or(title);
         let all = crate::stats::all_time(self.manager.dir(), Some(&self.options.env.cache_dir())).map_err(internal)?;
         Ok(crate::report::stats(Some(&session), &all))
     }
 
     /// `/dcp context`: what the model is sent, by category, before and after pruning.
     fn context(&mut self, sid: &str) -> Result<String, RpcError> {
-        let mirror = self.take_mirror(sid);
+        let header = match self.title(sid) {
+            Some(title) => format!("Session \"{title}\" ({sid})"),
+            None => format!("Session {sid}"),
+        };
+        let history = self.history(sid)?;
         let analysis = self.manager.slot(sid).map_err(internal).map(|(slot, _)| {
             let (config, protection) = (&self.config, &self.protection);
-            crate::context::analyse(mirror.messages(), &slot.state, config, protection, &mut slot.tokens)
+            crate::context::analyse(history.messages(), &slot.state, config, protection, &mut slot.tokens)
         });
-        self.put_mirror(sid, mirror);
-        Ok(crate::report::context(&format!("Session {sid}"), &analysis?))
+        self.put_history(sid, history);
+        Ok(crate::report::context(&header, &analysis?))
     }
 
     fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {
-        let mirror = self.take_mirror(sid);
-        let result = self.sweep_on(sid, last, mirror.messages());
-        self.put_mirror(sid, mirror);
+        let history = self.history(sid)?;
+        let result = self.sweep_on(sid, last, history.messages());
+        self.put_history(sid, history);
         result
+    }
+
+    /// Session `sid`'s history: its mirror, taken out of the session (see
+    /// [`Server::take_mirror`]); or, when nothing is mirrored yet, the stored history, with
+    /// the state told of its newest compaction. A session OpenCode has not stored yet has no
+    /// history.
+    fn history(&mut self, sid: &str) -> Result<History, RpcError> {
+        let mirror = self.take_mirror(sid);
+        if !mirror.messages().is_empty() {
+            return Ok(History::Mirrored(mirror));
+        }
+        let data = DataDir::new(&self.options.data_dir, &self.options.env);
+        let messages = match data.load(sid) {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    tracing::warn!("{w}");
+                }
+                visible_history(loaded.messages)
+            }
+            Err(crate::host::HostError::SessionNotFound { .. } | crate::host::HostError::NoData(_)) => Vec::new(),
+            Err(e) => return Err(internal(crate::error_chain(&e))),
+        };
+        self.manager.observe(sid, &messages).map_err(internal)?;
+        Ok(History::Stored(messages))
+    }
+
+    fn put_history(&mut self, sid: &str, history: History) {
+        if let History::Mirrored(mirror) = history {
+            self.put_mirror(sid, mirror);
+        }
+    }
+
+    /// The session's title, from `opencode.db` when this process has not seen it.
+    fn title(&mut self, sid: &str) -> Option<String> {
+        self.with_session(sid, |server, session| {
+            server.learn(session, sid);
+            session.title.clone()
+        })
     }
 
     fn sweep_on(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
@@ -83,8 +149,8 @@ impl Server {
         slot.dirty = true;
         self.save_now(sid);
         Ok(format!(
-            "Swept {n} tool output{} ({} tokens).",
-            if n == 1 { "" } else { "s" },
+            "Swept {} ({} tokens).",
+            crate::format::count(n as u64, "tool output"),
             crate::format::tokens(tokens)
         ))
     }

@@ -79,28 +79,43 @@ pub fn tool_done(verb: &str, done: &[(u32, &str, Option<&str>)], tokens: u64) ->
     text
 }
 
-/// The notification shown (never sent to the model) after rewrites reach the model.
-pub fn notification(detailed: bool, applied: &[(&str, &PruneRecord)], pending: usize) -> String {
-    let tokens: u64 = applied.iter().map(|(_, r)| r.tokens).sum();
-    let mut text = format!(
-        "▣ DCP | -{} tokens, {} tool{}",
-        format::compact(tokens),
-        applied.len(),
-        if applied.len() == 1 { "" } else { "s" }
-    );
+/// The notification shown to the user (never sent to the model) for the prunes of one
+/// request: those `applied` to it, and those `waiting`, recorded now but rewritten only when
+/// that pays for the prompt cache. `older_waiting` counts prunes recorded earlier that still
+/// wait. At least one of `applied` and `waiting` is not empty.
+pub fn notification(
+    detailed: bool,
+    applied: &[(&str, &PruneRecord)],
+    waiting: &[(&str, &PruneRecord)],
+    older_waiting: usize,
+) -> String {
+    const LATER: &str = "applied later, when it pays";
+    let tokens = |of: &[(&str, &PruneRecord)]| -> u64 { of.iter().map(|(_, r)| r.tokens).sum() };
+    let shown = if applied.is_empty() { waiting } else { applied };
+    let mut text =
+        format!("▣ DCP | -{} tokens, {}", format::compact(tokens(shown)), format::count(shown.len() as u64, "tool"));
+    if applied.is_empty() {
+        let _ = write!(text, ", {LATER}");
+    }
     if !detailed {
         return text;
     }
     for strategy in Strategy::ALL {
-        let of: Vec<_> = applied.iter().filter(|(_, r)| r.strategy == strategy).collect();
-        if of.is_empty() {
-            continue;
+        let of: Vec<_> = shown.iter().filter(|(_, r)| r.strategy == strategy).copied().collect();
+        if !of.is_empty() {
+            let _ = write!(
+                text,
+                "\n→ {}: {} ({})",
+                strategy.name(),
+                format::tokens(tokens(&of)),
+                format::count(of.len() as u64, "tool")
+            );
         }
-        let t: u64 = of.iter().map(|(_, r)| r.tokens).sum();
-        let _ = write!(text, "\n→ {}: {} ({})", strategy.name(), format::tokens(t), of.len());
     }
-    if pending > 0 {
-        let _ = write!(text, "\n→ {pending} more recorded, applied when rewriting pays for the prompt cache");
+    let more = if applied.is_empty() { older_waiting } else { waiting.len() + older_waiting };
+    if more > 0 {
+        let tools = if more == 1 { "tool" } else { "tools" };
+        let _ = write!(text, "\n→ {more} more {tools} recorded, {LATER}");
     }
     text
 }
@@ -112,3 +127,30 @@ pub const HELP: &str = "DCP commands:
   /dcp context    what the model is sent, by category, before and after pruning
   /dcp sweep [N]  prune every tool output since your last message, or the last N
   /dcp help       this help";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Action;
+
+    fn record(strategy: Strategy, tokens: u64) -> PruneRecord {
+        PruneRecord { strategy, action: Action::Output, tokens, tool: "read".into(), applied: false }
+    }
+
+    #[test]
+    fn a_notification_says_when_its_rewrite_waits() {
+        let dedup = record(Strategy::Deduplication, 805);
+        let one = [("call_1", &dedup)];
+        assert_eq!(notification(false, &[], &one, 0), "▣ DCP | -805 tokens, 1 tool, applied later, when it pays");
+        assert_eq!(
+            notification(true, &one, &[], 2),
+            "▣ DCP | -805 tokens, 1 tool\n→ deduplication: ~805 (1 tool)\n→ 2 more tools recorded, applied later, when it pays"
+        );
+        let write = record(Strategy::SupersedeWrites, 1_250);
+        let two = [("call_1", &dedup), ("call_2", &write)];
+        assert_eq!(
+            notification(true, &two, &[], 0),
+            "▣ DCP | -2.1K tokens, 2 tools\n→ deduplication: ~805 (1 tool)\n→ supersede-writes: ~1.3K (1 tool)"
+        );
+    }
+}

@@ -132,8 +132,12 @@ impl Server {
         if index.sync(messages, mirror.kept(), slot.resets, &self.config, &self.protection) {
             tracing::debug!(session = sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
         }
+        let mut recorded_now = Vec::new();
         for d in index.decisions(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
-            dirty |= slot.record(&d.call_id, d.record);
+            if slot.record(&d.call_id, d.record) {
+                dirty = true;
+                recorded_now.push(d.call_id);
+            }
         }
         let applied_now = apply_pending(&self.config.rewrite, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
@@ -141,7 +145,7 @@ impl Server {
         let (seq, edits) = answer_edits(session, slot, mirror, request.have);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.config, &self.protection, project, session, slot, sid, messages);
-        let notify = notification(self.config.prune_notification, slot, &applied_now);
+        let notify = notification(self.config.prune_notification, slot, &applied_now, &recorded_now);
         if dirty {
             slot.dirty = true;
             self.save(session, sid);
@@ -277,15 +281,23 @@ fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Optio
     (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
 }
 
-/// The notification of the rewrites applied on this request, at the configured level.
-fn notification(level: Notification, slot: &Slot, applied_now: &[String]) -> Option<String> {
-    if applied_now.is_empty() || level == Notification::Off {
+/// The notification of this request's prunes, at the configured level: the rewrites applied
+/// to it, and the prunes recorded now whose rewrite waits.
+fn notification(level: Notification, slot: &Slot, applied_now: &[String], recorded_now: &[String]) -> Option<String> {
+    if level == Notification::Off {
         return None;
     }
-    let records: Vec<(&str, &PruneRecord)> =
-        applied_now.iter().filter_map(|id| slot.state.pruned.get(id).map(|r| (id.as_str(), r))).collect();
-    let still = slot.state.pruned.values().filter(|r| !r.applied).count();
-    Some(texts::notification(level == Notification::Detailed, &records, still))
+    let pruned = &slot.state.pruned;
+    let records = |ids: &[String]| -> Vec<(&str, &PruneRecord)> {
+        ids.iter().filter_map(|id| pruned.get_key_value(id).map(|(k, r)| (k.as_str(), r))).collect()
+    };
+    let applied = records(applied_now);
+    let waiting: Vec<_> = records(recorded_now).into_iter().filter(|(_, r)| !r.applied).collect();
+    if applied.is_empty() && waiting.is_empty() {
+        return None;
+    }
+    let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len();
+    Some(texts::notification(level == Notification::Detailed, &applied, &waiting, older))
 }
 
 /// The user message that carries `text` after the history, with the agent and model of the

@@ -178,6 +178,41 @@ fn batched_mode_records_at_once_and_rewrites_when_the_cache_is_cold() {
 }
 
 #[test]
+fn batched_mode_tells_a_waiting_prune_when_it_is_recorded() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}, "pruneNotification": "detailed"}"#);
+    let messages = recorded_messages(&s);
+    let t0 = 1_800_000_000_000i64;
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
+    let notice = first["notify"].as_str().unwrap();
+    assert!(notice.starts_with("▣ DCP | -"), "{notice}");
+    // Some rewrites pay at once; the rest wait, and the notification says so.
+    assert!(notice.lines().last().unwrap().ends_with(" recorded, applied later, when it pays"), "{notice}");
+    assert!(notice.contains("\n→ deduplication: ~"), "{notice}");
+    assert!(!notice.contains(" 1 tools"), "{notice}");
+    // Told once: the same request again records nothing new.
+    let again = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 1_000, "messages": messages}));
+    assert_eq!(again["notify"], Value::Null, "{again}");
+    sidecar.shutdown();
+}
+
+#[test]
+fn commands_in_a_fresh_process_read_the_stored_history() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, "{}");
+    // No transform yet: the sidecar has mirrored nothing of the session.
+    let context = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "context"}));
+    let text = context["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Session \"Fake session title\" (ses_dfedb2935ffeIhuHRntLhlCv3U)\n30 messages, 17 tool calls"),
+        "{text}"
+    );
+    let sweep = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "sweep 2"}));
+    assert!(sweep["text"].as_str().unwrap().starts_with("Swept 2 tool outputs"), "{sweep}");
+    sidecar.shutdown();
+}
+
+#[test]
 fn discard_and_extract_by_list_id() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
