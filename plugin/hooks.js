@@ -40,7 +40,10 @@ function context(client, directory) {
   };
   const ctx = {
     client,
-    sidecar: new Sidecar(log, directory),
+    // Problems the user must fix (a plugin and a binary of different versions) go through
+    // `tell(kind, text)`. HOOK: until the plugin has a user notification, they go to
+    // OpenCode's log at warn level; route `tell` to it when it lands.
+    sidecar: new Sidecar(log, directory, (_kind, text) => log("warn", text)),
     sent: new SentCache(),
     contextLimits: new Map(),
     parents: new Map(),

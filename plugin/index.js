@@ -8,6 +8,7 @@
 //   hooks.js    the plugin function: OpenCode's hooks, forwarded to the sidecar
 //   encode.js   the delta encoder: the history in wire form, unchanged parts by reference
 //   sidecar.js  the `dcp serve` child process and its JSON-RPC lines
+//   binary.js   which dcp binary to run (DCP_BIN, the platform package, PATH), the plugin's version
 //   edits.js    the answer's edits, completed from the last ones and applied to the messages
 //
 // OpenCode calls every function this entry exports as a plugin: export only the plugin.

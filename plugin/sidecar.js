@@ -2,8 +2,7 @@
 // it after any failure. A sidecar that fails is logged once and messages pass through.
 
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { findBinary, PLUGIN_VERSION } from "./binary.js";
 
 export const PROTOCOL = 1;
 const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
@@ -13,22 +12,12 @@ const RESTART_BACKOFF_MS = 2000;
 /** The error code asking for the full history again (the sidecar was restarted). */
 export const RESYNC = -32001;
 
-function findBinary() {
-  if (process.env.DCP_BIN) return existsSync(process.env.DCP_BIN) ? process.env.DCP_BIN : null;
-  const names = process.platform === "win32" ? ["dcp.exe", "dcp"] : ["dcp"];
-  for (const dir of (process.env.PATH || "").split(delimiter)) {
-    for (const name of names) {
-      const candidate = join(dir, name);
-      if (dir && existsSync(candidate)) return candidate;
-    }
-  }
-  return null;
-}
-
 /** One `dcp serve` child process, restarted on demand after any failure. */
 export class Sidecar {
-  constructor(log, directory) {
+  /** `tell(kind, text)` tells the user (not only the log) about a problem they must fix. */
+  constructor(log, directory, tell = (_kind, text) => log("warn", text)) {
     this.log = log;
+    this.tell = tell;
     this.directory = directory;
     this.child = null;
     this.pending = new Map();
@@ -48,10 +37,11 @@ export class Sidecar {
   start() {
     if (this.child) return true;
     if (Date.now() - this.failedAt < RESTART_BACKOFF_MS) return false;
-    const bin = findBinary();
+    const found = findBinary();
+    const bin = found.path;
     if (!bin) {
       this.failedAt = Date.now();
-      this.warnOnce("nobin", "dcp binary not found (set DCP_BIN or put dcp on PATH); messages pass through unchanged");
+      this.warnOnce("nobin", `dcp binary not found (looked for ${found.tried}); messages pass through unchanged`);
       return false;
     }
     let child;
@@ -74,8 +64,26 @@ export class Sidecar {
     child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
     child.on("exit", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
     child.stdin.on("error", () => {});
-    this.ready = this.call("initialize", { protocol: PROTOCOL, directory: this.directory }).catch(() => null);
+    this.ready = this.call("initialize", { protocol: PROTOCOL, directory: this.directory, pluginVersion: PLUGIN_VERSION })
+      .then((init) => {
+        this.checkVersion(init, found);
+        return init;
+      })
+      .catch(() => null);
     return true;
+  }
+
+  /** A plugin and a binary of different versions still talk (the protocol number is what
+   * must match), but what one expects of the other may differ: the user is told once. */
+  checkVersion(init, found) {
+    const version = init?.version;
+    if (!version || !PLUGIN_VERSION || version === PLUGIN_VERSION || this.warned.has("version")) return;
+    this.warned.add("version");
+    this.tell(
+      "version",
+      `dcp: the plugin is ${PLUGIN_VERSION} but the binary it runs is ${version} (${found.path}, from ${found.source}); ` +
+        "install one version of both (`dcp doctor` shows which is where)",
+    );
   }
 
   onData(child, chunk) {

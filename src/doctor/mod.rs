@@ -238,7 +238,11 @@ fn state_dir(dir: &Path) -> Check {
             })
             .unwrap_or(0);
         return match probe_write(dir) {
-            Ok(()) => Check::new(NAME, Status::Ok, format!("{}: writable, {files} state files", dir.display())),
+            Ok(()) => Check::new(
+                NAME,
+                Status::Ok,
+                format!("{}: writable, {files} state file{}", dir.display(), if files == 1 { "" } else { "s" }),
+            ),
             Err(e) => Check::new(
                 NAME,
                 Status::Fail,

@@ -200,6 +200,10 @@ impl Server {
                 ));
             }
         }
+        if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
+            // The plugin tells the user; this line is for the log.
+            tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));
+        }
         if let Some(dir) = p.directory {
             self.options.project = Some(dir);
             let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))

@@ -132,6 +132,9 @@ pub struct InitializeParams {
     pub protocol: Option<u64>,
     #[serde(default)]
     pub directory: Option<PathBuf>,
+    /// The plugin's own version, to tell a plugin and a binary of different versions apart.
+    #[serde(default, rename = "pluginVersion")]
+    pub plugin_version: Option<String>,
 }
 
 /// `transform`: one model request's history, in wire form.

@@ -8,6 +8,7 @@
 //! loopback.
 
 mod fake_llm;
+mod registry;
 mod scenarios;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use serde_json::Value;
 pub const OPENCODE_VERSION: &str = "1.18.33";
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
-fn e2e_dir() -> PathBuf {
+pub(crate) fn e2e_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/e2e")
 }
 
@@ -67,18 +68,32 @@ fn plugin_dir() -> PathBuf {
 /// test at a time may do that and fill the cache.
 static PLUGIN_DEPS: Mutex<()> = Mutex::new(());
 
+/// How a lab's OpenCode gets dcp.
+pub enum Plugin {
+    /// `file://` to this clone's `plugin/`, the binary under test through `DCP_BIN`.
+    Clone,
+    /// `dcp-opencode@<version>` from the npm registry at this URL (named in the lab's
+    /// `~/.npmrc`), with no `DCP_BIN` and no `dcp` on `PATH`: OpenCode installs the package.
+    Registry(String),
+}
+
 /// One OpenCode installation: XDG dirs, a project, a fake model, and dcp's config.
 pub struct Lab {
     pub dir: tempfile::TempDir,
     pub llm: FakeLlm,
     pub dcp_bin: PathBuf,
+    pub plugin: Plugin,
 }
 
 impl Lab {
     pub fn new(dcp_config: &str) -> Lab {
+        Lab::with_plugin(dcp_config, Plugin::Clone)
+    }
+
+    pub fn with_plugin(dcp_config: &str, plugin: Plugin) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        for d in ["xdg/data", "xdg/config/opencode", "xdg/cache", "xdg/state", "proj"] {
+        for d in ["xdg/data", "xdg/config/opencode", "xdg/cache", "xdg/state", "proj", "home"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         scenarios::write_project(&root.join("proj"));
@@ -91,7 +106,10 @@ impl Lab {
             "share": "disabled",
             "model": "fake/fake-model",
             "small_model": "fake/fake-model",
-            "plugin": [format!("file://{}", plugin_dir().display())],
+            "plugin": [match &plugin {
+                Plugin::Clone => format!("file://{}", plugin_dir().display()),
+                Plugin::Registry(_) => format!("{}@{}", dcp::doctor::PACKAGE, env!("CARGO_PKG_VERSION")),
+            }],
             "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny", "external_directory": "deny"},
             "provider": {"fake": {
                 "npm": "@ai-sdk/openai-compatible",
@@ -105,7 +123,10 @@ impl Lab {
         if cache.join("node_modules").is_dir() {
             crate::support::copy_dir(&cache, &config);
         }
-        Lab { dir, llm, dcp_bin: dcp_bin() }
+        if let Plugin::Registry(url) = &plugin {
+            std::fs::write(root.join("home/.npmrc"), format!("registry={url}\n")).unwrap();
+        }
+        Lab { dir, llm, dcp_bin: dcp_bin(), plugin }
     }
 
     pub fn root(&self) -> &Path {
@@ -129,10 +150,12 @@ impl Lab {
     }
 
     /// The environment OpenCode runs in: this lab's XDG dirs, no update checks, and dcp's
-    /// binary. `OPENCODE_CONFIG_DIR` and `OPENCODE_DB` are unset.
+    /// binary through `DCP_BIN`, or for [`Plugin::Registry`] a home whose `.npmrc` names the
+    /// registry, an empty `DCP_BIN` (the plugin and `dcp doctor` take it as unset) and a
+    /// `PATH` without `dcp`. `OPENCODE_CONFIG_DIR` and `OPENCODE_DB` are unset.
     pub fn env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
         let root = self.root();
-        vec![
+        let mut env = vec![
             ("PWD", self.project().into()),
             ("XDG_DATA_HOME", root.join("xdg/data").into()),
             ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
@@ -144,16 +167,35 @@ impl Lab {
             ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1".into()),
             ("DCP_BIN", self.dcp_bin.clone().into()),
             ("DCP_TIMEOUT_MS", "1500".into()),
-        ]
+        ];
+        if let Plugin::Registry(_) = &self.plugin {
+            env.retain(|(name, _)| *name != "DCP_BIN");
+            env.extend([("DCP_BIN", "".into()), ("HOME", root.join("home").into()), ("PATH", path_without_dcp())]);
+        }
+        env
     }
 
     /// The variables [`Lab::env`] removes.
     pub const UNSET: [&'static str; 2] = ["OPENCODE_CONFIG_DIR", "OPENCODE_DB"];
 
+    /// The variables to remove besides [`Lab::UNSET`]: for [`Plugin::Registry`], npm's
+    /// `npm_config_*`, which would win over the lab's `~/.npmrc`.
+    pub fn unset(&self) -> Vec<String> {
+        let mut names: Vec<String> = Lab::UNSET.iter().map(|s| s.to_string()).collect();
+        if let Plugin::Registry(_) = self.plugin {
+            names.extend(
+                std::env::vars_os()
+                    .filter_map(|(k, _)| k.into_string().ok())
+                    .filter(|k| k.to_lowercase().starts_with("npm_config_")),
+            );
+        }
+        names
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(opencode());
         cmd.args(args).current_dir(self.project()).envs(self.env()).stdin(Stdio::null());
-        for name in Lab::UNSET {
+        for name in self.unset() {
             cmd.env_remove(name);
         }
         cmd
@@ -233,6 +275,13 @@ impl Lab {
         let mut stmt = conn.prepare("SELECT data FROM part WHERE session_id = ?1 ORDER BY time_created, id").unwrap();
         stmt.query_map([session], |r| r.get::<_, String>(0)).unwrap().map(Result::unwrap).collect()
     }
+}
+
+/// This process's `PATH` without the dirs that hold a `dcp`.
+fn path_without_dcp() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).filter(|d| !d.join("dcp").exists());
+    std::env::join_paths(dirs).unwrap_or_default()
 }
 
 /// The end of a process's output, for failure messages.

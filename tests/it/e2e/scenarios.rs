@@ -57,7 +57,7 @@ pub fn read(label: &str, rel: &str) -> Turn {
 }
 
 /// The call id of the tool call a scripted turn made, from the model's next request.
-fn call_id_of(lab: &Lab, label: &str) -> String {
+pub(super) fn call_id_of(lab: &Lab, label: &str) -> String {
     let log = lab.llm.main_requests();
     let at =
         log.iter().position(|l| l.label.as_deref() == Some(label)).unwrap_or_else(|| panic!("turn {label} never ran"));
@@ -66,7 +66,7 @@ fn call_id_of(lab: &Lab, label: &str) -> String {
     assistant.last().unwrap()["tool_calls"][0]["id"].as_str().unwrap().to_string()
 }
 
-fn result(req: &Logged, call: &str) -> String {
+pub(super) fn result(req: &Logged, call: &str) -> String {
     req.tool_result(call).unwrap_or_else(|| panic!("no result for {call} in request {:?}", req.label))
 }
 
