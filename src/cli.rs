@@ -19,10 +19,10 @@ use crate::host::paths::{self, Env};
 use crate::host::{DataDir, LoadedSession, SessionInfo};
 use crate::report;
 use crate::session::visible_history;
-use crate::state::manager::Manager;
 use crate::state::persist;
+use crate::state::store::SessionStore;
 use crate::stats;
-use crate::strategies::{self, Protection};
+use crate::strategies::{self, Rules};
 use crate::tokens::EstimatorChoice;
 
 #[derive(Debug, Parser)]
@@ -132,8 +132,8 @@ impl Ctx {
         paths::state_dir(&self.data_dir)
     }
 
-    fn manager(&self) -> Manager {
-        Manager::new(&self.state_dir(), EstimatorChoice::Auto)
+    fn store(&self) -> SessionStore {
+        SessionStore::new(&self.state_dir(), EstimatorChoice::Auto)
     }
 
     fn load_session(&self, id: &str) -> Result<LoadedSession> {
@@ -166,7 +166,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match cli.command {
         Command::Sessions => sessions(&ctx, out),
         Command::Context { session } => context_cmd(&ctx, session.as_deref(), out),
-        Command::Sweep { session, last, dry_run } => sweep(&ctx, &session, last, dry_run, out),
+        Command::Sweep { session, last, dry_run } => {
+            let mode = if dry_run { SweepMode::DryRun } else { SweepMode::Record };
+            sweep(&ctx, &session, last, mode, out)
+        }
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
         Command::SaveLoop { session, count, prefix } => save_loop(&ctx, &session, count, &prefix),
         Command::Gen { what } => gen_cmd(&ctx, &what, out),
@@ -265,11 +268,11 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
     };
     let loaded = ctx.load_session(&id)?;
     let messages = visible_history(loaded.messages);
-    let protection = Protection::new(&ctx.config)?;
-    let mut manager = ctx.manager();
-    manager.observe(&id, &messages)?;
-    let (slot, _) = manager.slot(&id)?;
-    let analysis = context::analyse(&messages, &slot.state, &ctx.config, &protection, &mut slot.tokens);
+    let rules = Rules::new(ctx.config.clone())?;
+    let mut store = ctx.store();
+    store.observe(&id, &messages)?;
+    let (slot, _) = store.slot(&id)?;
+    let analysis = context::analyse(&messages, &slot.state, &rules, &mut slot.tokens);
     if ctx.json {
         return print_json(out, &ContextJson { session: &loaded.info, analysis: &analysis });
     }
@@ -296,14 +299,22 @@ struct SweepItem {
     tokens: u64,
 }
 
-fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, dry_run: bool, out: &mut dyn Write) -> Result<()> {
+/// Whether `dcp sweep` records what it prunes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SweepMode {
+    Record,
+    DryRun,
+}
+
+fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, mode: SweepMode, out: &mut dyn Write) -> Result<()> {
+    let dry_run = mode == SweepMode::DryRun;
     let loaded = ctx.load_session(id)?;
     let messages = visible_history(loaded.messages);
-    let protection = Protection::new(&ctx.config)?;
-    let mut manager = ctx.manager();
-    manager.observe(id, &messages)?;
-    let (slot, _) = manager.slot(id)?;
-    let decisions = strategies::sweep::decide(&messages, &slot.state, &ctx.config, &protection, last, &mut slot.tokens);
+    let rules = Rules::new(ctx.config.clone())?;
+    let mut store = ctx.store();
+    store.observe(id, &messages)?;
+    let (slot, _) = store.slot(id)?;
+    let decisions = strategies::sweep::decide(&messages, &slot.state, &rules, last, &mut slot.tokens);
     let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
     let items: Vec<SweepItem> = decisions
         .iter()
@@ -325,7 +336,7 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, dry_run: bool, out: &mut dyn 
         for d in decisions {
             slot.record(&d.call_id, d.record);
         }
-        if let Some(aside) = manager.save_now(id)? {
+        if let Some(aside) = store.save_now(id)? {
             tracing::warn!("set the corrupt state file aside as {}", aside.display());
         }
         state_file = Some(persist::state_path(&ctx.state_dir(), id)?);
@@ -359,8 +370,8 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
     let dir = ctx.state_dir();
     let session_stats = match session {
         Some(id) => {
-            let mut manager = ctx.manager();
-            let (slot, _) = manager.slot(id)?;
+            let mut store = ctx.store();
+            let (slot, _) = store.slot(id)?;
             Some(stats::session(id, &slot.state))
         }
         None => None,
@@ -382,11 +393,11 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
 /// save, `i` going on from the prunes already saved, so every version on disk says which
 /// save wrote it.
 fn save_loop(ctx: &Ctx, id: &str, count: u64, prefix: &str) -> Result<()> {
-    let mut manager = ctx.manager();
-    let (slot, _) = manager.slot(id)?;
+    let mut store = ctx.store();
+    let (slot, _) = store.slot(id)?;
     let first: u64 = (1..).find(|i| !slot.state.pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
     for i in first..first.saturating_add(count) {
-        let (slot, _) = manager.slot(id)?;
+        let (slot, _) = store.slot(id)?;
         let record = crate::state::PruneRecord {
             strategy: crate::state::Strategy::Sweep,
             action: crate::state::Action::Output,
@@ -395,7 +406,7 @@ fn save_loop(ctx: &Ctx, id: &str, count: u64, prefix: &str) -> Result<()> {
             applied: true,
         };
         slot.record(&format!("{prefix}{i}"), record);
-        manager.save_now(id)?;
+        store.save_now(id)?;
     }
     Ok(())
 }

@@ -9,10 +9,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::Config;
 use crate::session::{str_field, History, Message, Role};
 use crate::state::{Action, SessionState, Strategy};
-use crate::strategies::{self, Protection};
+use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
 
 /// What OpenCode sends in place of an output it cleared itself.
@@ -130,13 +129,7 @@ fn action_name(action: &Action) -> &'static str {
 
 /// Measures `messages` before pruning, with the decisions `state` already holds, and after
 /// each automatic strategy.
-pub fn analyse(
-    messages: &[Message],
-    state: &SessionState,
-    config: &Config,
-    protection: &Protection,
-    counter: &mut TokenCounter,
-) -> Analysis {
+pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Analysis {
     let history = History::new(messages);
     let calls = &history.calls;
     let before = measure(messages, counter);
@@ -172,7 +165,7 @@ pub fn analyse(
         }
     }
     for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
-        let found = strategies::automatic_one(strategy, &history, &scratch, config, protection, counter);
+        let found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
             pruned.push(describe(&d.call_id, &d.record, false));

@@ -22,6 +22,7 @@ pub mod sidecar;
 pub mod state;
 pub mod stats;
 pub mod strategies;
+pub mod texts;
 pub mod tokens;
 
 /// An error and its causes, joined by `: ` as `main` prints them.

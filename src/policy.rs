@@ -45,7 +45,7 @@ pub struct Inputs {
 /// Why pending rewrites are applied now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Reason {
+pub enum Trigger {
     Immediate,
     Pays,
     Pressure,
@@ -64,11 +64,11 @@ pub struct Pending {
 /// The whole set goes when pressure, a cold cache or immediate mode says so; otherwise the
 /// suffix that gains the most, if any suffix pays (a small old prune must not hold back newer
 /// ones that pay on their own, nor drag their tail back to its position).
-pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Reason)> {
+pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Trigger)> {
     let total: u64 = pending.iter().map(|p| p.tokens).sum();
     let first_tail = pending.first().map_or(0, |p| p.tail);
     match decide(config, &Inputs { pending: total, tail: first_tail, ..*base }) {
-        Some(Reason::Pays) | None => {}
+        Some(Trigger::Pays) | None => {}
         Some(other) => return Some((0, other)),
     }
     if total == 0 {
@@ -85,29 +85,29 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
             best = Some((k, net));
         }
     }
-    best.map(|(k, _)| (k, Reason::Pays))
+    best.map(|(k, _)| (k, Trigger::Pays))
 }
 
 /// The verdict: apply every pending rewrite now, or wait.
-pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Reason> {
+pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     if inputs.pending == 0 {
         return None;
     }
     if config.mode == RewriteMode::Immediate {
-        return Some(Reason::Immediate);
+        return Some(Trigger::Immediate);
     }
     if inputs.idle_seconds.is_some_and(|s| s >= config.cold_cache_seconds) {
-        return Some(Reason::ColdCache);
+        return Some(Trigger::ColdCache);
     }
     if let Some(limit) = inputs.context_limit.filter(|l| *l > 0) {
         if inputs.context as f64 >= config.pressure_ratio * limit as f64 {
-            return Some(Reason::Pressure);
+            return Some(Trigger::Pressure);
         }
     }
     let remaining = (inputs.requests.max(config.expected_requests)) as f64;
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    (gain >= cost).then_some(Reason::Pays)
+    (gain >= cost).then_some(Trigger::Pays)
 }
 
 #[cfg(test)]
@@ -127,10 +127,10 @@ mod tests {
     #[test]
     fn a_prune_that_pays_for_its_tail_applies() {
         let i = Inputs { context: 50_000, tail: 10_000, pending: 6_000, requests: 3, ..Inputs::default() };
-        assert_eq!(decide(&batched(), &i), Some(Reason::Pays));
+        assert_eq!(decide(&batched(), &i), Some(Trigger::Pays));
         // A long-running session expects more requests, so less saving is enough.
         let long = Inputs { pending: 3_000, requests: 40, ..i };
-        assert_eq!(decide(&batched(), &long), Some(Reason::Pays));
+        assert_eq!(decide(&batched(), &long), Some(Trigger::Pays));
     }
 
     #[test]
@@ -138,13 +138,13 @@ mod tests {
         let base = Inputs { context: 50_000, requests: 10, ..Inputs::default() };
         // An old small prune (its tail is almost the whole prompt), then a big recent one.
         let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 8_000 }];
-        assert_eq!(choose(&batched(), &base, &pending), Some((1, Reason::Pays)));
+        assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
         // Nothing pays: nothing goes.
         let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 200, tail: 30_000 }];
         assert_eq!(choose(&batched(), &base, &pending), None);
         // Under pressure everything goes.
         let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
-        assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Reason::Pressure)));
+        assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
     }
 
     #[test]
@@ -157,13 +157,13 @@ mod tests {
             context_limit: Some(128_000),
             ..Inputs::default()
         };
-        assert_eq!(decide(&batched(), &i), Some(Reason::Pressure));
+        assert_eq!(decide(&batched(), &i), Some(Trigger::Pressure));
         let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
-        assert_eq!(decide(&batched(), &cold), Some(Reason::ColdCache));
+        assert_eq!(decide(&batched(), &cold), Some(Trigger::ColdCache));
         let warm = Inputs { idle_seconds: Some(30), ..cold };
         assert_eq!(decide(&batched(), &warm), None);
         let immediate = Rewrite { mode: RewriteMode::Immediate, ..batched() };
-        assert_eq!(decide(&immediate, &warm), Some(Reason::Immediate));
+        assert_eq!(decide(&immediate, &warm), Some(Trigger::Immediate));
         assert_eq!(decide(&immediate, &Inputs::default()), None, "nothing pending");
     }
 }

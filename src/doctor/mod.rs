@@ -152,8 +152,9 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
         return None;
     }
     let loaded = config::load(&locations).map_err(|e| crate::error_chain(&e));
-    let checked = loaded
-        .and_then(|l| crate::strategies::Protection::new(&l.config).map(|_| l.config).map_err(|e| format!("{e:#}")));
+    let checked = loaded.and_then(|l| {
+        crate::strategies::Rules::new(l.config).map(|r| r.config().clone()).map_err(|e| format!("{e:#}"))
+    });
     match checked {
         Ok(config) => Some(config),
         Err(e) => {

@@ -10,10 +10,11 @@
 
 use super::mirror::Mirror;
 use super::protocol::{CommandOutput, CommandParams, RpcError};
-use super::{internal, texts, validate_session_id, Server};
+use super::{internal, validate_session_id, Server};
 use crate::host::DataDir;
 use crate::session::{visible_history, Message};
 use crate::strategies;
+use crate::texts;
 
 /// A session's history for a command: the mirror of the last request, or the stored one.
 enum History {
@@ -37,9 +38,7 @@ impl Server {
         let words: Vec<&str> = p.arguments.split_whitespace().collect();
         let text = match words.as_slice() {
             [] | ["help"] => texts::HELP.to_string(),
-            _ if !self.config.commands.enabled => {
-                "DCP commands are disabled in dcp.jsonc (commands.enabled).".to_string()
-            }
+            _ if !self.rules.config().commands.enabled => texts::COMMANDS_DISABLED.to_string(),
             ["stats"] => self.stats(&sid)?,
             ["context"] => self.context(&sid)?,
             ["sweep"] | ["sweep", _] => {
@@ -47,16 +46,12 @@ impl Server {
                     None => None,
                     Some(n) => match n.parse::<usize>() {
                         Ok(n) => Some(n),
-                        Err(_) => {
-                            let text =
-                                format!("/dcp sweep takes a number of tool calls, not {n:?}.\n\n{}", texts::HELP);
-                            return Ok(CommandOutput { text });
-                        }
+                        Err(_) => return Ok(CommandOutput { text: texts::sweep_not_a_number(n) }),
                     },
                 };
                 self.sweep(&sid, last)?
             }
-            _ => format!("Unknown /dcp command {:?}.\n\n{}", p.arguments.trim(), texts::HELP),
+            _ => texts::unknown_command(p.arguments.trim()),
         };
         Ok(CommandOutput { text })
     }
@@ -64,32 +59,29 @@ impl Server {
     /// `/dcp stats`: this session's savings and the all-time ones.
     fn stats(&mut self, sid: &str) -> Result<String, RpcError> {
         let title = self.title(sid);
-        self.manager.refresh(sid).map_err(internal)?;
-        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        self.store.refresh(sid).map_err(internal)?;
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
         let mut session = crate::stats::session(sid, &slot.state);
         session.title = session.title.or(title);
-        let all = crate::stats::all_time(self.manager.dir(), Some(&self.options.env.cache_dir())).map_err(internal)?;
+        let all = crate::stats::all_time(self.store.dir(), Some(&self.options.env.cache_dir())).map_err(internal)?;
         Ok(crate::report::stats(Some(&session), &all))
     }
 
     /// `/dcp context`: what the model is sent, by category, before and after pruning.
     fn context(&mut self, sid: &str) -> Result<String, RpcError> {
-        let header = match self.title(sid) {
-            Some(title) => format!("Session \"{title}\" ({sid})"),
-            None => format!("Session {sid}"),
-        };
+        let header = texts::context_title(sid, self.title(sid).as_deref());
         let history = self.history(sid)?;
-        let analysis = self.manager.slot(sid).map_err(internal).map(|(slot, _)| {
-            let (config, protection) = (&self.config, &self.protection);
-            crate::context::analyse(history.messages(), &slot.state, config, protection, &mut slot.tokens)
-        });
+        let analysis =
+            self.store.slot(sid).map_err(internal).map(|(slot, _)| {
+                crate::context::analyse(history.messages(), &slot.state, &self.rules, &mut slot.tokens)
+            });
         self.put_history(sid, history);
         Ok(crate::report::context(&header, &analysis?))
     }
 
     fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {
         let history = self.history(sid)?;
-        let result = self.sweep_on(sid, last, history.messages());
+        let result = self.sweep_history(sid, last, history.messages());
         self.put_history(sid, history);
         result
     }
@@ -114,7 +106,7 @@ impl Server {
             Err(crate::host::HostError::SessionNotFound { .. } | crate::host::HostError::NoData(_)) => Vec::new(),
             Err(e) => return Err(internal(crate::error_chain(&e))),
         };
-        self.manager.observe(sid, &messages).map_err(internal)?;
+        self.store.observe(sid, &messages).map_err(internal)?;
         Ok(History::Stored(messages))
     }
 
@@ -127,17 +119,16 @@ impl Server {
     /// The session's title, from `opencode.db` when this process has not seen it.
     fn title(&mut self, sid: &str) -> Option<String> {
         self.with_session(sid, |server, session| {
-            server.learn(session, sid);
+            server.look_up_session(session, sid);
             session.title.clone()
         })
     }
 
-    fn sweep_on(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
-        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
-        let decisions =
-            strategies::sweep::decide(messages, &slot.state, &self.config, &self.protection, last, &mut slot.tokens);
+    fn sweep_history(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let decisions = strategies::sweep::decide(messages, &slot.state, &self.rules, last, &mut slot.tokens);
         if decisions.is_empty() {
-            return Ok("Nothing to sweep.".to_string());
+            return Ok(texts::NOTHING_TO_SWEEP.to_string());
         }
         let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
         let n = decisions.len();
@@ -148,10 +139,6 @@ impl Server {
         }
         slot.dirty = true;
         self.save_now(sid);
-        Ok(format!(
-            "Swept {} ({} tokens).",
-            crate::format::count(n as u64, "tool output"),
-            crate::format::tokens(tokens)
-        ))
+        Ok(texts::swept(n, tokens))
     }
 }

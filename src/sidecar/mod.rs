@@ -1,7 +1,7 @@
 //! `dcp serve`: the long-lived sidecar the OpenCode plugin talks to.
 //!
 //! One sidecar serves every session of one OpenCode process; each session has its own
-//! state (through the [`Manager`]) and a [`Session`] here: its mirror of the history, its
+//! state (through the [`SessionStore`]) and a [`Session`] here: its mirror of the history, its
 //! index of tool calls, what the plugin holds of its edits and when it was last saved.
 //! Requests are handled one at a time on one thread: they are short and CPU-bound. State
 //! files are saved by the [`Saver`] task, off the request path. Nothing is ever written to
@@ -12,11 +12,9 @@
 //! `discard` and `extract`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
 
 mod commands;
-pub mod index;
 pub mod mirror;
 pub mod protocol;
 mod stdio;
-pub mod texts;
 mod tools;
 mod transform;
 
@@ -26,19 +24,20 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use self::index::Index;
 use self::mirror::Mirror;
 use self::protocol::{
     code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
 };
 use self::transform::EditsSent;
-use crate::config::{self, Config};
+use crate::config;
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::session::str_field;
-use crate::state::manager::Manager;
 use crate::state::saver::Saver;
-use crate::strategies::{self, Protection};
+use crate::state::store::SessionStore;
+use crate::strategies::incremental::Index;
+use crate::strategies::{self, Rules};
+use crate::texts;
 use crate::tokens::EstimatorChoice;
 
 pub use self::stdio::serve;
@@ -92,9 +91,8 @@ impl Session {
 /// The sidecar's state: config, sessions, and where saves go.
 pub struct Server {
     options: Options,
-    config: Config,
-    protection: Protection,
-    manager: Manager,
+    rules: Rules,
+    store: SessionStore,
     sessions: HashMap<String, Session>,
     saver: Option<Saver>,
     shutting_down: bool,
@@ -123,17 +121,9 @@ impl Server {
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
-        let protection = Protection::new(&loaded.config)?;
-        let manager = Manager::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
-        Ok(Server {
-            options,
-            config: loaded.config,
-            protection,
-            manager,
-            sessions: HashMap::new(),
-            saver,
-            shutting_down: false,
-        })
+        let rules = Rules::new(loaded.config)?;
+        let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
+        Ok(Server { options, rules, store, sessions: HashMap::new(), saver, shutting_down: false })
     }
 
     pub fn shutting_down(&self) -> bool {
@@ -211,23 +201,22 @@ impl Server {
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
-            self.protection = Protection::new(&loaded.config).map_err(internal)?;
-            self.config = loaded.config;
+            self.rules = Rules::new(loaded.config).map_err(internal)?;
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {
                 session.index = Index::default();
             }
         }
-        let tools = &self.config.tools;
+        let tools = &self.rules.config().tools;
         Ok(Initialized {
             protocol: protocol::PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION"),
-            enabled: self.config.enabled,
+            enabled: self.rules.config().enabled,
             // Not `TokenCounter::estimator`: that would wait for the tables, which load in
             // the background while the first requests are served.
             estimator: crate::tokens::expected_estimator().name(),
             tools: ToolsOffered { discard: tools.discard.enabled, extract: tools.extract.enabled },
-            commands: self.config.commands.enabled,
+            commands: self.rules.config().commands.enabled,
             descriptions: Descriptions {
                 discard: texts::DISCARD_DESCRIPTION,
                 extract: texts::EXTRACT_DESCRIPTION,
@@ -260,7 +249,7 @@ impl Server {
     }
 
     /// Looks up a session's title and parent in `opencode.db`, once.
-    fn learn(&self, session: &mut Session, session_id: &str) {
+    fn look_up_session(&self, session: &mut Session, session_id: &str) {
         // Once when first seen; while OpenCode has not titled the session yet, again every 16
         // requests. Not on every request: this is the request path.
         let untitled = session.title.as_deref().is_none_or(|t| t.starts_with("New session"));
@@ -279,7 +268,8 @@ impl Server {
 
     /// Whether dcp leaves the session alone: disabled, or a subagent's session.
     fn skips(&self, session: Option<&Session>) -> bool {
-        !self.config.enabled || (!self.config.prune_subagents && session.and_then(|s| s.parent) == Some(true))
+        !self.rules.config().enabled
+            || (!self.rules.config().prune_subagents && session.and_then(|s| s.parent) == Some(true))
     }
 
     fn event(&mut self, params: &Value) {
@@ -319,7 +309,7 @@ impl Server {
 
     fn save_session_now(&mut self, session: &mut Session, sid: &str) {
         session.waiting = false;
-        match self.manager.save_job(sid) {
+        match self.store.save_job(sid) {
             Ok(job) => match &self.saver {
                 Some(saver) => {
                     session.handed = Some(Instant::now());
@@ -356,7 +346,7 @@ impl Server {
                 session.precounted = messages.len();
                 continue;
             }
-            let Ok((slot, _)) = self.manager.slot(&sid) else { continue };
+            let Ok((slot, _)) = self.store.slot(&sid) else { continue };
             while session.precounted < messages.len() {
                 for (pi, part) in messages[session.precounted].parts.iter().enumerate() {
                     if !idle() || due.is_some_and(|d| d <= Instant::now()) {
@@ -397,7 +387,7 @@ impl Server {
     }
 
     fn save_dirty(&mut self) {
-        for sid in self.manager.dirty() {
+        for sid in self.store.dirty() {
             self.save_now(&sid);
         }
     }

@@ -8,9 +8,10 @@
 use serde_json::Value;
 
 use super::protocol::{RpcError, ToolOutput, ToolParams};
-use super::{internal, texts, validate_session_id, Server};
+use super::{internal, validate_session_id, Server};
 use crate::session::{History, Message};
-use crate::strategies::manual;
+use crate::strategies::{manual, prunable};
+use crate::texts;
 
 /// The strings of argument `key`: a list (other values in it as JSON), a string or a number.
 fn strings(args: &Value, key: &str) -> Vec<String> {
@@ -33,42 +34,35 @@ impl Server {
         validate_session_id(&p.session_id)?;
         let sid = p.session_id.clone();
         let mirror = self.take_mirror(&sid);
-        let result = self.tool_on(p, mirror.messages());
+        let result = self.run_agent_tool(p, mirror.messages());
         self.put_mirror(&sid, mirror);
         result
     }
 
-    fn tool_on(&mut self, p: ToolParams, messages: &[Message]) -> Result<ToolOutput, RpcError> {
+    fn run_agent_tool(&mut self, p: ToolParams, messages: &[Message]) -> Result<ToolOutput, RpcError> {
         let sid = p.session_id;
         let enabled = match p.name.as_str() {
-            "discard" => self.config.tools.discard.enabled,
-            "extract" => self.config.tools.extract.enabled,
+            "discard" => self.rules.config().tools.discard.enabled,
+            "extract" => self.rules.config().tools.extract.enabled,
             other => return Err(RpcError::params(format!("tool: unknown tool {other:?}"))),
         };
         let answer = |text: String| Ok(ToolOutput { output: text, title: p.name.clone() });
-        if !enabled || !self.config.enabled {
-            return answer(format!("{} is disabled in dcp.jsonc; nothing was pruned.", p.name));
+        if !enabled || !self.rules.config().enabled {
+            return answer(texts::tool_disabled(&p.name));
         }
         if messages.is_empty() {
-            return answer(
-                "dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.".into(),
-            );
+            return answer(texts::TOOL_BEFORE_HISTORY.to_string());
         }
-        let (slot, _) = self.manager.slot(&sid).map_err(internal)?;
+        let (slot, _) = self.store.slot(&sid).map_err(internal)?;
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let listing = manual::Listing { project, min_tokens: self.config.tools.settings.min_tokens.into() };
-        let valid =
-            manual::prunable(&History::new(messages), &mut slot.state, &self.config, &self.protection, &listing);
+        let listing = prunable::Listing { project, min_tokens: self.rules.config().tools.settings.min_tokens.into() };
+        let valid = prunable::prunable(&History::new(messages), &mut slot.state, &self.rules, &listing);
         let decisions = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
                 None => None,
-                Some("completion") => Some(manual::Reason::Completion),
-                Some("noise") => Some(manual::Reason::Noise),
-                Some(other) => {
-                    return answer(format!(
-                        "Unknown reason {other:?}: use \"completion\" or \"noise\". Nothing was pruned."
-                    ))
-                }
+                Some("completion") => Some(manual::DiscardReason::Completion),
+                Some("noise") => Some(manual::DiscardReason::Noise),
+                Some(other) => return answer(texts::unknown_reason(other)),
             };
             let (ids, _reason) = manual::split_reason(&strings(&p.args, "ids"), reason);
             manual::discard(messages, &ids, &valid, &mut slot.tokens)

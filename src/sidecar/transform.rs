@@ -14,13 +14,14 @@ use super::protocol::{
     Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System, TransformParams,
     Transformed,
 };
-use super::{internal, now_ms, texts, validate_session_id, Server, Session};
-use crate::config::{Config, Notification};
+use super::{internal, now_ms, validate_session_id, Server, Session};
+use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Role};
-use crate::state::manager::Slot;
+use crate::state::store::Slot;
 use crate::state::{PruneRecord, SessionState};
-use crate::strategies::{self, manual, Protection};
+use crate::strategies::{self, prunable, Rules};
+use crate::texts;
 
 /// What the plugin holds of a session's edits: the number of the last answer whose edits
 /// it may keep, what they were computed from, and the calls they cover.
@@ -61,7 +62,7 @@ impl Server {
         if let Some(parent) = p.parent_id {
             session.parent = Some(parent.is_some());
         }
-        self.learn(session, &sid);
+        self.look_up_session(session, &sid);
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
@@ -96,7 +97,7 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
-        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
@@ -116,11 +117,9 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
-        let observed = self
-            .manager
-            .observe_newest(sid, mirror.newest_compaction())
-            .map_err(|e| RpcError::params(e.to_string()))?;
-        let (slot, _) = self.manager.slot(sid).map_err(internal)?;
+        let observed =
+            self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
         if slot.state.session_name.is_none() {
             slot.state.session_name = session.title.clone();
         }
@@ -129,23 +128,23 @@ impl Server {
         // that became prunable.
         let messages = mirror.messages();
         let index = &mut session.index;
-        if index.sync(messages, mirror.kept(), slot.resets, &self.config, &self.protection) {
+        if index.sync(messages, mirror.kept(), slot.resets, &self.rules) {
             tracing::debug!(session = sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
         }
         let mut recorded_now = Vec::new();
-        for d in index.decisions(messages, &slot.state, &self.config, &self.protection, &mut slot.tokens) {
+        for d in index.decisions(messages, &slot.state, &self.rules, &mut slot.tokens) {
             if slot.record(&d.call_id, d.record) {
                 dirty = true;
                 recorded_now.push(d.call_id);
             }
         }
-        let applied_now = apply_pending(&self.config.rewrite, slot, session, sid, mirror, &request);
+        let applied_now = apply_pending(&self.rules.config().rewrite, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
         let applied_now = applied_now.unwrap_or_default();
         let (seq, edits) = answer_edits(session, slot, mirror, request.have);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let append = tail_message(&self.config, &self.protection, project, session, slot, sid, messages);
-        let notify = notification(self.config.prune_notification, slot, &applied_now, &recorded_now);
+        let append = tail_message(&self.rules, project, session, slot, sid, messages);
+        let notify = notification(self.rules.config().prune_notification, slot, &applied_now, &recorded_now);
         if dirty {
             slot.dirty = true;
             self.save(session, sid);
@@ -156,23 +155,22 @@ impl Server {
     pub(super) fn system(&mut self, p: SessionParams) -> System {
         let skip = match p.session_id.as_deref() {
             Some(sid) => self.with_session(sid, |server, session| {
-                server.learn(session, sid);
+                server.look_up_session(session, sid);
                 server.skips(Some(session))
             }),
             None => false,
         };
-        let tools = &self.config.tools;
-        if !self.config.enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
+        let tools = &self.rules.config().tools;
+        if !self.rules.config().enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
             return System { system: Vec::new() };
         }
-        System { system: vec![texts::system(tools.discard.enabled, tools.extract.enabled)] }
+        System { system: vec![texts::system(tools)] }
     }
 }
 
 /// The synthetic message appended after the history: the prunable list and any nudge.
 fn tail_message(
-    config: &Config,
-    protection: &Protection,
+    rules: &Rules,
     project: Option<&str>,
     session: &mut Session,
     slot: &mut Slot,
@@ -180,13 +178,13 @@ fn tail_message(
     messages: &[Message],
 ) -> Vec<Synthetic> {
     let recorded = slot.take_recorded();
-    let tools = &config.tools;
+    let tools = &rules.config().tools;
     if !tools.discard.enabled && !tools.extract.enabled {
         return Vec::new();
     }
-    let listing = manual::Listing { project, min_tokens: tools.settings.min_tokens.into() };
+    let listing = prunable::Listing { project, min_tokens: tools.settings.min_tokens.into() };
     let index = &mut session.index;
-    let Some(list) = index.prunable(messages, &recorded, &mut slot.state, config, protection, &listing) else {
+    let Some(list) = index.prunable(messages, &recorded, &mut slot.state, rules, &listing) else {
         return Vec::new();
     };
     let mut text = list.to_string();
@@ -297,7 +295,7 @@ fn notification(level: Notification, slot: &Slot, applied_now: &[String], record
         return None;
     }
     let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len();
-    Some(texts::notification(level == Notification::Detailed, &applied, &waiting, older))
+    Some(texts::notification(level, &applied, &waiting, older))
 }
 
 /// The user message that carries `text` after the history, with the agent and model of the

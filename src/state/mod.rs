@@ -3,11 +3,11 @@
 //! A [`SessionState`] is the in-memory record of one session: the prune decisions keyed by
 //! tool call id, the stats by strategy, the small integer ids the agent uses to name tool
 //! calls, and the fields of the state file dcp does not understand (kept so a rewrite loses
-//! nothing). [`persist`] reads and writes it; [`manager`] keeps one per live session.
+//! nothing). [`persist`] reads and writes it; [`store`] keeps one per live session.
 
-pub mod manager;
 pub mod persist;
 pub mod saver;
+pub mod store;
 
 use std::collections::BTreeMap;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::manager::SaveJob;
+use super::store::SaveJob;
 
 /// How long a save waits for more saves to fold into it. The sidecar already hands out at
 /// most one save per session every `SAVE_EVERY` (see `crate::sidecar`); this only gathers

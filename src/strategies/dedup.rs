@@ -9,8 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde_json::Value;
 
-use super::{open_in, output_tokens, pruned_ids, Decision, Protection};
-use crate::config::Config;
+use super::{open_in, output_tokens, pruned_ids, Decision, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
@@ -64,11 +63,11 @@ pub fn signature_hash(tool: &str, input: &Value) -> u64 {
 
 /// Whether `call` takes part in deduplication at all: completed, not cleared by OpenCode, and
 /// of no protected tool or file.
-pub fn eligible(call: &ToolCall<'_>, config: &Config, protection: &Protection) -> bool {
+pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
     call.status == ToolStatus::Completed
         && !call.compacted
-        && !config.dedup_protects(call.tool)
-        && !protection.protects_file(call)
+        && !rules.config().dedup_protects(call.tool)
+        && !rules.protects_file(call)
 }
 
 /// The prune of `call`, which a newer identical call superseded.
@@ -77,22 +76,14 @@ pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Decision {
     Decision::new(call, Strategy::Deduplication, Action::Output, tokens)
 }
 
-pub fn decide(
-    history: &History<'_>,
-    state: &SessionState,
-    config: &Config,
-    protection: &Protection,
-    counter: &mut TokenCounter,
-) -> Vec<Decision> {
+pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
     let calls = &history.calls;
     let current = history.current;
     let mut newest: HashMap<u64, usize> = HashMap::default();
     // A completed call's input never changes, so its signature is worked out once.
     let signatures: Vec<Option<u64>> = calls
         .iter()
-        .map(|c| {
-            eligible(c, config, protection).then(|| counter.signature(c.part_id, || signature_hash(c.tool, c.input())))
-        })
+        .map(|c| eligible(c, rules).then(|| counter.signature(c.part_id, || signature_hash(c.tool, c.input()))))
         .collect();
     for (i, sig) in signatures.iter().enumerate() {
         if let Some(sig) = sig {
@@ -104,7 +95,7 @@ pub fn decide(
     for (i, sig) in signatures.iter().enumerate() {
         let Some(sig) = sig else { continue };
         let call = &calls[i];
-        if newest[sig] == i || !open_in(call, &pruned) || protection.protects_turn(call, current) {
+        if newest[sig] == i || !open_in(call, &pruned) || rules.protects_turn(call, current) {
             continue;
         }
         out.push(prune(call, counter));

@@ -5,10 +5,12 @@
 //! them in the session's state. [`apply`] then rewrites the messages in place, touching only
 //! the fields a decision names, so the same input always gives byte-identical output: prompt
 //! caches depend on it. What every strategy must leave alone is decided in one place,
-//! [`Protection`].
+//! [`Rules`].
 
 pub mod dedup;
+pub mod incremental;
 pub mod manual;
+pub mod prunable;
 pub mod purge_errors;
 pub mod supersede_writes;
 pub mod sweep;
@@ -52,17 +54,19 @@ pub struct PatternError {
     source: globset::Error,
 }
 
-/// What no automatic strategy may touch: protected file globs and young turns. Protected
-/// tool names differ per strategy and come from [`Config`].
+/// The rules every strategy judges by: the config, and what it protects (file globs and
+/// young turns), compiled once. Protected tool names differ per strategy and come from the
+/// config. The fields are private: the compiled protection always matches the config.
 #[derive(Debug, Clone)]
-pub struct Protection {
+pub struct Rules {
+    config: Config,
     files: GlobSet,
     /// Calls younger than this many model steps are left alone (0: no turn protection).
     turns: u32,
 }
 
-impl Protection {
-    pub fn new(config: &Config) -> Result<Protection, PatternError> {
+impl Rules {
+    pub fn new(config: Config) -> Result<Rules, PatternError> {
         let mut builder = GlobSetBuilder::new();
         for pattern in &config.protected_file_patterns {
             let glob = Glob::new(pattern).map_err(|source| PatternError { pattern: pattern.clone(), source })?;
@@ -70,7 +74,11 @@ impl Protection {
         }
         let files = builder.build().map_err(|source| PatternError { pattern: String::new(), source })?;
         let turns = if config.turn_protection.enabled { config.turn_protection.turns } else { 0 };
-        Ok(Protection { files, turns })
+        Ok(Rules { config, files, turns })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Whether the call's file matches a protected pattern.
@@ -116,8 +124,7 @@ pub fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
 pub fn automatic(
     history: &History<'_>,
     state: &SessionState,
-    config: &Config,
-    protection: &Protection,
+    rules: &Rules,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
     // The three never propose the same call: deduplication takes completed calls of tools
@@ -126,7 +133,7 @@ pub fn automatic(
     // the request path.
     [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors]
         .into_iter()
-        .flat_map(|strategy| automatic_one(strategy, history, state, config, protection, counter))
+        .flat_map(|strategy| automatic_one(strategy, history, state, rules, counter))
         .collect()
 }
 
@@ -135,21 +142,16 @@ pub fn automatic_one(
     strategy: Strategy,
     history: &History<'_>,
     state: &SessionState,
-    config: &Config,
-    protection: &Protection,
+    rules: &Rules,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
-    let s = &config.strategies;
+    let s = &rules.config().strategies;
     match strategy {
-        Strategy::Deduplication if s.deduplication.enabled => {
-            dedup::decide(history, state, config, protection, counter)
-        }
+        Strategy::Deduplication if s.deduplication.enabled => dedup::decide(history, state, rules, counter),
         Strategy::SupersedeWrites if s.supersede_writes.enabled => {
-            supersede_writes::decide(history, state, protection, counter)
+            supersede_writes::decide(history, state, rules, counter)
         }
-        Strategy::PurgeErrors if s.purge_errors.enabled => {
-            purge_errors::decide(history, state, config, protection, counter)
-        }
+        Strategy::PurgeErrors if s.purge_errors.enabled => purge_errors::decide(history, state, rules, counter),
         _ => Vec::new(),
     }
 }

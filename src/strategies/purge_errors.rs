@@ -4,8 +4,7 @@
 
 use serde_json::Value;
 
-use super::{open_for_pruning, Decision, Protection, ERROR_INPUT_PLACEHOLDER};
-use crate::config::Config;
+use super::{open_for_pruning, Decision, Rules, ERROR_INPUT_PLACEHOLDER};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
@@ -27,19 +26,14 @@ pub fn string_inputs(input: &Value) -> String {
 }
 
 /// The model step from which errored `call` is old enough to purge.
-pub fn ready_at(call: &ToolCall<'_>, config: &Config, protection: &Protection) -> u32 {
-    call.turn.saturating_add(config.strategies.purge_errors.turns.max(protection.turns()))
+pub fn ready_at(call: &ToolCall<'_>, rules: &Rules) -> u32 {
+    call.turn.saturating_add(rules.config().strategies.purge_errors.turns.max(rules.turns()))
 }
 
 /// The purge of errored `call`: none if its tool or file is protected or it has no string
 /// input to remove.
-pub fn prune(
-    call: &ToolCall<'_>,
-    config: &Config,
-    protection: &Protection,
-    counter: &mut TokenCounter,
-) -> Option<Decision> {
-    if config.purge_protects(call.tool) || protection.protects_file(call) {
+pub fn prune(call: &ToolCall<'_>, rules: &Rules, counter: &mut TokenCounter) -> Option<Decision> {
+    if rules.config().purge_protects(call.tool) || rules.protects_file(call) {
         return None;
     }
     let text = string_inputs(call.input());
@@ -50,23 +44,17 @@ pub fn prune(
     Some(Decision::new(call, Strategy::PurgeErrors, Action::ErrorInputs, tokens))
 }
 
-pub fn decide(
-    history: &History<'_>,
-    state: &SessionState,
-    config: &Config,
-    protection: &Protection,
-    counter: &mut TokenCounter,
-) -> Vec<Decision> {
+pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
     let current = history.current;
     let mut out = Vec::new();
     for call in &history.calls {
-        if call.status != ToolStatus::Error || current < ready_at(call, config, protection) {
+        if call.status != ToolStatus::Error || current < ready_at(call, rules) {
             continue;
         }
         if !open_for_pruning(call, state) {
             continue;
         }
-        out.extend(prune(call, config, protection, counter));
+        out.extend(prune(call, rules, counter));
     }
     out
 }

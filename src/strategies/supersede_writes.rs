@@ -5,19 +5,14 @@
 //! touches the write's input, and only once a read has shown the same file again. Protected
 //! file patterns and turn protection still apply.
 
-use super::{open_for_pruning, Decision, Protection};
+use super::{open_for_pruning, Decision, Rules};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::session::{str_field, History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
-pub fn decide(
-    history: &History<'_>,
-    state: &SessionState,
-    protection: &Protection,
-    counter: &mut TokenCounter,
-) -> Vec<Decision> {
+pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
     let calls = &history.calls;
     let current = history.current;
     // The last completed read of each path, so each write is checked in one lookup.
@@ -40,18 +35,18 @@ pub fn decide(
         if last_read.get(path).is_none_or(|&r| r <= i) {
             continue;
         }
-        if !open_for_pruning(call, state) || protection.protects_turn(call, current) {
+        if !open_for_pruning(call, state) || rules.protects_turn(call, current) {
             continue;
         }
-        out.extend(prune(call, protection, counter));
+        out.extend(prune(call, rules, counter));
     }
     out
 }
 
 /// The prune of write `call`, once a later read covers its file: none if the file is
 /// protected or the write has no `content`.
-pub fn prune(call: &ToolCall<'_>, protection: &Protection, counter: &mut TokenCounter) -> Option<Decision> {
-    if protection.protects_file(call) {
+pub fn prune(call: &ToolCall<'_>, rules: &Rules, counter: &mut TokenCounter) -> Option<Decision> {
+    if rules.protects_file(call) {
         return None;
     }
     let content = str_field(call.input(), "content")?;

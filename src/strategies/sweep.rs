@@ -4,8 +4,7 @@
 
 use super::manual::sweepable;
 use super::purge_errors::string_inputs;
-use super::{output_tokens, Decision, Protection};
-use crate::config::Config;
+use super::{output_tokens, Decision, Rules};
 use crate::session::{last_user_prompt, tool_calls, Message, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
@@ -13,20 +12,19 @@ use crate::tokens::{Field, TokenCounter};
 pub fn decide(
     messages: &[Message],
     state: &SessionState,
-    config: &Config,
-    protection: &Protection,
+    rules: &Rules,
     last: Option<usize>,
     counter: &mut TokenCounter,
 ) -> Vec<Decision> {
     let calls = tool_calls(messages);
     let chosen: Vec<_> = match last {
         Some(n) => {
-            let open: Vec<_> = calls.iter().filter(|c| sweepable(c, state, config, protection)).collect();
+            let open: Vec<_> = calls.iter().filter(|c| sweepable(c, state, rules)).collect();
             open[open.len().saturating_sub(n)..].to_vec()
         }
         None => {
             let since = last_user_prompt(messages).unwrap_or(0);
-            calls.iter().filter(|c| c.message > since && sweepable(c, state, config, protection)).collect()
+            calls.iter().filter(|c| c.message > since && sweepable(c, state, rules)).collect()
         }
     };
     chosen

@@ -4,7 +4,7 @@ use dcp::config::Config;
 use dcp::session::{History, Message};
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{
-    self, manual, sweep, Protection, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER, WRITE_CONTENT_PLACEHOLDER,
+    self, manual, prunable, sweep, Rules, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER, WRITE_CONTENT_PLACEHOLDER,
 };
 use dcp::tokens::{EstimatorChoice, TokenCounter};
 use serde_json::json;
@@ -14,9 +14,9 @@ use crate::support::{input_of, output_of, SessionBuilder};
 /// Runs the automatic strategies, records them, and returns the rewritten messages.
 fn auto(messages: &[Message], config: &Config) -> (Vec<Message>, SessionState) {
     let mut state = SessionState::default();
-    let protection = Protection::new(config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    for d in strategies::automatic(&History::new(messages), &state, config, &protection, &mut counter) {
+    for d in strategies::automatic(&History::new(messages), &state, &rules, &mut counter) {
         state.record(&d.call_id, d.record);
     }
     let mut out = messages.to_vec();
@@ -153,13 +153,8 @@ fn outputs_opencode_already_cleared_are_not_pruned_or_counted() {
 }
 
 /// The prunable list with the default listing: every output, absolute paths.
-fn listed(
-    messages: &[Message],
-    state: &mut SessionState,
-    config: &Config,
-    protection: &Protection,
-) -> Vec<manual::Prunable> {
-    manual::prunable(&History::new(messages), state, config, protection, &manual::Listing::default())
+fn listed(messages: &[Message], state: &mut SessionState, rules: &Rules) -> Vec<prunable::Prunable> {
+    prunable::prunable(&History::new(messages), state, rules, &prunable::Listing::default())
 }
 
 fn manual_session() -> Vec<Message> {
@@ -176,14 +171,14 @@ fn manual_session() -> Vec<Message> {
 fn prunable_list_names_calls_with_stable_small_ids() {
     let messages = manual_session();
     let config = Config::default();
-    let protection = Protection::new(&config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let mut state = SessionState::default();
-    let list = listed(&messages, &mut state, &config, &protection);
+    let list = listed(&messages, &mut state, &rules);
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, /src/parser.py", "2: bash, cat data/records.csv", "3: glob, **/*.py"]);
     // A new call gets the next id; the old ones keep theirs.
     let more = SessionBuilder::continuing(messages).tool("c5", "read", read("/x"), "x").build();
-    let list = listed(&more, &mut state, &config, &protection);
+    let list = listed(&more, &mut state, &rules);
     assert_eq!(list.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
 }
 
@@ -197,10 +192,10 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
         .tool("outside", "read", read("/etc/hosts"), &big)
         .build();
     let config = Config::default();
-    let protection = Protection::new(&config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let mut state = SessionState::default();
-    let listing = manual::Listing { project: Some("/proj"), min_tokens: 200 };
-    let list = manual::prunable(&History::new(&messages), &mut state, &config, &protection, &listing);
+    let listing = prunable::Listing { project: Some("/proj"), min_tokens: 200 };
+    let list = prunable::prunable(&History::new(&messages), &mut state, &rules, &listing);
     let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
     assert_eq!(lines, ["1: read, src/big.py", "2: read, /etc/hosts"]);
 }
@@ -209,16 +204,16 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
 fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     let messages = manual_session();
     let config = Config::default();
-    let protection = Protection::new(&config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = listed(&messages, &mut state, &config, &protection);
+    let valid = listed(&messages, &mut state, &rules);
 
     let err = manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
     assert_eq!(err.0, "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3.");
 
     let (ids, reason) = manual::split_reason(&["noise".into(), "1".into(), "3".into()], None);
-    assert_eq!(reason, Some(manual::Reason::Noise));
+    assert_eq!(reason, Some(manual::DiscardReason::Noise));
     let decisions = manual::discard(&messages, &ids, &valid, &mut counter).unwrap();
     assert_eq!(decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c4"]);
     for d in decisions {
@@ -231,7 +226,7 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     assert_eq!(output_of(&out, "c2"), "id,name\n1,a");
 
     // Already pruned ids leave the list, and naming one again is refused.
-    let valid = listed(&messages, &mut state, &config, &protection);
+    let valid = listed(&messages, &mut state, &rules);
     let err = manual::discard(&messages, &["1".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.contains("Valid ids: 2."), "{}", err.0);
 }
@@ -240,10 +235,10 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
 fn extract_replaces_each_output_with_its_distillation() {
     let messages = manual_session();
     let config = Config::default();
-    let protection = Protection::new(&config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = listed(&messages, &mut state, &config, &protection);
+    let valid = listed(&messages, &mut state, &rules);
     let err =
         manual::extract(&messages, &["1".into(), "2".into()], &["only one".into()], &valid, &mut counter).unwrap_err();
     assert!(err.0.starts_with("Got 2 ids but 1 distillations"), "{}", err.0);
@@ -271,13 +266,13 @@ fn sweep_takes_calls_since_the_last_user_message_or_the_last_n() {
         .error("c", "bash", json!({"command": "false"}), "exit 1")
         .build();
     let config = Config::default();
-    let protection = Protection::new(&config).unwrap();
+    let rules = Rules::new(config.clone()).unwrap();
     let state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let since = sweep::decide(&messages, &state, &config, &protection, None, &mut counter);
+    let since = sweep::decide(&messages, &state, &rules, None, &mut counter);
     let ids: Vec<_> = since.iter().map(|d| (d.call_id.as_str(), d.record.action.clone())).collect();
     assert_eq!(ids, [("b", Action::Output), ("c", Action::ErrorInputs)]);
-    let last = sweep::decide(&messages, &state, &config, &protection, Some(3), &mut counter);
+    let last = sweep::decide(&messages, &state, &rules, Some(3), &mut counter);
     assert_eq!(last.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
 }
 

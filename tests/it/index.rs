@@ -6,10 +6,10 @@
 use dcp::config::Config;
 use dcp::gen::{self, SessionSpec};
 use dcp::session::{History, Message};
-use dcp::sidecar::index::Index;
-use dcp::sidecar::texts;
 use dcp::state::SessionState;
-use dcp::strategies::{self, manual, Decision, Protection};
+use dcp::strategies::incremental::Index;
+use dcp::strategies::{self, prunable, Decision, Rules};
+use dcp::texts;
 use dcp::tokens::{EstimatorChoice, TokenCounter};
 
 /// One side: a state, a token counter, and what was recorded since the list last looked.
@@ -45,8 +45,8 @@ impl Side {
 /// told that messages it read have changed, so it must rebuild. Returns the number of steps
 /// that pruned something, so a caller can check the run was not vacuous.
 fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> usize {
-    let protection = Protection::new(config).unwrap();
-    let listing = manual::Listing { project: Some("/home/dev/project"), min_tokens: 200 };
+    let rules = Rules::new(config.clone()).unwrap();
+    let listing = prunable::Listing { project: Some("/home/dev/project"), min_tokens: 200 };
     let session = gen::session(spec);
     let mut messages: Vec<Message> = session.messages.clone();
     let (mut batch, mut incremental) = (Side::new(), Side::new());
@@ -58,25 +58,23 @@ fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> us
             messages.extend(session.steps[step - 1].iter().cloned());
         }
         let kept = if restart_at.contains(&step) { indexed.saturating_sub(3) } else { indexed };
-        let rebuilt = index.sync(&messages, kept, 0, config, &protection);
+        let rebuilt = index.sync(&messages, kept, 0, &rules);
         assert_eq!(rebuilt, restart_at.contains(&step) && step > 0, "step {step}: rebuilt");
         indexed = messages.len();
 
         let history = History::new(&messages);
-        let decisions = strategies::automatic(&history, &batch.state, config, &protection, &mut batch.counter);
+        let decisions = strategies::automatic(&history, &batch.state, &rules, &mut batch.counter);
         let expected = batch.record(decisions);
-        let decisions = index.decisions(&messages, &incremental.state, config, &protection, &mut incremental.counter);
+        let decisions = index.decisions(&messages, &incremental.state, &rules, &mut incremental.counter);
         let got = incremental.record(decisions);
         assert_eq!(got, expected, "step {step}: decisions");
         pruning_steps += usize::from(!got.is_empty());
 
-        let list = manual::prunable(&history, &mut batch.state, config, &protection, &listing);
+        let list = prunable::prunable(&history, &mut batch.state, &rules, &listing);
         let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
         let expected = (!list.is_empty()).then(|| texts::prunable_list(lines.iter().map(String::as_str)));
         let recorded = std::mem::take(&mut incremental.recorded);
-        let got = index
-            .prunable(&messages, &recorded, &mut incremental.state, config, &protection, &listing)
-            .map(str::to_string);
+        let got = index.prunable(&messages, &recorded, &mut incremental.state, &rules, &listing).map(str::to_string);
         assert_eq!(got, expected, "step {step}: prunable list");
         assert_eq!(incremental.state.ids, batch.state.ids, "step {step}: ids");
     }

@@ -16,6 +16,6 @@ mod index;
 mod package;
 mod persistence;
 mod sidecar;
-mod state_manager;
+mod state_store;
 mod storage_failures;
 mod support;

@@ -1,7 +1,7 @@
 //! State files: every DCP layout reads, dcp's layout round-trips, corrupt files survive.
 
-use dcp::state::manager::Manager;
 use dcp::state::persist::{self, LoadOutcome};
+use dcp::state::store::SessionStore;
 use dcp::state::{Action, PruneRecord, SessionState, Strategy};
 use dcp::tokens::EstimatorChoice;
 use serde_json::{json, Value};
@@ -122,7 +122,7 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
             }
             other => panic!("{name}: {other:?}"),
         }
-        let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
         let (slot, _) = m.slot(id).unwrap();
         assert!(slot.corrupt.is_some());
         slot.record(
@@ -148,7 +148,7 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
 #[test]
 fn saves_leave_no_temp_files() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     for _ in 0..3 {
         m.save_now("ses_t").unwrap();
     }
@@ -164,7 +164,7 @@ fn the_async_saver_writes_the_newest_state_in_order() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let saver = dcp::state::saver::Saver::spawn();
-        let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
         for tokens in 1..=20u64 {
             let (slot, _) = m.slot("ses_async").unwrap();
             slot.record(
@@ -189,7 +189,7 @@ fn the_async_saver_writes_the_newest_state_in_order() {
 #[test]
 fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     for (i, id) in ["ses_a", "ses_b"].iter().enumerate() {
         let (slot, _) = m.slot(id).unwrap();
         for n in 0..=i as u64 {

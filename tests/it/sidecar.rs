@@ -393,7 +393,7 @@ fn run_in_process(ahead: bool) -> (Vec<Value>, Value) {
     let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
     let mut server = dcp::sidecar::Server::new(options, None).unwrap();
     let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: 200, steps: 30, seed: 7 });
-    let mut ask = |server: &mut dcp::sidecar::Server, id: usize, method: &str, params: Value| -> Value {
+    let ask = |server: &mut dcp::sidecar::Server, id: usize, method: &str, params: Value| -> Value {
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         let answer: Value = serde_json::from_str(&server.handle_line(&line).unwrap()).unwrap();
         assert!(answer.get("error").is_none(), "{answer}");

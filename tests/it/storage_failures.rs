@@ -4,8 +4,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dcp::state::manager::Manager;
 use dcp::state::persist;
+use dcp::state::store::SessionStore;
 use dcp::state::{Action, PruneRecord, Strategy};
 use dcp::tokens::EstimatorChoice;
 use serde_json::json;
@@ -54,7 +54,7 @@ fn a_state_dir_that_cannot_be_written_keeps_pruning_in_memory_and_saves_later() 
 #[test]
 fn a_full_disk_keeps_the_old_file_names_the_error_and_loses_no_prune() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     m.slot("ses_full").unwrap().0.record("c1", record(10));
     m.save_now("ses_full").unwrap();
     let file = dir.path().join("ses_full.json");
@@ -78,7 +78,7 @@ fn a_full_disk_keeps_the_old_file_names_the_error_and_loses_no_prune() {
 fn a_temp_file_left_by_a_killed_save_is_replaced_not_piled_up() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".ses_t.json.tmp"), "{\"half\": ").unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     m.slot("ses_t").unwrap().0.record("c1", record(1));
     m.save_now("ses_t").unwrap();
     let mut names: Vec<String> =

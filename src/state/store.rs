@@ -1,8 +1,8 @@
-//! The session-state manager: one state per session id, loaded on first sight, cleared on
+//! The session store: one state per session id, loaded on first sight, cleared on
 //! compaction.
 //!
 //! Many sessions are live at once in one OpenCode process (the main agent and its
-//! subagents, several tabs), so there is no single global state: the manager keeps a
+//! subagents, several tabs), so there is no single global state: the store keeps a
 //! [`Slot`] per session id. When a newer compaction summary (an assistant message with
 //! `summary: true`) appears, the session's prune list and token cache are cleared, its stats
 //! are kept, and it is due to be saved. A corrupt state file is reported once by name; the
@@ -10,7 +10,7 @@
 //!
 //! Other processes may write the same state file: a CLI sweep, a second OpenCode. Saves are
 //! read-merge-writes under the file's lock ([`persist::sync`]), so none of their updates is
-//! lost, and before each request [`Manager::observe`] checks the file's stamp and merges in
+//! lost, and before each request [`SessionStore::observe`] checks the file's stamp and merges in
 //! what another process wrote. A slot keeps a journal of the prunes it recorded since its
 //! last save, which is what a merge adds to the file's stats.
 
@@ -72,10 +72,10 @@ impl Slot {
     }
 }
 
-/// What [`Manager::observe`] noticed.
+/// What [`SessionStore::observe`] noticed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Observation {
-    /// The session was new to this manager.
+    /// The session was new to this store.
     pub first_seen: bool,
     /// A newer compaction appeared; the prune list was cleared.
     pub compacted: bool,
@@ -83,8 +83,8 @@ pub struct Observation {
     pub external: bool,
 }
 
-/// Outcomes of finished saves, by session id, waiting for the manager to take them in. The
-/// writer task posts to it; the manager reads it before the next request.
+/// Outcomes of finished saves, by session id, waiting for the store to take them in. The
+/// writer task posts to it; the store reads it before the next request.
 #[derive(Debug, Default, Clone)]
 pub struct Mailbox(Arc<Mutex<Boxes>>);
 
@@ -181,7 +181,7 @@ impl SaveJob {
 
 /// Keeps the state of every session seen, backed by the files of one state dir.
 #[derive(Debug)]
-pub struct Manager {
+pub struct SessionStore {
     dir: PathBuf,
     estimator: EstimatorChoice,
     slots: HashMap<String, Slot>,
@@ -193,9 +193,9 @@ pub fn newest_compaction(messages: &[Message]) -> i64 {
     messages.iter().filter(|m| m.is_compaction_summary()).map(Message::time_created).max().unwrap_or(0)
 }
 
-impl Manager {
-    pub fn new(dir: &Path, estimator: EstimatorChoice) -> Manager {
-        Manager { dir: dir.to_path_buf(), estimator, slots: HashMap::new(), mailbox: Mailbox::default() }
+impl SessionStore {
+    pub fn new(dir: &Path, estimator: EstimatorChoice) -> SessionStore {
+        SessionStore { dir: dir.to_path_buf(), estimator, slots: HashMap::new(), mailbox: Mailbox::default() }
     }
 
     pub fn dir(&self) -> &Path {
@@ -298,7 +298,7 @@ impl Manager {
         self.observe_newest(id, newest_compaction(messages))
     }
 
-    /// [`Manager::observe`], given the `time.created` of the newest compaction summary in the
+    /// [`SessionStore::observe`], given the `time.created` of the newest compaction summary in the
     /// messages (0 if there is none).
     pub fn observe_newest(&mut self, id: &str, newest: i64) -> Result<Observation, StateError> {
         let first_seen = !self.slots.contains_key(id);

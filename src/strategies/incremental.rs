@@ -1,7 +1,7 @@
 //! The sidecar's incremental view of a session's tool calls: what the automatic strategies
 //! and the `<prunable-tools>` list need, kept up to date one message at a time.
 //!
-//! The batch functions ([`crate::strategies::automatic`], [`manual::prunable`]) look at every call
+//! The batch functions ([`crate::strategies::automatic`], [`prunable::prunable`]) look at every call
 //! of a history, which suits the CLI. On a model request only the newest messages are new, so
 //! the sidecar keeps an [`Index`] per session across requests and does work in proportion to
 //! what is new:
@@ -23,12 +23,11 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::texts;
-use crate::config::Config;
 use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{SessionState, Strategy};
-use crate::strategies::manual::{self, Listing};
-use crate::strategies::{dedup, purge_errors, supersede_writes, Decision, Protection};
+use crate::strategies::prunable::{self, Listing};
+use crate::strategies::{dedup, purge_errors, supersede_writes, Decision, Rules};
+use crate::texts;
 use crate::tokens::{Field, TokenCounter};
 
 /// One tool call of the history, as read when its message arrived.
@@ -43,7 +42,7 @@ struct Call {
 #[derive(Debug)]
 struct Listed {
     call: usize,
-    /// The line, as [`manual::Prunable::line`] renders it.
+    /// The line, as [`prunable::Prunable::line`] renders it.
     line: String,
     /// Approximate tokens of the output, for the nudge.
     approx: u64,
@@ -78,14 +77,7 @@ pub struct Index {
 impl Index {
     /// Brings the index up to `messages`, of which the first `kept` are unchanged since the
     /// last call; `resets` is the slot's reset count. Returns whether it was rebuilt.
-    pub fn sync(
-        &mut self,
-        messages: &[Message],
-        kept: usize,
-        resets: u64,
-        config: &Config,
-        protection: &Protection,
-    ) -> bool {
+    pub fn sync(&mut self, messages: &[Message], kept: usize, resets: u64, rules: &Rules) -> bool {
         let stale = resets != self.resets || kept < self.messages || messages.len() < self.messages;
         if stale {
             let rebuilds = self.rebuilds + 1;
@@ -98,7 +90,7 @@ impl Index {
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };
                 let at = self.calls.len();
-                self.add(at, &ToolCall::from_facts(mi, &facts, part, self.current), config, protection);
+                self.add(at, &ToolCall::from_facts(mi, &facts, part, self.current), rules);
                 self.by_call_id.insert(facts.call_id.clone(), at);
                 self.calls.push(Call { facts, message: mi, turn: self.current });
             }
@@ -113,12 +105,12 @@ impl Index {
     }
 
     /// Notes what call `at` makes prunable.
-    fn add(&mut self, at: usize, call: &ToolCall<'_>, config: &Config, protection: &Protection) {
-        let s = &config.strategies;
-        let turns = protection.turns();
+    fn add(&mut self, at: usize, call: &ToolCall<'_>, rules: &Rules) {
+        let s = &rules.config().strategies;
+        let turns = rules.turns();
         match call.status {
             ToolStatus::Completed => {
-                if s.deduplication.enabled && dedup::eligible(call, config, protection) {
+                if s.deduplication.enabled && dedup::eligible(call, rules) {
                     let sig = dedup::signature_hash(call.tool, call.input());
                     if let Some(older) = self.newest.insert(sig, at) {
                         let ready = self.calls[older].turn.saturating_add(turns);
@@ -141,7 +133,7 @@ impl Index {
                 }
             }
             ToolStatus::Error if s.purge_errors.enabled => {
-                let ready = purge_errors::ready_at(call, config, protection);
+                let ready = purge_errors::ready_at(call, rules);
                 self.waiting.push(Reverse((ready, at, Strategy::PurgeErrors)));
             }
             _ => {}
@@ -154,8 +146,7 @@ impl Index {
         &mut self,
         messages: &[Message],
         state: &SessionState,
-        config: &Config,
-        protection: &Protection,
+        rules: &Rules,
         counter: &mut TokenCounter,
     ) -> Vec<Decision> {
         let mut ready = Vec::new();
@@ -185,8 +176,8 @@ impl Index {
         open.iter()
             .filter_map(|(strategy, call)| match strategy {
                 Strategy::Deduplication => Some(dedup::prune(call, counter)),
-                Strategy::SupersedeWrites => supersede_writes::prune(call, protection, counter),
-                Strategy::PurgeErrors => purge_errors::prune(call, config, protection, counter),
+                Strategy::SupersedeWrites => supersede_writes::prune(call, rules, counter),
+                Strategy::PurgeErrors => purge_errors::prune(call, rules, counter),
                 _ => None,
             })
             .collect()
@@ -217,8 +208,7 @@ impl Index {
         messages: &[Message],
         recorded: &[String],
         state: &mut SessionState,
-        config: &Config,
-        protection: &Protection,
+        rules: &Rules,
         listing: &Listing<'_>,
     ) -> Option<&str> {
         for call_id in recorded {
@@ -228,7 +218,7 @@ impl Index {
                 self.text = None;
             }
         }
-        let turns = protection.turns();
+        let turns = rules.turns();
         while self.cursor < self.calls.len() {
             let at = self.cursor;
             let call = &self.calls[at];
@@ -237,12 +227,11 @@ impl Index {
             }
             self.cursor += 1;
             let Some(view) = view(&self.calls, messages, at) else { continue };
-            let open = !state.pruned.contains_key(view.call_id);
-            if !manual::listable(&view, open, config, protection, listing, self.current) {
+            if state.pruned.contains_key(view.call_id) || !prunable::listable(&view, rules, listing, self.current) {
                 continue;
             }
-            let approx = manual::approx_tokens(view.output());
-            let line = manual::item(&view, state, listing).line();
+            let approx = prunable::approx_tokens(view.output());
+            let line = prunable::item(&view, state, listing).line();
             self.listed.push(Listed { call: at, line, approx });
             self.text = None;
         }

@@ -1,7 +1,7 @@
-//! The session-state manager: many sessions at once, loading on first sight, compaction.
+//! The session store: many sessions at once, loading on first sight, compaction.
 
-use dcp::state::manager::Manager;
 use dcp::state::persist;
+use dcp::state::store::SessionStore;
 use dcp::state::{Action, PruneRecord, Strategy};
 use dcp::tokens::EstimatorChoice;
 use serde_json::json;
@@ -20,7 +20,7 @@ fn each_session_keeps_its_own_state_across_switches() {
         json!({"prune": {"toolIds": ["old_1"]}, "stats": {"pruneTokenCounter": 0, "totalPruneTokens": 40}}).to_string(),
     )
     .unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let a = SessionBuilder::new().user("a").build();
     assert!(m.observe("ses_a", &a).unwrap().first_seen);
     m.slot("ses_a").unwrap().0.record("call_a", record(10));
@@ -46,7 +46,7 @@ fn each_session_keeps_its_own_state_across_switches() {
 #[test]
 fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_c", &before).unwrap();
     let (slot, _) = m.slot("ses_c").unwrap();
@@ -66,7 +66,7 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
 
     // The same compaction is not handled twice, also after a restart.
     assert!(!m.observe("ses_c", &after).unwrap().compacted);
-    let mut restarted = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut restarted = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = restarted.observe("ses_c", &after).unwrap();
     assert!(seen.first_seen && !seen.compacted);
     let file = persist::parse(&std::fs::read(dir.path().join("ses_c.json")).unwrap()).unwrap();
@@ -78,14 +78,14 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
 #[test]
 fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe("ses_d", &before).unwrap();
     m.slot("ses_d").unwrap().0.record("c1", record(5));
     m.save_now("ses_d").unwrap();
     drop(m);
     let after = SessionBuilder::continuing(before).compaction("s").build();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_d", &after).unwrap();
     assert!(seen.first_seen && seen.compacted);
     assert!(m.slot("ses_d").unwrap().0.state.pruned.is_empty());
@@ -101,7 +101,7 @@ fn a_file_from_the_published_dcp_takes_the_newest_compaction_as_its_baseline() {
     .unwrap();
     let messages =
         SessionBuilder::new().user("go").compaction("s").tool("c9", "read", json!({"filePath": "/a"}), "A").build();
-    let mut m = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_e", &messages).unwrap();
     assert!(!seen.compacted, "the pruning may well postdate that compaction");
     assert_eq!(m.slot("ses_e").unwrap().0.state.pruned.len(), 1);
@@ -110,7 +110,7 @@ fn a_file_from_the_published_dcp_takes_the_newest_compaction_as_its_baseline() {
 #[test]
 fn bad_session_ids_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Manager::new(&dir.path().join("dcp"), EstimatorChoice::CharsDiv4);
+    let mut m = SessionStore::new(&dir.path().join("dcp"), EstimatorChoice::CharsDiv4);
     for bad in ["../x", "a/b", "a\0b", &"z".repeat(10_000), ""] {
         let err = m.observe(bad, &[]).unwrap_err().to_string();
         assert!(err.starts_with("invalid session id"), "{err}");
@@ -127,11 +127,11 @@ fn bad_session_ids_are_refused_and_nothing_is_written() {
 fn a_save_after_a_merge_still_in_flight_keeps_the_other_process_changes() {
     let dir = tempfile::tempdir().unwrap();
     let id = "ses_inflight";
-    let mut a = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut a = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     a.slot(id).unwrap().0.record("c1", record(1));
     a.save_now(id).unwrap();
     // Another process adds c2.
-    let mut b = Manager::new(dir.path(), EstimatorChoice::CharsDiv4);
+    let mut b = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     b.slot(id).unwrap().0.record("c2", record(2));
     b.save_now(id).unwrap();
     // This process hands out two saves before the first one's outcome is taken in.
