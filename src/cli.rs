@@ -71,6 +71,8 @@ pub enum Command {
     /// Check the install: the binary and the plugin, OpenCode's config, every dcp.jsonc, the
     /// state dir, opencode.db and the logs. Exits 1 when something is wrong.
     Doctor,
+    /// Replay recorded sessions: what each request would have cost and sent with dcp, and without.
+    Replay(crate::replay::cli::Args),
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
     /// For crash-safety tests: save a session's state over and over, one more prune each time.
@@ -171,6 +173,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             sweep(&ctx, &session, last, mode, out)
         }
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+        Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::SaveLoop { session, count, prefix } => save_loop(&ctx, &session, count, &prefix),
         Command::Gen { what } => gen_cmd(&ctx, &what, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),

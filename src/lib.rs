@@ -16,6 +16,7 @@ pub mod gen;
 pub mod host;
 pub mod logging;
 pub mod policy;
+pub mod replay;
 pub mod report;
 pub mod session;
 pub mod sidecar;

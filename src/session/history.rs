@@ -12,18 +12,23 @@ use serde_json::Value;
 /// the user message that asked for the newest completed compaction, onwards. A compaction part
 /// with `tail_start_id` also keeps the messages from that id up to the compaction request.
 pub fn visible_history(messages: Vec<Message>) -> Vec<Message> {
+    let start = visible_start(&messages);
+    messages.into_iter().skip(start).collect()
+}
+
+/// Where [`visible_history`] starts in `messages`: 0 when no compaction completed.
+pub fn visible_start(messages: &[Message]) -> usize {
     let Some(summary) =
         messages.iter().rposition(|m| m.is_compaction_summary() && m.info.get("finish").is_some_and(|f| !f.is_null()))
     else {
-        return messages;
+        return 0;
     };
     let parent = str_field(&messages[summary].info, "parentID").unwrap_or("");
     let Some(request) = messages[..summary].iter().rposition(|m| m.role() == Role::User && m.id() == parent) else {
-        return messages;
+        return 0;
     };
     let tail_start = messages[request].parts.iter().find_map(|p| {
         (str_field(p, "type") == Some("compaction")).then(|| p.get("tail_start_id").and_then(Value::as_str)).flatten()
     });
-    let start = tail_start.and_then(|id| messages[..request].iter().position(|m| m.id() == id)).unwrap_or(request);
-    messages.into_iter().skip(start).collect()
+    tail_start.and_then(|id| messages[..request].iter().position(|m| m.id() == id)).unwrap_or(request)
 }

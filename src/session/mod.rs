@@ -8,7 +8,7 @@
 
 mod history;
 
-pub use history::visible_history;
+pub use history::{visible_history, visible_start};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

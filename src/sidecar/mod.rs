@@ -29,7 +29,7 @@ use self::protocol::{
     code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
 };
 use self::transform::EditsSent;
-use crate::config;
+use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::session::str_field;
@@ -121,7 +121,13 @@ impl Server {
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
-        let rules = Rules::new(loaded.config)?;
+        Server::with_config(options, loaded.config, saver)
+    }
+
+    /// A server with the given config instead of the one in the config files (`dcp replay`
+    /// runs one per mode). An `initialize` that names a project dir still reloads the files.
+    pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+        let rules = Rules::new(config)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server { options, rules, store, sessions: HashMap::new(), saver, shutting_down: false })
     }

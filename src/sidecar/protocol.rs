@@ -241,12 +241,22 @@ pub struct Transformed {
     pub edits: Edits,
     pub append: Vec<Synthetic>,
     pub notify: Option<String>,
+    /// Pending rewrites this answer applied, and why (informational: the plugin ignores it;
+    /// `dcp replay` reports it).
+    pub applied: Option<Applied>,
+}
+
+/// Why an answer applied pending rewrites, and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub reason: crate::policy::Trigger,
+    pub calls: usize,
 }
 
 impl Transformed {
     /// An answer that changes nothing and that the plugin does not keep.
     pub fn unchanged() -> Transformed {
-        Transformed { seq: None, edits: Edits::Full(Vec::new()), append: Vec::new(), notify: None }
+        Transformed { seq: None, edits: Edits::Full(Vec::new()), append: Vec::new(), notify: None, applied: None }
     }
 }
 
@@ -264,6 +274,9 @@ impl Serialize for Transformed {
         }
         map.serialize_entry("append", &self.append)?;
         map.serialize_entry("notify", &self.notify)?;
+        if let Some(applied) = &self.applied {
+            map.serialize_entry("applied", applied)?;
+        }
         map.end()
     }
 }

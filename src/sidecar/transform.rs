@@ -11,8 +11,8 @@ use rustc_hash::FxHashSet as HashSet;
 
 use super::mirror::Mirror;
 use super::protocol::{
-    Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System, TransformParams,
-    Transformed,
+    Applied, Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System,
+    TransformParams, Transformed,
 };
 use super::{internal, now_ms, validate_session_id, Server, Session};
 use crate::config::Notification;
@@ -102,7 +102,7 @@ impl Server {
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
         let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
-        Ok(Transformed { seq: None, edits: Edits::Full(edits), append: Vec::new(), notify: None })
+        Ok(Transformed { seq: None, edits: Edits::Full(edits), append: Vec::new(), notify: None, applied: None })
     }
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
@@ -140,7 +140,10 @@ impl Server {
         }
         let applied_now = apply_pending(&self.rules.config().rewrite, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
-        let applied_now = applied_now.unwrap_or_default();
+        let (applied, applied_now) = match applied_now {
+            Some((reason, calls)) => (Some(Applied { reason, calls: calls.len() }), calls),
+            None => (None, Vec::new()),
+        };
         let (seq, edits) = answer_edits(session, slot, mirror, request.have);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages);
@@ -149,7 +152,7 @@ impl Server {
             slot.dirty = true;
             self.save(session, sid);
         }
-        Ok(Transformed { seq: Some(seq), edits, append, notify })
+        Ok(Transformed { seq: Some(seq), edits, append, notify, applied })
     }
 
     pub(super) fn system(&mut self, p: SessionParams) -> System {
@@ -205,8 +208,8 @@ fn tail_message(
     vec![synthetic_message(sid, messages, text)]
 }
 
-/// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
-/// calls whose rewrites it applied, or `None` when it waits. Each assistant message in the history was one request,
+/// The cache-aware policy: applies the pending rewrites together, when it pays. Returns why
+/// and the calls whose rewrites it applied, or `None` when it waits. Each assistant message in the history was one request,
 /// so the session's request count survives restarts.
 fn apply_pending(
     rewrite: &crate::config::Rewrite,
@@ -215,7 +218,7 @@ fn apply_pending(
     sid: &str,
     mirror: &Mirror,
     request: &RequestInfo,
-) -> Option<Vec<String>> {
+) -> Option<(policy::Trigger, Vec<String>)> {
     let sizes = mirror.sizes();
     let mut tails = vec![0u64; sizes.len() + 1];
     for i in (0..sizes.len()).rev() {
@@ -254,7 +257,7 @@ fn apply_pending(
         slot.revision += 1;
         applied_now.push(id.clone());
     }
-    Some(applied_now)
+    Some((reason, applied_now))
 }
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer

@@ -275,3 +275,51 @@ fn stats_remembers_summaries_across_runs_in_the_cache_dir() {
     assert_eq!(after["tokens_saved"], 907 + 1520 + 2300 - tokens);
     assert_eq!(after["files"], first["files"].as_u64().unwrap() - 1);
 }
+
+#[test]
+fn replay_of_the_recorded_session() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--session", DB_SESSION, "--mode", "immediate,deduplication"]));
+}
+
+#[test]
+fn replay_all_gives_the_ratios_over_every_session() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--all", "--cache-ttl", "never"]));
+}
+
+#[test]
+fn replay_json_has_the_documented_fields() {
+    let s = Sandbox::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["replay", "--json", "--mode", "all", "--data-dir"])
+        .arg(s.data())
+        .env("HOME", s.dir.path().join("home"))
+        .env("XDG_CONFIG_HOME", s.dir.path().join("home/.config"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = &v["sessions"][0];
+    assert_eq!(session["session_id"], DB_SESSION);
+    let modes: Vec<&str> = session["modes"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(modes, ["none", "dcp", "immediate", "deduplication", "supersede-writes", "purge-errors", "agent-tools"]);
+    for mode in &modes {
+        let m = &session["modes"][mode];
+        for key in ["tokens_sent", "cost", "final_context", "rewrites"] {
+            assert!(m[key].is_u64() && v["total"][mode][key].is_u64(), "{mode}.{key}");
+        }
+        assert_eq!(m["per_request"].as_array().unwrap().len() as u64, session["requests"].as_u64().unwrap());
+    }
+    // Without pruning, nothing is rewritten; the recorded session's provider counts are shown.
+    assert_eq!(session["modes"]["none"]["rewrites"], 0);
+    assert!(session["recorded"]["input"].as_u64().unwrap() > 0);
+    assert!(v["aggregate"]["dcp"]["cost"]["median"].is_f64());
+}
+
+#[test]
+fn replay_refuses_a_bad_ttl_and_an_unknown_mode() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--cache-ttl", "soon"]));
+    insta::assert_snapshot!(dcp(&s, &["replay", "--mode", "aggressive"]));
+}

@@ -1,0 +1,141 @@
+//! The `dcp replay` command: which sessions, which modes, and the report.
+//!
+//! With `--all`, sessions are replayed on as many threads as there are cores, each session
+//! on one thread (its runs one after the other), and reported in the order `dcp sessions`
+//! lists them.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context as _, Result};
+
+use super::cost::Ttl;
+use super::report::{self, Header, Row};
+use super::{Mode, Options, Session, SessionReplay, OPENCODE_OVERHEAD};
+use crate::config::Config;
+use crate::host::paths::Env;
+use crate::host::{DataDir, SessionInfo};
+use crate::session::Message;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The session [default: the most recently updated top-level session]
+    #[arg(long, value_name = "ID", conflicts_with = "all")]
+    session: Option<String>,
+    /// Every session of the data dir (subagents included), with the total, median and worst.
+    #[arg(long)]
+    all: bool,
+    /// Seconds a provider keeps a cached prefix after its last use, or `never`.
+    #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = parse_ttl)]
+    cache_ttl: Ttl,
+    /// More runs besides `none` and `dcp`, comma separated: immediate, deduplication,
+    /// supersede-writes, purge-errors, agent-tools, or all.
+    #[arg(long, value_name = "MODES", value_delimiter = ',', value_parser = parse_mode)]
+    mode: Vec<Vec<Mode>>,
+    /// The model's context window in tokens, for dcp's pressure rule.
+    #[arg(long, value_name = "TOKENS", default_value_t = 200_000)]
+    context_limit: u64,
+    /// Tokens of the system prompt and tool definitions in every request (not stored with a
+    /// session, so estimated: OpenCode 1.18.33's, measured in the lab).
+    #[arg(long, value_name = "TOKENS", default_value_t = OPENCODE_OVERHEAD)]
+    overhead: u64,
+}
+
+fn parse_ttl(s: &str) -> Result<Ttl, String> {
+    match s {
+        "never" => Ok(Ttl::Never),
+        _ => s.parse().map(Ttl::Seconds).map_err(|_| format!("{s:?} is not a number of seconds or `never`")),
+    }
+}
+
+fn parse_mode(s: &str) -> Result<Vec<Mode>, String> {
+    match s {
+        "all" => Ok(Mode::EXTRA.to_vec()),
+        _ => Mode::from_name(s).map(|m| vec![m]).ok_or_else(|| {
+            let names: Vec<&str> = Mode::EXTRA.iter().map(|m| m.name()).collect();
+            format!("unknown mode {s:?}; modes: {}, all", names.join(", "))
+        }),
+    }
+}
+
+/// Runs `dcp replay`.
+pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut dyn Write) -> Result<()> {
+    let data = DataDir::new(data_dir, &Env::from_process());
+    let infos: Vec<SessionInfo> = if args.all {
+        data.sessions()?
+    } else {
+        let id = match &args.session {
+            Some(id) => id.clone(),
+            None => data.latest()?.map(|s| s.id).with_context(|| format!("no sessions in {}", data_dir.display()))?,
+        };
+        crate::state::persist::validate_session_id(&id)?;
+        vec![data.load(&id)?.info]
+    };
+    let options = Options {
+        modes: args.mode.iter().flatten().copied().collect(),
+        ttl: args.cache_ttl,
+        context_limit: Some(args.context_limit),
+        overhead: args.overhead,
+        config: config.clone(),
+    };
+    let replays = replay_all(&data, &infos, &options)?;
+    let rows: Vec<Row<'_>> = infos
+        .iter()
+        .zip(&replays)
+        .map(|(info, replay)| Row { title: &info.title, parent_id: info.parent_id.as_deref(), replay })
+        .collect();
+    let header = Header {
+        estimator: crate::tokens::TokenCounter::default().estimator().name(),
+        ttl: args.cache_ttl,
+        overhead: args.overhead,
+    };
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &report::json(&header, &rows))?;
+        writeln!(out)?;
+    } else if args.all {
+        out.write_all(report::sessions(&header, &rows).as_bytes())?;
+    } else {
+        out.write_all(report::session(&header, &rows[0]).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Replays every session of `infos`, on as many threads as there are cores.
+fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Result<Vec<SessionReplay>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(infos.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<SessionReplay>>>> = Mutex::new((0..infos.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(info) = infos.get(i) else { return };
+                let result = replay_one(data, info, options);
+                if let Ok(mut all) = results.lock() {
+                    all[i] = Some(result);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_default();
+    let mut out = Vec::new();
+    for (info, result) in infos.iter().zip(results) {
+        match result {
+            Some(r) => out.push(r.with_context(|| format!("cannot replay session {}", info.id))?),
+            None => bail!("session {} was not replayed", info.id),
+        }
+    }
+    Ok(out)
+}
+
+fn replay_one(data: &DataDir, info: &SessionInfo, options: &Options) -> Result<SessionReplay> {
+    let loaded = data.load(&info.id)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let messages: Vec<Message> = loaded.messages;
+    let session = Session { id: &info.id, parent_id: info.parent_id.as_deref(), messages: &messages };
+    Ok(super::replay(&session, options)?)
+}

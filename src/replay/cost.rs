@@ -1,0 +1,160 @@
+//! The cost model, as the lab's `summarize.py` has it: what each request costs given the one
+//! before it.
+//!
+//! A request is a sequence of [`Piece`]s in the order the provider reads them (the system
+//! prompt and tool definitions, then each message). The longest common prefix with the
+//! previous request is read from the provider's prompt cache at 0.1x the input price, unless
+//! the previous request was more than the cache TTL ago; the rest is written to the cache at
+//! 1.25x. `summarize.py` compares characters; here a piece either matches the previous
+//! request's piece at its position or it does not, so a piece that changed counts whole as
+//! uncached (within a changed message `summarize.py` still finds a few shared characters).
+//!
+//! A request whose shared prefix ends before the previous request's history did is a
+//! rewrite: something already sent was sent differently (a prune applied, a compaction).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::policy::{CACHE_READ, CACHE_WRITE};
+
+/// One chunk of a request. Equal ids mean equal content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub id: u64,
+    pub tokens: u64,
+}
+
+/// How long the provider keeps a prefix after its last use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    Seconds(u64),
+    Never,
+}
+
+/// What one request cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Bill {
+    pub tokens: u64,
+    pub cached: u64,
+    #[serde(serialize_with = "round")]
+    pub cost: f64,
+    /// The request changed what an earlier one had sent.
+    #[serde(skip)]
+    pub rewrite: bool,
+    /// The cache had expired: nothing was read from it.
+    pub cold: bool,
+}
+
+/// Sums over a run: the figures `dcp replay` reports per mode.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub requests: u64,
+    pub tokens_sent: u64,
+    #[serde(serialize_with = "round")]
+    pub cost: f64,
+    pub final_context: u64,
+    pub rewrites: u64,
+    /// The rewrites by reason.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+impl Totals {
+    /// Adds a request, and the reason of its rewrite if it was one.
+    pub fn add(&mut self, bill: &Bill, rewrite: Option<&str>) {
+        self.requests += 1;
+        self.tokens_sent += bill.tokens;
+        self.cost += bill.cost;
+        self.final_context = bill.tokens;
+        if let Some(reason) = rewrite {
+            self.rewrites += 1;
+            *self.reasons.entry(reason.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Sums sessions: the final context of a total is the sum of the sessions' final contexts.
+    pub fn merge(&mut self, other: &Totals) {
+        self.requests += other.requests;
+        self.tokens_sent += other.tokens_sent;
+        self.cost += other.cost;
+        self.final_context += other.final_context;
+        self.rewrites += other.rewrites;
+        for (reason, n) in &other.reasons {
+            *self.reasons.entry(reason.clone()).or_default() += n;
+        }
+    }
+}
+
+pub fn round<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(v.round() as u64)
+}
+
+/// Bills the requests of one run, in order.
+#[derive(Debug)]
+pub struct Meter {
+    ttl: Ttl,
+    previous: Vec<Piece>,
+    /// How many of the previous request's pieces were its history (the rest was appended).
+    previous_history: usize,
+    previous_time: Option<i64>,
+}
+
+impl Meter {
+    pub fn new(ttl: Ttl) -> Meter {
+        Meter { ttl, previous: Vec::new(), previous_history: 0, previous_time: None }
+    }
+
+    /// Bills a request sent at `time` (ms) made of `pieces`, the first `history` of which
+    /// are the system prompt, the tools and the history.
+    pub fn bill(&mut self, time: i64, pieces: Vec<Piece>, history: usize) -> Bill {
+        let shared = pieces.iter().zip(&self.previous).take_while(|(a, b)| a == b).count();
+        let tokens: u64 = pieces.iter().map(|p| p.tokens).sum();
+        let mut cached: u64 = pieces[..shared].iter().map(|p| p.tokens).sum();
+        let expired = match (self.ttl, self.previous_time) {
+            (Ttl::Seconds(ttl), Some(t)) => (time - t) as f64 / 1000.0 > ttl as f64,
+            _ => false,
+        };
+        if expired {
+            cached = 0;
+        }
+        let rewrite = !self.previous.is_empty() && shared < self.previous_history;
+        self.previous = pieces;
+        self.previous_history = history;
+        self.previous_time = Some(time);
+        let cost = CACHE_READ * cached as f64 + CACHE_WRITE * (tokens - cached) as f64;
+        Bill { tokens, cached, cost, rewrite, cold: expired }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(id: u64, tokens: u64) -> Piece {
+        Piece { id, tokens }
+    }
+
+    #[test]
+    fn the_shared_prefix_is_read_and_the_rest_written() {
+        let mut m = Meter::new(Ttl::Never);
+        let first = m.bill(0, vec![p(1, 100), p(2, 50), p(9, 10)], 2);
+        assert_eq!((first.tokens, first.cached, first.cost), (160, 0, 200.0));
+        // The tail (9) is replaced by the next message: no rewrite.
+        let next = m.bill(1_000, vec![p(1, 100), p(2, 50), p(3, 20), p(9, 10)], 3);
+        assert_eq!((next.cached, next.rewrite), (150, false));
+        assert!((next.cost - (15.0 + 37.5)).abs() < 1e-9);
+        // A changed history piece (2 -> 4) is a rewrite; everything after it is written.
+        let rewritten = m.bill(2_000, vec![p(1, 100), p(4, 5), p(3, 20)], 3);
+        assert_eq!((rewritten.cached, rewritten.rewrite), (100, true));
+    }
+
+    #[test]
+    fn a_request_after_the_ttl_reads_nothing_from_the_cache() {
+        let mut m = Meter::new(Ttl::Seconds(300));
+        m.bill(0, vec![p(1, 100)], 1);
+        let warm = m.bill(300_000, vec![p(1, 100), p(2, 10)], 2);
+        assert_eq!((warm.cached, warm.cold), (100, false));
+        let cold = m.bill(600_001, vec![p(1, 100), p(2, 10)], 2);
+        assert_eq!((cold.cached, cold.cold, cold.rewrite), (0, true, false));
+    }
+}

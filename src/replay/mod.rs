@@ -1,0 +1,320 @@
+//! `dcp replay`: what pruning would have cost and saved on a recorded session.
+//!
+//! A recorded session ([`steps`]) is replayed request by request: for every model step, the
+//! history OpenCode sent at that moment goes through the sidecar's own engine ([`engine`]:
+//! the same `Server`, policy and state as `dcp serve`, with the recorded timestamps as its
+//! clock), and what the model would have been sent is counted ([`pieces`]) and billed with
+//! the lab's prompt-cache model ([`cost`]). Each [`Mode`] is one run: no pruning, dcp as
+//! configured, and variants of its config. [`report`] prints and aggregates the runs.
+//!
+//! What is estimated: the system prompt and the tool definitions are not stored with a
+//! session, so they count as a fixed number of tokens per request (OpenCode's, measured in
+//! the lab, see [`OPENCODE_OVERHEAD`]), plus what dcp adds to them in the modes that offer
+//! its tools (its system paragraph and tool descriptions, counted).
+
+pub mod cli;
+pub mod cost;
+pub mod engine;
+pub mod pieces;
+pub mod report;
+pub mod steps;
+
+use serde::Serialize;
+
+use self::cost::{Bill, Meter, Piece, Totals, Ttl};
+use self::engine::{Engine, EngineError, Setup};
+use self::pieces::{Edit, Pieces};
+use self::steps::{AgentTools, Recorded, Request, Timeline};
+use crate::config::{Config, RewriteMode};
+use crate::session::Message;
+use crate::state::Strategy;
+use crate::tokens::{EstimatorChoice, TokenCounter};
+
+/// Tokens of OpenCode 1.18.33's system prompt and tool definitions for its `build` agent, as
+/// the lab's requests carry them (o200k): the default estimate of what every request holds
+/// besides the history.
+pub const OPENCODE_OVERHEAD: u64 = 6_700;
+
+/// Tokens of the JSON schema of one dcp tool's arguments, beside its description.
+const TOOL_SCHEMA: u64 = 60;
+
+/// One replayed run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// No pruning: the session as it would have gone without dcp.
+    None,
+    /// dcp as configured.
+    Dcp,
+    /// dcp with `rewrite.mode: "immediate"`.
+    Immediate,
+    /// One automatic strategy alone, without the agent tools.
+    Only(Strategy),
+    /// The agent tools (`discard`, `extract`) alone.
+    AgentTools,
+}
+
+impl Mode {
+    /// Every mode `--mode all` adds to `none` and `dcp`.
+    pub const EXTRA: [Mode; 5] = [
+        Mode::Immediate,
+        Mode::Only(Strategy::Deduplication),
+        Mode::Only(Strategy::SupersedeWrites),
+        Mode::Only(Strategy::PurgeErrors),
+        Mode::AgentTools,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Dcp => "dcp",
+            Mode::Immediate => "immediate",
+            Mode::Only(s) => s.name(),
+            Mode::AgentTools => "agent-tools",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mode> {
+        [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).find(|m| m.name() == name)
+    }
+
+    /// The config of this run, from the user's.
+    pub fn config(self, base: &Config) -> Config {
+        let mut c = base.clone();
+        let only = |c: &mut Config, keep: Option<Strategy>| {
+            c.strategies.deduplication.enabled &= keep == Some(Strategy::Deduplication);
+            c.strategies.supersede_writes.enabled &= keep == Some(Strategy::SupersedeWrites);
+            c.strategies.purge_errors.enabled &= keep == Some(Strategy::PurgeErrors);
+        };
+        match self {
+            Mode::None | Mode::Dcp => {}
+            Mode::Immediate => c.rewrite.mode = RewriteMode::Immediate,
+            Mode::Only(s) => {
+                only(&mut c, Some(s));
+                c.tools.discard.enabled = false;
+                c.tools.extract.enabled = false;
+            }
+            Mode::AgentTools => only(&mut c, None),
+        }
+        c
+    }
+}
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub modes: Vec<Mode>,
+    pub ttl: Ttl,
+    /// The model's context window, for the pressure rule.
+    pub context_limit: Option<u64>,
+    /// Tokens every request holds besides the history: system prompt and tool definitions.
+    pub overhead: u64,
+    /// The user's dcp config, which the dcp modes start from.
+    pub config: Config,
+}
+
+/// A session to replay.
+pub struct Session<'a> {
+    pub id: &'a str,
+    pub parent_id: Option<&'a str>,
+    pub messages: &'a [Message],
+}
+
+/// One request of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestBill {
+    pub message_id: String,
+    pub time: i64,
+    #[serde(flatten)]
+    pub bill: Bill,
+    /// Why the engine applied pending rewrites on this request, if it did.
+    pub applied: Option<String>,
+    /// Why this request changed what an earlier one had sent, if it did: the policy's
+    /// reason, or `host`.
+    pub rewrite: Option<String>,
+}
+
+/// One run of a session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    #[serde(flatten)]
+    pub totals: Totals,
+    /// The agent's `discard`/`extract` calls replayed, and how many got the answer recorded.
+    pub agent_calls: u64,
+    pub agent_calls_same: u64,
+    pub per_request: Vec<RequestBill>,
+}
+
+/// A replayed session: its runs by mode, and the provider's own counts.
+#[derive(Debug, Clone)]
+pub struct SessionReplay {
+    pub session_id: String,
+    pub requests: usize,
+    pub recorded: Option<Recorded>,
+    pub runs: Vec<(Mode, Run)>,
+}
+
+/// Replays `session` in every mode of `options`, `none` and `dcp` first.
+pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
+    let mut pieces = Pieces::new(TokenCounter::new(EstimatorChoice::Auto));
+    let mut modes = vec![Mode::None, Mode::Dcp];
+    for m in &options.modes {
+        if !modes.contains(m) {
+            modes.push(*m);
+        }
+    }
+    let mut runs = Vec::new();
+    for mode in modes {
+        runs.push((mode, run(session, mode, options, &mut pieces)?));
+    }
+    let plain = Timeline::new(session.messages, AgentTools::Offered);
+    let recorded = plain.requests().iter().filter_map(|r| r.recorded).fold(None, |acc: Option<Recorded>, r| {
+        let mut sum = acc.unwrap_or_default();
+        sum.input += r.input;
+        sum.cache_read += r.cache_read;
+        sum.cache_write += r.cache_write;
+        Some(sum)
+    });
+    Ok(SessionReplay { session_id: session.id.to_string(), requests: plain.requests().len(), recorded, runs })
+}
+
+/// What a run hands its visitor for each request.
+pub struct Step<'a> {
+    pub timeline: &'a Timeline,
+    pub request: &'a Request,
+    /// The engine's edits of the history (none without an engine).
+    pub edits: &'a [Edit],
+    /// The messages the engine appended after the history.
+    pub append: &'a [Message],
+    /// Why the engine applied pending rewrites on this request, if it did.
+    pub applied: Option<&'a str>,
+}
+
+/// Runs every request of `session` in `mode` through the engine (none for [`Mode::None`]),
+/// handing each to `visit`, and replays the agent's tool calls after it. Returns what the
+/// engine adds to the system prompt and tool definitions, and the agent calls' outcome
+/// (replayed, answered as recorded).
+fn drive(
+    session: &Session<'_>,
+    mode: Mode,
+    options: &Options,
+    mut visit: impl FnMut(&Step<'_>),
+) -> Result<(Vec<String>, (u64, u64)), EngineError> {
+    let config = mode.config(&options.config);
+    let offered =
+        mode != Mode::None && config.enabled && (config.tools.discard.enabled || config.tools.extract.enabled);
+    let timeline = Timeline::new(session.messages, if offered { AgentTools::Offered } else { AgentTools::Absent });
+    let Some(mut engine) = (mode != Mode::None)
+        .then(|| {
+            let (session_id, parent_id) = (session.id, session.parent_id);
+            Engine::start(&Setup { session_id, parent_id, context_limit: options.context_limit, config: &config })
+        })
+        .transpose()?
+    else {
+        for request in timeline.requests() {
+            visit(&Step { timeline: &timeline, request, edits: &[], append: &[], applied: None });
+        }
+        return Ok((Vec::new(), (0, 0)));
+    };
+    let additions = engine.additions()?;
+    let mut calls = (0, 0);
+    for request in timeline.requests() {
+        let answer = engine.transform(&timeline, request)?;
+        let append: Vec<Message> =
+            answer.append.iter().filter_map(|m| serde_json::from_value(m.clone()).ok()).collect();
+        let applied = answer.applied.as_deref();
+        visit(&Step { timeline: &timeline, request, edits: answer.edits, append: &append, applied });
+        for call in &request.agent_calls {
+            let answer = engine.agent_call(call)?;
+            calls.0 += 1;
+            calls.1 += u64::from(call.answer.as_deref() == Some(answer.as_str()));
+        }
+    }
+    Ok((additions, calls))
+}
+
+/// A request counted, waiting to be billed.
+struct Counted {
+    time: i64,
+    pieces: Vec<Piece>,
+    /// How many of `pieces` are the history (the rest was appended).
+    history: usize,
+    message_id: String,
+    applied: Option<String>,
+}
+
+/// One run: every request of the session in `mode`, counted and billed.
+fn run(session: &Session<'_>, mode: Mode, options: &Options, pieces: &mut Pieces) -> Result<Run, EngineError> {
+    let mut meter = Meter::new(options.ttl);
+    let mut per_request = Vec::new();
+    let mut totals = Totals::default();
+    // The dcp share of the system prompt and tools is known once the engine has started,
+    // after the first request is visited: it is added to every request afterwards.
+    let mut counted: Vec<Counted> = Vec::new();
+    let (additions, (agent_calls, agent_calls_same)) = drive(session, mode, options, |step| {
+        let mut request = Vec::new();
+        let history = count_history(step, pieces, &mut request);
+        for m in step.append {
+            pieces.message(m, &[], &mut request);
+        }
+        let id = step.timeline.messages()[step.request.message].id().to_string();
+        let applied = step.applied.map(str::to_string);
+        counted.push(Counted { time: step.request.time, pieces: request, history, message_id: id, applied });
+    })?;
+    let mut fixed = vec![pieces.fixed("opencode", options.overhead)];
+    let tools = additions.len().saturating_sub(1) as u64;
+    let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum::<u64>() + tools * TOOL_SCHEMA;
+    if dcp > 0 {
+        fixed.push(pieces.fixed("dcp", dcp));
+    }
+    for Counted { time, pieces: request, history, message_id, applied } in counted {
+        let pieces: Vec<Piece> = fixed.iter().copied().chain(request).collect();
+        let bill = meter.bill(time, pieces, history + fixed.len());
+        // A rewrite the engine did not make is OpenCode's: a compaction, or outputs it cleared.
+        let rewrite = bill.rewrite.then(|| applied.clone().unwrap_or_else(|| "host".to_string()));
+        totals.add(&bill, rewrite.as_deref());
+        per_request.push(RequestBill { message_id, time, bill, applied, rewrite });
+    }
+    Ok(Run { totals, agent_calls, agent_calls_same, per_request })
+}
+
+/// The requests of `session` in `mode` as the model would have received them: each
+/// request's history with the engine's edits applied, then what it appended.
+pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<Vec<Vec<Message>>, EngineError> {
+    let mut out = Vec::new();
+    drive(session, mode, options, |step| {
+        let mut by_message = edits_by_message(step.edits);
+        let mut messages: Vec<Message> = Vec::new();
+        for (m, i) in step.timeline.range(step.request).enumerate() {
+            let mut message = step.timeline.message_at(i, step.request.time).into_owned();
+            for e in by_message.remove(&m).unwrap_or_default() {
+                if let Some(part) = message.parts.get_mut(e.p) {
+                    e.apply(part);
+                }
+            }
+            messages.push(message);
+        }
+        messages.extend(step.append.iter().cloned());
+        out.push(messages);
+    })?;
+    Ok(out)
+}
+
+fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> {
+    let mut by_message: rustc_hash::FxHashMap<usize, Vec<&Edit>> = Default::default();
+    for e in edits {
+        by_message.entry(e.m).or_default().push(e);
+    }
+    by_message
+}
+
+/// Counts a step's history with its edits applied into `request`; returns the number of
+/// pieces `request` then holds.
+fn count_history(step: &Step<'_>, pieces: &mut Pieces, request: &mut Vec<Piece>) -> usize {
+    let by_message = edits_by_message(step.edits);
+    for (m, i) in step.timeline.range(step.request).enumerate() {
+        let message = step.timeline.message_at(i, step.request.time);
+        let mine = by_message.get(&m).map(Vec::as_slice).unwrap_or(&[]);
+        pieces.message(&message, mine, request);
+    }
+    request.len()
+}

@@ -1,0 +1,268 @@
+//! What `dcp replay` prints: per session, and over many sessions the ratios to no pruning
+//! with their median, worst and total.
+//!
+//! The JSON fields are stable (README): `{estimator, cache_ttl, overhead, sessions:
+//! [{session_id, title, parent_id, requests, recorded, modes: {none: M, dcp: M, …}}], total:
+//! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
+//! total}}}}`, where `M` is `{requests, tokens_sent, cost, final_context, rewrites,
+//! agent_calls, agent_calls_same, per_request}`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::cost::{Totals, Ttl};
+use super::{Mode, SessionReplay};
+use crate::format::thousands;
+
+/// A replayed session with what the report says about it besides the runs.
+pub struct Row<'a> {
+    pub title: &'a str,
+    pub parent_id: Option<&'a str>,
+    pub replay: &'a SessionReplay,
+}
+
+/// What the report says about how it counted.
+pub struct Header {
+    pub estimator: &'static str,
+    pub ttl: Ttl,
+    pub overhead: u64,
+}
+
+/// One figure of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figure {
+    TokensSent,
+    Cost,
+    FinalContext,
+}
+
+impl Figure {
+    pub const ALL: [Figure; 3] = [Figure::TokensSent, Figure::Cost, Figure::FinalContext];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Figure::TokensSent => "tokens_sent",
+            Figure::Cost => "cost",
+            Figure::FinalContext => "final_context",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Figure::TokensSent => "Tokens sent",
+            Figure::Cost => "Cache-weighted cost",
+            Figure::FinalContext => "Final context",
+        }
+    }
+
+    pub fn of(self, t: &Totals) -> f64 {
+        match self {
+            Figure::TokensSent => t.tokens_sent as f64,
+            Figure::Cost => t.cost,
+            Figure::FinalContext => t.final_context as f64,
+        }
+    }
+}
+
+/// Median, worst (highest) and total ratio to no pruning over sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Aggregate {
+    pub median: f64,
+    pub worst: f64,
+    pub total: f64,
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0).then(|| a / b)
+}
+
+fn totals(replay: &SessionReplay, mode: Mode) -> Option<&Totals> {
+    replay.runs.iter().find(|(m, _)| *m == mode).map(|(_, run)| &run.totals)
+}
+
+/// The modes of the runs, in the order they ran.
+fn modes(rows: &[Row<'_>]) -> Vec<Mode> {
+    rows.first().map(|r| r.replay.runs.iter().map(|(m, _)| *m).collect()).unwrap_or_default()
+}
+
+/// `figure`'s ratio of `mode` to no pruning over `rows`.
+pub fn aggregate(rows: &[Row<'_>], mode: Mode, figure: Figure) -> Option<Aggregate> {
+    let mut ratios: Vec<f64> = Vec::new();
+    let (mut sum, mut sum_none) = (0.0, 0.0);
+    for row in rows {
+        let (Some(t), Some(none)) = (totals(row.replay, mode), totals(row.replay, Mode::None)) else { continue };
+        if let Some(r) = ratio(figure.of(t), figure.of(none)) {
+            ratios.push(r);
+            sum += figure.of(t);
+            sum_none += figure.of(none);
+        }
+    }
+    if ratios.is_empty() {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
+    Some(Aggregate { median, worst: ratios[n - 1], total: ratio(sum, sum_none).unwrap_or(1.0) })
+}
+
+/// The `--json` document.
+pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
+    let modes = modes(rows);
+    let sessions: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let runs: Map<String, Value> = row
+                .replay
+                .runs
+                .iter()
+                .map(|(m, run)| (m.name().to_string(), serde_json::to_value(run).unwrap_or(Value::Null)))
+                .collect();
+            json!({
+                "session_id": row.replay.session_id, "title": row.title, "parent_id": row.parent_id,
+                "requests": row.replay.requests, "recorded": row.replay.recorded, "modes": runs,
+            })
+        })
+        .collect();
+    let mut total = Map::new();
+    let mut aggregates = Map::new();
+    for mode in &modes {
+        let mut sum = Totals::default();
+        rows.iter().filter_map(|r| totals(r.replay, *mode)).for_each(|t| sum.merge(t));
+        total.insert(mode.name().to_string(), serde_json::to_value(sum).unwrap_or(Value::Null));
+        if *mode != Mode::None {
+            let figures: Map<String, Value> = Figure::ALL
+                .iter()
+                .map(|f| (f.key().to_string(), serde_json::to_value(aggregate(rows, *mode, *f)).unwrap_or_default()))
+                .collect();
+            aggregates.insert(mode.name().to_string(), Value::Object(figures));
+        }
+    }
+    json!({
+        "estimator": header.estimator,
+        "cache_ttl": match header.ttl { Ttl::Seconds(s) => json!(s), Ttl::Never => Value::Null },
+        "overhead": header.overhead,
+        "sessions": sessions,
+        "total": total,
+        "aggregate": aggregates,
+    })
+}
+
+fn how(header: &Header) -> String {
+    let ttl = match header.ttl {
+        Ttl::Seconds(s) => format!("a cached prefix expires after {s} s"),
+        Ttl::Never => "the cache never expires".to_string(),
+    };
+    format!(
+        "Tokens: {}; cost: 0.1 x the prefix shared with the previous request + 1.25 x the rest; {ttl}.\n\
+         System prompt and tool definitions: estimated as {} tokens per request (--overhead), plus\n\
+         dcp's instructions and tool descriptions where it offers its tools (counted).\n",
+        header.estimator,
+        thousands(header.overhead)
+    )
+}
+
+fn cell(t: &Totals, none: &Totals, figure: Figure) -> String {
+    let v = figure.of(t);
+    match ratio(v, figure.of(none)) {
+        Some(r) if !std::ptr::eq(t, none) => format!("{} ({r:.2})", thousands(v.round() as u64)),
+        _ => thousands(v.round() as u64),
+    }
+}
+
+/// The text report of one session.
+pub fn session(header: &Header, row: &Row<'_>) -> String {
+    let r = row.replay;
+    let mut out = format!("Session {}  \"{}\": {} requests\n\n", r.session_id, row.title, r.requests);
+    let _ = writeln!(
+        out,
+        "  {:<18} {:>19} {:>19} {:>17} {:>9}",
+        "mode", "tokens sent", "cost", "final context", "rewrites"
+    );
+    let none = totals(r, Mode::None).cloned().unwrap_or_default();
+    for (mode, run) in &r.runs {
+        let t = &run.totals;
+        let cells: Vec<String> =
+            Figure::ALL.iter().map(|f| cell(t, if *mode == Mode::None { t } else { &none }, *f)).collect();
+        let reasons: Vec<String> = t.reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let why = if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) };
+        let (name, rewrites) = (mode.name(), t.rewrites);
+        let _ = writeln!(out, "  {name:<18} {:>19} {:>19} {:>17} {rewrites:>9}{why}", cells[0], cells[1], cells[2]);
+    }
+    if let Some(rec) = &r.recorded {
+        let _ = writeln!(
+            out,
+            "  {:<18} {:>19} {:>19}     (provider's counts: {} input, {} cache reads, {} cache writes)",
+            "recorded",
+            thousands(rec.prompt()),
+            thousands((rec.input as f64 + 0.1 * rec.cache_read as f64 + 1.25 * rec.cache_write as f64).round() as u64),
+            thousands(rec.input),
+            thousands(rec.cache_read),
+            thousands(rec.cache_write)
+        );
+    }
+    let calls: Vec<String> = r
+        .runs
+        .iter()
+        .filter(|(_, run)| run.agent_calls > 0)
+        .map(|(m, run)| format!("{}: {} of {} answered as recorded", m.name(), run.agent_calls_same, run.agent_calls))
+        .collect();
+    if !calls.is_empty() {
+        let _ = writeln!(out, "\nAgent discard/extract calls replayed ({}).", calls.join("; "));
+    }
+    out.push('\n');
+    out.push_str(&how(header));
+    out
+}
+
+/// The text report over many sessions: one table per figure, a column per mode.
+pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
+    let modes = modes(rows);
+    let mut out = String::new();
+    for figure in Figure::ALL {
+        let _ = writeln!(out, "{}, ratio to no pruning (none: {}):", figure.title(), figure.key());
+        let mut head = format!("  {:<34} {:>5} {:>12}", "session", "reqs", "none");
+        for m in modes.iter().filter(|m| **m != Mode::None) {
+            let _ = write!(head, " {:>w$}", m.name(), w = m.name().len().max(6));
+        }
+        let _ = writeln!(out, "{head}");
+        for row in rows {
+            let none = totals(row.replay, Mode::None).cloned().unwrap_or_default();
+            let mut line = format!(
+                "  {:<34} {:>5} {:>12}",
+                row.replay.session_id,
+                row.replay.requests,
+                thousands(figure.of(&none).round() as u64)
+            );
+            for m in modes.iter().filter(|m| **m != Mode::None) {
+                let r = totals(row.replay, *m).and_then(|t| ratio(figure.of(t), figure.of(&none)));
+                let _ = write!(
+                    line,
+                    " {:>w$}",
+                    r.map_or("-".to_string(), |r| format!("{r:.2}")),
+                    w = m.name().len().max(6)
+                );
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        for (name, pick) in [("median", 0), ("worst", 1), ("total", 2)] {
+            let mut line = format!("  {:<34} {:>5} {:>12}", name, "", "");
+            for m in modes.iter().filter(|m| **m != Mode::None) {
+                let a = aggregate(rows, *m, figure).map(|a| [a.median, a.worst, a.total][pick]);
+                let _ = write!(
+                    line,
+                    " {:>w$}",
+                    a.map_or("-".to_string(), |r| format!("{r:.2}")),
+                    w = m.name().len().max(6)
+                );
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "{} sessions.", rows.len());
+    out.push_str(&how(header));
+    out
+}
