@@ -193,8 +193,8 @@ impl InstallWatch {
 const CONFIG: &str = r#"{ "rewrite": {"mode": "immediate"}, "pruneNotification": "minimal" }"#;
 
 /// `dcp doctor` as the user runs it in the lab's environment: `program` is the binary, or
-/// `node` with the package's `plugin/cli.js` first in `args` (what `npx dcp-opencode` runs).
-fn doctor(lab: &Lab, program: &Path, args: &[&Path]) -> std::process::Output {
+/// `npx` with the package first in `args`.
+fn doctor(lab: &Lab, program: &Path, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(program);
     cmd.args(args).arg("doctor").current_dir(lab.project()).envs(lab.env());
     for name in lab.unset() {
@@ -260,8 +260,9 @@ fn opencode_installs_dcp_from_a_registry_and_it_prunes() {
     let stdout = String::from_utf8_lossy(&stats.stdout);
     assert!(stdout.contains("DCP statistics"), "stdout: {stdout}\n{}", tail(&stats.stderr));
 
-    // `dcp doctor`, through the package's `dcp` command, finds everything in place.
-    let good = doctor(&lab, Path::new("node"), &[&modules.join("dcp-opencode/plugin/cli.js")]);
+    // `npx dcp-opencode doctor` (npm installs the package again, in its own cache, from the
+    // lab's registry) finds everything in place.
+    let good = doctor(&lab, Path::new("npx"), &["--yes", &format!("dcp-opencode@{VERSION}")]);
     let text = String::from_utf8_lossy(&good.stdout);
     eprintln!("dcp doctor on the installed package:\n{text}");
     assert!(good.status.success(), "{text}\n{}", String::from_utf8_lossy(&good.stderr));
