@@ -70,7 +70,7 @@ pub fn check(inputs: &Inputs, checks: &mut Vec<Check>) {
     }
     for source in &named {
         let dir = plugin_dir(inputs, source, checks);
-        plugin_binary(inputs, dir.as_deref(), checks);
+        checks.push(plugin_binary(inputs, dir.as_deref()));
     }
 }
 
@@ -207,13 +207,13 @@ fn plugin_dir(inputs: &Inputs, source: &Source, checks: &mut Vec<Check>) -> Opti
 }
 
 /// The binary the plugin will run, in the plugin's order, with its version.
-fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>, checks: &mut Vec<Check>) {
+fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>) -> Check {
     const NAME: &str = "plugin runs";
     let plugin_version = plugin.and_then(read_package).and_then(|p| p.get("version")?.as_str().map(str::to_string));
     let found = if let Some(bin) = &inputs.dcp_bin {
         if !bin.is_file() {
             let message = format!("DCP_BIN is {} but there is no file there; pruning is off", bin.display());
-            return checks.push(Check::new(NAME, Status::Fail, message));
+            return Check::new(NAME, Status::Fail, message);
         }
         Some((bin.clone(), "DCP_BIN"))
     } else {
@@ -231,9 +231,9 @@ fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>, checks: &mut Vec<Check>
         {
             message.push_str(&format!("; to install both again, remove {} and restart OpenCode", install.display()));
         }
-        return checks.push(Check::new(NAME, Status::Fail, message));
+        return Check::new(NAME, Status::Fail, message);
     };
-    let check = match binary_version(inputs, &bin) {
+    match binary_version(inputs, &bin) {
         Err(e) => Check::new(NAME, Status::Fail, format!("{} (from {how}) does not run: {e}", bin.display())),
         Ok(v) if plugin_version.as_deref().is_some_and(|p| p != v) => Check::new(
             NAME,
@@ -245,8 +245,7 @@ fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>, checks: &mut Vec<Check>
             ),
         ),
         Ok(v) => Check::new(NAME, Status::Ok, format!("{} (from {how}), dcp {v}", bin.display())),
-    };
-    checks.push(check);
+    }
 }
 
 /// The platform package's binary, found from the plugin's dir as Node resolves a package:

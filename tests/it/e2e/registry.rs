@@ -3,6 +3,7 @@
 //! uplinks, and installed by OpenCode itself from `"plugin": ["dcp-opencode@<version>"]`,
 //! with no `DCP_BIN` and no `dcp` on `PATH`.
 //!
+//! `DCP_E2E_PACK_BIN=target/release/dcp` packs that binary instead of the one under test.
 //! verdaccio is installed with npm into `target/e2e/verdaccio` on first use, from
 //! `tests/it/e2e/registry-package.json` (`.ci/run` installs it up front). Its storage and
 //! config live in a temp dir; it is started and stopped by the test.
@@ -55,14 +56,16 @@ fn verdaccio() -> PathBuf {
     bin
 }
 
-/// The tarballs of `bash npm/pack.sh`, packed once from the binary under test.
+/// The tarballs of `bash npm/pack.sh`, packed once from the binary under test, or from
+/// `DCP_E2E_PACK_BIN` (to run the test on a release build).
 fn tarballs() -> &'static [PathBuf] {
     static PACKED: OnceLock<Vec<PathBuf>> = OnceLock::new();
     PACKED.get_or_init(|| {
         let out_dir = e2e_dir().join("npm");
+        let bin = std::env::var_os("DCP_E2E_PACK_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_dcp").into());
         let out = Command::new("bash")
             .arg(repo().join("npm/pack.sh"))
-            .env("DCP_BIN_FOR_PACK", env!("CARGO_BIN_EXE_dcp"))
+            .env("DCP_BIN_FOR_PACK", bin)
             .env("DCP_NPM_OUT", &out_dir)
             .output()
             .expect("bash npm/pack.sh");
