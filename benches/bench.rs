@@ -6,7 +6,7 @@
 //! `bench/transform/run.mjs`, for dcp and for the published DCP plugin), how long all-time
 //! stats take over 10,000 state files, how fast `dcp serve` answers its first request, how
 //! fast the tokenizer counts, and how much memory the sidecar needs. Inputs come from
-//! `dcp::gen`, so every run measures the same data. Measurements are plain repetitions summed
+//! `dcp_testkit::gen`, so every run measures the same data. Measurements are plain repetitions summed
 //! up as p50 and p99 (nearest rank); a target that is not met is reported, never fatal, and a
 //! group that cannot run (no node, no npm) says why and lets the others run.
 //!
@@ -182,8 +182,8 @@ fn machine() -> Vec<(String, String)> {
 /// against a stale file.
 fn session_file(size: usize, steps: usize) -> std::io::Result<PathBuf> {
     let path = work_dir().join(format!("session-{size}.json"));
-    let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: size, steps, seed: SEED });
-    dcp::gen::write_session(&session, &path)?;
+    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: size, steps, seed: SEED });
+    dcp_testkit::gen::write_session(&session, &path)?;
     Ok(path)
 }
 
@@ -408,7 +408,7 @@ fn stats_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     let data = root.join("data");
     let cache = root.join("cache");
     let dir = data.join("storage/plugin/dcp");
-    let summary = match dcp::gen::write_states(10_000, SEED, &dir) {
+    let summary = match dcp_testkit::gen::write_states(10_000, SEED, &dir) {
         Ok(s) => s,
         Err(e) => {
             notes.push(format!("Stats rows skipped: cannot write state files: {e}."));
@@ -521,7 +521,7 @@ fn tools_rows(rows: &mut Vec<Row>) {
     };
     let options = dcp::sidecar::Options { data_dir: root.join("data"), env, project: None };
     let Ok(mut server) = dcp::sidecar::Server::new(options, None) else { return };
-    let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
+    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
     let mut ask = |id: usize, method: &str, params: Value| {
         let line = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         server.handle_line(&line)
@@ -601,7 +601,7 @@ fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
 fn tokenizer_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     use dcp::tokens::{EstimatorChoice, TokenCounter};
     eprintln!("bench: tokenizer");
-    let session = dcp::gen::session(&dcp::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
+    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
     let mut corpus: Vec<&str> = Vec::new();
     let mut bytes = 0;
     for out in session.tool_outputs() {

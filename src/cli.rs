@@ -75,51 +75,6 @@ pub enum Command {
     Replay(crate::replay::cli::Args),
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
-    /// For crash-safety tests: save a session's state over and over, one more prune each time.
-    #[command(hide = true)]
-    SaveLoop {
-        #[arg(long, value_name = "ID")]
-        session: String,
-        #[arg(long, default_value_t = 1_000_000)]
-        count: u64,
-        /// The call ids are `<prefix><i>`, so that processes can tell their prunes apart.
-        #[arg(long, default_value = "c")]
-        prefix: String,
-    },
-    /// For benchmarks and tests: generate a synthetic session or state files (`dcp::gen`).
-    #[command(hide = true)]
-    Gen {
-        #[command(subcommand)]
-        what: GenCommand,
-    },
-}
-
-/// What `dcp gen` generates. The same seed always gives byte-identical files.
-#[derive(Debug, Subcommand)]
-pub enum GenCommand {
-    /// An OpenCode history of N messages, as the plugin's transform hook receives it, and the
-    /// steps to append after it: `{"sessionID", "messages", "steps"}`.
-    Session {
-        #[arg(long, value_name = "N")]
-        messages: usize,
-        #[arg(long, value_name = "S", default_value_t = 1)]
-        seed: u64,
-        /// Assistant messages to append one at a time after the history.
-        #[arg(long, value_name = "K", default_value_t = 50)]
-        steps: usize,
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-    },
-    /// N state files in the layout dcp writes, in DIR. `dcp stats --data-dir D` reads
-    /// D/storage/plugin/dcp, so pass that as DIR.
-    States {
-        #[arg(long, value_name = "N")]
-        count: usize,
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        #[arg(long, value_name = "S", default_value_t = 1)]
-        seed: u64,
-    },
 }
 
 /// What every command needs: where the data is, the config, and how to print.
@@ -174,8 +129,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
-        Command::SaveLoop { session, count, prefix } => save_loop(&ctx, &session, count, &prefix),
-        Command::Gen { what } => gen_cmd(&ctx, &what, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
     }
@@ -389,72 +342,5 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
-    Ok(())
-}
-
-/// Saves session `id` `count` times, adding prune `<prefix><i>` worth `i` tokens before each
-/// save, `i` going on from the prunes already saved, so every version on disk says which
-/// save wrote it.
-fn save_loop(ctx: &Ctx, id: &str, count: u64, prefix: &str) -> Result<()> {
-    let mut store = ctx.store();
-    let (slot, _) = store.slot(id)?;
-    let first: u64 = (1..).find(|i| !slot.state.pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
-    for i in first..first.saturating_add(count) {
-        let (slot, _) = store.slot(id)?;
-        let record = crate::state::PruneRecord {
-            strategy: crate::state::Strategy::Sweep,
-            action: crate::state::Action::Output,
-            tokens: i,
-            tool: String::new(),
-            applied: true,
-        };
-        slot.record(&format!("{prefix}{i}"), record);
-        store.save_now(id)?;
-    }
-    Ok(())
-}
-
-/// `dcp gen`: writes what was asked for and says what it wrote.
-fn gen_cmd(ctx: &Ctx, what: &GenCommand, out: &mut dyn Write) -> Result<()> {
-    match what {
-        GenCommand::Session { messages, seed, steps, out: file } => {
-            let spec = crate::gen::SessionSpec { messages: *messages, steps: *steps, seed: *seed };
-            let session = crate::gen::session(&spec);
-            crate::gen::write_session(&session, file).with_context(|| format!("cannot write {}", file.display()))?;
-            let bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-            let summary = serde_json::json!({
-                "file": file, "session_id": session.session_id, "messages": session.messages.len(),
-                "steps": session.steps.len(), "bytes": bytes,
-            });
-            if ctx.json {
-                return print_json(out, &summary);
-            }
-            writeln!(
-                out,
-                "Wrote {}: session {}, {} messages, {} steps, {} bytes.",
-                file.display(),
-                session.session_id,
-                session.messages.len(),
-                session.steps.len(),
-                format::thousands(bytes)
-            )?;
-        }
-        GenCommand::States { count, dir, seed } => {
-            let summary = crate::gen::write_states(*count, *seed, dir)
-                .with_context(|| format!("cannot write state files in {}", dir.display()))?;
-            if ctx.json {
-                return print_json(out, &summary);
-            }
-            writeln!(
-                out,
-                "Wrote {} state files in {}: {} tokens and {} tools pruned, {} sessions with savings.",
-                summary.files,
-                dir.display(),
-                format::thousands(summary.tokens_saved),
-                format::thousands(summary.tools_pruned),
-                summary.sessions
-            )?;
-        }
-    }
     Ok(())
 }

@@ -5,14 +5,12 @@
 //! model; [`strategies`] decide what to prune and rewrite the messages; [`state`] remembers
 //! the decisions per session and persists them; [`stats`] and [`context`] report what that
 //! saves; [`cli`] is the terminal surface, and [`doctor`] checks an install. [`config`] and [`tokens`] serve them all.
-//! [`gen`] makes synthetic sessions and state files for the benchmarks and tests.
 
 pub mod cli;
 pub mod config;
 pub mod context;
 pub mod doctor;
 pub mod format;
-pub mod gen;
 pub mod host;
 pub mod logging;
 pub mod policy;

@@ -1,5 +1,5 @@
 // Times one plugin's `experimental.chat.messages.transform` hook on a session made by
-// `dcp gen session`: the first request on the whole history, then the steady state as the
+// `dcp-testkit gen session`: the first request on the whole history, then the steady state as the
 // generated steps are appended one at a time. `--plugin ours` loads this repository's
 // plugin/index.js (which drives `dcp serve`); `--plugin published` loads the published DCP
 // plugin installed here by `npm install` (it is AGPL: it is called, never copied). Both are

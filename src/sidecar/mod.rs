@@ -40,7 +40,7 @@ use crate::strategies::{self, Rules};
 use crate::texts;
 use crate::tokens::EstimatorChoice;
 
-pub use self::stdio::serve;
+pub use self::stdio::{serve, serve_on};
 
 /// Where the sidecar finds things.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 //! hands out the saves that fall due. A line over the size limit or not in UTF-8 gets an
 //! error answer and is skipped; reading goes on.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
@@ -64,12 +64,12 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize) -> std::io::Result<Line> {
     }
 }
 
-/// Reads stdin's lines on their own thread, so that waiting for one can give way to a save
+/// Reads `input`'s lines on their own thread, so that waiting for one can give way to a save
 /// that falls due.
-fn spawn_reader(max_line: usize) -> Receiver<std::io::Result<Line>> {
+fn spawn_reader(input: impl Read + Send + 'static, max_line: usize) -> Receiver<std::io::Result<Line>> {
     let (tx, lines) = std::sync::mpsc::sync_channel(16);
     std::thread::spawn(move || {
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
         loop {
             let line = read_line(&mut reader, max_line);
             let last = !matches!(line, Ok(Line::Text(_) | Line::TooLong(_) | Line::NotUtf8(_)));
@@ -122,10 +122,19 @@ fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
     Some(protocol::err(None, &e))
 }
 
-/// Runs the sidecar until stdin closes or `shutdown` arrives.
-///
-/// The saver's writes run on a one-worker tokio runtime.
+/// Runs the sidecar on stdin and stdout until stdin closes or `shutdown` arrives.
 pub fn serve(options: Options) -> anyhow::Result<()> {
+    serve_on(options, std::io::stdin(), std::io::stdout().lock(), protocol::MAX_LINE_BYTES)
+}
+
+/// Runs the sidecar on `input` and `output` until `input` ends or `shutdown` arrives,
+/// refusing lines over `max_line` bytes. The saver's writes run on a one-worker tokio runtime.
+pub fn serve_on(
+    options: Options,
+    input: impl Read + Send + 'static,
+    mut output: impl Write,
+    max_line: usize,
+) -> anyhow::Result<()> {
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let saver = {
@@ -133,13 +142,7 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
         Saver::spawn()
     };
     let mut server = Server::new(options, Some(saver.clone()))?;
-    // The line limit can be lowered (never raised past the default) for tests.
-    let max_line = std::env::var("DCP_MAX_LINE_BYTES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(protocol::MAX_LINE_BYTES, |v| v.min(protocol::MAX_LINE_BYTES));
-    let lines = spawn_reader(max_line);
-    let mut stdout = std::io::stdout().lock();
+    let lines = spawn_reader(input, max_line);
     loop {
         let line = next_line(&mut server, &lines)?;
         if matches!(line, Line::Eof) {
@@ -147,7 +150,7 @@ pub fn serve(options: Options) -> anyhow::Result<()> {
         }
         if let Some(mut response) = answer(&mut server, line, max_line) {
             response.push('\n');
-            if stdout.write_all(response.as_bytes()).is_err() || stdout.flush().is_err() {
+            if output.write_all(response.as_bytes()).is_err() || output.flush().is_err() {
                 break;
             }
         }

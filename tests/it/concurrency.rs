@@ -3,7 +3,7 @@
 //! each process makes (default 1,000).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use dcp::state::persist;
 use dcp::state::{SessionState, Strategy};
@@ -17,13 +17,9 @@ fn updates() -> u64 {
     std::env::var("DCP_UPDATES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000)
 }
 
-/// `dcp save-loop`: `count` saves of session `id`, each adding prune `<prefix><i>` worth `i`.
-fn save_loop(data: &Path, home: &Path, id: &str, prefix: &str, count: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["save-loop", "--session", id, "--prefix", prefix, "--count", &count.to_string(), "--data-dir"])
-        .arg(data)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
+/// `count` saves of session `id`, each adding prune `<prefix><i>` worth `i`.
+fn save_loop(data: &Path, id: &str, prefix: &str, count: u64) -> Child {
+    crate::support::save_loop(data, id, prefix, Some(count))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -39,9 +35,8 @@ fn read_state(sandbox: &Sandbox, id: &str) -> SessionState {
 fn two_processes_saving_one_session_lose_no_update() {
     let n = updates();
     let s = Sandbox::new();
-    let home = s.dir.path().join("home");
-    let mut a = save_loop(&s.data(), &home, "ses_shared", "a", n);
-    let mut b = save_loop(&s.data(), &home, "ses_shared", "b", n);
+    let mut a = save_loop(&s.data(), "ses_shared", "a", n);
+    let mut b = save_loop(&s.data(), "ses_shared", "b", n);
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
     let state = read_state(&s, "ses_shared");
@@ -66,9 +61,8 @@ fn two_processes_saving_one_session_lose_no_update() {
 fn the_sidecar_and_another_process_lose_no_update() {
     let n = updates();
     let s = Sandbox::new();
-    let home = s.dir.path().join("home");
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
-    let mut other = save_loop(&s.data(), &home, "ses_test", "s", n);
+    let mut other = save_loop(&s.data(), "ses_test", "s", n);
     for i in 1..=n {
         let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": duplicate_reads(i)}));
         assert_eq!(result["edits"].as_array().unwrap().len(), 1, "request {i}: {result}");
@@ -88,7 +82,6 @@ fn the_sidecar_and_another_process_lose_no_update() {
 #[test]
 fn the_sidecar_sees_another_processs_prune_before_its_next_request() {
     let s = Sandbox::new();
-    let home = s.dir.path().join("home");
     let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
     let output = "line of a long log\n".repeat(100);
     let session = SessionBuilder::new().user("go").tool("x1", "bash", json!({"command": "make"}), &output).build();
@@ -96,7 +89,7 @@ fn the_sidecar_sees_another_processs_prune_before_its_next_request() {
     let first = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": messages.clone()}));
     assert!(first["edits"].as_array().unwrap().is_empty(), "{first}");
     // Another process prunes call `x1` (save-loop names its prunes `<prefix><i>`).
-    assert!(save_loop(&s.data(), &home, "ses_test", "x", 1).wait().unwrap().success());
+    assert!(save_loop(&s.data(), "ses_test", "x", 1).wait().unwrap().success());
     let second = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": messages.clone()}));
     apply(&mut messages, &second);
     assert_eq!(messages[1]["parts"][1]["state"]["output"], OUTPUT_PLACEHOLDER, "{second}");

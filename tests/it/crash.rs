@@ -1,10 +1,13 @@
 //! Crash safety: a process SIGKILLed at random moments while it saves state never leaves a
 //! torn file. `DCP_KILLS` sets how many kills (default 1,000).
 
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
 use std::time::Duration;
 
 use dcp::state::persist;
+
+use crate::support::{save_loop, SAVE_LOOP_READY};
 
 #[test]
 fn state_files_survive_sigkill_at_random_moments() {
@@ -24,15 +27,14 @@ fn state_files_survive_sigkill_at_random_moments() {
     let mut previous = 0u64;
     let mut survived = 0u64;
     for _ in 0..kills {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dcp"))
-            .args(["save-loop", "--session", "ses_crash", "--data-dir"])
-            .arg(&data)
-            .env("HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path().join("config"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child =
+            save_loop(&data, "ses_crash", "c", None).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        // The kill lands in the save loop, not in the process's start-up.
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap() > 0 && line.trim_end() != SAVE_LOOP_READY {
+            line.clear();
+        }
         std::thread::sleep(Duration::from_micros(next() % 8_000));
         child.kill().unwrap();
         child.wait().unwrap();
@@ -59,13 +61,7 @@ fn state_files_survive_sigkill_at_random_moments() {
             .count()
     };
     assert!(temps() <= 1);
-    let status = Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["save-loop", "--session", "ses_crash", "--count", "1", "--data-dir"])
-        .arg(&data)
-        .env("HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join("config"))
-        .status()
-        .unwrap();
+    let status = save_loop(&data, "ses_crash", "c", Some(1)).stdout(Stdio::null()).status().unwrap();
     assert!(status.success());
     assert_eq!(temps(), 0, "a save left its temp file behind");
     eprintln!("{survived} kills survived; the last file held {previous} saves");

@@ -1,13 +1,20 @@
-//! The synthetic session and state generator (`dcp::gen`, `dcp gen`): deterministic, in
+//! The synthetic session and state generator (`dcp_testkit::gen`, `dcp gen`): deterministic, in
 //! OpenCode's shape, with the mix the benchmarks rely on, and state files `dcp stats` sums.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::Command;
 
-use dcp::gen::{self, SessionSpec};
 use dcp::session::{tool_calls, Message, ToolStatus};
+use dcp_testkit::gen::{self, SessionSpec};
 use serde_json::Value;
+
+/// `dcp-testkit <args> --json`, in process.
+fn testkit(args: &[&str]) -> Value {
+    let mut out = Vec::new();
+    dcp_testkit::cli::run(args.iter().chain(&["--json"]), &mut out).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
 
 fn dcp(args: &[&str], home: &Path) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
@@ -33,7 +40,7 @@ fn the_same_seed_gives_the_same_bytes() {
         let mut args: Vec<&str> = args.to_vec();
         let path_str = path.to_str().unwrap().to_string();
         args.push(&path_str);
-        let summary = dcp(&args, dir.path());
+        let summary = testkit(&args);
         assert_eq!(summary["messages"], 300);
         assert_eq!(summary["steps"], 10);
         std::fs::read(&path).unwrap()
@@ -172,8 +179,7 @@ fn stats_sums_generated_state_files() {
     let home = tempfile::tempdir().unwrap();
     let data = home.path().join("data");
     let state_dir = data.join("storage/plugin/dcp");
-    let summary =
-        dcp(&["gen", "states", "--count", "250", "--seed", "9", "--dir", state_dir.to_str().unwrap()], home.path());
+    let summary = testkit(&["gen", "states", "--count", "250", "--seed", "9", "--dir", state_dir.to_str().unwrap()]);
     assert_eq!(summary["files"], 250);
     assert!(summary["tools_pruned"].as_u64().unwrap() > 250);
     let stats = dcp(&["stats", "--data-dir", data.to_str().unwrap()], home.path());

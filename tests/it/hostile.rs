@@ -554,16 +554,30 @@ fn a_line_that_is_not_utf8_is_a_parse_error() {
 #[test]
 fn an_oversized_line_is_skipped_and_the_sidecar_goes_on() {
     let s = Sandbox::new();
-    // The real limit is 256 MiB; `DCP_MAX_LINE_BYTES` lowers it so this costs nothing.
-    let mut sidecar = Sidecar::spawn(&s, &[("DCP_MAX_LINE_BYTES", "4096")]);
-    let mut line = br#"{"jsonrpc":"2.0","id":1,"method":"system","params":{"pad":""#.to_vec();
-    line.extend(std::iter::repeat_n(b'x', 10_000));
-    line.extend(b"\"}}");
-    let (code, message) = sidecar.error(&line);
-    assert_eq!(code, -32002, "{message}");
+    // The real limit is 256 MiB; the line loop runs in process here, with a 4,096-byte limit,
+    // so this costs nothing.
+    let home = s.dir.path().join("home");
+    let env = dcp::host::paths::Env {
+        home: Some(home.clone()),
+        xdg_config_home: Some(home.join(".config")),
+        ..Default::default()
+    };
+    let options = dcp::sidecar::Options { data_dir: s.data(), env, project: None };
+    let mut input = br#"{"jsonrpc":"2.0","id":1,"method":"system","params":{"pad":""#.to_vec();
+    input.extend(std::iter::repeat_n(b'x', 10_000));
+    input.extend(b"\"}}\n");
+    input.extend(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"system\",\"params\":{}}\n");
+    let mut output = Vec::new();
+    dcp::sidecar::serve_on(options, std::io::Cursor::new(input), &mut output, 4096).unwrap();
+    let answers: Vec<Value> =
+        output.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    let message = answers[0]["error"]["message"].as_str().unwrap();
+    assert_eq!(answers[0]["error"]["code"], -32002, "{message}");
     assert!(message.contains("4096"), "{message}");
-    sidecar.still_serves();
-    sidecar.shutdown();
+    // The next line is served.
+    assert_eq!(answers[1]["id"], 2);
+    assert!(answers[1]["result"]["system"].is_array(), "{}", answers[1]);
 }
 
 /// Runs `sql` on the sandbox's `opencode.db`.

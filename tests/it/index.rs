@@ -4,13 +4,13 @@
 //! index has had to start over.
 
 use dcp::config::Config;
-use dcp::gen::{self, SessionSpec};
 use dcp::session::{History, Message};
 use dcp::state::SessionState;
 use dcp::strategies::incremental::Index;
 use dcp::strategies::{self, prunable, Decision, Rules};
 use dcp::texts;
 use dcp::tokens::{EstimatorChoice, TokenCounter};
+use dcp_testkit::gen::{self, SessionSpec};
 
 /// One side: a state, a token counter, and what was recorded since the list last looked.
 struct Side {

@@ -179,3 +179,40 @@ pub fn duplicate_reads(i: u64) -> Vec<Value> {
         })
         .collect()
 }
+
+/// `dcp_testkit::save_loop` in a child process, for the tests that kill it or race two of
+/// them: session `id` of the data dir `data`, `count` saves (the default: until killed),
+/// prune ids `<prefix><i>`. The child is this test binary again, running only
+/// [`save_loop_child`], so the save loop stays out of the shipped `dcp` binary.
+pub fn save_loop(data: &Path, id: &str, prefix: &str, count: Option<u64>) -> std::process::Command {
+    let mut args = vec!["save-loop".to_string(), "--session".into(), id.into(), "--prefix".into(), prefix.into()];
+    if let Some(n) = count {
+        args.extend(["--count".to_string(), n.to_string()]);
+    }
+    args.extend(["--data-dir".to_string(), data.display().to_string()]);
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["support::save_loop_child", "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
+        .env(SAVE_LOOP_ARGS, args.join("\u{1f}"));
+    command
+}
+
+/// The arguments of [`save_loop_child`], separated by U+001F.
+const SAVE_LOOP_ARGS: &str = "DCP_TEST_SAVE_LOOP_ARGS";
+
+/// What the child of [`save_loop`] prints on stdout once it has started, just before its
+/// first save: a test that kills it can wait for it, so that no kill lands in the start-up.
+pub const SAVE_LOOP_READY: &str = "save-loop: ready";
+
+/// The child process of [`save_loop`]: runs `dcp-testkit save-loop` with the arguments it was
+/// given, and fails if the loop fails.
+#[test]
+#[ignore = "a child process of the crash and concurrency tests (support::save_loop)"]
+fn save_loop_child() {
+    let Ok(args) = std::env::var(SAVE_LOOP_ARGS) else { return };
+    let args: Vec<&str> = args.split('\u{1f}').collect();
+    println!("{SAVE_LOOP_READY}");
+    if let Err(e) = dcp_testkit::cli::run(&args, &mut std::io::sink()) {
+        panic!("save-loop {args:?}: {e:#}");
+    }
+}

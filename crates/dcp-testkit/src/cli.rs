@@ -1,0 +1,140 @@
+//! `dcp-testkit`: the generator and the save loop from the command line.
+//!
+//! ```sh
+//! cargo run -p dcp-testkit -- gen session --messages 2000 --steps 200 --seed 1 --out /tmp/s2000.json
+//! cargo run -p dcp-testkit -- gen states --count 10000 --dir /tmp/d/storage/plugin/dcp
+//! cargo run -p dcp-testkit -- save-loop --session ses_x --data-dir /tmp/d
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use dcp::format;
+
+#[derive(Debug, Parser)]
+#[command(name = "dcp-testkit", about = "Test tooling for dcp: synthetic sessions and state files, and a save loop.")]
+pub struct Cli {
+    /// Print JSON instead of a sentence.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate a synthetic session or state files (`dcp_testkit::gen`).
+    Gen {
+        #[command(subcommand)]
+        what: Gen,
+    },
+    /// Save a session's state over and over, one more prune each time (`dcp_testkit::save_loop`).
+    SaveLoop {
+        #[arg(long, value_name = "ID")]
+        session: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+        /// The call ids are `<prefix><i>`, so that processes can tell their prunes apart.
+        #[arg(long, default_value = "c")]
+        prefix: String,
+        /// OpenCode's data dir; the state files are in its `storage/plugin/dcp/`.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+}
+
+/// What `dcp-testkit gen` generates. The same seed always gives byte-identical files.
+#[derive(Debug, Subcommand)]
+pub enum Gen {
+    /// An OpenCode history of N messages, as the plugin's transform hook receives it, and the
+    /// steps to append after it: `{"sessionID", "messages", "steps"}`.
+    Session {
+        #[arg(long, value_name = "N")]
+        messages: usize,
+        #[arg(long, value_name = "S", default_value_t = 1)]
+        seed: u64,
+        /// Assistant messages to append one at a time after the history.
+        #[arg(long, value_name = "K", default_value_t = 50)]
+        steps: usize,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// N state files in the layout dcp writes, in DIR. `dcp stats --data-dir D` reads
+    /// D/storage/plugin/dcp, so pass that as DIR.
+    States {
+        #[arg(long, value_name = "N")]
+        count: usize,
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        #[arg(long, value_name = "S", default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// Runs the command `args` names (without the program name), printing to `out`.
+pub fn run<I, T>(args: I, out: &mut dyn Write) -> Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(std::iter::once("dcp-testkit".into()).chain(args.into_iter().map(Into::into)))?;
+    match &cli.command {
+        Command::Gen { what } => gen(what, cli.json, out),
+        Command::SaveLoop { session, count, prefix, data_dir } => crate::save_loop(data_dir, session, *count, prefix),
+    }
+}
+
+fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// `gen`: writes what was asked for and says what it wrote.
+fn gen(what: &Gen, json: bool, out: &mut dyn Write) -> Result<()> {
+    match what {
+        Gen::Session { messages, seed, steps, out: file } => {
+            let spec = crate::gen::SessionSpec { messages: *messages, steps: *steps, seed: *seed };
+            let session = crate::gen::session(&spec);
+            crate::gen::write_session(&session, file).with_context(|| format!("cannot write {}", file.display()))?;
+            let bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+            let summary = serde_json::json!({
+                "file": file, "session_id": session.session_id, "messages": session.messages.len(),
+                "steps": session.steps.len(), "bytes": bytes,
+            });
+            if json {
+                return print_json(out, &summary);
+            }
+            writeln!(
+                out,
+                "Wrote {}: session {}, {} messages, {} steps, {} bytes.",
+                file.display(),
+                session.session_id,
+                session.messages.len(),
+                session.steps.len(),
+                format::thousands(bytes)
+            )?;
+        }
+        Gen::States { count, dir, seed } => {
+            let summary = crate::gen::write_states(*count, *seed, dir)
+                .with_context(|| format!("cannot write state files in {}", dir.display()))?;
+            if json {
+                return print_json(out, &summary);
+            }
+            writeln!(
+                out,
+                "Wrote {} state files in {}: {} tokens and {} tools pruned, {} sessions with savings.",
+                summary.files,
+                dir.display(),
+                format::thousands(summary.tokens_saved),
+                format::thousands(summary.tools_pruned),
+                summary.sessions
+            )?;
+        }
+    }
+    Ok(())
+}
