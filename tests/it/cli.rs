@@ -20,13 +20,7 @@ fn dcp(sandbox: &Sandbox, args: &[&str]) -> String {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .output()
         .unwrap();
-    let text = format!(
-        "success: {}\nexit_code: {}\n----- stdout -----\n{}----- stderr -----\n{}",
-        out.status.success(),
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::support::rendered(&out);
     filter(&text, root)
 }
 

@@ -78,13 +78,7 @@ impl Install {
             .env("PATH", root.join("empty-path"))
             .output()
             .unwrap();
-        let text = format!(
-            "success: {}\nexit_code: {}\n----- stdout -----\n{}----- stderr -----\n{}",
-            out.status.success(),
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = crate::support::rendered(&out);
         let platform = dcp::doctor::platform().unwrap_or("?");
         text.replace(&root.display().to_string(), "[HOME]")
             .replace(env!("CARGO_BIN_EXE_dcp"), "[DCP]")

@@ -15,6 +15,17 @@ pub const DB_SESSION: &str = "ses_dfedb2935ffeIhuHRntLhlCv3U";
 /// The session of the JSON storage tree in `fixtures/data/storage/`.
 pub const TREE_SESSION: &str = "ses_204d30935ffeIhuHRntLhlCv3U";
 
+/// A process's result as the snapshots show it: the exit status, stdout and stderr together.
+pub fn rendered(out: &std::process::Output) -> String {
+    format!(
+        "success: {}\nexit_code: {}\n----- stdout -----\n{}----- stderr -----\n{}",
+        out.status.success(),
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Copies `src` into `dst` recursively.
 pub fn copy_dir(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();
