@@ -279,3 +279,30 @@ fn opencode_installs_dcp_from_a_registry_and_it_prunes() {
     assert_eq!(broken.status.code(), Some(1), "{text}");
     assert!(text.contains("the plugin finds no dcp binary"), "{text}");
 }
+
+/// A plugin and a binary of different versions still work together, and the user is told,
+/// naming both (in OpenCode's log, which `--print-logs` shows on stderr).
+#[test]
+fn a_plugin_of_another_version_than_its_binary_is_told() {
+    let lab = Lab::new(CONFIG);
+    let plugin = lab.root().join("old-plugin");
+    crate::support::copy_dir(&repo().join("plugin"), &plugin);
+    let manifest = std::fs::read_to_string(plugin.join("package.json")).unwrap();
+    std::fs::write(plugin.join("package.json"), manifest.replace(&format!("\"{VERSION}\""), "\"0.0.9\"")).unwrap();
+    let config_file = lab.root().join("xdg/config/opencode/opencode.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config_file).unwrap()).unwrap();
+    config["plugin"] = serde_json::json!([format!("file://{}", plugin.display())]);
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    lab.llm.push(vec![
+        read("v.parser", "src/parser.py"),
+        read("v.again", "src/parser.py"),
+        Turn::text("v.answer", "Done."),
+    ]);
+    let out = lab.run(None, "Read the parser twice.");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let told = format!("the plugin is 0.0.9 but the binary it runs is {VERSION}");
+    assert!(stderr.contains(&told), "{}", tail(&out.stderr));
+    // It still prunes.
+    let answer = lab.llm.request_for("v.answer");
+    assert_eq!(result(&answer, &call_id_of(&lab, "v.parser")), OUTPUT_PLACEHOLDER);
+}
