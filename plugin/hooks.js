@@ -3,6 +3,7 @@
 // exception from dcp.
 
 import { Sidecar, RESYNC } from "./sidecar.js";
+import { Notifier, shownPart } from "./notify.js";
 import { SentCache, encode } from "./encode.js";
 import { applyEdits, resolveEdits } from "./edits.js";
 
@@ -20,15 +21,12 @@ const TOOL_ARGS = {
   },
 };
 
+/** `/dcp`'s description while the sidecar cannot say it. */
+const COMMAND_DESCRIPTION = "Dynamic context pruning: /dcp stats | context | sweep [N] | help";
+
 function isSideRequest(system) {
   const first = Array.isArray(system) ? String(system[0] ?? "") : "";
   return first.startsWith("You are a title generator") || first.includes("context summarization agent");
-}
-
-/** A text part shown in the session and never sent to the model. */
-function shownPart(text) {
-  const now = Date.now();
-  return { type: "text", text, ignored: true, synthetic: true, time: { start: now, end: now } };
 }
 
 /** What the hooks share: the sidecar, what was sent, and what OpenCode told us per session. */
@@ -38,12 +36,12 @@ function context(client, directory) {
       client?.app?.log?.({ body: { service: "dcp", level, message } })?.catch?.(() => {});
     } catch {}
   };
+  const notifier = new Notifier(client, log);
   const ctx = {
     client,
-    // Problems the user must fix (a plugin and a binary of different versions) go through
-    // `tell(kind, text)`. HOOK: until the plugin has a user notification, they go to
-    // OpenCode's log at warn level; route `tell` to it when it lands.
-    sidecar: new Sidecar(log, directory, (_kind, text) => log("warn", text)),
+    notifier,
+    notifyUser: (kind, text) => notifier.notifyUser(kind, text),
+    sidecar: new Sidecar(log, directory, (kind, text) => notifier.notifyUser(kind, text)),
     sent: new SentCache(),
     contextLimits: new Map(),
     parents: new Map(),
@@ -52,10 +50,7 @@ function context(client, directory) {
     notices: new Map(),
   };
   ctx.show = (sessionID, text) => {
-    if (!text || !sessionID) return;
-    try {
-      client.session.prompt({ path: { id: sessionID }, body: { noReply: true, parts: [shownPart(text)] } })?.catch?.(() => {});
-    } catch {}
+    notifier.show(sessionID, [text]);
   };
   ctx.parentOf = async (sessionID) => {
     if (ctx.parents.has(sessionID)) return ctx.parents.get(sessionID);
@@ -137,6 +132,7 @@ function systemTransform(ctx) {
 function eventHook(ctx) {
   return async ({ event }) => {
     try {
+      ctx.notifier.sawEvent(event?.type);
       const props = event?.properties ?? {};
       if (event?.type === "session.idle" && props.sessionID) {
         // Notifications wait for the turn to end, so they never interrupt the agent.
@@ -176,24 +172,51 @@ function agentTools(ctx, init) {
   return tools;
 }
 
-/** `/dcp`: its answer is shown in the session, never to the model, and the model request
- * OpenCode would start for the command is skipped. */
+/** Thrown from `command.execute.before` once `/dcp` is answered: OpenCode then stops the
+ * command before it stores a prompt or asks the model anything. */
+class CommandAnswered extends Error {
+  constructor(line) {
+    super(`dcp answered \`${line}\` in the session; stopping OpenCode's model request for it (not a failure)`);
+    this.name = "DcpCommandAnswered";
+  }
+}
+
+/** The answer to `/dcp ARGS`: the sidecar's, or why dcp is off. */
+async function commandAnswer(ctx, sessionID, args) {
+  try {
+    const result = await ctx.sidecar.call("command", { sessionID, arguments: args });
+    return String(result.text ?? "");
+  } catch {
+    const reason = ctx.notifier.reason ?? "dcp is unavailable right now; try again.";
+    return `${reason}\n\nNothing is pruned while dcp is off; OpenCode works as it does without dcp. To fix it, see "Check the install" in dcp's README; OpenCode's log (~/.local/share/opencode/log/) has the details.`;
+  }
+}
+
+/** `/dcp`: the user's line and the answer are shown in the session, never to the model, and
+ * no model request is made. In the TUI the hook posts them as one message and stops the
+ * command by throwing. Under `opencode run`, a stopped command would exit with an error, so
+ * the answer replaces the command's prompt (which `run` prints) and the model request is
+ * aborted before it is sent. */
 function commandHook(ctx) {
   return async (input, output) => {
+    if (input?.command !== "dcp" || !input.sessionID) return;
+    let line;
     try {
-      if (input?.command !== "dcp" || !input.sessionID) return;
-      let text;
-      try {
-        const result = await ctx.sidecar.call("command", { sessionID: input.sessionID, arguments: input.arguments ?? "" });
-        text = String(result.text ?? "");
-      } catch {
-        text = "dcp is unavailable right now; try again.";
+      const args = String(input.arguments ?? "").trim();
+      line = args ? `/dcp ${args}` : "/dcp";
+      const text = await commandAnswer(ctx, input.sessionID, args);
+      const shown = ctx.notifier.surface === "tui" && (await ctx.notifier.show(input.sessionID, [line, text]));
+      if (!shown) {
+        if (Array.isArray(output?.parts)) {
+          output.parts.splice(0, output.parts.length, shownPart(text));
+          ctx.abortNext.add(input.sessionID);
+        }
+        return;
       }
-      if (Array.isArray(output?.parts)) {
-        output.parts.splice(0, output.parts.length, shownPart(text));
-        ctx.abortNext.add(input.sessionID);
-      }
-    } catch {}
+    } catch {
+      return;
+    }
+    throw new CommandAnswered(line);
   };
 }
 
@@ -213,11 +236,12 @@ export const DcpPlugin = async ({ client, directory }) => {
   };
   const tools = agentTools(ctx, init);
   if (Object.keys(tools).length) hooks.tool = tools;
-  if (init?.commands) {
+  // `/dcp` stays registered while the sidecar is down, and answers with the reason.
+  if (init?.commands !== false) {
     hooks.config = async (cfg) => {
       try {
         cfg.command = cfg.command ?? {};
-        cfg.command.dcp = { template: "/dcp $ARGUMENTS", description: init.descriptions?.command ?? "dcp" };
+        cfg.command.dcp = { template: "/dcp $ARGUMENTS", description: init?.descriptions?.command ?? COMMAND_DESCRIPTION };
       } catch {}
     };
     hooks["command.execute.before"] = commandHook(ctx);

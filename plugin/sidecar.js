@@ -1,5 +1,7 @@
 // The `dcp serve` child process: spawning it, one JSON-RPC line per request, and restarting
-// it after any failure. A sidecar that fails is logged once and messages pass through.
+// it after any failure. A sidecar that fails is logged once and messages pass through. The
+// user is told (`tell`) when dcp cannot run at all (no binary, an exit at start, an
+// `initialize` refused) and when it keeps crashing.
 
 import { spawn } from "node:child_process";
 import { findBinary, PLUGIN_VERSION } from "./binary.js";
@@ -9,15 +11,20 @@ const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
 // A sidecar that fails to start, or dies before its first answer, is not retried for this
 // long; one that dies after answering is restarted on the next request.
 const RESTART_BACKOFF_MS = 2000;
+/** This many failures of a running sidecar within `CRASH_WINDOW_MS` are told to the user. */
+const CRASHES_TOLD = 3;
+const CRASH_WINDOW_MS = 10 * 60 * 1000;
 /** The error code asking for the full history again (the sidecar was restarted). */
 export const RESYNC = -32001;
 
 /** One `dcp serve` child process, restarted on demand after any failure. */
 export class Sidecar {
-  /** `tell(kind, text)` tells the user (not only the log) about a problem they must fix. */
+  /** `log(level, text)` writes OpenCode's log; `tell(kind, text)` tells the user (not only
+   * the log) about a problem they must fix. */
   constructor(log, directory, tell = (_kind, text) => log("warn", text)) {
     this.log = log;
     this.tell = tell;
+    this.crashes = [];
     this.directory = directory;
     this.child = null;
     this.pending = new Map();
@@ -41,7 +48,7 @@ export class Sidecar {
     const bin = found.path;
     if (!bin) {
       this.failedAt = Date.now();
-      this.warnOnce("nobin", `dcp binary not found (looked for ${found.tried}); messages pass through unchanged`);
+      this.tell("binary", `dcp is off: the dcp binary was not found; looked for ${found.tried}.`);
       return false;
     }
     let child;
@@ -55,21 +62,26 @@ export class Sidecar {
     this.answered = false;
     this.generation += 1;
     this.buffer = "";
+    this.stderrHead = null;
     child.stdout.setEncoding("utf8");
     child.stdout.on("data", (chunk) => this.onData(child, chunk));
     child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => {
-      for (const line of chunk.split("\n")) if (line.trim()) this.log("debug", line.trim());
-    });
+    child.stderr.on("data", (chunk) => this.onStderr(child, chunk));
     child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
-    child.on("exit", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
+    // `close`, not `exit`: it comes after the last of stderr, which holds the reason.
+    child.on("close", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
     child.stdin.on("error", () => {});
     this.ready = this.call("initialize", { protocol: PROTOCOL, directory: this.directory, pluginVersion: PLUGIN_VERSION })
       .then((init) => {
         this.checkVersion(init, found);
         return init;
       })
-      .catch(() => null);
+      .catch((e) => {
+        // An error the sidecar answered (a bad project config); exits and timeouts are told
+        // where they are found.
+        if (e?.code !== undefined) this.tell("initialize", `dcp is off: ${e.message}`);
+        return null;
+      });
     return true;
   }
 
@@ -84,6 +96,19 @@ export class Sidecar {
       `dcp: the plugin is ${PLUGIN_VERSION} but the binary it runs is ${version} (${found.path}, from ${found.source}); ` +
         "install one version of both (`dcp doctor` shows which is where)",
     );
+  }
+
+  /** The sidecar's stderr: its warnings (`dcp: warning: …`) and errors go to OpenCode's log
+   * at warn level, each text once per OpenCode process; the rest at debug level. The first
+   * line is kept: it says why a sidecar that exits at start did. */
+  onStderr(child, chunk) {
+    for (const raw of chunk.split("\n")) {
+      const line = raw.trim();
+      if (!line) continue;
+      if (child === this.child && this.stderrHead === null && !line.startsWith("dcp: warning:")) this.stderrHead = line;
+      if (line.startsWith("dcp: ")) this.warnOnce(`stderr:${line}`, line);
+      else this.log("debug", line);
+    }
   }
 
   onData(child, chunk) {
@@ -114,18 +139,34 @@ export class Sidecar {
   onExit(child, why) {
     if (child !== this.child) return;
     this.child = null;
+    if (!this.answered) {
+      const said = this.stderrHead ? this.stderrHead.replace(/^dcp: (error: )?/, "") : why;
+      this.tell("start", `dcp is off: the sidecar exited at start: ${said}`);
+    }
     this.fail(why);
     if (this.answered) this.failedAt = 0;
   }
 
   fail(why) {
     this.failedAt = Date.now();
+    if (this.answered) this.countCrash(why);
     this.warnOnce(`fail:${why.split(":")[0]}`, `${why}; messages pass through unchanged, and the sidecar restarts on the next request`);
     for (const [, waiter] of this.pending) {
       clearTimeout(waiter.timer);
       waiter.reject(new Error(why));
     }
     this.pending.clear();
+  }
+
+  /** Tells the user, once, about a sidecar that failed `CRASHES_TOLD` times lately. */
+  countCrash(why) {
+    const now = Date.now();
+    this.crashes = this.crashes.filter((t) => now - t < CRASH_WINDOW_MS);
+    this.crashes.push(now);
+    if (this.crashes.length >= CRASHES_TOLD) {
+      const said = this.stderrHead ? `: ${this.stderrHead}` : "";
+      this.tell("crash", `dcp keeps failing (${this.crashes.length} times in 10 minutes, last: ${why}${said}); nothing is pruned until it runs again.`);
+    }
   }
 
   restart(why) {

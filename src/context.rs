@@ -43,6 +43,11 @@ impl Breakdown {
     }
 }
 
+/// Whether `part` is text the model is never sent.
+fn is_ignored(part: &Value) -> bool {
+    part.get("ignored") == Some(&Value::Bool(true))
+}
+
 /// Counts what the model would be sent for `messages`.
 pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
     let mut b = Breakdown::default();
@@ -110,6 +115,8 @@ pub struct Pruned {
 #[derive(Debug, Clone, Serialize)]
 pub struct Analysis {
     pub estimator: &'static str,
+    /// Messages the model is sent: those with a part that is not ignored text (a `/dcp`
+    /// answer or a notification of ours is never sent).
     pub messages: usize,
     pub tool_calls: usize,
     pub before: Breakdown,
@@ -183,7 +190,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     strategies::apply(&mut final_messages, &scratch, |_| true);
     Analysis {
         estimator: counter.estimator().name(),
-        messages: messages.len(),
+        messages: messages.iter().filter(|m| m.parts.iter().any(|p| !is_ignored(p))).count(),
         tool_calls: calls.len(),
         before,
         after: measure(&final_messages, counter),

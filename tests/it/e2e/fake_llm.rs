@@ -221,6 +221,8 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
                 }
                 None => Turn::text("exhausted", "(script exhausted)"),
             }
+        } else if content_text(&body["messages"][0]["content"]).contains("title generator") {
+            Turn::text("title", "Exploring the demo project")
         } else {
             Turn::text(
                 "side",

@@ -10,6 +10,7 @@
 mod fake_llm;
 mod registry;
 mod scenarios;
+mod tui;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
