@@ -13,11 +13,12 @@ use anyhow::{bail, Context as _, Result};
 
 use super::cost::Ttl;
 use super::report::{self, Header, Row};
-use super::{Mode, Options, Session, SessionReplay, OPENCODE_OVERHEAD};
+use super::{Mode, Options, Session, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::host::{DataDir, SessionInfo};
 use crate::session::Message;
+use crate::tokens::{EstimatorChoice, TokenCounter};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,8 +40,20 @@ pub struct Args {
     context_limit: u64,
     /// Tokens of the system prompt and tool definitions in every request (not stored with a
     /// session, so estimated: OpenCode 1.18.33's, measured in the lab).
-    #[arg(long, value_name = "TOKENS", default_value_t = OPENCODE_OVERHEAD)]
-    overhead: u64,
+    /// [default: 6,700 o200k tokens, 7,355 characters / 4]
+    #[arg(long, value_name = "TOKENS")]
+    overhead: Option<u64>,
+    /// Count o200k tokens, or characters / 4 as the lab's summarize.py does (`chars`).
+    #[arg(long, value_name = "o200k|chars", default_value = "o200k", value_parser = parse_estimator)]
+    estimator: EstimatorChoice,
+}
+
+fn parse_estimator(s: &str) -> Result<EstimatorChoice, String> {
+    match s {
+        "o200k" => Ok(EstimatorChoice::Auto),
+        "chars" => Ok(EstimatorChoice::CharsDiv4),
+        _ => Err(format!("{s:?} is not o200k or chars")),
+    }
 }
 
 fn parse_ttl(s: &str) -> Result<Ttl, String> {
@@ -73,12 +86,17 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         crate::state::persist::validate_session_id(&id)?;
         vec![data.load(&id)?.info]
     };
+    let overhead = args.overhead.unwrap_or(match args.estimator {
+        EstimatorChoice::Auto => OPENCODE_OVERHEAD,
+        EstimatorChoice::CharsDiv4 => OPENCODE_OVERHEAD_CHARS,
+    });
     let options = Options {
         modes: args.mode.iter().flatten().copied().collect(),
         ttl: args.cache_ttl,
         context_limit: Some(args.context_limit),
-        overhead: args.overhead,
+        overhead,
         config: config.clone(),
+        estimator: args.estimator,
     };
     let replays = replay_all(&data, &infos, &options)?;
     let rows: Vec<Row<'_>> = infos
@@ -86,11 +104,8 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         .zip(&replays)
         .map(|(info, replay)| Row { title: &info.title, parent_id: info.parent_id.as_deref(), replay })
         .collect();
-    let header = Header {
-        estimator: crate::tokens::TokenCounter::default().estimator().name(),
-        ttl: args.cache_ttl,
-        overhead: args.overhead,
-    };
+    let header =
+        Header { estimator: TokenCounter::new(args.estimator).estimator().name(), ttl: args.cache_ttl, overhead };
     if json {
         serde_json::to_writer_pretty(&mut *out, &report::json(&header, &rows))?;
         writeln!(out)?;
@@ -136,6 +151,7 @@ fn replay_one(data: &DataDir, info: &SessionInfo, options: &Options) -> Result<S
         tracing::warn!("{w}");
     }
     let messages: Vec<Message> = loaded.messages;
-    let session = Session { id: &info.id, parent_id: info.parent_id.as_deref(), messages: &messages };
+    let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
+    let session = Session { id: &info.id, parent_id: info.parent_id.as_deref(), directory, messages: &messages };
     Ok(super::replay(&session, options)?)
 }

@@ -89,6 +89,9 @@ pub struct Setup<'a> {
     pub parent_id: Option<&'a str>,
     pub context_limit: Option<u64>,
     pub config: &'a Config,
+    /// The session's project dir: paths under it are listed relative to it, as `dcp serve`
+    /// lists them once the plugin's `initialize` named it.
+    pub project: Option<&'a Path>,
 }
 
 impl Engine {
@@ -101,7 +104,8 @@ impl Engine {
             xdg_cache_home: Some(home.join(".cache")),
             ..Env::default()
         };
-        let options = Options { data_dir: scratch.path().join("data"), env, project: None };
+        let project = setup.project.map(Path::to_path_buf);
+        let options = Options { data_dir: scratch.path().join("data"), env, project };
         let server = Server::with_config(options, setup.config.clone(), None).map_err(EngineError::Start)?;
         let mut engine = Engine {
             server,

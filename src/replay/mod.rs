@@ -31,9 +31,11 @@ use crate::state::Strategy;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
 /// Tokens of OpenCode 1.18.33's system prompt and tool definitions for its `build` agent, as
-/// the lab's requests carry them (o200k): the default estimate of what every request holds
-/// besides the history.
+/// the lab's requests carry them (o200k: 4,673 for the tool definitions, 2,020 for the system
+/// prompt): the default estimate of what every request holds besides the history.
 pub const OPENCODE_OVERHEAD: u64 = 6_700;
+/// The same in characters / 4 (29,419 characters).
+pub const OPENCODE_OVERHEAD_CHARS: u64 = 7_355;
 
 /// Tokens of the JSON schema of one dcp tool's arguments, beside its description.
 const TOOL_SCHEMA: u64 = 60;
@@ -110,12 +112,17 @@ pub struct Options {
     pub overhead: u64,
     /// The user's dcp config, which the dcp modes start from.
     pub config: Config,
+    /// How the requests are counted: o200k tokens, or characters / 4 as the lab's
+    /// `summarize.py` counts them (to compare with it).
+    pub estimator: EstimatorChoice,
 }
 
 /// A session to replay.
 pub struct Session<'a> {
     pub id: &'a str,
     pub parent_id: Option<&'a str>,
+    /// The session's project dir (`session.directory`), when known.
+    pub directory: Option<&'a std::path::Path>,
     pub messages: &'a [Message],
 }
 
@@ -155,7 +162,7 @@ pub struct SessionReplay {
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
 pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
-    let mut pieces = Pieces::new(TokenCounter::new(EstimatorChoice::Auto));
+    let mut pieces = Pieces::new(TokenCounter::new(options.estimator));
     let mut modes = vec![Mode::None, Mode::Dcp];
     for m in &options.modes {
         if !modes.contains(m) {
@@ -205,8 +212,9 @@ fn drive(
     let timeline = Timeline::new(session.messages, if offered { AgentTools::Offered } else { AgentTools::Absent });
     let Some(mut engine) = (mode != Mode::None)
         .then(|| {
-            let (session_id, parent_id) = (session.id, session.parent_id);
-            Engine::start(&Setup { session_id, parent_id, context_limit: options.context_limit, config: &config })
+            let (session_id, parent_id, project) = (session.id, session.parent_id, session.directory);
+            let context_limit = options.context_limit;
+            Engine::start(&Setup { session_id, parent_id, context_limit, config: &config, project })
         })
         .transpose()?
     else {

@@ -18,6 +18,14 @@ use crate::context::OPENCODE_CLEARED;
 use crate::session::{str_field, Message};
 use crate::tokens::TokenCounter;
 
+/// Tokens a request spends around each piece besides its text: the role, the tool call's id
+/// and name, the JSON of the provider's message format. Measured on the lab's requests
+/// (OpenAI chat format, characters / 4 of everything outside the texts): about 100
+/// characters per tool call, 67 per tool result, 30 per text message.
+const FRAME_CALL: u64 = 25;
+const FRAME_RESULT: u64 = 17;
+const FRAME_TEXT: u64 = 8;
+
 /// What OpenCode sends for a tool call that never finished.
 const INTERRUPTED: &str = "[Tool execution was interrupted]";
 
@@ -85,10 +93,10 @@ impl Pieces {
         self.counter.count(text)
     }
 
-    fn piece(&mut self, id: u64, text: impl FnOnce() -> String) -> Piece {
+    fn piece(&mut self, id: u64, frame: u64, text: impl FnOnce() -> String) -> Piece {
         let counter = &self.counter;
         let tokens = *self.counts.entry(id).or_insert_with(|| counter.count(&text()));
-        Piece { id, tokens }
+        Piece { id, tokens: tokens + frame }
     }
 
     /// A piece that stands for a fixed number of tokens (the system prompt and tools).
@@ -120,21 +128,21 @@ impl Pieces {
         match str_field(part, "type") {
             Some("text") if part.get("ignored") != Some(&Value::Bool(true)) => {
                 let text = str_field(part, "text").unwrap_or("");
-                out.push(self.piece(id_of(Kind::Text, text, &[]), || text.to_string()));
+                out.push(self.piece(id_of(Kind::Text, text, &[]), FRAME_TEXT, || text.to_string()));
             }
             Some("reasoning") => {
                 let text = str_field(part, "text").unwrap_or("");
-                out.push(self.piece(id_of(Kind::Text, text, &[]), || text.to_string()));
+                out.push(self.piece(id_of(Kind::Text, text, &[]), FRAME_TEXT, || text.to_string()));
             }
             Some("tool") => {
                 let state = part.get("state").unwrap_or(&Value::Null);
                 let id = str_field(part, "id").or_else(|| str_field(part, "callID")).unwrap_or("");
                 let input = state.get("input").unwrap_or(&Value::Null);
-                out.push(self.piece(id_of(Kind::Input, id, &[&salt.input]), || input.to_string()));
+                out.push(self.piece(id_of(Kind::Input, id, &[&salt.input]), FRAME_CALL, || input.to_string()));
                 let result = tool_result(state);
                 let cleared = if result == OPENCODE_CLEARED { "cleared" } else { "" };
                 let result_id = id_of(Kind::Result, id, &[cleared, &salt.result]);
-                results.push(self.piece(result_id, || result.to_string()));
+                results.push(self.piece(result_id, FRAME_RESULT, || result.to_string()));
             }
             _ => {}
         }
@@ -191,12 +199,12 @@ mod tests {
         let mut plain = Vec::new();
         pieces.message(&m, &[], &mut plain);
         let tokens: Vec<u64> = plain.iter().map(|p| p.tokens).collect();
-        // The input `{"filePath":"/a.py"}`, the text, then the output.
-        assert_eq!(tokens, vec![5, 3, 100]);
+        // The input `{"filePath":"/a.py"}`, the text, then the output, each with its framing.
+        assert_eq!(tokens, vec![5 + FRAME_CALL, 3 + FRAME_TEXT, 100 + FRAME_RESULT]);
         let edit = Edit { m: 0, p: 0, path: vec!["state".into(), "output".into()], value: json!("[pruned]") };
         let mut edited = Vec::new();
         pieces.message(&m, &[&edit], &mut edited);
-        assert_eq!(edited[2].tokens, 2);
+        assert_eq!(edited[2].tokens, 2 + FRAME_RESULT);
         assert_ne!(edited[2].id, plain[2].id);
         // Edited again with the same value: the same pieces.
         let mut again = Vec::new();

@@ -8,7 +8,52 @@ use dcp::replay::{self, Mode, Options, Session};
 use serde_json::{json, Value};
 
 use crate::sidecar::{apply, Sidecar, IMMEDIATE};
-use crate::support::{Sandbox, DB_SESSION};
+use crate::support::{fixtures, Sandbox, DB_SESSION};
+
+/// The lab runs recorded with the plugin loaded, in `fixtures/replay/` (see its README).
+const LAB_RUNS: [&str; 3] = ["long", "own-steps", "shared"];
+
+fn lab_session(name: &str) -> (dcp::host::SessionInfo, Vec<dcp::session::Message>) {
+    let data = DataDir::new(&fixtures().join("replay").join(name), &Env::default());
+    let info = data.latest().unwrap().unwrap();
+    let messages = data.load(&info.id).unwrap().messages;
+    (info, messages)
+}
+
+#[test]
+fn replay_agrees_with_the_lab_within_three_hundredths() {
+    for name in LAB_RUNS {
+        let lab: Value =
+            serde_json::from_slice(&std::fs::read(fixtures().join("replay").join(name).join("lab.json")).unwrap())
+                .unwrap();
+        let (info, messages) = lab_session(name);
+        // As the lab ran: dcp's defaults, a 128K window, summarize.py's unit and no TTL.
+        let options = Options {
+            modes: Vec::new(),
+            ttl: replay::cost::Ttl::Never,
+            context_limit: Some(128_000),
+            overhead: replay::OPENCODE_OVERHEAD_CHARS,
+            config: dcp::config::Config::default(),
+            estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
+        };
+        let directory = std::path::Path::new(&info.directory);
+        let session = Session { id: &info.id, parent_id: None, directory: Some(directory), messages: &messages };
+        let replayed = replay::replay(&session, &options).unwrap();
+        let run = |mode: Mode| &replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1;
+        let (none, dcp) = (&run(Mode::None).totals, &run(Mode::Dcp).totals);
+        for (figure, ours) in [
+            ("tokens_sent", dcp.tokens_sent as f64 / none.tokens_sent as f64),
+            ("cost", dcp.cost / none.cost),
+            ("final_context", dcp.final_context as f64 / none.final_context as f64),
+        ] {
+            let theirs = lab["ratios"][figure].as_f64().unwrap();
+            assert!((ours - theirs).abs() <= 0.03, "{name} {figure}: replay {ours:.3}, lab {theirs:.3}");
+        }
+        // The engine decided as the live sidecar did: every agent call got the recorded answer.
+        assert_eq!(run(Mode::Dcp).agent_calls_same, run(Mode::Dcp).agent_calls, "{name}");
+        assert_eq!(replayed.requests as u64, lab["plugin"]["main_requests"].as_u64().unwrap(), "{name}");
+    }
+}
 
 fn options(config_text: &str) -> Options {
     let dir = tempfile::tempdir().unwrap();
@@ -20,31 +65,49 @@ fn options(config_text: &str) -> Options {
         context_limit: Some(200_000),
         overhead: replay::OPENCODE_OVERHEAD,
         config: dcp::config::load(&locations).unwrap().config,
+        estimator: dcp::tokens::EstimatorChoice::Auto,
     }
 }
 
 /// What `dcp serve` makes of each request of the session: the full history as it stood at
 /// the request (no `base`, no `have`), with the answer's edits applied and its messages
 /// appended, and the agent's discard/extract calls made after it.
-fn served(sandbox: &Sandbox, config: &str, messages: &[dcp::session::Message]) -> Vec<Vec<Value>> {
+fn served(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> Vec<Vec<Value>> {
     let mut sidecar = Sidecar::spawn(sandbox, config);
     let timeline = Timeline::new(messages, AgentTools::Offered);
     let mut out = Vec::new();
     for r in timeline.requests() {
         let mut history: Vec<Value> =
             timeline.range(r).map(|i| serde_json::to_value(&*timeline.message_at(i, r.time)).unwrap()).collect();
-        let params = json!({"sessionID": DB_SESSION, "parentID": null, "now": r.time,
+        let params = json!({"sessionID": sid, "parentID": null, "now": r.time,
                             "contextLimit": 200_000, "messages": history.clone()});
         let result = sidecar.result("transform", params);
         apply(&mut history, &result);
         history.extend(result["append"].as_array().unwrap().iter().cloned());
         out.push(history);
         for call in &r.agent_calls {
-            sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": call.tool, "args": call.args}));
+            sidecar.result("tool", json!({"sessionID": sid, "name": call.tool, "args": call.args}));
         }
     }
     sidecar.shutdown();
     out
+}
+
+/// Compares replay's requests with `dcp serve`'s, request by request; returns how many
+/// carried a rewrite.
+fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> usize {
+    let session = Session { id: sid, parent_id: None, directory: None, messages };
+    let replayed = replay::requests(&session, Mode::Dcp, &options(config)).unwrap();
+    let served = served(sandbox, config, sid, messages);
+    assert_eq!(replayed.len(), served.len());
+    let mut rewritten = 0;
+    for (i, (a, b)) in replayed.iter().zip(&served).enumerate() {
+        let a = serde_json::to_string(a).unwrap();
+        let b = serde_json::to_string(b).unwrap();
+        assert!(a == b, "{sid}: request {i} differs");
+        rewritten += usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER));
+    }
+    rewritten
 }
 
 #[test]
@@ -53,17 +116,12 @@ fn replay_and_serve_make_byte_identical_rewrites() {
     // The fixtures hold a state file for this session; both start without one.
     std::fs::remove_dir_all(s.state_dir()).unwrap();
     let loaded = DataDir::new(&s.data(), &Env::default()).load(DB_SESSION).unwrap();
-    let session = Session { id: DB_SESSION, parent_id: None, messages: &loaded.messages };
-    let replayed = replay::requests(&session, Mode::Dcp, &options(IMMEDIATE)).unwrap();
-    let served = served(&s, IMMEDIATE, &loaded.messages);
-    assert_eq!(replayed.len(), served.len());
-    let mut rewritten = 0;
-    for (i, (a, b)) in replayed.iter().zip(&served).enumerate() {
-        let a = serde_json::to_string(a).unwrap();
-        let b = serde_json::to_string(b).unwrap();
-        assert!(a == b, "request {i} differs");
-        rewritten += usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER));
-    }
     // The comparison covers requests that were rewritten, not only untouched ones.
+    let rewritten = compare(&s, IMMEDIATE, DB_SESSION, &loaded.messages);
+    assert!(rewritten > 5, "{rewritten}");
+    // A lab session with the agent's discard/extract calls as steps of their own, one naming
+    // an id that is not in the list, with dcp's defaults (batched rewrites).
+    let (info, messages) = lab_session("own-steps");
+    let rewritten = compare(&s, "{}", &info.id, &messages);
     assert!(rewritten > 5, "{rewritten}");
 }
