@@ -236,4 +236,24 @@ mod tests {
         assert_eq!(ids, vec!["m1", "m2", "m4"]);
         assert_eq!(t.requests().len(), 2);
     }
+
+    #[test]
+    fn after_a_compaction_a_request_starts_at_the_compaction_and_its_summary_is_no_request() {
+        let mut summary = msg("m4", "assistant", 40, vec![json!({"type": "text", "text": "summary"})]);
+        summary.info["summary"] = json!(true);
+        summary.info["finish"] = json!("stop");
+        summary.info["parentID"] = json!("m3");
+        let messages = vec![
+            msg("m1", "user", 10, vec![json!({"type": "text", "text": "hi"})]),
+            msg("m2", "assistant", 20, vec![tool("read", None)]),
+            msg("m3", "user", 30, vec![json!({"type": "compaction", "auto": true})]),
+            summary,
+            msg("m5", "assistant", 50, vec![json!({"type": "text", "text": "go on"})]),
+        ];
+        let t = Timeline::new(&messages, AgentTools::Offered);
+        let rs = t.requests();
+        assert_eq!(rs.iter().map(|r| r.message).collect::<Vec<_>>(), vec![1, 4]);
+        assert_eq!(t.range(&rs[0]), 0..1);
+        assert_eq!(t.range(&rs[1]), 2..4);
+    }
 }
