@@ -307,6 +307,8 @@ fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
         screen.submit(command);
         let text = wait_answer(&screen, command, needle);
         assert!(!text.contains("interrupted"), "{command} left an interrupted line:\n{text}");
+        // The pane as the user reads it, digits kept (`--nocapture` shows it).
+        println!("--- the pane's answer to {command} ---\n{}", screen.filtered(&block(&text, command)));
         let name = command.trim_start_matches('/').replace(' ', "_");
         insta::assert_snapshot!(format!("tui_{name}"), answer(&screen, &text, command));
     }
@@ -338,12 +340,14 @@ fn tui_tells_a_missing_binary_and_dcp_answers_with_the_reason() {
     let screen = Screen::start(&lab, &[]);
     // Told once the TUI is up, before anything is typed.
     let text = screen.wait_for("was not found");
+    println!("--- the toast ---\n{}", screen.filtered(&toast(&text, "was not found")));
     insta::assert_snapshot!("tui_missing_binary_toast", screen.filtered(&toast(&text, "was not found")));
     screen.submit("Hello?");
     screen.wait_until("the model's answer", TURN_TIMEOUT, |s| s.contains("Hello."));
     let requests = lab.llm.log().len();
     screen.submit("/dcp stats");
     let text = wait_answer(&screen, "/dcp stats", "was not found");
+    println!("--- the pane's answer to /dcp stats ---\n{}", screen.filtered(&block(&text, "/dcp stats")));
     assert!(!text.contains("interrupted"), "{text}");
     insta::assert_snapshot!("tui_missing_binary_dcp_stats", screen.filtered(&block(&text, "/dcp stats")));
     assert!(no_new_request(&lab, requests), "/dcp stats went to the model");

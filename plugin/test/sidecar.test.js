@@ -1,0 +1,67 @@
+// Unit tests of the sidecar client's failures as the user meets them: a sidecar that exits at
+// start is told with its first line of stderr, one that keeps crashing is told once, and its
+// warnings reach OpenCode's log once each. The sidecar is a small shell script.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sidecar } from "../sidecar.js";
+
+const WARNING = "dcp: warning: /cfg/dcp.jsonc: unknown key `foo` ignored";
+
+/** A fake `dcp` that runs `body` (sh) and points DCP_BIN at it for the test. */
+function fakeDcp(t, body) {
+  const dir = mkdtempSync(join(tmpdir(), "dcp-plugin-test-"));
+  const bin = join(dir, "dcp");
+  writeFileSync(bin, `#!/bin/sh\n${body}\n`);
+  chmodSync(bin, 0o755);
+  const before = process.env.DCP_BIN;
+  process.env.DCP_BIN = bin;
+  t.after(() => {
+    if (before === undefined) delete process.env.DCP_BIN;
+    else process.env.DCP_BIN = before;
+  });
+}
+
+function recorder() {
+  const logged = [];
+  const told = [];
+  return { logged, told, log: (level, text) => logged.push([level, text]), tell: (kind, text) => told.push([kind, text]) };
+}
+
+test("a sidecar that exits at start is told with its first line of stderr", async (t) => {
+  fakeDcp(t, `echo 'dcp: config /cfg/dcp.jsonc: \`pruneNotification\` must be one of off, minimal, detailed, not "loud"' >&2\nexit 1`);
+  const r = recorder();
+  const sidecar = new Sidecar(r.log, "/proj", r.tell);
+  sidecar.start();
+  assert.equal(await sidecar.ready, null);
+  assert.deepEqual(r.told, [
+    ["start", 'dcp is off: the sidecar exited at start: config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"'],
+  ]);
+});
+
+test("a sidecar that keeps crashing is told from its third failure, and its warnings are logged once each", async (t) => {
+  // Answers `initialize`, then dies on the next request.
+  fakeDcp(
+    t,
+    `echo '${WARNING}' >&2
+read line
+echo '{"jsonrpc":"2.0","id":'"$(echo "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')"',"result":{"protocol":1,"commands":true}}'
+read line
+exit 3`,
+  );
+  const r = recorder();
+  const sidecar = new Sidecar(r.log, "/proj", r.tell);
+  const crashes = () => r.told.filter(([kind]) => kind === "crash");
+  for (let i = 1; i <= 3; i++) {
+    assert.equal(crashes().length, 0, `nothing told before failure ${i}`);
+    assert.ok(sidecar.start(), `start ${i}`);
+    assert.ok(await sidecar.ready, `initialize ${i}`);
+    await assert.rejects(sidecar.call("system", {}));
+  }
+  // The notifier tells each kind once; the sidecar hands it every count from the third on.
+  assert.equal(crashes().length, 1, JSON.stringify(r.told));
+  assert.match(crashes()[0][1], /^dcp keeps failing \(3 times in 10 minutes, last: sidecar exited \(3\)/);
+  assert.deepEqual(r.logged.filter(([, text]) => text === WARNING), [["warn", WARNING]]);
+});
