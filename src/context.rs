@@ -9,8 +9,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::session::{str_field, History, Message, Role};
-use crate::state::{Action, SessionState, Strategy};
+use crate::session::{str_field, History, Message, Role, ToolCall};
+use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
 
@@ -144,18 +144,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     // Only the recorded decisions for calls still in the history matter here.
     scratch.pruned.retain(|id, _| calls.iter().any(|c| c.call_id == id));
     let mut pruned: Vec<Pruned> = Vec::new();
-    let describe = |call_id: &str, record: &crate::state::PruneRecord, recorded: bool| {
-        let call = calls.iter().find(|c| c.call_id == call_id);
-        Pruned {
-            call_id: call_id.to_string(),
-            tool: call.map(|c| c.tool.to_string()).unwrap_or_else(|| record.tool.clone()),
-            key: call.and_then(|c| c.key_argument()).map(str::to_string),
-            strategy: record.strategy.name(),
-            action: action_name(&record.action),
-            tokens: record.tokens,
-            recorded,
-        }
-    };
+    let describe = |call_id: &str, record: &PruneRecord, recorded: bool| describe(calls, call_id, record, recorded);
     let mut steps = Vec::new();
     let mut previous = before.total;
     if !scratch.pruned.is_empty() {
@@ -196,6 +185,20 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         after: measure(&final_messages, counter),
         steps,
         pruned,
+    }
+}
+
+/// The report line of a pruned call, found among `calls` when it is still in the history.
+fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, recorded: bool) -> Pruned {
+    let call = calls.iter().find(|c| c.call_id == call_id);
+    Pruned {
+        call_id: call_id.to_string(),
+        tool: call.map(|c| c.tool.to_string()).unwrap_or_else(|| record.tool.clone()),
+        key: call.and_then(|c| c.key_argument()).map(str::to_string),
+        strategy: record.strategy.name(),
+        action: action_name(&record.action),
+        tokens: record.tokens,
+        recorded,
     }
 }
 

@@ -116,7 +116,18 @@ impl Db {
             return Ok(None);
         };
         let mut warnings = Vec::new();
+        let (mut messages, index) = self.messages(id, &mut warnings)?;
+        self.add_parts(id, &mut messages, &index, &mut warnings)?;
+        info.messages = messages.len();
+        Ok(Some(LoadedSession { info, messages, warnings }))
+    }
 
+    /// Session `id`'s messages, without their parts, and where each message id is.
+    fn messages(
+        &self,
+        id: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Vec<Message>, HashMap<String, usize>), SqliteError> {
         let err = self.query_err("messages");
         let mut stmt = self
             .conn
@@ -143,7 +154,18 @@ impl Db {
                 Err(e) => warnings.push(format!("{}: message {mid}: {e}; skipped", self.path.display())),
             }
         }
+        Ok((messages, index))
+    }
 
+    /// Adds session `id`'s parts to the messages they belong to; `index` says where each
+    /// message id is.
+    fn add_parts(
+        &self,
+        id: &str,
+        messages: &mut [Message],
+        index: &HashMap<String, usize>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), SqliteError> {
         let err = self.query_err("parts");
         let mut stmt = self
             .conn
@@ -171,8 +193,7 @@ impl Db {
                 Err(e) => warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display())),
             }
         }
-        info.messages = messages.len();
-        Ok(Some(LoadedSession { info, messages, warnings }))
+        Ok(())
     }
 }
 

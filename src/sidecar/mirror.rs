@@ -133,42 +133,14 @@ fn approx_tokens(part: &Value) -> u64 {
 /// Resolves the wire messages after `base` against `old`, the previous request's messages
 /// after `base`, moving the values it reuses out of `old`.
 fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Vec<Message>, RpcError> {
-    let mut infos: HashMap<String, usize> = HashMap::default();
-    let mut parts: HashMap<String, (usize, usize)> = HashMap::default();
-    for (mi, m) in old.iter().enumerate() {
-        infos.insert(m.id().to_string(), mi);
-        for (pi, p) in m.parts.iter().enumerate() {
-            if let Some(id) = p.get("id").and_then(Value::as_str) {
-                parts.insert(id.to_string(), (mi, pi));
-            }
-        }
-    }
+    let mut previous = Previous::new(old);
     let mut out = Vec::with_capacity(wire.len());
     for (i, item) in wire.into_iter().enumerate() {
         let mi = base + i;
         let Value::Object(mut item) = item else {
             return Err(RpcError::params(format!("transform: messages[{mi}] is not an object")));
         };
-        let info = match item.remove("info") {
-            Some(info @ Value::Object(_)) => info,
-            Some(other) => {
-                return Err(RpcError::params(format!(
-                    "transform: messages[{mi}].info is not an object: {}",
-                    crate::format::excerpt(&other)
-                )))
-            }
-            None => {
-                let id = item
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| RpcError::params(format!("transform: messages[{mi}] has neither info nor id")))?;
-                let at = *infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
-                match std::mem::take(&mut old[at].info) {
-                    Value::Null => return Err(resync(&format!("message {id}"))),
-                    info => info,
-                }
-            }
-        };
+        let info = previous.info(mi, &mut item)?;
         let wire_parts = match item.remove("parts") {
             Some(Value::Array(parts)) => parts,
             None => Vec::new(),
@@ -179,6 +151,58 @@ fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Ve
                 )))
             }
         };
+        let parts = previous.parts(mi, wire_parts)?;
+        out.push(Message { info, parts });
+    }
+    Ok(out)
+}
+
+/// The previous request's messages, by message and part id, for the references to resolve.
+struct Previous<'a> {
+    old: &'a mut [Message],
+    infos: HashMap<String, usize>,
+    parts: HashMap<String, (usize, usize)>,
+}
+
+impl<'a> Previous<'a> {
+    fn new(old: &'a mut [Message]) -> Previous<'a> {
+        let mut infos: HashMap<String, usize> = HashMap::default();
+        let mut parts: HashMap<String, (usize, usize)> = HashMap::default();
+        for (mi, m) in old.iter().enumerate() {
+            infos.insert(m.id().to_string(), mi);
+            for (pi, p) in m.parts.iter().enumerate() {
+                if let Some(id) = p.get("id").and_then(Value::as_str) {
+                    parts.insert(id.to_string(), (mi, pi));
+                }
+            }
+        }
+        Previous { old, infos, parts }
+    }
+
+    /// The info of wire message `mi`: sent in full, or by its message's id.
+    fn info(&mut self, mi: usize, item: &mut serde_json::Map<String, Value>) -> Result<Value, RpcError> {
+        match item.remove("info") {
+            Some(info @ Value::Object(_)) => Ok(info),
+            Some(other) => Err(RpcError::params(format!(
+                "transform: messages[{mi}].info is not an object: {}",
+                crate::format::excerpt(&other)
+            ))),
+            None => {
+                let id = item
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| RpcError::params(format!("transform: messages[{mi}] has neither info nor id")))?;
+                let at = *self.infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
+                match std::mem::take(&mut self.old[at].info) {
+                    Value::Null => Err(resync(&format!("message {id}"))),
+                    info => Ok(info),
+                }
+            }
+        }
+    }
+
+    /// The parts of wire message `mi`: each sent in full, or as `{"ref": id}`.
+    fn parts(&mut self, mi: usize, wire_parts: Vec<Value>) -> Result<Vec<Value>, RpcError> {
         let mut resolved = Vec::with_capacity(wire_parts.len());
         for (pi, part) in wire_parts.into_iter().enumerate() {
             let reference = match &part {
@@ -195,15 +219,14 @@ fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Ve
                 resolved.push(part);
                 continue;
             };
-            let &(m, p) = parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
-            match std::mem::take(&mut old[m].parts[p]) {
+            let &(m, p) = self.parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
+            match std::mem::take(&mut self.old[m].parts[p]) {
                 Value::Null => return Err(resync(&format!("part {id}"))),
                 value => resolved.push(value),
             }
         }
-        out.push(Message { info, parts: resolved });
+        Ok(resolved)
     }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::session::str_field;
-use crate::state::saver::Saver;
+use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
 use crate::strategies::incremental::Index;
 use crate::strategies::{self, Rules};
@@ -70,21 +70,14 @@ struct Session {
     edits: EditsSent,
     /// The messages whose tool outputs were counted ahead (see [`Server::precount`]).
     precounted: usize,
-    /// When the session's last save job was handed to the saver.
-    handed: Option<Instant>,
-    /// Whether the session's save waits for [`Server::save_due`].
-    waiting: bool,
+    /// When its state was last handed out for saving.
+    saves: SaveTiming,
 }
 
 impl Session {
     /// Whether messages are left whose outputs were not counted ahead.
     fn uncounted(&self) -> bool {
         self.precounted < self.mirror.messages().len()
-    }
-
-    /// When the session's waiting save is due, if one waits.
-    fn save_due(&self) -> Option<Instant> {
-        self.handed.filter(|_| self.waiting).map(|t| t + SAVE_EVERY)
     }
 }
 
@@ -101,11 +94,6 @@ pub struct Server {
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
-
-/// How often a session's state is handed to the saver after requests, at most: a burst of
-/// requests (an agent's tool steps) costs one copy and one write per interval, and what
-/// waits reaches the disk within about this long.
-pub const SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, e.to_string())
@@ -285,7 +273,7 @@ impl Server {
         if kind == "session.deleted" {
             if let Some(sid) = sid {
                 // A save that waits is handed out now: it would have been at its due time.
-                if self.sessions.get(sid).is_some_and(|s| s.waiting) {
+                if self.sessions.get(sid).is_some_and(|s| s.saves.waiting()) {
                     let sid = sid.to_string();
                     self.save_now(&sid);
                 }
@@ -294,41 +282,19 @@ impl Server {
         }
     }
 
-    /// Saves session `sid` after a request: hands its state to the saver at once, or, when
-    /// it handed one less than [`SAVE_EVERY`] ago, at [`Server::save_due`]. Copying a long
-    /// session's state for every request of a burst would cost more than the requests
-    /// themselves. What waits is only what the automatic strategies decided, which a
-    /// restarted sidecar decides again from the history; the agent's and the user's prunes
-    /// are saved at once ([`Server::save_now`]).
+    /// Saves session `sid` after a request: at once, or when [`SaveTiming::defer`] says so,
+    /// at [`Server::save_due`].
     fn save(&mut self, session: &mut Session, sid: &str) {
-        if self.saver.is_some() && session.handed.is_some_and(|t| t.elapsed() < SAVE_EVERY) {
-            session.waiting = true;
+        if self.saver.is_some() && session.saves.defer() {
             return;
         }
-        self.save_session_now(session, sid);
+        saver::hand_out(self.saver.as_ref(), &mut self.store, sid, &mut session.saves);
     }
 
     /// Hands session `sid`'s state to the saver now.
     fn save_now(&mut self, sid: &str) {
-        self.with_session(sid, |server, session| server.save_session_now(session, sid));
-    }
-
-    fn save_session_now(&mut self, session: &mut Session, sid: &str) {
-        session.waiting = false;
-        match self.store.save_job(sid) {
-            Ok(job) => match &self.saver {
-                Some(saver) => {
-                    session.handed = Some(Instant::now());
-                    saver.save(job)
-                }
-                None => {
-                    if let Err(e) = job.run() {
-                        tracing::warn!("{}", crate::error_chain(&e));
-                    }
-                }
-            },
-            Err(e) => tracing::warn!("{e}"),
-        }
+        let session = self.sessions.entry(sid.to_string()).or_default();
+        saver::hand_out(self.saver.as_ref(), &mut self.store, sid, &mut session.saves);
     }
 
     /// Whether [`Server::precount`] has outputs left to count.
@@ -370,7 +336,7 @@ impl Server {
 
     /// When the next waiting save is due, if one waits.
     pub fn save_due(&self) -> Option<Instant> {
-        self.sessions.values().filter_map(Session::save_due).min()
+        self.sessions.values().filter_map(|s| s.saves.due()).min()
     }
 
     /// Whether a waiting save is due now.
@@ -380,12 +346,8 @@ impl Server {
 
     /// Hands out every waiting save that is due, in session id order.
     pub fn save_waiting(&mut self) {
-        let mut due: Vec<String> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.waiting && s.handed.is_none_or(|t| t.elapsed() >= SAVE_EVERY))
-            .map(|(sid, _)| sid.clone())
-            .collect();
+        let mut due: Vec<String> =
+            self.sessions.iter().filter(|(_, s)| s.saves.due_now()).map(|(sid, _)| sid.clone()).collect();
         due.sort_unstable();
         for sid in due {
             self.save_now(&sid);

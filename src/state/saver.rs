@@ -1,21 +1,29 @@
-//! Asynchronous saves: a tokio task that writes state files without blocking pruning.
+//! Saving in one place: when a session's state is handed out for saving ([`SaveTiming`],
+//! [`hand_out`]), and a tokio task that writes state files without blocking pruning.
 //!
-//! The sidecar hands every save to one writer task over a channel, so saves of a session
-//! happen in order. Jobs that pile up while a write is in flight are coalesced: only the
+//! After a request the sidecar hands a session's state to the saver at once, or, when it
+//! handed one less than [`SAVE_EVERY`] ago, when that interval is up: a burst of requests
+//! costs one copy and one write per interval. The sidecar hands every save to one writer task
+//! over a channel, so saves of a session happen in order. Jobs that pile up while a write is in flight are coalesced: only the
 //! newest state of each session is written, with the journals of all of them. A failed save
 //! (full disk, read-only dir) is logged once per session and retried later; pruning goes on
 //! in memory meanwhile.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::store::SaveJob;
+use super::store::{SaveJob, SessionStore};
+
+/// How often a session's state is handed to the saver after requests, at most: a burst of
+/// requests (an agent's tool steps) costs one copy and one write per interval, and what
+/// waits reaches the disk within about this long.
+pub const SAVE_EVERY: Duration = Duration::from_millis(100);
 
 /// How long a save waits for more saves to fold into it. The sidecar already hands out at
-/// most one save per session every `SAVE_EVERY` (see `crate::sidecar`); this only gathers
-/// the saves of several sessions into one pass.
+/// most one save per session every [`SAVE_EVERY`]; this only gathers the saves of several
+/// sessions into one pass.
 pub const GATHER: Duration = Duration::from_millis(20);
 
 /// How long to wait before retrying a failed save, unless `DCP_SAVE_RETRY_MS` says otherwise.
@@ -23,6 +31,62 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 fn retry_after() -> Duration {
     std::env::var("DCP_SAVE_RETRY_MS").ok().and_then(|v| v.parse().ok()).map_or(RETRY_AFTER, Duration::from_millis)
+}
+
+/// When one session's state was last handed out for saving, and whether a save waits.
+#[derive(Debug, Default)]
+pub struct SaveTiming {
+    handed: Option<Instant>,
+    waiting: bool,
+}
+
+impl SaveTiming {
+    /// Whether a save asked for now waits for [`SaveTiming::due`]: one was handed out less
+    /// than [`SAVE_EVERY`] ago. What waits is only what the automatic strategies decided,
+    /// which a restarted sidecar decides again from the history; the agent's and the user's
+    /// prunes are handed out at once.
+    pub fn defer(&mut self) -> bool {
+        let recent = self.handed.is_some_and(|t| t.elapsed() < SAVE_EVERY);
+        if recent {
+            self.waiting = true;
+        }
+        recent
+    }
+
+    /// Whether a save waits.
+    pub fn waiting(&self) -> bool {
+        self.waiting
+    }
+
+    /// When the waiting save is due, if one waits.
+    pub fn due(&self) -> Option<Instant> {
+        self.handed.filter(|_| self.waiting).map(|t| t + SAVE_EVERY)
+    }
+
+    /// Whether a save waits and its time has come.
+    pub fn due_now(&self) -> bool {
+        self.waiting && self.handed.is_none_or(|t| t.elapsed() >= SAVE_EVERY)
+    }
+}
+
+/// Hands session `id`'s state from `store` to `saver` now, or, without a saver, saves it on
+/// this thread; `timing` notes it.
+pub fn hand_out(saver: Option<&Saver>, store: &mut SessionStore, id: &str, timing: &mut SaveTiming) {
+    timing.waiting = false;
+    match store.save_job(id) {
+        Ok(job) => match saver {
+            Some(saver) => {
+                timing.handed = Some(Instant::now());
+                saver.save(job)
+            }
+            None => {
+                if let Err(e) = job.run() {
+                    tracing::warn!("{}", crate::error_chain(&e));
+                }
+            }
+        },
+        Err(e) => tracing::warn!("{e}"),
+    }
 }
 
 enum Msg {

@@ -783,7 +783,9 @@ fn opencode_data_stays_untouched_by_every_command() {
 fn a_wrongly_typed_state_field_with_multibyte_text_names_the_key() {
     // The value is cut for the message at byte 60, which falls inside an `é`.
     let text = format!("{{\"prune\": \"{}\"}}", "é".repeat(40));
-    let reason = persist::parse(text.as_bytes()).unwrap_err();
+    let error = persist::parse(text.as_bytes()).unwrap_err();
+    assert_eq!(error.key(), Some("prune"));
+    let reason = error.to_string();
     assert!(reason.starts_with("`prune` must be an object, not \"éé"), "{reason}");
     assert!(reason.ends_with('…') && reason.len() < 120, "{reason}");
 }

@@ -1,0 +1,227 @@
+//! Configuration: `dcp.jsonc` layers, validated key by key, with DCP 1.2's keys and defaults.
+//!
+//! Layers are read in order: the global config dir (`~/.config/opencode/`), then
+//! `$OPENCODE_CONFIG_DIR/`, then the project's `.opencode/`. A later layer overrides an
+//! earlier one, except that protected lists (`*protectedTools`, `protectedFilePatterns`) are
+//! unioned. Comments and trailing commas are allowed. Unknown keys are warned about and
+//! ignored; a value of the wrong type is an error that names the file and the key.
+//!
+//! This module holds the settings and their defaults; [`layers`] finds, reads, checks and
+//! merges the files.
+
+mod layers;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::layers::{load, parse_layer, ConfigError, Loaded, Locations};
+
+/// Tools whose outputs are never pruned, whatever the config says.
+pub const DEFAULT_PROTECTED_TOOLS: &[&str] =
+    &["task", "todowrite", "todoread", "discard", "extract", "batch", "write", "edit"];
+
+/// How much a prune notification says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Notification {
+    Off,
+    Minimal,
+    Detailed,
+}
+
+/// When decided rewrites reach the model (see `crate::policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RewriteMode {
+    /// Apply every decision on the next request, as the published DCP does.
+    Immediate,
+    /// Hold decisions back until rewriting pays for the re-billed prompt tail.
+    Batched,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Config {
+    pub enabled: bool,
+    pub debug: bool,
+    pub prune_notification: Notification,
+    pub commands: Commands,
+    pub turn_protection: TurnProtection,
+    pub protected_file_patterns: Vec<String>,
+    pub tools: Tools,
+    pub strategies: Strategies,
+    /// dcp's own: prune sessions that have a parent (subagents) too.
+    pub prune_subagents: bool,
+    /// dcp's own: when decided rewrites are applied.
+    pub rewrite: Rewrite,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Commands {
+    pub enabled: bool,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TurnProtection {
+    pub enabled: bool,
+    pub turns: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Tools {
+    pub settings: ToolSettings,
+    pub discard: Toggle,
+    pub extract: Extract,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ToolSettings {
+    pub nudge_enabled: bool,
+    pub nudge_frequency: u32,
+    pub protected_tools: Vec<String>,
+    /// dcp's own: outputs smaller than this many tokens are not offered to the agent.
+    pub min_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Toggle {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Extract {
+    pub enabled: bool,
+    pub show_distillation: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Strategies {
+    pub deduplication: Deduplication,
+    pub supersede_writes: Toggle,
+    pub purge_errors: PurgeErrors,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Deduplication {
+    pub enabled: bool,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PurgeErrors {
+    pub enabled: bool,
+    pub turns: u32,
+    pub protected_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Rewrite {
+    pub mode: RewriteMode,
+    /// Requests a rewrite is expected to serve before the session ends or compacts.
+    pub expected_requests: u32,
+    /// Apply everything pending once the context passes this share of the window.
+    pub pressure_ratio: f64,
+    /// After this many idle seconds the provider's cache is cold: rewriting is free.
+    pub cold_cache_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: true,
+            debug: false,
+            prune_notification: Notification::Detailed,
+            commands: Commands::default(),
+            turn_protection: TurnProtection::default(),
+            protected_file_patterns: Vec::new(),
+            tools: Tools::default(),
+            strategies: Strategies::default(),
+            prune_subagents: false,
+            rewrite: Rewrite::default(),
+        }
+    }
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands { enabled: true, protected_tools: Vec::new() }
+    }
+}
+
+impl Default for TurnProtection {
+    fn default() -> Self {
+        TurnProtection { enabled: false, turns: 4 }
+    }
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings { nudge_enabled: true, nudge_frequency: 10, protected_tools: Vec::new(), min_tokens: 200 }
+    }
+}
+
+impl Default for Toggle {
+    fn default() -> Self {
+        Toggle { enabled: true }
+    }
+}
+
+impl Default for Extract {
+    fn default() -> Self {
+        Extract { enabled: true, show_distillation: false }
+    }
+}
+
+impl Default for Deduplication {
+    fn default() -> Self {
+        Deduplication { enabled: true, protected_tools: Vec::new() }
+    }
+}
+
+impl Default for PurgeErrors {
+    fn default() -> Self {
+        PurgeErrors { enabled: true, turns: 4, protected_tools: Vec::new() }
+    }
+}
+
+impl Default for Rewrite {
+    fn default() -> Self {
+        Rewrite { mode: RewriteMode::Batched, expected_requests: 8, pressure_ratio: 0.6, cold_cache_seconds: 300 }
+    }
+}
+
+impl Config {
+    fn protected(&self, extra: &[String], tool: &str) -> bool {
+        DEFAULT_PROTECTED_TOOLS.contains(&tool) || extra.iter().any(|t| t == tool)
+    }
+
+    /// Whether deduplication leaves `tool` alone.
+    pub fn dedup_protects(&self, tool: &str) -> bool {
+        self.protected(&self.strategies.deduplication.protected_tools, tool)
+    }
+
+    /// Whether purge-errors leaves `tool` alone.
+    pub fn purge_protects(&self, tool: &str) -> bool {
+        self.protected(&self.strategies.purge_errors.protected_tools, tool)
+    }
+
+    /// Whether the agent's discard and extract tools leave `tool` alone.
+    pub fn tools_protect(&self, tool: &str) -> bool {
+        self.protected(&self.tools.settings.protected_tools, tool)
+    }
+
+    /// Whether `/dcp sweep` leaves `tool` alone.
+    pub fn sweep_protects(&self, tool: &str) -> bool {
+        self.protected(&self.commands.protected_tools, tool)
+    }
+}

@@ -1,0 +1,126 @@
+//! Merging two processes' states of one session (see [`merge`]).
+
+use crate::state::{PruneRecord, SessionState};
+
+/// Brings `disk`, the state another process may have written since this one last read it,
+/// together with `mine`, this process's state, and returns the union. `journal` holds the
+/// prunes `mine` recorded since it last synced: their stats are added to the file's, except
+/// for calls the file already has (another process pruned them too, and counted them).
+///
+/// The newer compaction wins the prune list: prunes from before it name calls the model no
+/// longer sees. Stats only ever add up. Agent-facing ids keep the file's numbering; an id of
+/// `mine` that another call took on disk is renumbered.
+pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneRecord)]) -> SessionState {
+    let mut out = disk;
+    out.fold_counter();
+    for (id, record) in journal {
+        if out.pruned.contains_key(id) {
+            continue;
+        }
+        let tally = out.stats.by_strategy.entry(record.strategy).or_default();
+        tally.tokens += record.tokens;
+        tally.tools += 1;
+        out.stats.total_prune_tokens += record.tokens;
+    }
+    if mine.last_compaction > out.last_compaction {
+        out.pruned.clear();
+        out.last_compaction = mine.last_compaction;
+    }
+    if mine.last_compaction == out.last_compaction {
+        for (id, record) in &mine.pruned {
+            match out.pruned.get_mut(id) {
+                // Once either side applied a prune it stays applied.
+                Some(theirs) => theirs.applied |= record.applied,
+                None => {
+                    out.pruned.insert(id.clone(), record.clone());
+                }
+            }
+        }
+    }
+    let taken: std::collections::HashSet<u32> = out.ids.values().copied().collect();
+    let mut next = out.next_id.max(mine.next_id).max(1);
+    for (call, n) in &mine.ids {
+        if out.ids.contains_key(call) {
+            continue;
+        }
+        let n = if taken.contains(n) {
+            let fresh = next;
+            next = next.saturating_add(1);
+            fresh
+        } else {
+            *n
+        };
+        out.ids.insert(call.clone(), n);
+    }
+    let max_id = out.ids.values().copied().max().unwrap_or(0);
+    out.next_id = next.max(max_id.saturating_add(1));
+    if mine.session_name.is_some() {
+        out.session_name.clone_from(&mine.session_name);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Action, Strategy};
+
+    fn rec(strategy: Strategy, tokens: u64, applied: bool) -> PruneRecord {
+        PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied }
+    }
+
+    #[test]
+    fn merge_unions_prunes_and_counts_each_call_once() {
+        let mut disk = SessionState::default();
+        disk.record("theirs", rec(Strategy::Sweep, 7, true));
+        disk.record("both", rec(Strategy::Deduplication, 5, false));
+        disk.fold_counter();
+        let mut mine = SessionState::default();
+        mine.record("both", rec(Strategy::Deduplication, 5, true));
+        mine.record("mine", rec(Strategy::Discard, 3, true));
+        let journal = vec![
+            ("both".to_string(), rec(Strategy::Deduplication, 5, true)),
+            ("mine".to_string(), rec(Strategy::Discard, 3, true)),
+        ];
+        let out = merge(disk, &mine, &journal);
+        assert_eq!(out.pruned.keys().collect::<Vec<_>>(), ["both", "mine", "theirs"]);
+        assert!(out.pruned["both"].applied, "applied on either side stays applied");
+        // `both` was counted by the other process already.
+        assert_eq!(out.stats.tokens(), 15);
+        assert_eq!(out.stats.by_strategy[&Strategy::Deduplication].tools, 1);
+        assert_eq!(out.stats.by_strategy[&Strategy::Discard].tools, 1);
+    }
+
+    #[test]
+    fn merge_lets_the_newer_compaction_win_the_prune_list_and_keeps_stats() {
+        let mut disk = SessionState::default();
+        disk.record("old", rec(Strategy::Sweep, 4, true));
+        disk.fold_counter();
+        let mut mine = SessionState::default();
+        mine.clear_after_compaction(100);
+        mine.record("new", rec(Strategy::Sweep, 6, true));
+        let journal = vec![("new".to_string(), rec(Strategy::Sweep, 6, true))];
+        let out = merge(disk.clone(), &mine, &journal);
+        assert_eq!(out.pruned.keys().collect::<Vec<_>>(), ["new"]);
+        assert_eq!((out.last_compaction, out.stats.tokens()), (100, 10));
+        // The other way round: the file saw a compaction this process has not.
+        disk.clear_after_compaction(200);
+        let out = merge(disk, &mine, &journal);
+        assert!(out.pruned.is_empty());
+        assert_eq!((out.last_compaction, out.stats.tokens()), (200, 10));
+    }
+
+    #[test]
+    fn merge_keeps_the_files_agent_ids_and_renumbers_a_clash() {
+        let mut disk = SessionState::default();
+        assert_eq!(disk.id_for("a"), 1);
+        let mut mine = SessionState::default();
+        assert_eq!(mine.id_for("b"), 1);
+        assert_eq!(mine.id_for("a"), 2);
+        let out = merge(disk, &mine, &[]);
+        assert_eq!(out.ids["a"], 1);
+        // `b` cannot keep 1, and 2 is the id this process gave `a`: it gets a fresh one.
+        assert_eq!(out.ids["b"], 3);
+        assert_eq!(out.next_id, 4);
+    }
+}

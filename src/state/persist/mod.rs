@@ -1,0 +1,205 @@
+//! State files: `storage/plugin/dcp/<sessionId>.json`, in every layout DCP ever wrote.
+//!
+//! dcp writes the 1.x layout (`sessionName`, `prune.toolIds`, `stats.pruneTokenCounter`,
+//! `stats.totalPruneTokens`, `lastUpdated`) plus a `dcp` section of its own, and reads the
+//! 0.3 (`prunedIds`), 1.x and 2.x/3.x (`prune.tools`, `prune.messages`, `nudges`,
+//! `manualMode`) layouts. Fields it does not understand are kept on rewrite. Writes are atomic
+//! (temp file, fsync, rename, fsync of the directory), so a crash leaves the old file or the
+//! new one, never a torn one. A file that cannot be parsed is never overwritten: it is set
+//! aside as `<id>.json.corrupt-<time>` first.
+//!
+//! This module holds the paths and the read-merge-write of a save ([`sync`]); [`format`]
+//! parses and renders the layouts, [`fs`] writes atomically, locks, stamps and sets aside,
+//! and [`merge`] brings two processes' states together.
+
+mod format;
+mod fs;
+mod merge;
+
+use std::path::{Path, PathBuf};
+
+use super::{PruneRecord, SessionState};
+
+pub use self::format::{now_iso, parse, render, FormatError};
+pub use self::fs::{lock, set_aside, stamp, write_atomic, Stamp};
+pub use self::merge::merge;
+
+/// State files larger than this are not read: no real session comes near it.
+pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Version of the `dcp` section dcp writes.
+pub const FORMAT_VERSION: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("invalid session id {shown}: a session id is 1 to 128 characters of A-Z, a-z, 0-9, _ and -")]
+    BadSessionId { shown: String },
+    #[error("cannot write state file {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create state dir {path}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot lock {path}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot set aside corrupt state file {path}")]
+    SetAside {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Whether `id` is a session id dcp can use in a file name: `[A-Za-z0-9_-]{1,128}`.
+pub fn is_session_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Checks that `id` is a session id dcp can use in a file name (see [`is_session_id`]),
+/// naming what is wrong with it if not.
+pub fn validate_session_id(id: &str) -> Result<(), StateError> {
+    if is_session_id(id) {
+        return Ok(());
+    }
+    let mut shown: String = id.chars().take(48).collect();
+    if shown.len() < id.len() {
+        shown.push('…');
+    }
+    Err(StateError::BadSessionId { shown: format!("{shown:?} ({} bytes)", id.len()) })
+}
+
+/// The state file of session `id` in `dir`.
+pub fn state_path(dir: &Path, id: &str) -> Result<PathBuf, StateError> {
+    validate_session_id(id)?;
+    Ok(dir.join(format!("{id}.json")))
+}
+
+/// What reading a state file found.
+#[derive(Debug)]
+pub enum LoadOutcome {
+    Missing,
+    Loaded(Box<SessionState>),
+    /// The file exists but cannot be used; `reason` says why.
+    Corrupt {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// Reads the state of session `id` from `dir`.
+pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
+    let path = state_path(dir, id)?;
+    Ok(load_path(&path))
+}
+
+/// Reads one state file.
+pub fn load_path(path: &Path) -> LoadOutcome {
+    let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
+    match std::fs::metadata(path) {
+        // No dir, or a file where the dir should be: there is no state file either way.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            return LoadOutcome::Missing
+        }
+        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        // A FIFO or a device would block the read, or never end: only plain files are read.
+        Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
+        Ok(m) if m.len() > MAX_STATE_BYTES => {
+            return corrupt(format!("{} bytes is larger than the {MAX_STATE_BYTES}-byte limit", m.len()))
+        }
+        Ok(_) => {}
+    }
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LoadOutcome::Missing,
+        Err(e) => corrupt(format!("cannot read it: {e}")),
+        Ok(bytes) => match parse(&bytes) {
+            Ok(state) => LoadOutcome::Loaded(Box::new(state)),
+            Err(e) => corrupt(e.to_string()),
+        },
+    }
+}
+
+/// What [`sync`] did.
+#[derive(Debug)]
+pub struct Synced {
+    /// The state now on disk, when it is not simply the state that was saved: the file was
+    /// read and merged with it.
+    pub merged: Option<SessionState>,
+    /// The written file's stamp.
+    pub stamp: Option<Stamp>,
+    /// Whether the file was at none of the `known` versions: another process wrote it, and
+    /// `state` holds its changes as well.
+    pub foreign: bool,
+    /// Where a corrupt file was set aside.
+    pub aside: Option<PathBuf>,
+}
+
+/// Saves session `id` with a read-merge-write under its lock: reads the file as it is now,
+/// merges `mine` and `journal` into it (see [`merge`]), and writes the result atomically.
+/// `known` are stamps of versions `mine` has everything of (the one it was last synced with,
+/// the one this process wrote last); a file at one of them is not read. A missing file is written
+/// from `mine` alone; a corrupt one is set aside first, never overwritten.
+pub fn sync(
+    dir: &Path,
+    id: &str,
+    mine: &SessionState,
+    journal: &[(String, PruneRecord)],
+    known: &[Stamp],
+) -> Result<Synced, StateError> {
+    let path = state_path(dir, id)?;
+    let _lock = lock(dir, id)?;
+    let current = stamp(&path);
+    let mut aside = None;
+    // A file still at a version `mine` was synced with has nothing `mine` lacks.
+    let foreign = current.is_some_and(|c| !known.contains(&c));
+    let disk = if current.is_some() && !foreign { LoadOutcome::Missing } else { load_path(&path) };
+    let (bytes, merged) = match disk {
+        LoadOutcome::Loaded(disk) => {
+            let merged = merge(*disk, mine, journal);
+            (render(&merged, &now_iso()), Some(merged))
+        }
+        outcome => {
+            if matches!(outcome, LoadOutcome::Corrupt { .. }) && path.exists() {
+                aside = Some(set_aside(&path)?);
+            }
+            // `mine` is written as it is (a save job's state has its counter folded already),
+            // without a copy.
+            let bytes = if mine.stats.prune_token_counter == 0 {
+                render(mine, &now_iso())
+            } else {
+                let mut state = mine.clone();
+                state.fold_counter();
+                render(&state, &now_iso())
+            };
+            (bytes, None)
+        }
+    };
+    write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
+    Ok(Synced { merged, stamp: stamp(&path), foreign, aside })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_checked() {
+        for ok in ["ses_dff0e6f21ffe6GyGsE27xOBOyV", "a", "A-b_9", &"x".repeat(128)] {
+            assert!(validate_session_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "../x", "a/b", "a\0b", "ses x", "é", &"x".repeat(129), &"y".repeat(10_000)] {
+            let err = validate_session_id(bad).unwrap_err().to_string();
+            assert!(err.starts_with("invalid session id"), "{err}");
+            assert!(err.len() < 300, "{err}");
+        }
+    }
+}
