@@ -146,13 +146,17 @@ impl Screen {
 
 impl Drop for Screen {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let tmux =
+            |args: &[&str]| Command::new("tmux").arg("-L").arg(&self.socket).args(args).stderr(Stdio::null()).output();
+        let socket = tmux(&["display-message", "-p", "#{socket_path}"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let _ = tmux(&["kill-server"]);
+        // tmux leaves its socket file behind.
+        if let Ok(path) = socket.as_deref() {
+            if !path.is_empty() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
     }
 }
 
@@ -361,6 +365,11 @@ fn tui_tells_a_bad_config_value_naming_the_file_and_key() {
     let told = toast(&text, "pruneNotification");
     assert!(told.contains("dcp.jsonc"), "{told}");
     insta::assert_snapshot!("tui_bad_config_toast", screen.filtered(&told));
+    // `/dcp` is still there, and answers with the reason, with no model request.
+    screen.submit("/dcp stats");
+    let text = wait_answer(&screen, "/dcp stats", "must be one of");
+    assert!(!text.contains("interrupted"), "{text}");
+    assert!(no_new_request(&lab, 0), "/dcp stats went to the model");
 }
 
 /// The text of the toast holding `needle`. OpenCode draws a toast in the pane's top right
