@@ -1,10 +1,22 @@
 //! dcp: dynamic context pruning for OpenCode.
 //!
-//! Data flows through the modules in this order:
-//! [`host`] reads OpenCode's sessions (SQLite or the old JSON tree) into the [`session`]
-//! model; [`strategies`] decide what to prune and rewrite the messages; [`state`] remembers
-//! the decisions per session and persists them; [`stats`] and [`context`] report what that
-//! saves; [`cli`] is the terminal surface, and [`doctor`] checks an install. [`config`] and [`tokens`] serve them all.
+//! Data flows through the modules in this order, and no module imports one later in it:
+//!
+//! * [`host`] reads OpenCode's sessions (SQLite or the old JSON tree) into the [`session`]
+//!   model;
+//! * [`strategies`] decide what to prune, by the [`strategies::Rules`] of the [`config`]:
+//!   one module per strategy, the `<prunable-tools>` list ([`strategies::prunable`]) and the
+//!   sidecar's incremental engine ([`strategies::incremental`]); [`policy`] decides when a
+//!   recorded prune's rewrite reaches the model;
+//! * [`state`] remembers the decisions per session ([`state::store`]), saves them
+//!   ([`state::saver`]) and reads and writes state files ([`state::persist`]);
+//! * [`stats`], [`context`] and [`replay`] report what that saves, [`report`] draws it;
+//! * the surfaces: [`cli`] (the terminal), [`sidecar`] (`dcp serve`, for the plugin in
+//!   `plugin/`), [`doctor`] (checks an install). [`texts`] holds every word the model or the
+//!   user reads in a session.
+//!
+//! [`config`], [`tokens`], [`format`] and [`logging`] serve them all. Test tooling (the
+//! session generator, the save loop) is in `crates/dcp-testkit`, not here.
 
 pub mod cli;
 pub mod config;

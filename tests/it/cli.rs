@@ -7,21 +7,11 @@ use crate::support::{Sandbox, DB_SESSION, TREE_SESSION};
 
 /// Runs `dcp ARGS --data-dir <sandbox data>` with a private home and config, and renders the
 /// result with the sandbox's paths filtered.
+/// `dcp ARGS` on the sandbox's data dir (see [`crate::support::dcp`]): stdout, stderr and
+/// the exit status, with the sandbox's path filtered out.
 fn dcp(sandbox: &Sandbox, args: &[&str]) -> String {
-    let root = sandbox.dir.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(args)
-        .arg("--data-dir")
-        .arg(sandbox.data())
-        .current_dir(root.join("project"))
-        .env_clear()
-        .env("HOME", root.join("home"))
-        .env("XDG_CONFIG_HOME", root.join("home/.config"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .output()
-        .unwrap();
-    let text = crate::support::rendered(&out);
-    filter(&text, root)
+    let out = crate::support::dcp_in(sandbox, &sandbox.data(), args, std::time::Duration::from_secs(600));
+    filter(&crate::support::rendered(&out), sandbox.dir.path())
 }
 
 fn filter(text: &str, root: &Path) -> String {

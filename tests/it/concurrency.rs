@@ -10,7 +10,8 @@ use dcp::state::{SessionState, Strategy};
 use dcp::strategies::OUTPUT_PLACEHOLDER;
 use serde_json::{json, Value};
 
-use crate::sidecar::{apply, Sidecar, IMMEDIATE};
+use crate::sidecar::{apply, IMMEDIATE};
+use crate::support::Sidecar;
 use crate::support::{duplicate_reads, Sandbox, SessionBuilder};
 
 fn updates() -> u64 {

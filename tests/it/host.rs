@@ -4,7 +4,10 @@ use dcp::host::paths::Env;
 use dcp::host::{DataDir, HostError, Source};
 use dcp::session::{tool_calls, visible_history, Role, ToolStatus};
 
-use crate::support::{fixtures, Sandbox, DB_SESSION, TREE_SESSION};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::support::{assert_error, dcp, dcp_in, fixtures, stderr, Sandbox, DB_SESSION, TREE_SESSION};
 
 fn data() -> DataDir {
     DataDir::new(&fixtures().join("data"), &Env::default())
@@ -103,4 +106,161 @@ fn compaction_hides_what_came_before_the_summary() {
     let visible = visible_history(messages);
     assert_eq!(visible.len(), 3);
     assert!(visible[1].is_compaction_summary());
+}
+
+// Damaged databases: rows that are not JSON, not text, NULL; a locked or foreign file.
+
+/// Runs `sql` on the sandbox's `opencode.db`.
+fn edit_db(sandbox: &Sandbox, sql: &str) {
+    let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+/// One message row of the recorded session, and one part row.
+fn first_rows(sandbox: &Sandbox) -> (String, String) {
+    let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
+    let m: String = conn
+        .query_row(
+            "SELECT id FROM message WHERE session_id = ?1 ORDER BY time_created DESC LIMIT 1",
+            [DB_SESSION],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let p: String = conn
+        .query_row("SELECT id FROM part WHERE session_id = ?1 ORDER BY time_created, id LIMIT 1", [DB_SESSION], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    (m, p)
+}
+
+/// Stores the SQL `value` as the data of the recorded session's first message and part, and
+/// runs `dcp context` on it. Returns the two row ids and the run.
+fn context_with_bad_rows(s: &Sandbox, value: &str) -> (String, String, Output) {
+    let (m, p) = first_rows(s);
+    edit_db(
+        s,
+        &format!(
+            "UPDATE message SET data = {value} WHERE id = '{m}'; UPDATE part SET data = {value} WHERE id = '{p}';"
+        ),
+    );
+    (m, p, dcp(s, &["context", "--session", DB_SESSION]))
+}
+
+#[test]
+fn malformed_rows_in_opencode_db_are_skipped_with_a_warning() {
+    for (what, value) in
+        [("not JSON", "'{\"role\": '"), ("a JSON array", "'[1, 2]'"), ("a number", "42"), ("empty", "''")]
+    {
+        let s = Sandbox::new();
+        let (m, p, out) = context_with_bad_rows(&s, value);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+        let db = s.data().join("opencode.db").display().to_string();
+        for id in [&m, &p] {
+            assert!(
+                err.lines().any(|l| l.contains("warning") && l.contains(&db) && l.contains(id.as_str())),
+                "{what}: {id}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_blob_or_invalid_utf8_row_in_opencode_db_is_skipped_not_fatal() {
+    for (what, value) in [("a blob", "X'FFFE00'"), ("text that is not UTF-8", "CAST(X'7B22FF227D' AS TEXT)")] {
+        let s = Sandbox::new();
+        let (m, p, out) = context_with_bad_rows(&s, value);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+        for id in [&m, &p] {
+            assert!(err.lines().any(|l| l.contains("warning") && l.contains(id.as_str())), "{what}: {id}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_null_row_in_opencode_db_is_skipped_not_fatal() {
+    let s = Sandbox::new();
+    // OpenCode's schema says NOT NULL; drop the constraint in this copy to store a NULL.
+    edit_db(
+        &s,
+        &format!(
+            "PRAGMA writable_schema = ON;
+             UPDATE sqlite_schema SET sql = replace(sql, '`data` text NOT NULL', '`data` text') WHERE name IN ('message', 'part');
+             PRAGMA writable_schema = OFF;"
+        ),
+    );
+    let (m, p, out) = context_with_bad_rows(&s, "NULL");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for id in [&m, &p] {
+        assert!(
+            err.lines().any(|l| l.contains("warning") && l.contains(id.as_str()) && l.contains("NULL")),
+            "{id}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_locked_opencode_db_fails_after_the_busy_timeout_naming_the_db() {
+    let s = Sandbox::new();
+    let db = s.data().join("opencode.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    // The fixture is in rollback-journal mode: an exclusive lock keeps every reader out.
+    conn.execute_batch("BEGIN EXCLUSIVE; UPDATE session SET title = title;").unwrap();
+    let start = Instant::now();
+    let out = dcp_in(&s, &s.data(), &["sessions"], Duration::from_secs(12));
+    let waited = start.elapsed();
+    assert_error(&out, &[&db.display().to_string(), "locked"]);
+    assert!(waited >= dcp::host::sqlite::BUSY_TIMEOUT / 2, "gave up at once: {waited:?}");
+    conn.execute_batch("ROLLBACK").unwrap();
+}
+
+#[test]
+fn a_locked_opencode_db_in_wal_mode_is_still_read() {
+    let s = Sandbox::new();
+    let conn = rusqlite::Connection::open(s.data().join("opencode.db")).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+    // In WAL mode, OpenCode's writer does not block readers: dcp reads the last commit.
+    conn.execute_batch("BEGIN EXCLUSIVE; UPDATE session SET title = 'uncommitted';").unwrap();
+    let out = dcp_in(&s, &s.data(), &["sessions", "--json"], Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(DB_SESSION) && !text.contains("uncommitted"), "{text}");
+    conn.execute_batch("ROLLBACK").unwrap();
+}
+
+#[test]
+fn an_opencode_db_that_is_not_sqlite_is_an_error_naming_it() {
+    let s = Sandbox::new();
+    let db = s.data().join("opencode.db");
+    let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&db, &noise).unwrap();
+    for args in [
+        vec!["sessions"],
+        vec!["context", "--session", DB_SESSION],
+        vec!["sweep", "--session", DB_SESSION, "--dry-run"],
+    ] {
+        let out = dcp(&s, &args);
+        assert_error(&out, &[&db.display().to_string(), "not a database"]);
+    }
+    assert!(std::fs::read(&db).unwrap() == noise, "the file was changed");
+}
+
+#[test]
+fn a_missing_db_or_data_dir_is_an_error() {
+    let s = Sandbox::new();
+    let missing = s.dir.path().join("no/such/dir");
+    let out = dcp_in(&s, &missing, &["sessions"], Duration::from_secs(10));
+    assert_error(&out, &["no OpenCode data in", &missing.display().to_string()]);
+    assert!(!missing.exists(), "the data dir was created");
+    // A data dir without opencode.db and without storage/.
+    let bare = s.dir.path().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    for args in [vec!["sessions"], vec!["context"], vec!["context", "--session", DB_SESSION]] {
+        let out = dcp_in(&s, &bare, &args, Duration::from_secs(10));
+        assert_error(&out, &["no OpenCode data in", &bare.display().to_string()]);
+    }
+    assert!(std::fs::read_dir(&bare).unwrap().next().is_none(), "something was written in {}", bare.display());
 }

@@ -15,6 +15,7 @@ mod hostile;
 mod index;
 mod package;
 mod persistence;
+mod protocol;
 mod replay;
 mod sidecar;
 mod state_store;

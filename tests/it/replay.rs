@@ -7,7 +7,8 @@ use dcp::replay::steps::{AgentTools, Timeline};
 use dcp::replay::{self, Mode, Options, Session};
 use serde_json::{json, Value};
 
-use crate::sidecar::{apply, Sidecar, IMMEDIATE};
+use crate::sidecar::{apply, IMMEDIATE};
+use crate::support::Sidecar;
 use crate::support::{fixtures, Sandbox, DB_SESSION};
 
 /// The lab runs recorded with the plugin loaded, in `fixtures/replay/` (see its README).

@@ -1,80 +1,12 @@
 //! `dcp serve` over its stdio protocol, on the recorded session.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-
 use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::session::visible_history;
 use dcp::strategies::OUTPUT_PLACEHOLDER;
 use serde_json::{json, Value};
 
-use crate::support::{Sandbox, DB_SESSION};
-
-pub(crate) struct Sidecar {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next: u64,
-}
-
-impl Sidecar {
-    pub(crate) fn spawn(sandbox: &Sandbox, config: &str) -> Sidecar {
-        Sidecar::spawn_with(sandbox, config, &[], Stdio::null())
-    }
-
-    /// A sidecar with extra environment variables, whose stderr goes to `stderr`.
-    pub(crate) fn spawn_with(sandbox: &Sandbox, config: &str, envs: &[(&str, &str)], stderr: Stdio) -> Sidecar {
-        let root = sandbox.dir.path();
-        let cfg = root.join("home/.config/opencode");
-        std::fs::create_dir_all(&cfg).unwrap();
-        std::fs::write(cfg.join("dcp.jsonc"), config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dcp"))
-            .args(["serve", "--data-dir"])
-            .arg(sandbox.data())
-            .current_dir(root.join("project"))
-            .env("HOME", root.join("home"))
-            .env("XDG_CONFIG_HOME", root.join("home/.config"))
-            .env_remove("OPENCODE_CONFIG_DIR")
-            .env_remove("OPENCODE_DB")
-            .envs(envs.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Sidecar { child, stdin, stdout, next: 1 }
-    }
-
-    fn raw(&mut self, line: &str) -> Value {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut answer = String::new();
-        self.stdout.read_line(&mut answer).unwrap();
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        let answer = self.raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
-        assert_eq!(answer["id"], id);
-        answer
-    }
-
-    pub(crate) fn result(&mut self, method: &str, params: Value) -> Value {
-        let answer = self.call(method, params);
-        assert!(answer.get("error").is_none(), "{answer}");
-        answer["result"].clone()
-    }
-
-    pub(crate) fn shutdown(mut self) {
-        self.result("shutdown", json!({}));
-        assert!(self.child.wait().unwrap().success());
-    }
-}
+use crate::support::{Sandbox, Sidecar, DB_SESSION};
 
 fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
     let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();

@@ -2,7 +2,7 @@
 //! failure is reported once, nothing already saved is damaged, and the save is retried.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dcp::state::persist;
 use dcp::state::store::SessionStore;
@@ -10,8 +10,9 @@ use dcp::state::{Action, PruneRecord, Strategy};
 use dcp::tokens::EstimatorChoice;
 use serde_json::json;
 
-use crate::sidecar::{Sidecar, IMMEDIATE};
-use crate::support::{duplicate_reads, Sandbox};
+use crate::sidecar::IMMEDIATE;
+use crate::support::Sidecar;
+use crate::support::{duplicate_reads, poll, Sandbox};
 
 fn record(tokens: u64) -> PruneRecord {
     PruneRecord { strategy: Strategy::Sweep, action: Action::Output, tokens, tool: String::new(), applied: true }
@@ -25,21 +26,20 @@ fn a_state_dir_that_cannot_be_written_keeps_pruning_in_memory_and_saves_later() 
     std::fs::write(s.state_dir(), "not a dir").unwrap();
     let log = s.dir.path().join("sidecar.log");
     let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
-    let mut sidecar = Sidecar::spawn_with(&s, IMMEDIATE, &[("DCP_SAVE_RETRY_MS", "200")], stderr);
+    let mut sidecar = Sidecar::spawn_with(&s, Some(IMMEDIATE), &[("DCP_SAVE_RETRY_MS", "50")], stderr);
     for i in 1..=3 {
         let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": duplicate_reads(i)}));
         assert_eq!(result["edits"].as_array().unwrap().len(), 1, "request {i} was not pruned: {result}");
     }
-    // Let a few retries fail too.
-    std::thread::sleep(Duration::from_millis(700));
+    // Wait for the first failed save to be logged, then let four retries (every 50 ms) fail.
+    let failed = || std::fs::read_to_string(&log).unwrap_or_default().contains("pruning goes on in memory");
+    assert!(poll(failed, Duration::from_secs(10)), "no save failed");
+    std::thread::sleep(Duration::from_millis(4 * 50));
     std::fs::remove_file(s.state_dir()).unwrap();
     std::fs::create_dir(s.state_dir()).unwrap();
     // The retry timer saves without waiting for another request.
     let file = s.state_dir().join("ses_test.json");
-    let start = Instant::now();
-    while !file.exists() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(poll(|| file.exists(), Duration::from_secs(10)), "the state was never saved");
     let state = persist::parse(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(state.stats.by_strategy[&Strategy::Deduplication].tools, 3);
     sidecar.shutdown();

@@ -1,6 +1,9 @@
 //! Builders for synthetic sessions, and sandboxes holding a copy of the fixtures.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use dcp::session::Message;
 use serde_json::{json, Value};
@@ -191,6 +194,20 @@ pub fn duplicate_reads(i: u64) -> Vec<Value> {
         .collect()
 }
 
+/// Checks `done` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub fn poll(mut done: impl FnMut() -> bool, limit: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// `dcp_testkit::save_loop` in a child process, for the tests that kill it or race two of
 /// them: session `id` of the data dir `data`, `count` saves (the default: until killed),
 /// prune ids `<prefix><i>`. The child is this test binary again, running only
@@ -226,4 +243,211 @@ fn save_loop_child() {
     if let Err(e) = dcp_testkit::cli::run(&args, &mut std::io::sink()) {
         panic!("save-loop {args:?}: {e:#}");
     }
+}
+
+// The one CLI runner: `dcp` in a sandbox, with a private home and config.
+
+/// Runs `dcp ARGS --data-dir DATA` in the sandbox with a private home and config, and fails
+/// the test if it takes longer than `limit`.
+pub fn dcp_in(sandbox: &Sandbox, data: &Path, args: &[&str], limit: Duration) -> Output {
+    let root = sandbox.dir.path();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dcp"));
+    command
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .current_dir(root.join("project"))
+        .env_clear()
+        .env("HOME", root.join("home"))
+        .env("XDG_CONFIG_HOME", root.join("home/.config"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    run_with_limit(command, limit)
+}
+
+/// `dcp ARGS` on the sandbox's data dir, within 20 s.
+pub fn dcp(sandbox: &Sandbox, args: &[&str]) -> Output {
+    dcp_in(sandbox, &sandbox.data(), args, Duration::from_secs(20))
+}
+
+/// Runs `command` to completion, killing it and failing the test if it outlives `limit`.
+pub fn run_with_limit(mut command: Command, limit: Duration) -> Output {
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{command:?} still ran after {limit:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a run failed with exit 1, a `dcp:` error mentioning every one of `needles`, and
+/// no panic.
+pub fn assert_error(out: &Output, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("dcp: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr does not mention {n:?}: {err}");
+    }
+}
+
+/// Every file under `dir` with its bytes, by path relative to `dir`.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel.join(""), Vec::new());
+                walk(root, &path, out);
+            } else if meta.is_file() && meta.len() <= 16 * 1024 * 1024 {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            } else {
+                out.insert(rel, format!("<{} bytes>", meta.len()).into_bytes());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Adds a copy of the recorded session to the sandbox's `opencode.db` under `id`, so a state
+/// file named after `id` belongs to a session that can be swept.
+pub fn clone_session(sandbox: &Sandbox, id: &str) {
+    let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
+    conn.execute_batch(&format!(
+        "INSERT INTO session SELECT '{id}', project_id, workspace_id, parent_id, slug, directory, path, title, version, share_url, summary_additions, summary_deletions, summary_files, summary_diffs, metadata, cost, tokens_input, tokens_output, tokens_reasoning, tokens_cache_read, tokens_cache_write, revert, permission, agent, model, time_created, time_updated, time_compacting, time_archived FROM session WHERE id = '{DB_SESSION}';
+         INSERT INTO message SELECT '{id}' || id, '{id}', time_created, time_updated, data FROM message WHERE session_id = '{DB_SESSION}';
+         INSERT INTO part SELECT '{id}' || id, '{id}' || message_id, '{id}', time_created, time_updated, data FROM part WHERE session_id = '{DB_SESSION}';"
+    ))
+    .unwrap();
+}
+
+/// The one sidecar driver: `dcp serve` on a sandbox, driven line by line.
+pub struct Sidecar {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl Sidecar {
+    /// A sidecar with `config` as its global `dcp.jsonc`.
+    pub fn spawn(sandbox: &Sandbox, config: &str) -> Sidecar {
+        Sidecar::spawn_with(sandbox, Some(config), &[], Stdio::null())
+    }
+
+    /// A sidecar with no `dcp.jsonc` and extra environment variables.
+    pub fn bare(sandbox: &Sandbox, envs: &[(&str, &str)]) -> Sidecar {
+        Sidecar::spawn_with(sandbox, None, envs, Stdio::null())
+    }
+
+    /// A sidecar with `config` as its global `dcp.jsonc` (none if `None`), extra environment
+    /// variables, and its stderr going to `stderr`. The environment is cleared first: only
+    /// the sandbox's home and config dirs and `PATH` are set.
+    pub fn spawn_with(sandbox: &Sandbox, config: Option<&str>, envs: &[(&str, &str)], stderr: Stdio) -> Sidecar {
+        let root = sandbox.dir.path();
+        if let Some(config) = config {
+            let cfg = root.join("home/.config/opencode");
+            std::fs::create_dir_all(&cfg).unwrap();
+            std::fs::write(cfg.join("dcp.jsonc"), config).unwrap();
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dcp"))
+            .args(["serve", "--data-dir"])
+            .arg(sandbox.data())
+            .current_dir(root.join("project"))
+            .env_clear()
+            .env("HOME", root.join("home"))
+            .env("XDG_CONFIG_HOME", root.join("home/.config"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(envs.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        Sidecar { child, stdin, stdout, next: 1 }
+    }
+
+    /// Sends one line of raw bytes, and reads no answer (for a notification).
+    pub fn write(&mut self, line: &[u8]) {
+        use std::io::Write;
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends one line of raw bytes and reads the answer.
+    pub fn send(&mut self, line: &[u8]) -> Value {
+        use std::io::BufRead;
+        self.write(line);
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
+    }
+
+    /// Sends one line of text and reads the answer.
+    pub fn raw(&mut self, line: &str) -> Value {
+        self.send(line.as_bytes())
+    }
+
+    /// Sends a request with the next id and returns the whole answer.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let answer = self.raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
+        assert_eq!(answer["id"], id);
+        answer
+    }
+
+    /// Sends a request and returns its result, failing if it is an error.
+    pub fn result(&mut self, method: &str, params: Value) -> Value {
+        let answer = self.call(method, params);
+        assert!(answer.get("error").is_none(), "{answer}");
+        answer["result"].clone()
+    }
+
+    /// Sends a line and returns its error, failing if it succeeded.
+    pub fn error(&mut self, line: &[u8]) -> (i64, String) {
+        let answer = self.send(line);
+        let e =
+            answer.get("error").unwrap_or_else(|| panic!("no error for {}: {answer}", String::from_utf8_lossy(line)));
+        (e["code"].as_i64().unwrap(), e["message"].as_str().unwrap().to_string())
+    }
+
+    /// Checks the sidecar still serves: a valid request afterwards works.
+    pub fn still_serves(&mut self) {
+        let answer = self.send(br#"{"jsonrpc":"2.0","id":"alive","method":"system","params":{}}"#);
+        assert_eq!(answer["id"], "alive", "{answer}");
+        assert!(answer["result"]["system"].is_array(), "{answer}");
+    }
+
+    /// Asks the sidecar to shut down, and checks it exits cleanly.
+    pub fn shutdown(mut self) {
+        assert_eq!(self.result("shutdown", json!({})), json!({}));
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Session ids no file name may be made of.
+pub fn bad_ids() -> Vec<String> {
+    vec!["../x".into(), "a/b".into(), "a\0b".into(), "x".repeat(10 * 1024), "..".into(), String::new()]
 }
