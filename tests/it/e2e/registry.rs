@@ -206,6 +206,27 @@ fn doctor(lab: &Lab, program: &Path, args: &[&str]) -> std::process::Output {
     cmd.output().unwrap()
 }
 
+/// Asserts that `modules` holds `dcp-opencode` of this version and this platform's package
+/// with an executable binary, and no other platform's; returns that binary.
+fn assert_installed(modules: &Path, platform: &str) -> PathBuf {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(modules.join("dcp-opencode/package.json")).unwrap()).unwrap();
+    assert_eq!(manifest["version"], VERSION);
+    let bin = modules.join(format!("dcp-opencode-{platform}/bin/dcp"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display())).permissions().mode();
+        assert!(mode & 0o111 != 0, "{} is not executable", bin.display());
+    }
+    let platforms: Vec<String> = std::fs::read_dir(modules)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("dcp-opencode-"))
+        .collect();
+    assert_eq!(platforms, [format!("dcp-opencode-{platform}")]);
+    bin
+}
+
 #[test]
 fn opencode_installs_dcp_from_a_registry_and_it_prunes() {
     let registry = Registry::start();
@@ -234,22 +255,8 @@ fn opencode_installs_dcp_from_a_registry_and_it_prunes() {
 
     // OpenCode installed the main package and this platform's package, and no other.
     let modules = install.join("node_modules");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(modules.join("dcp-opencode/package.json")).unwrap()).unwrap();
-    assert_eq!(manifest["version"], VERSION);
     let platform = dcp::doctor::platform().unwrap();
-    let bin = modules.join(format!("dcp-opencode-{platform}/bin/dcp"));
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display())).permissions().mode();
-        assert!(mode & 0o111 != 0, "{} is not executable", bin.display());
-    }
-    let platforms: Vec<String> = std::fs::read_dir(&modules)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("dcp-opencode-"))
-        .collect();
-    assert_eq!(platforms, [format!("dcp-opencode-{platform}")]);
+    let bin = assert_installed(&modules, platform);
 
     // The plugin ran the installed binary (there is no other): pruning reached the model.
     assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
