@@ -18,11 +18,11 @@ use dcp::format;
 #[derive(Debug, Parser)]
 #[command(name = "dcp-testkit", about = "Test tooling for dcp: synthetic sessions and state files, and a save loop.")]
 pub struct Cli {
-    /// Print JSON instead of a sentence.
-    #[arg(long, global = true)]
-    pub json: bool,
     #[command(subcommand)]
     pub command: Command,
+    /// Print what was written as JSON instead of a sentence.
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
