@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
 use super::cost::Ttl;
 use super::report::{self, Header, Row};
@@ -98,10 +98,17 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         config: config.clone(),
         estimator: args.estimator,
     };
-    let replays = replay_all(&data, &infos, &options)?;
-    let rows: Vec<Row<'_>> = infos
+    let mut replayed: Vec<(&SessionInfo, SessionReplay)> = Vec::new();
+    for (info, result) in infos.iter().zip(replay_all(&data, &infos, &options)) {
+        match result.with_context(|| format!("cannot replay session {}", info.id)) {
+            Ok(r) => replayed.push((info, r)),
+            // Over every session, one that cannot be replayed is named and left out.
+            Err(e) if args.all => tracing::warn!("{e:#}; left out"),
+            Err(e) => return Err(e),
+        }
+    }
+    let rows: Vec<Row<'_>> = replayed
         .iter()
-        .zip(&replays)
         .map(|(info, replay)| Row { title: &info.title, parent_id: info.parent_id.as_deref(), replay })
         .collect();
     let header =
@@ -117,8 +124,9 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
     Ok(())
 }
 
-/// Replays every session of `infos`, on as many threads as there are cores.
-fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Result<Vec<SessionReplay>> {
+/// Replays every session of `infos`, on as many threads as there are cores; the results
+/// come in the order of `infos`.
+fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Vec<Result<SessionReplay>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(infos.len()).max(1);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<SessionReplay>>>> = Mutex::new((0..infos.len()).map(|_| None).collect());
@@ -135,14 +143,7 @@ fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Resul
         }
     });
     let results = results.into_inner().unwrap_or_default();
-    let mut out = Vec::new();
-    for (info, result) in infos.iter().zip(results) {
-        match result {
-            Some(r) => out.push(r.with_context(|| format!("cannot replay session {}", info.id))?),
-            None => bail!("session {} was not replayed", info.id),
-        }
-    }
-    Ok(out)
+    results.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("not replayed")))).collect()
 }
 
 fn replay_one(data: &DataDir, info: &SessionInfo, options: &Options) -> Result<SessionReplay> {

@@ -80,6 +80,8 @@ pub struct Engine {
     seq: Option<u64>,
     edits: Vec<Edit>,
     next_id: u64,
+    /// The answer to `initialize`: which tools the engine offers, and their descriptions.
+    initialized: Value,
     _scratch: Scratch,
 }
 
@@ -116,9 +118,11 @@ impl Engine {
             seq: None,
             edits: Vec::new(),
             next_id: 0,
+            initialized: Value::Null,
             _scratch: scratch,
         };
-        engine.call("initialize", json!({"protocol": crate::sidecar::protocol::PROTOCOL_VERSION}))?;
+        engine.initialized =
+            engine.call("initialize", json!({"protocol": crate::sidecar::protocol::PROTOCOL_VERSION}))?;
         Ok(engine)
     }
 
@@ -138,7 +142,7 @@ impl Engine {
     /// offers.
     pub fn additions(&mut self) -> Result<Vec<String>, EngineError> {
         let system = self.call("system", json!({"sessionID": self.session_id}))?;
-        let init = self.call("initialize", json!({"protocol": crate::sidecar::protocol::PROTOCOL_VERSION}))?;
+        let init = &self.initialized;
         let mut out: Vec<String> = system["system"]
             .as_array()
             .map(|lines| lines.iter().filter_map(Value::as_str).map(str::to_string).collect())

@@ -217,6 +217,16 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
     out
 }
 
+/// A table row's ratio cells, one per mode but `none`: what `ratio` gives, or `-`.
+fn ratio_cells(modes: &[Mode], ratio: impl Fn(Mode) -> Option<f64>) -> String {
+    let mut out = String::new();
+    for m in modes.iter().filter(|m| **m != Mode::None) {
+        let cell = ratio(*m).map_or("-".to_string(), |r| format!("{r:.2}"));
+        let _ = write!(out, " {cell:>w$}", w = m.name().len().max(6));
+    }
+    out
+}
+
 /// The text report over many sessions: one table per figure, a column per mode.
 pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
     let modes = modes(rows);
@@ -230,35 +240,14 @@ pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
         let _ = writeln!(out, "{head}");
         for row in rows {
             let none = totals(row.replay, Mode::None).cloned().unwrap_or_default();
-            let mut line = format!(
-                "  {:<34} {:>5} {:>12}",
-                row.replay.session_id,
-                row.replay.requests,
-                thousands(figure.of(&none).round() as u64)
-            );
-            for m in modes.iter().filter(|m| **m != Mode::None) {
-                let r = totals(row.replay, *m).and_then(|t| ratio(figure.of(t), figure.of(&none)));
-                let _ = write!(
-                    line,
-                    " {:>w$}",
-                    r.map_or("-".to_string(), |r| format!("{r:.2}")),
-                    w = m.name().len().max(6)
-                );
-            }
-            let _ = writeln!(out, "{line}");
+            let (id, requests) = (&row.replay.session_id, row.replay.requests);
+            let cells =
+                ratio_cells(&modes, |m| totals(row.replay, m).and_then(|t| ratio(figure.of(t), figure.of(&none))));
+            let _ = writeln!(out, "  {id:<34} {requests:>5} {:>12}{cells}", thousands(figure.of(&none).round() as u64));
         }
         for (name, pick) in [("median", 0), ("worst", 1), ("total", 2)] {
-            let mut line = format!("  {:<34} {:>5} {:>12}", name, "", "");
-            for m in modes.iter().filter(|m| **m != Mode::None) {
-                let a = aggregate(rows, *m, figure).map(|a| [a.median, a.worst, a.total][pick]);
-                let _ = write!(
-                    line,
-                    " {:>w$}",
-                    a.map_or("-".to_string(), |r| format!("{r:.2}")),
-                    w = m.name().len().max(6)
-                );
-            }
-            let _ = writeln!(out, "{line}");
+            let cells = ratio_cells(&modes, |m| aggregate(rows, m, figure).map(|a| [a.median, a.worst, a.total][pick]));
+            let _ = writeln!(out, "  {name:<34} {:>5} {:>12}{cells}", "", "");
         }
         out.push('\n');
     }

@@ -126,3 +126,40 @@ fn replay_and_serve_make_byte_identical_rewrites() {
     let rewritten = compare(&s, "{}", &info.id, &messages);
     assert!(rewritten > 5, "{rewritten}");
 }
+
+#[test]
+fn replay_all_names_a_session_it_cannot_replay_and_goes_on() {
+    let s = Sandbox::new();
+    let db = rusqlite::Connection::open(s.data().join("opencode.db")).unwrap();
+    // A session whose id the engine refuses (a state file could not be named after it).
+    db.execute_batch(
+        r#"INSERT INTO session (id, project_id, slug, directory, title, version, time_created, time_updated)
+             SELECT 'ses bad/id', project_id, 's', '/tmp', 'Bad', '1.18.33', 1, 1 FROM session LIMIT 1;
+           INSERT INTO message VALUES ('msg_b1', 'ses bad/id', 1, 1, '{"role":"user","time":{"created":1}}');
+           INSERT INTO part VALUES ('prt_b1', 'msg_b1', 'ses bad/id', 1, 1, '{"type":"text","text":"hi"}');
+           INSERT INTO message VALUES ('msg_b2', 'ses bad/id', 2, 2, '{"role":"assistant","time":{"created":2}}');"#,
+    )
+    .unwrap();
+    drop(db);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["replay", "--all", "--json", "--data-dir"])
+        .arg(s.data())
+        .env("HOME", s.dir.path().join("home"))
+        .env("XDG_CONFIG_HOME", s.dir.path().join("home/.config"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot replay session ses bad/id") && stderr.contains("left out"), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = v["sessions"].as_array().unwrap().iter().map(|s| s["session_id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&DB_SESSION) && !ids.contains(&"ses bad/id"), "{ids:?}");
+    // Alone, the same session is an error, exit 1.
+    let alone = std::process::Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["replay", "--session", "ses bad/id", "--data-dir"])
+        .arg(s.data())
+        .env("HOME", s.dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert_eq!(alone.status.code(), Some(1));
+}
