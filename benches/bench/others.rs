@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// All-time stats over 10,000 generated state files: the first call of a process without a
+/// cache, a new `dcp stats` process with the cache on disk, repeated calls in one process
+/// (the sidecar's case), and a call after ten files changed.
 pub(crate) fn stats_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     let root = work_dir().join("stats");
     let _ = std::fs::remove_dir_all(&root);
@@ -102,20 +105,20 @@ fn stats_table(rows: &mut Vec<Row>, mb: f64, cold: f64, process: &[f64], repeate
     rows.push(
         Row::new(
             "all-time stats, 10,000 state files: `dcp stats` process, cache on disk",
-            p(&process, 0.5),
+            p(process, 0.5),
             "ms",
             Some(50.0),
         )
         .note(format!(
             "p50 of {} runs, process start included; p99 {}",
             process.len(),
-            p(&process, 0.99).map(|v| fmt_value(v, "ms")).unwrap_or_default()
+            p(process, 0.99).map(|v| fmt_value(v, "ms")).unwrap_or_default()
         )),
     );
-    rows.push(Row::new("all-time stats, 10,000 state files: repeated p50", p(&repeated, 0.5), "ms", Some(5.0)).note(
+    rows.push(Row::new("all-time stats, 10,000 state files: repeated p50", p(repeated, 0.5), "ms", Some(5.0)).note(
         format!(
             "{calls} calls in one process; p99 {}; after 10 files were rewritten: {}",
-            p(&repeated, 0.99).map(|v| fmt_value(v, "ms")).unwrap_or_default(),
+            p(repeated, 0.99).map(|v| fmt_value(v, "ms")).unwrap_or_default(),
             fmt_value(after_change, "ms")
         ),
     ));

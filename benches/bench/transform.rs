@@ -237,29 +237,25 @@ fn pruned_nothing(r: &Value) -> bool {
     r["pruned_first"].as_u64() == Some(0) && r["pruned_last"].as_u64() == Some(0)
 }
 
-/// All-time stats over 10,000 generated state files: the first call of a process without a
-/// cache, a new `dcp stats` process with the cache on disk, repeated calls in one process
-/// (the sidecar's case), and a call after ten files changed.
-
 /// The rows of one run of the published plugin, compared with dcp's run `ours` at its size.
 fn published_rows(label: &str, r: &Value, ours: Option<&Value>, rows: &mut Vec<Row>) {
     let ratio = |key: &str| -> String {
-        match (num(&r, key), ours.and_then(|o| num(o, key))) {
+        match (num(r, key), ours.and_then(|o| num(o, key))) {
             (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x dcp's", a / b),
             _ => "no dcp figure to compare".into(),
         }
     };
     let name = format!("transform, published DCP 3.1.14, {label}");
-    rows.push(Row::new(format!("{name}: first request"), num(&r, "first_ms"), "ms", None).note(format!(
+    rows.push(Row::new(format!("{name}: first request"), num(r, "first_ms"), "ms", None).note(format!(
         "{}; {}; {} calls pruned",
         ratio("first_ms"),
-        steps_note(&r),
+        steps_note(r),
         r["pruned_last"]
     )));
     rows.push(
-        Row::new(format!("{name}: steady p50"), num(&r, "steady_p50_ms"), "ms", None).note(ratio("steady_p50_ms")),
+        Row::new(format!("{name}: steady p50"), num(r, "steady_p50_ms"), "ms", None).note(ratio("steady_p50_ms")),
     );
     rows.push(
-        Row::new(format!("{name}: steady p99"), num(&r, "steady_p99_ms"), "ms", None).note(ratio("steady_p99_ms")),
+        Row::new(format!("{name}: steady p99"), num(r, "steady_p99_ms"), "ms", None).note(ratio("steady_p99_ms")),
     );
 }
