@@ -19,6 +19,22 @@ const TOOL_ARGS = {
     ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
     distillation: { type: "array", items: { type: "string" }, description: "one distillation per id, in the same order" },
   },
+  compress: {
+    topic: { type: "string", description: "a few words naming what the range was about" },
+    content: {
+      type: "array",
+      description: "the ranges to replace, each with the summary that stands in for it",
+      items: {
+        type: "object",
+        properties: {
+          startId: { type: "string", description: "id of the first message of the range (m0003, or b1 for an earlier summary)" },
+          endId: { type: "string", description: "id of the last message of the range, included" },
+          summary: { type: "string", description: "everything from the range you still need" },
+        },
+        required: ["startId", "endId", "summary"],
+      },
+    },
+  },
 };
 
 /** `/dcp`'s description while the sidecar cannot say it. */
@@ -151,20 +167,24 @@ function eventHook(ctx) {
   };
 }
 
-/** The agent tools the sidecar enabled, `discard` and `extract`. */
+/** The agent tools the sidecar enabled: `discard`, `extract` and `compress`. */
 function agentTools(ctx, init) {
   const tools = {};
-  for (const name of ["discard", "extract"]) {
+  for (const name of ["discard", "extract", "compress"]) {
     if (!init?.tools?.[name]) continue;
     tools[name] = {
       description: init.descriptions?.[name] ?? name,
       args: TOOL_ARGS[name],
       async execute(args, toolCtx) {
         try {
-          const result = await ctx.sidecar.call("tool", { sessionID: toolCtx?.sessionID, name, args: args ?? {} });
+          const params = { sessionID: toolCtx?.sessionID, name, args: args ?? {} };
+          const callID = toolCtx?.callID ?? toolCtx?.toolCallId;
+          if (typeof callID === "string") params.callID = callID;
+          if (typeof toolCtx?.messageID === "string") params.messageID = toolCtx.messageID;
+          const result = await ctx.sidecar.call("tool", params);
           return { title: result.title ?? name, output: String(result.output ?? ""), metadata: {} };
         } catch {
-          return "dcp is unavailable right now; nothing was pruned.";
+          return "dcp is unavailable right now; nothing was changed.";
         }
       },
     };

@@ -3,8 +3,8 @@
 //! [`measure`] counts the tokens of a message list the way the model sees it: text, reasoning,
 //! tool inputs, tool outputs and tool errors (an output OpenCode already cleared counts as its
 //! short replacement). [`analyse`] applies the decisions already recorded in the session's
-//! state, then each automatic strategy in turn, and measures after every step, so the report
-//! says what each strategy saves on its own.
+//! state (compressed ranges included), then each automatic strategy in turn, and measures
+//! after every step, so the report says what each strategy saves on its own.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -147,7 +147,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     let describe = |call_id: &str, record: &PruneRecord, recorded: bool| describe(calls, call_id, record, recorded);
     let mut steps = Vec::new();
     let mut previous = before.total;
-    if !scratch.pruned.is_empty() {
+    if !scratch.pruned.is_empty() || scratch.blocks.active().next().is_some() {
         let after = rewritten(messages, &scratch, counter);
         steps.push(Step {
             step: "recorded",
@@ -177,6 +177,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     }
     let mut final_messages = messages.to_vec();
     strategies::apply(&mut final_messages, &scratch, |_| true);
+    strategies::compress::replace_spans(&mut final_messages, &scratch.blocks, |_| true);
     Analysis {
         estimator: counter.estimator().name(),
         messages: messages.iter().filter(|m| m.parts.iter().any(|p| !is_ignored(p))).count(),
@@ -205,5 +206,6 @@ fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, recorde
 fn rewritten(messages: &[Message], state: &SessionState, counter: &TokenCounter) -> u64 {
     let mut copy = messages.to_vec();
     strategies::apply(&mut copy, state, |_| true);
+    strategies::compress::replace_spans(&mut copy, &state.blocks, |_| true);
     measure(&copy, counter).total
 }

@@ -7,16 +7,21 @@ use std::fmt::Write as _;
 
 use crate::config::{Notification, Tools};
 use crate::format;
+use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
+use crate::strategies::manual::Applied;
 
-/// Added to the system prompt when discard or extract is enabled. Constant, so the prompt
-/// prefix stays byte-stable.
+/// Added to the system prompt when an agent tool is enabled. Constant for a given config, so
+/// the prompt prefix stays byte-stable.
 pub fn system(tools: &Tools) -> String {
-    let (discard, extract) = (tools.discard.enabled, tools.extract.enabled);
-    let mut text = String::from(
-        "Context management: tool outputs stay in your context until removed. The last message of a request may hold a \
-         <prunable-tools> list, one line per tool call you may remove: `<id>: <tool>, <key argument>`.",
-    );
+    let (discard, extract, compress) = (tools.discard.enabled, tools.extract.enabled, tools.compress.enabled);
+    let mut text = String::from("Context management: what you have read stays in your context until removed.");
+    if discard || extract {
+        text.push_str(
+            " The last message of a request may hold a <prunable-tools> list, one line per tool call you may remove: \
+             `<id>: <tool>, <key argument>`.",
+        );
+    }
     if discard {
         text.push_str(
             " Call `discard` with the ids of outputs you no longer need (reason \"completion\" when the work they served is done, \
@@ -29,9 +34,17 @@ pub fn system(tools: &Tools) -> String {
              from large outputs.",
         );
     }
+    if compress {
+        text.push_str(
+            " Messages end with an id tag such as <m12>. When a stretch of the conversation is \
+             finished (a task done, an exploration concluded), call `compress` with its first and last ids and a summary that \
+             keeps every fact, path, decision and open question you still need: the summary replaces those messages. Summaries \
+             carry ids too (<b1>), so a later range may take them in.",
+        );
+    }
     text.push_str(
-        " Call them alongside your next tool call rather than as a step of their own, so pruning costs no extra round trip. \
-         Only remove what you will not need again; ids not in the list cannot be removed.",
+        " Call these tools alongside your next tool call rather than as a step of their own, so pruning costs no extra round \
+         trip. Only remove what you will not need again.",
     );
     text
 }
@@ -39,6 +52,11 @@ pub fn system(tools: &Tools) -> String {
 pub const DISCARD_DESCRIPTION: &str =
     "Remove tool outputs you no longer need from the conversation context, by the ids of the \
 <prunable-tools> list. reason: \"completion\" (the task they served is done) or \"noise\" (they never helped).";
+
+pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of the conversation with your summary of it, to free \
+context. content: one or more {startId, endId, summary}: the ids are the tags at the end of messages (m12 for <m12>) \
+or of earlier summaries (b1), both ends included. The summary stands in for every message of the range, so keep \
+in it what you will still need. topic: a few words naming the range.";
 
 pub const EXTRACT_DESCRIPTION: &str =
     "Replace tool outputs with short distillations of what matters in them, by the ids of \
@@ -63,23 +81,34 @@ pub fn nudge(items: usize, tokens: u64) -> String {
     )
 }
 
-/// The answer to a successful `discard` or `extract`.
-pub fn tool_done(verb: &str, done: &[(u32, &str, Option<&str>)], tokens: u64) -> String {
-    let mut text = format!(
-        "{verb} {} tool output{} ({} tokens):",
-        done.len(),
-        if done.len() == 1 { "" } else { "s" },
-        format::tokens(tokens)
-    );
-    for (id, tool, key) in done {
-        let _ = write!(text, " {id}: {tool}");
-        if let Some(k) = key {
-            let _ = write!(text, " {}", crate::report::shorten(k, 80));
+/// The answer to a `discard` or `extract`: what was pruned, and what was not and why.
+pub fn tool_done(verb: &str, applied: &Applied) -> String {
+    let tokens: u64 = applied.decisions.iter().map(|d| d.record.tokens).sum();
+    let mut text = String::new();
+    if applied.done.is_empty() {
+        text.push_str("Nothing was pruned.");
+    } else {
+        let n = applied.done.len() as u64;
+        let _ = write!(text, "{verb} {} ({} tokens):", format::count(n, "tool output"), format::tokens(tokens));
+        for done in &applied.done {
+            let _ = write!(text, " {}: {}", done.name, done.tool);
+            if let Some(k) = &done.key {
+                let _ = write!(text, " {}", crate::report::shorten(k, 80));
+            }
+            text.push(';');
         }
-        text.push(';');
+        text.pop();
+        text.push('.');
     }
-    text.pop();
-    text.push('.');
+    if !applied.problems.is_empty() {
+        let _ = write!(text, " Not pruned: {}.", applied.problems.join("; "));
+        if applied.done.is_empty() {
+            text.push_str(
+                " Name calls by the ids of the <prunable-tools> list, by their tool call ids, or by the \
+                 id tag of their message (<m12>).",
+            );
+        }
+    }
     text
 }
 
@@ -91,15 +120,23 @@ pub fn tool_done(verb: &str, done: &[(u32, &str, Option<&str>)], tokens: u64) ->
 pub fn notification(
     level: Notification,
     applied: &[(&str, &PruneRecord)],
+    ranges: &[Block],
     waiting: &[(&str, &PruneRecord)],
     older_waiting: usize,
 ) -> String {
     const LATER: &str = "applied later, when it pays";
     let tokens = |of: &[(&str, &PruneRecord)]| -> u64 { of.iter().map(|(_, r)| r.tokens).sum() };
-    let shown = if applied.is_empty() { waiting } else { applied };
-    let mut text =
-        format!("▣ DCP | -{} tokens, {}", format::compact(tokens(shown)), format::count(shown.len() as u64, "tool"));
-    if applied.is_empty() {
+    let now = !applied.is_empty() || !ranges.is_empty();
+    let shown = if now { applied } else { waiting };
+    let range_tokens: u64 = ranges.iter().map(Block::net_tokens).sum();
+    let mut text = format!("▣ DCP | -{} tokens", format::compact(tokens(shown) + range_tokens));
+    if !shown.is_empty() {
+        let _ = write!(text, ", {}", format::count(shown.len() as u64, "tool"));
+    }
+    if !ranges.is_empty() {
+        let _ = write!(text, ", {} compressed", format::count(ranges.len() as u64, "range"));
+    }
+    if !now {
         let _ = write!(text, ", {LATER}");
     }
     if level != Notification::Detailed {
@@ -117,7 +154,16 @@ pub fn notification(
             );
         }
     }
-    let more = if applied.is_empty() { older_waiting } else { waiting.len() + older_waiting };
+    for b in ranges {
+        let _ = write!(
+            text,
+            "\n→ compress b{}: {} ({})",
+            b.id,
+            format::tokens(b.net_tokens()),
+            format::count(b.effective_messages.len() as u64, "message")
+        );
+    }
+    let more = if now { waiting.len() + older_waiting } else { older_waiting };
     if more > 0 {
         let tools = if more == 1 { "tool" } else { "tools" };
         let _ = write!(text, "\n→ {more} more {tools} recorded, {LATER}");
@@ -125,67 +171,62 @@ pub fn notification(
     text
 }
 
-pub const COMMAND_DESCRIPTION: &str = "Dynamic context pruning: /dcp stats | context | sweep [N] | help";
+pub const COMMAND_DESCRIPTION: &str =
+    "Dynamic context pruning: /dcp stats | context | sweep [N] | decompress [ID] | help";
 
 pub const HELP: &str = "DCP commands:
-  /dcp stats      tokens and tools pruned, this session and all-time
-  /dcp context    what the model is sent, by category, before and after pruning
-  /dcp sweep [N]  prune every tool output since your last message, or the last N
-  /dcp help       this help";
+  /dcp stats          tokens and tools pruned, this session and all-time
+  /dcp context        what the model is sent, by category, before and after pruning
+  /dcp sweep [N]      prune every tool output since your last message, or the last N
+  /dcp decompress     the ranges the agent compressed into summaries
+  /dcp decompress ID  send the messages of range ID (b1) again instead of its summary
+  /dcp help           this help";
 
-/// Why the agent's `discard` or `extract` was refused.
-#[derive(Debug, Clone, Copy)]
-pub enum Problem<'a> {
-    NoIds,
-    /// Ids not on the list, as the agent wrote them.
-    UnknownIds(&'a [&'a str]),
-    /// `extract` got a different number of ids and distillations.
-    Counts {
-        ids: usize,
-        distillations: usize,
-    },
-    EmptyDistillation,
-    RepeatedId,
+/// `/dcp decompress` without an id: the compressed ranges, and how to restore one.
+pub fn blocks(blocks: &Blocks) -> String {
+    let active: Vec<&Block> = blocks.active().collect();
+    if active.is_empty() {
+        return "No compressed ranges in this session.".to_string();
+    }
+    let mut text = String::from("Compressed ranges (the agent's summaries stand in for their messages):");
+    for b in &active {
+        let _ = write!(
+            text,
+            "\n  b{}  {}, -{} tokens{}{}",
+            b.id,
+            format::count(b.effective_messages.len() as u64, "message"),
+            format::tokens(b.net_tokens()),
+            if b.applied { "" } else { " (waiting for the cache)" },
+            if b.topic.is_empty() { String::new() } else { format!("  {}", crate::report::shorten(&b.topic, 60)) },
+        );
+    }
+    text.push_str("\n/dcp decompress ID sends a range's messages again instead of its summary.");
+    text
 }
 
-/// The answer to a refused `discard` or `extract`, with the ids the agent may use.
-pub fn refusal(problem: Problem<'_>, valid: &[u32]) -> String {
-    let mut text = match problem {
-        Problem::NoIds => "No ids were given.".to_string(),
-        Problem::UnknownIds(bad) => format!(
-            "Unknown, protected or already pruned id{}: {}.",
-            if bad.len() > 1 { "s" } else { "" },
-            bad.join(", ")
-        ),
-        Problem::Counts { ids, distillations } => {
-            format!("Got {ids} ids but {distillations} distillations; give one distillation per id, in the same order.")
-        }
-        Problem::EmptyDistillation => "A distillation is empty.".to_string(),
-        Problem::RepeatedId => "An id is repeated.".to_string(),
-    };
-    text.push_str(" Nothing was pruned.");
-    if valid.is_empty() {
-        text.push_str(" There are no prunable tool outputs right now.");
-    } else {
-        let ids: Vec<String> = valid.iter().map(u32::to_string).collect();
-        let _ = write!(text, " Valid ids: {}.", ids.join(", "));
+/// The answer to `/dcp decompress ID` when `ID` is not an active range.
+pub fn not_a_range(id: &str, blocks: &Blocks) -> String {
+    format!("{id:?} is not an active compressed range.\n\n{}", self::blocks(blocks))
+}
+
+/// The answer to `/dcp decompress ID`: the range, and the older ones it had taken in.
+pub fn decompressed(id: u32, restored: &[u32]) -> String {
+    let mut text = format!("Restored b{id}: its messages are sent again from the next request on.");
+    if !restored.is_empty() {
+        let names: Vec<String> = restored.iter().map(|b| format!("b{b}")).collect();
+        let _ = write!(text, " The ranges it had taken in stand for theirs again: {}.", names.join(", "));
     }
     text
 }
 
 /// The answer to an agent tool that `dcp.jsonc` disabled.
 pub fn tool_disabled(tool: &str) -> String {
-    format!("{tool} is disabled in dcp.jsonc; nothing was pruned.")
+    format!("{tool} is disabled in dcp.jsonc; nothing was changed.")
 }
 
 /// The answer to an agent tool called before the sidecar saw the session's history.
 pub const TOOL_BEFORE_HISTORY: &str =
-    "dcp has not seen this session's history yet; nothing was pruned. Try again on the next step.";
-
-/// The answer to a `discard` with a reason that is neither of the two.
-pub fn unknown_reason(reason: &str) -> String {
-    format!("Unknown reason {reason:?}: use \"completion\" or \"noise\". Nothing was pruned.")
-}
+    "dcp has not seen this session's history yet; nothing was changed. Try again on the next step.";
 
 /// The answer to `/dcp` when `commands.enabled` is off.
 pub const COMMANDS_DISABLED: &str = "DCP commands are disabled in dcp.jsonc (commands.enabled).";
@@ -230,17 +271,17 @@ mod tests {
         let dedup = record(Strategy::Deduplication, 805);
         let one = [("call_1", &dedup)];
         assert_eq!(
-            notification(Notification::Minimal, &[], &one, 0),
+            notification(Notification::Minimal, &[], &[], &one, 0),
             "▣ DCP | -805 tokens, 1 tool, applied later, when it pays"
         );
         assert_eq!(
-            notification(Notification::Detailed, &one, &[], 2),
+            notification(Notification::Detailed, &one, &[], &[], 2),
             "▣ DCP | -805 tokens, 1 tool\n→ deduplication: ~805 (1 tool)\n→ 2 more tools recorded, applied later, when it pays"
         );
         let write = record(Strategy::SupersedeWrites, 1_250);
         let two = [("call_1", &dedup), ("call_2", &write)];
         assert_eq!(
-            notification(Notification::Detailed, &two, &[], 0),
+            notification(Notification::Detailed, &two, &[], &[], 0),
             "▣ DCP | -2.1K tokens, 2 tools\n→ deduplication: ~805 (1 tool)\n→ supersede-writes: ~1.3K (1 tool)"
         );
     }

@@ -24,7 +24,8 @@ case "$DCP_JSONC" in /*) ;; *) DCP_JSONC="$REPO/$DCP_JSONC" ;; esac
 # run.sh copies PLUGIN_FILES by their base name into the config dir: it must be dcp.jsonc.
 mkdir -p "$LAB"
 cp "$DCP_JSONC" "$LAB/dcp.jsonc"
-export SCENARIO="$REPO/bench/lab/long-scenario.json"
+export SCENARIO="${SCENARIO:-$REPO/bench/lab/long-scenario.json}"
+case "$SCENARIO" in /*) ;; *) SCENARIO="$REPO/$SCENARIO" ;; esac
 export PLUGIN_DIR="$REPO/plugin"
 DCP_BIN="${DCP_BIN:-$REPO/target/release/dcp}"
 export PLUGIN_ENV="DCP_BIN=$DCP_BIN"

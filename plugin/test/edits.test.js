@@ -65,3 +65,31 @@ test("full, added and same edits resolve to the full list and remember it", () =
   assert.equal(cache.seq, 3);
   assert.deepEqual(cache.edits, [b]);
 });
+
+test("appends go after every value, kept edits first, so a pruned field keeps its tag", () => {
+  const ms = messages();
+  const tag = { m: 1, p: 0, path: ["state", "output"], append: "\n<m2>" };
+  const prune = { m: 1, p: 0, path: ["state", "output"], value: "[removed]" };
+  applyEdits(ms, { edits: [tag, prune, { m: 0, p: 0, path: ["text"], append: "!" }] });
+  assert.equal(ms[1].parts[0].state.output, "[removed]\n<m2>");
+  assert.equal(ms[0].parts[0].text, "hi!");
+  // An append to a field that is not a string changes nothing.
+  const again = messages();
+  applyEdits(again, { edits: [{ m: 1, p: 0, path: ["state", "input"], append: "x" }] });
+  assert.deepEqual(again, messages());
+});
+
+test("a replace range becomes its summary message, the last range first", () => {
+  const ms = [...messages(), ...messages(), ...messages()];
+  const summary = (id) => ({ info: { id, role: "user" }, parts: [{ type: "text", text: id }] });
+  applyEdits(ms, {
+    edits: [{ m: 5, p: 0, path: ["state", "output"], value: "[removed]" }],
+    replace: [
+      { from: 0, to: 1, message: summary("b1") },
+      { from: 3, to: 4, message: summary("b2") },
+      { from: 4, to: 9, message: summary("bad") },
+    ],
+  });
+  assert.deepEqual(ms.map((m) => m.info.id), ["b1", "m0", "b2", "m1"]);
+  assert.equal(ms[3].parts[0].state.output, "[removed]");
+});

@@ -36,6 +36,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("tools.discard.enabled", Kind::Bool),
     ("tools.extract.enabled", Kind::Bool),
     ("tools.extract.showDistillation", Kind::Bool),
+    ("tools.compress.enabled", Kind::Bool),
     ("strategies.deduplication.enabled", Kind::Bool),
     ("strategies.deduplication.protectedTools", Kind::Strings),
     ("strategies.supersedeWrites.enabled", Kind::Bool),

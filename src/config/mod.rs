@@ -17,7 +17,7 @@ pub use self::layers::{load, parse_layer, ConfigError, Loaded, Locations};
 
 /// Tools whose outputs are never pruned, whatever the config says.
 pub const DEFAULT_PROTECTED_TOOLS: &[&str] =
-    &["task", "todowrite", "todoread", "discard", "extract", "batch", "write", "edit"];
+    &["task", "todowrite", "todoread", "discard", "extract", "compress", "batch", "write", "edit"];
 
 /// How much a prune notification says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +75,8 @@ pub struct Tools {
     pub settings: ToolSettings,
     pub discard: Toggle,
     pub extract: Extract,
+    /// Range compression: the agent replaces older messages with its summary.
+    pub compress: Toggle,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

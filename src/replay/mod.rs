@@ -145,7 +145,8 @@ pub struct RequestBill {
 pub struct Run {
     #[serde(flatten)]
     pub totals: Totals,
-    /// The agent's `discard`/`extract` calls replayed, and how many got the answer recorded.
+    /// The agent's `discard`/`extract` calls replayed, and how many got an answer that did
+    /// what the recorded one did (see [`outcome`]).
     pub agent_calls: u64,
     pub agent_calls_same: u64,
     pub per_request: Vec<RequestBill>,
@@ -234,10 +235,17 @@ fn drive(
         for call in &request.agent_calls {
             let answer = engine.agent_call(call)?;
             calls.0 += 1;
-            calls.1 += u64::from(call.answer.as_deref() == Some(answer.as_str()));
+            calls.1 += u64::from(call.answer.as_deref().map(outcome) == Some(outcome(&answer)));
         }
     }
     Ok((additions, calls))
+}
+
+/// What an agent tool's answer says was done, without its token figures and ids: "Discarded
+/// 2 tool outputs", "Compressed 4 messages into b1". Answers recorded by an older dcp word
+/// their details differently (a prune's tokens are now what leaves minus what replaces it).
+fn outcome(answer: &str) -> &str {
+    answer.split(" (").next().unwrap_or(answer)
 }
 
 /// A request counted, waiting to be billed.
@@ -311,6 +319,10 @@ fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> 
     let mut by_message: rustc_hash::FxHashMap<usize, Vec<&Edit>> = Default::default();
     for e in edits {
         by_message.entry(e.m).or_default().push(e);
+    }
+    // As the plugin does: every value first, then the appends (message id tags).
+    for of in by_message.values_mut() {
+        of.sort_by_key(|e| e.append.is_some());
     }
     by_message
 }

@@ -29,13 +29,17 @@ const FRAME_TEXT: u64 = 8;
 /// What OpenCode sends for a tool call that never finished.
 const INTERRUPTED: &str = "[Tool execution was interrupted]";
 
-/// One edit of a `transform` answer: set `messages[m].parts[p]` at `path` to `value`.
+/// One edit of a `transform` answer: set `messages[m].parts[p]` at `path` to `value`, or
+/// append `append` to the string there (a message id tag; appends go after every value).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Edit {
     pub m: usize,
     pub p: usize,
     pub path: Vec<String>,
-    pub value: Value,
+    #[serde(default)]
+    pub value: Option<Value>,
+    #[serde(default)]
+    pub append: Option<String>,
 }
 
 impl Edit {
@@ -49,8 +53,17 @@ impl Edit {
                 None => return,
             }
         }
-        if let Value::Object(map) = target {
-            map.insert(last.clone(), self.value.clone());
+        let Value::Object(map) = target else { return };
+        match (&self.value, &self.append) {
+            (Some(value), _) => {
+                map.insert(last.clone(), value.clone());
+            }
+            (None, Some(tail)) => {
+                if let Some(Value::String(text)) = map.get_mut(last.as_str()) {
+                    text.push_str(tail);
+                }
+            }
+            (None, None) => {}
         }
     }
 }
@@ -162,7 +175,8 @@ impl Salt {
         let mut salt = Salt::default();
         for e in edits {
             let to = if e.path.get(1).is_some_and(|s| s == "input") { &mut salt.input } else { &mut salt.result };
-            to.push_str(&format!("{:?}={};", e.path, e.value));
+            let value = e.value.as_ref().map(Value::to_string).unwrap_or_default();
+            to.push_str(&format!("{:?}={value}+{};", e.path, e.append.as_deref().unwrap_or("")));
         }
         salt
     }
@@ -201,7 +215,13 @@ mod tests {
         let tokens: Vec<u64> = plain.iter().map(|p| p.tokens).collect();
         // The input `{"filePath":"/a.py"}`, the text, then the output, each with its framing.
         assert_eq!(tokens, vec![5 + FRAME_CALL, 3 + FRAME_TEXT, 100 + FRAME_RESULT]);
-        let edit = Edit { m: 0, p: 0, path: vec!["state".into(), "output".into()], value: json!("[pruned]") };
+        let edit = Edit {
+            m: 0,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!("[pruned]")),
+            append: None,
+        };
         let mut edited = Vec::new();
         pieces.message(&m, &[&edit], &mut edited);
         assert_eq!(edited[2].tokens, 2 + FRAME_RESULT);
@@ -216,7 +236,8 @@ mod tests {
     fn an_edit_whose_path_is_missing_changes_nothing() {
         let mut part = read("out");
         let before = part.clone();
-        Edit { m: 0, p: 0, path: vec!["state".into(), "nope".into(), "x".into()], value: json!(1) }.apply(&mut part);
+        Edit { m: 0, p: 0, path: vec!["state".into(), "nope".into(), "x".into()], value: Some(json!(1)), append: None }
+            .apply(&mut part);
         assert_eq!(part, before);
     }
 }

@@ -1,4 +1,4 @@
-//! `command`: the `/dcp` commands (`stats`, `context`, `sweep [N]`, `help`).
+//! `command`: the `/dcp` commands (`stats`, `context`, `sweep [N]`, `decompress [ID]`, `help`).
 //!
 //! Each answers with text the user reads in the session; none makes a model request. A
 //! sweep is the user's own decision: recorded, applied on the next request and saved at once.
@@ -41,6 +41,8 @@ impl Server {
             _ if !self.rules.config().commands.enabled => texts::COMMANDS_DISABLED.to_string(),
             ["stats"] => self.stats(&sid)?,
             ["context"] => self.context(&sid)?,
+            ["decompress"] => self.list_blocks(&sid)?,
+            ["decompress", id] => self.decompress(&sid, id)?,
             ["sweep"] | ["sweep", _] => {
                 let last = match words.get(1) {
                     None => None,
@@ -77,6 +79,26 @@ impl Server {
             });
         self.put_history(sid, history);
         Ok(crate::report::context(&header, &analysis?))
+    }
+
+    /// `/dcp decompress`: the ranges the agent compressed, newest last.
+    fn list_blocks(&mut self, sid: &str) -> Result<String, RpcError> {
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        Ok(texts::blocks(&slot.state.blocks))
+    }
+
+    /// `/dcp decompress ID`: the range's messages are sent again from the next request on,
+    /// and the older ranges it had taken in stand for theirs again.
+    fn decompress(&mut self, sid: &str, id: &str) -> Result<String, RpcError> {
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let n = id.trim().trim_start_matches(['b', 'B']).parse::<u32>().ok();
+        let Some(restored) = n.and_then(|n| slot.state.blocks.decompress(n)) else {
+            return Ok(texts::not_a_range(id, &slot.state.blocks));
+        };
+        slot.revision += 1;
+        slot.dirty = true;
+        self.save_now(sid);
+        Ok(texts::decompressed(n.unwrap_or(0), &restored))
     }
 
     fn sweep(&mut self, sid: &str, last: Option<usize>) -> Result<String, RpcError> {

@@ -14,6 +14,7 @@
 mod commands;
 pub mod mirror;
 pub mod protocol;
+mod ranges;
 mod stdio;
 mod tools;
 mod transform;
@@ -209,11 +210,16 @@ impl Server {
             // Not `TokenCounter::estimator`: that would wait for the tables, which load in
             // the background while the first requests are served.
             estimator: crate::tokens::expected_estimator().name(),
-            tools: ToolsOffered { discard: tools.discard.enabled, extract: tools.extract.enabled },
+            tools: ToolsOffered {
+                discard: tools.discard.enabled,
+                extract: tools.extract.enabled,
+                compress: tools.compress.enabled,
+            },
             commands: self.rules.config().commands.enabled,
             descriptions: Descriptions {
                 discard: texts::DISCARD_DESCRIPTION,
                 extract: texts::EXTRACT_DESCRIPTION,
+                compress: texts::COMPRESS_DESCRIPTION,
                 command: texts::COMMAND_DESCRIPTION,
             },
         })

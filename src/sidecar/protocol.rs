@@ -176,6 +176,11 @@ pub struct ToolParams {
     pub name: String,
     #[serde(default)]
     pub args: Value,
+    /// The tool call and the assistant message that made it, when the host says.
+    #[serde(rename = "callID", default)]
+    pub call_id: Option<String>,
+    #[serde(rename = "messageID", default)]
+    pub message_id: Option<String>,
 }
 
 /// `command`: a `/dcp` command and its arguments.
@@ -221,6 +226,7 @@ pub struct Initialized {
 pub struct ToolsOffered {
     pub discard: bool,
     pub extract: bool,
+    pub compress: bool,
 }
 
 /// The descriptions of the agent tools and of `/dcp`.
@@ -228,6 +234,7 @@ pub struct ToolsOffered {
 pub struct Descriptions {
     pub discard: &'static str,
     pub extract: &'static str,
+    pub compress: &'static str,
     pub command: &'static str,
 }
 
@@ -239,6 +246,8 @@ pub struct Transformed {
     /// answer's edits are not to be kept (a skipped session, a compaction).
     pub seq: Option<u64>,
     pub edits: Edits,
+    /// Compressed ranges: whole messages replaced by one summary message, after the edits.
+    pub replace: Vec<Replace>,
     pub append: Vec<Synthetic>,
     pub notify: Option<String>,
     /// Pending rewrites this answer applied, and why (informational: the plugin ignores it;
@@ -251,12 +260,21 @@ pub struct Transformed {
 pub struct Applied {
     pub reason: crate::policy::Trigger,
     pub calls: usize,
+    /// Compressed ranges applied.
+    pub ranges: usize,
 }
 
 impl Transformed {
     /// An answer that changes nothing and that the plugin does not keep.
     pub fn unchanged() -> Transformed {
-        Transformed { seq: None, edits: Edits::Full(Vec::new()), append: Vec::new(), notify: None, applied: None }
+        Transformed {
+            seq: None,
+            edits: Edits::Full(Vec::new()),
+            replace: Vec::new(),
+            append: Vec::new(),
+            notify: None,
+            applied: None,
+        }
     }
 }
 
@@ -271,6 +289,9 @@ impl Serialize for Transformed {
             Edits::Same => map.serialize_entry("sameEdits", &true)?,
             Edits::Add(edits) => map.serialize_entry("addEdits", edits)?,
             Edits::Full(edits) => map.serialize_entry("edits", edits)?,
+        }
+        if !self.replace.is_empty() {
+            map.serialize_entry("replace", &self.replace)?;
         }
         map.serialize_entry("append", &self.append)?;
         map.serialize_entry("notify", &self.notify)?;
@@ -292,13 +313,26 @@ pub enum Edits {
     Full(Vec<Edit>),
 }
 
-/// One field change: `value` at `path` inside part `p` of message `m`.
+/// One field change inside part `p` of message `m`: the string at `path` becomes `value`, or
+/// gets `append` at its end (a message id tag). Appends are applied after every `value` edit
+/// of the answer, kept ones included, so that a later prune of the same field keeps its tag.
 #[derive(Debug, Serialize)]
 pub struct Edit {
     pub m: usize,
     pub p: usize,
     pub path: Vec<String>,
-    pub value: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub append: Option<String>,
+}
+
+/// A compressed range: messages `from..=to` of the history become `message`.
+#[derive(Debug, Serialize)]
+pub struct Replace {
+    pub from: usize,
+    pub to: usize,
+    pub message: Value,
 }
 
 /// A message the sidecar appends after the history (the prunable list and nudges).

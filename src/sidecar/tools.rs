@@ -1,16 +1,17 @@
-//! `tool`: the agent's `discard` and `extract`.
+//! `tool`: the agent's `discard`, `extract` and `compress`.
 //!
-//! The agent names calls by the small ids of the `<prunable-tools>` list. What it may prune
-//! is what the list would show now; anything else is refused with the valid ids, and
-//! nothing is pruned. A prune the agent asked for is recorded and saved at once; its rewrite
-//! waits for the cache-aware policy like any other.
+//! The agent names calls by the small ids of the `<prunable-tools>` list, or by any other name
+//! of a call it can see (see [`manual`]), and ranges of messages by their id tags (see
+//! [`compress`]). Each tool applies what is valid and names what is not: one bad id never
+//! voids the call. What the agent asked for is recorded and saved at once; its rewrite waits
+//! for the cache-aware policy like any other.
 
 use serde_json::Value;
 
 use super::protocol::{RpcError, ToolOutput, ToolParams};
 use super::{internal, validate_session_id, Server};
 use crate::session::{History, Message};
-use crate::strategies::{manual, prunable};
+use crate::strategies::{compress, manual};
 use crate::texts;
 
 /// The strings of argument `key`: a list (other values in it as JSON), a string or a number.
@@ -40,10 +41,10 @@ impl Server {
     }
 
     fn run_agent_tool(&mut self, p: ToolParams, messages: &[Message]) -> Result<ToolOutput, RpcError> {
-        let sid = p.session_id;
         let enabled = match p.name.as_str() {
             "discard" => self.rules.config().tools.discard.enabled,
             "extract" => self.rules.config().tools.extract.enabled,
+            "compress" => self.rules.config().tools.compress.enabled,
             other => return Err(RpcError::params(format!("tool: unknown tool {other:?}"))),
         };
         let answer = |text: String| Ok(ToolOutput { output: text, title: p.name.clone() });
@@ -53,42 +54,61 @@ impl Server {
         if messages.is_empty() {
             return answer(texts::TOOL_BEFORE_HISTORY.to_string());
         }
-        let (slot, _) = self.store.slot(&sid).map_err(internal)?;
-        let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let listing = prunable::Listing { project, min_tokens: self.rules.config().tools.settings.min_tokens.into() };
-        let valid = prunable::prunable(&History::new(messages), &mut slot.state, &self.rules, &listing);
-        let decisions = if p.name == "discard" {
+        if p.name == "compress" {
+            return answer(self.compress(&p, messages)?);
+        }
+        let sid = &p.session_id;
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let history = History::new(messages);
+        let ctx = manual::Ctx { history: &history, state: &slot.state, rules: &self.rules };
+        let applied = if p.name == "discard" {
             let reason = match p.args.get("reason").and_then(Value::as_str) {
-                None => None,
                 Some("completion") => Some(manual::DiscardReason::Completion),
                 Some("noise") => Some(manual::DiscardReason::Noise),
-                Some(other) => return answer(texts::unknown_reason(other)),
+                // An unknown reason does not void the call: the reason changes nothing.
+                _ => None,
             };
             let (ids, _reason) = manual::split_reason(&strings(&p.args, "ids"), reason);
-            manual::discard(messages, &ids, &valid, &mut slot.tokens)
+            manual::discard(&ctx, &ids, &mut slot.tokens)
         } else {
             let (ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
-            manual::extract(messages, &ids, &distillation, &valid, &mut slot.tokens)
+            manual::extract(&ctx, &ids, &distillation, &mut slot.tokens)
         };
-        let decisions = match decisions {
-            Ok(d) => d,
-            Err(refusal) => return answer(refusal.0),
-        };
-        let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
-        let done: Vec<(u32, String, Option<String>)> = decisions
-            .iter()
-            .filter_map(|d| {
-                valid.iter().find(|v| v.call_id == d.call_id).map(|v| (v.id, v.tool.clone(), v.key.clone()))
-            })
-            .collect();
-        for d in decisions {
-            slot.record(&d.call_id, d.record);
-        }
-        slot.dirty = true;
-        self.save_now(&sid);
         let verb = if p.name == "discard" { "Discarded" } else { "Extracted" };
-        let done: Vec<(u32, &str, Option<&str>)> =
-            done.iter().map(|(i, t, k)| (*i, t.as_str(), k.as_deref())).collect();
-        answer(texts::tool_done(verb, &done, tokens))
+        let text = texts::tool_done(verb, &applied);
+        if !applied.decisions.is_empty() {
+            for d in applied.decisions {
+                slot.record(&d.call_id, d.record);
+            }
+            slot.dirty = true;
+            self.save_now(sid);
+        }
+        answer(text)
+    }
+
+    /// `compress`: the agent's ranges become blocks, each on its own; the summaries reach the
+    /// model when the cache-aware policy applies them.
+    fn compress(&mut self, p: &ToolParams, messages: &[Message]) -> Result<String, RpcError> {
+        let sid = &p.session_id;
+        let (topic, ranges) = compress::ranges_from_args(&p.args);
+        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let request = compress::Request {
+            session_id: sid,
+            topic: &topic,
+            message_id: p.message_id.as_deref(),
+            call_id: p.call_id.as_deref(),
+            now: super::now_ms(),
+        };
+        let outcome = compress::compress(messages, &mut slot.state, &request, &ranges, &mut slot.tokens);
+        for id in &outcome.made {
+            let block = &slot.state.blocks.by_id[id];
+            let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
+            slot.record_block(*id, &tools, tokens);
+        }
+        let text = compress::answer(&slot.state, &outcome);
+        if !outcome.made.is_empty() {
+            self.save_now(sid);
+        }
+        Ok(text)
     }
 }

@@ -14,10 +14,12 @@ use super::protocol::{
     Applied, Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System,
     TransformParams, Transformed,
 };
+use super::ranges;
 use super::{internal, now_ms, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Role};
+use crate::state::blocks::Block;
 use crate::state::store::Slot;
 use crate::state::{PruneRecord, SessionState};
 use crate::strategies::{self, prunable, Rules};
@@ -30,6 +32,8 @@ pub(super) struct EditsSent {
     seq: u64,
     basis: Option<EditsBasis>,
     calls: HashSet<String>,
+    /// The messages whose id tags were sent (see [`ranges`]).
+    tags: usize,
 }
 
 /// What a set of edits was computed from: the slot's revision and resets, and the number of
@@ -102,7 +106,15 @@ impl Server {
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
         let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
-        Ok(Transformed { seq: None, edits: Edits::Full(edits), append: Vec::new(), notify: None, applied: None })
+        let replace = ranges::replacements(sid, messages, &slot.state.blocks);
+        Ok(Transformed {
+            seq: None,
+            edits: Edits::Full(edits),
+            replace,
+            append: Vec::new(),
+            notify: None,
+            applied: None,
+        })
     }
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
@@ -140,19 +152,19 @@ impl Server {
         }
         let applied_now = apply_pending(&self.rules.config().rewrite, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
-        let (applied, applied_now) = match applied_now {
-            Some((reason, calls)) => (Some(Applied { reason, calls: calls.len() }), calls),
-            None => (None, Vec::new()),
-        };
-        let (seq, edits) = answer_edits(session, slot, mirror, request.have);
+        let applied =
+            applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
+        let tags = self.rules.config().tools.compress.enabled;
+        let (seq, edits) = answer_edits(session, slot, mirror, request.have, tags);
+        let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages);
-        let notify = notification(self.rules.config().prune_notification, slot, &applied_now, &recorded_now);
+        let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
         if dirty {
             slot.dirty = true;
             self.save(session, sid);
         }
-        Ok(Transformed { seq: Some(seq), edits, append, notify, applied })
+        Ok(Transformed { seq: Some(seq), edits, replace, append, notify, applied })
     }
 
     pub(super) fn system(&mut self, p: SessionParams) -> System {
@@ -164,7 +176,8 @@ impl Server {
             None => false,
         };
         let tools = &self.rules.config().tools;
-        if !self.rules.config().enabled || skip || (!tools.discard.enabled && !tools.extract.enabled) {
+        let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
+        if !self.rules.config().enabled || skip || !any {
             return System { system: Vec::new() };
         }
         System { system: vec![texts::system(tools)] }
@@ -208,9 +221,15 @@ fn tail_message(
     vec![synthetic_message(sid, messages, text)]
 }
 
-/// The cache-aware policy: applies the pending rewrites together, when it pays. Returns why
-/// and the calls whose rewrites it applied, or `None` when it waits. Each assistant message in the history was one request,
-/// so the session's request count survives restarts.
+/// What a pending rewrite changes: one call's fields, or a range of messages.
+enum Target {
+    Call(String),
+    Block(u32),
+}
+
+/// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
+/// calls and ranges whose rewrites it applied, or `None` when it waits. Each assistant
+/// message in the history was one request, so the session's request count survives restarts.
 fn apply_pending(
     rewrite: &crate::config::Rewrite,
     slot: &mut Slot,
@@ -218,25 +237,27 @@ fn apply_pending(
     sid: &str,
     mirror: &Mirror,
     request: &RequestInfo,
-) -> Option<(policy::Trigger, Vec<String>)> {
+) -> Option<AppliedNow> {
     let sizes = mirror.sizes();
     let mut tails = vec![0u64; sizes.len() + 1];
     for i in (0..sizes.len()).rev() {
         tails[i] = tails[i + 1] + sizes[i];
     }
     let index = &session.index;
-    // The waiting prunes of calls in the history, in history order.
-    let mut pending: Vec<((usize, usize), String, policy::Pending)> = slot
+    // The waiting prunes of calls in the history and the waiting ranges, in history order.
+    let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
         .state
         .pruned
         .iter()
         .filter(|(_, r)| !r.applied)
         .filter_map(|(id, r)| {
             let at = index.position(id)?;
-            Some((at, id.clone(), policy::Pending { tokens: r.tokens, tail: tails[at.0] }))
+            Some((at, Target::Call(id.clone()), policy::Pending { tokens: r.tokens, tail: tails[at.0] }))
         })
         .collect();
-    pending.sort_unstable_by_key(|(at, _, _)| *at);
+    let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
+    pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
+    pending.sort_by_key(|(at, _, _)| *at);
     let requests = request.requests.max(index.current() + 1);
     let base = policy::Inputs {
         context: tails[0],
@@ -249,42 +270,74 @@ fn apply_pending(
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(rewrite, &base, &costs)?;
     tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
-    let mut applied_now: Vec<String> = Vec::new();
-    for (_, id, _) in &pending[cut..] {
-        if let Some(r) = slot.state.pruned.get_mut(id) {
-            r.applied = true;
+    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new() };
+    for (_, target, _) in &pending[cut..] {
+        match target {
+            Target::Call(id) => {
+                if let Some(r) = slot.state.pruned.get_mut(id) {
+                    r.applied = true;
+                }
+                applied.calls.push(id.clone());
+            }
+            Target::Block(id) => {
+                let hidden = slot.state.blocks.by_id.get_mut(id).map(|b| {
+                    b.applied = true;
+                    b.effective_tools.clone()
+                });
+                slot.hide(hidden.unwrap_or_default());
+                applied.blocks.push(*id);
+            }
         }
         slot.revision += 1;
-        applied_now.push(id.clone());
     }
-    Some((reason, applied_now))
+    Some(applied)
+}
+
+/// The rewrites a request applied, and why.
+#[derive(Debug)]
+struct AppliedNow {
+    reason: policy::Trigger,
+    calls: Vec<String>,
+    blocks: Vec<u32>,
 }
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none.
-fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Option<u64>) -> (u64, Edits) {
+/// messages they point at were kept, only new edits are sent, or none. With `tags`, every
+/// message gets its id tag (see [`ranges`]), once.
+fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Option<u64>, tags: bool) -> (u64, Edits) {
     let messages = mirror.messages();
     let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: messages.len() };
     let sent = &mut session.edits;
     let follows =
         have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
-    if follows && sent.basis.is_some_and(|b| b.revision == basis.revision) {
+    let tags_from = if follows { sent.tags.min(messages.len()) } else { 0 };
+    let new_tags = tags && tags_from < messages.len();
+    if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
         return (sent.seq, Edits::Same);
     }
     if !follows {
         sent.calls.clear();
     }
     let index = &session.index;
-    let edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
+    let mut edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
+    if tags {
+        edits.extend(ranges::tag_edits(messages, tags_from));
+        sent.tags = messages.len();
+    }
     sent.seq += 1;
     sent.basis = Some(basis);
     (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
 }
 
 /// The notification of this request's prunes, at the configured level: the rewrites applied
-/// to it, and the prunes recorded now whose rewrite waits.
-fn notification(level: Notification, slot: &Slot, applied_now: &[String], recorded_now: &[String]) -> Option<String> {
+/// to it (compressed ranges among them), and the prunes recorded now whose rewrite waits.
+fn notification(
+    level: Notification,
+    slot: &Slot,
+    applied_now: Option<&AppliedNow>,
+    recorded_now: &[String],
+) -> Option<String> {
     if level == Notification::Off {
         return None;
     }
@@ -292,13 +345,16 @@ fn notification(level: Notification, slot: &Slot, applied_now: &[String], record
     let records = |ids: &[String]| -> Vec<(&str, &PruneRecord)> {
         ids.iter().filter_map(|id| pruned.get_key_value(id).map(|(k, r)| (k.as_str(), r))).collect()
     };
-    let applied = records(applied_now);
+    let applied = applied_now.map(|a| records(&a.calls)).unwrap_or_default();
+    let blocks = applied_now.map(|a| a.blocks.as_slice()).unwrap_or_default();
+    let ranges: Vec<Block> = blocks.iter().filter_map(|id| slot.state.blocks.by_id.get(id).cloned()).collect();
     let waiting: Vec<_> = records(recorded_now).into_iter().filter(|(_, r)| !r.applied).collect();
-    if applied.is_empty() && waiting.is_empty() {
+    if applied.is_empty() && ranges.is_empty() && waiting.is_empty() {
         return None;
     }
-    let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len();
-    Some(texts::notification(level, &applied, &waiting, older))
+    let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len()
+        + slot.state.blocks.active().filter(|b| !b.applied).count();
+    Some(texts::notification(level, &applied, &ranges, &waiting, older))
 }
 
 /// The user message that carries `text` after the history, with the agent and model of the
@@ -351,7 +407,7 @@ fn edits_for(
     for ((m, p), _, record) in new {
         let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
         for e in strategies::field_edits(part, &record.action) {
-            edits.push(Edit { m, p, path: e.path, value: e.value });
+            edits.push(Edit { m, p, path: e.path, value: Some(e.value), append: None });
         }
     }
     edits

@@ -5,6 +5,7 @@
 //! calls, and the fields of the state file dcp does not understand (kept so a rewrite loses
 //! nothing). [`persist`] reads and writes it; [`store`] keeps one per live session.
 
+pub mod blocks;
 pub mod persist;
 pub mod saver;
 pub mod store;
@@ -26,10 +27,12 @@ pub enum Strategy {
     Sweep,
     /// Recorded by an older DCP state file, which does not say why.
     Imported,
+    /// A range of messages replaced by the agent's summary (see [`blocks`]).
+    Compress,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Deduplication,
         Strategy::SupersedeWrites,
         Strategy::PurgeErrors,
@@ -37,6 +40,7 @@ impl Strategy {
         Strategy::Extract,
         Strategy::Sweep,
         Strategy::Imported,
+        Strategy::Compress,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +52,7 @@ impl Strategy {
             Strategy::Extract => "extract",
             Strategy::Sweep => "sweep",
             Strategy::Imported => "imported",
+            Strategy::Compress => "compress",
         }
     }
 
@@ -131,6 +136,8 @@ pub struct SessionState {
     pub next_id: u32,
     /// `time.created` of the newest compaction summary already handled.
     pub last_compaction: i64,
+    /// The compressed ranges (`prune.messages`).
+    pub blocks: blocks::Blocks,
     /// The file's `lastUpdated`, as read.
     pub last_updated: Option<String>,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
@@ -156,6 +163,7 @@ impl SessionState {
     /// the model sees. Stats are kept.
     pub fn clear_after_compaction(&mut self, compaction_time: i64) {
         self.pruned.clear();
+        self.blocks.clear();
         self.last_compaction = compaction_time;
     }
 

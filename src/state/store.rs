@@ -65,6 +65,40 @@ impl Slot {
         true
     }
 
+    /// Counts compressed block `id` in the stats: `tokens` it takes out of each request and
+    /// the tool calls it hides, and notes it for the next save. One journal entry per hidden
+    /// call (the tokens on the first), so a merge with another process's file counts it as
+    /// this process does.
+    pub fn record_block(&mut self, id: u32, tools: &[String], tokens: u64) {
+        use super::{Action, Strategy};
+        let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
+        tally.tokens += tokens;
+        tally.tools += tools.len().max(1) as u64;
+        self.state.stats.prune_token_counter += tokens;
+        let entry = |key: String, tokens: u64| {
+            let record = PruneRecord {
+                strategy: Strategy::Compress,
+                action: Action::Output,
+                tokens,
+                tool: String::new(),
+                applied: true,
+            };
+            (key, record)
+        };
+        if tools.is_empty() {
+            self.journal.push(entry(format!("block:{id}"), tokens));
+        }
+        for (k, call) in tools.iter().enumerate() {
+            self.journal.push(entry(format!("block:{id}:{call}"), if k == 0 { tokens } else { 0 }));
+        }
+        self.dirty = true;
+    }
+
+    /// Takes calls a compressed range hid off the prunable list.
+    pub fn hide(&mut self, calls: impl IntoIterator<Item = String>) {
+        self.recorded.extend(calls);
+    }
+
     /// The call ids recorded since the last call, oldest first: what the sidecar's prunable
     /// list must drop.
     pub fn take_recorded(&mut self) -> Vec<String> {

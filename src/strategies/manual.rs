@@ -2,14 +2,13 @@
 //! name.
 //!
 //! The agent names calls by the small integer ids of the `<prunable-tools>` list, which stay
-//! stable for the session ([`crate::state::SessionState::id_for`]). A request that names an
-//! unknown, protected or already pruned id changes nothing: the error lists the valid ids.
+//! stable for the session ([`crate::state::SessionState::id_for`]), or by any other name of a
+//! call the model can see (its call id, its message's id), listed or not. A request applies
+//! what it can and names what it could not: one bad id no longer voids the call.
 
-use super::prunable::Prunable;
 use super::{finished, open_for_pruning, output_tokens, Decision, Rules};
-use crate::session::{tool_calls, Message, ToolCall};
+use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
-use crate::texts::{self, Problem};
 use crate::tokens::TokenCounter;
 
 /// Why the agent discards outputs.
@@ -22,35 +21,112 @@ pub enum DiscardReason {
     Noise,
 }
 
-/// Why a discard or extract was refused. The message is meant for the agent.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refusal(pub String);
-
-fn refusal(problem: Problem<'_>, valid: &[Prunable]) -> Refusal {
-    let ids: Vec<u32> = valid.iter().map(|p| p.id).collect();
-    Refusal(texts::refusal(problem, &ids))
+/// What an agent's `discard` or `extract` looks at: the history it saw and what dcp knows.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub history: &'a History<'a>,
+    pub state: &'a SessionState,
+    pub rules: &'a Rules,
 }
 
-/// Resolves the agent's ids to prunable calls, refusing the whole request if any is bad.
-fn resolve(ids: &[String], valid: &[Prunable]) -> Result<Vec<String>, Refusal> {
-    if ids.is_empty() {
-        return Err(refusal(Problem::NoIds, valid));
+/// One call a tool request pruned, as the answer names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    /// The name the agent used (`7`, `call_…`, `m0012`).
+    pub name: String,
+    pub tool: String,
+    pub key: Option<String>,
+}
+
+/// What a `discard` or `extract` did: the decisions to record, the calls they prune, and
+/// what was wrong with the rest of the request. One bad id never voids the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub decisions: Vec<Decision>,
+    pub done: Vec<Done>,
+    pub problems: Vec<String>,
+}
+
+/// The calls an agent's name stands for: a list id (`7`, even one no longer listed), a tool
+/// call id as the model sees it (`call_…`), or a message id (`m0012`: every call of that
+/// message). Unknown names give an error for the agent.
+fn named_calls(ctx: &Ctx<'_>, raw: &str) -> Result<Vec<usize>, String> {
+    let name = raw.trim();
+    let calls = &ctx.history.calls;
+    let by_id = |call_id: &str| calls.iter().position(|c| c.call_id == call_id);
+    if let Ok(n) = name.parse::<u32>() {
+        let call_id = ctx.state.call_for(n).ok_or_else(|| format!("{name}: no tool call has this id"))?;
+        return by_id(call_id)
+            .map(|i| vec![i])
+            .ok_or_else(|| format!("{name}: the call is no longer in the conversation"));
     }
-    let mut out: Vec<String> = Vec::new();
-    let mut bad = Vec::new();
-    for raw in ids {
-        let found = raw.trim().parse::<u32>().ok().and_then(|n| valid.iter().find(|p| p.id == n));
-        match found {
-            Some(p) if !out.contains(&p.call_id) => out.push(p.call_id.clone()),
-            Some(_) => {}
-            None => bad.push(raw.as_str()),
+    if let Some(i) = by_id(name) {
+        return Ok(vec![i]);
+    }
+    let message = name
+        .strip_prefix(['m', 'M'])
+        .and_then(|d| d.parse::<usize>().ok())
+        .filter(|n| *n > 0 && *n <= ctx.history.messages.len());
+    match message {
+        Some(n) => {
+            let found: Vec<usize> = (0..calls.len()).filter(|i| calls[*i].message == n - 1).collect();
+            if found.is_empty() {
+                Err(format!("{name}: that message has no tool calls"))
+            } else {
+                Ok(found)
+            }
+        }
+        None if name.is_empty() => Err("an empty id".to_string()),
+        None => Err(format!("{name}: no tool call has this id")),
+    }
+}
+
+/// Why the agent may not prune `call`'s output, if it may not. Turn protection and the
+/// list's size threshold do not apply: the agent asked for this call by name.
+fn refuse(ctx: &Ctx<'_>, call: &ToolCall<'_>) -> Option<&'static str> {
+    if ctx.state.pruned.contains_key(call.call_id) {
+        Some("already pruned")
+    } else if ctx.state.blocks.active().any(|b| b.applied && b.effective_tools.iter().any(|t| t == call.call_id)) {
+        Some("inside a compressed range")
+    } else if call.compacted {
+        Some("already cleared by OpenCode")
+    } else if call.status != ToolStatus::Completed {
+        Some("has no output to prune (it failed or has not finished)")
+    } else if ctx.rules.config().tools_protect(call.tool) {
+        Some("a protected tool")
+    } else if ctx.rules.protects_file(call) {
+        Some("a protected file")
+    } else {
+        None
+    }
+}
+
+/// Resolves the agent's names to prunable calls, in the order given, each once; what cannot
+/// be pruned goes to `problems`.
+fn resolve<'c>(ctx: &'c Ctx<'_>, names: &[String], problems: &mut Vec<String>) -> Vec<(String, &'c ToolCall<'c>)> {
+    let mut out: Vec<(String, &ToolCall<'_>)> = Vec::new();
+    for raw in names {
+        match named_calls(ctx, raw) {
+            Err(problem) => problems.push(problem),
+            Ok(found) => {
+                for i in found {
+                    let call = &ctx.history.calls[i];
+                    if out.iter().any(|(_, c)| c.call_id == call.call_id) {
+                        continue;
+                    }
+                    match refuse(ctx, call) {
+                        Some(why) => problems.push(format!("{} ({}): {why}", raw.trim(), call.tool)),
+                        None => out.push((raw.trim().to_string(), call)),
+                    }
+                }
+            }
         }
     }
-    if !bad.is_empty() {
-        return Err(refusal(Problem::UnknownIds(&bad), valid));
-    }
-    Ok(out)
+    out
+}
+
+fn done(name: String, call: &ToolCall<'_>) -> Done {
+    Done { name, tool: call.tool.to_string(), key: call.key_argument().map(str::to_string) }
 }
 
 /// Splits DCP 1.2's form, where a leading `"completion"` or `"noise"` inside `ids` is the
@@ -67,53 +143,63 @@ pub fn split_reason(ids: &[String], reason: Option<DiscardReason>) -> (Vec<Strin
     }
 }
 
-/// Decisions for `discard {ids}`. `valid` is the current prunable list.
-pub fn discard(
-    messages: &[Message],
-    ids: &[String],
-    valid: &[Prunable],
-    counter: &mut TokenCounter,
-) -> Result<Vec<Decision>, Refusal> {
-    let chosen = resolve(ids, valid)?;
-    let calls = tool_calls(messages);
-    Ok(chosen
-        .iter()
-        .filter_map(|c| calls.iter().find(|call| call.call_id == c))
-        .map(|call| Decision::new(call, Strategy::Discard, Action::Output, output_tokens(call, counter)))
-        .collect())
+/// `discard {ids}`: every nameable output becomes the placeholder.
+pub fn discard(ctx: &Ctx<'_>, ids: &[String], counter: &mut TokenCounter) -> Applied {
+    let mut out = Applied::default();
+    if ids.is_empty() {
+        out.problems.push("no ids were given".to_string());
+    }
+    for (name, call) in resolve(ctx, ids, &mut out.problems) {
+        let removed = output_tokens(call, counter);
+        let tokens = removed.saturating_sub(counter.count(super::OUTPUT_PLACEHOLDER));
+        out.decisions.push(Decision::new(call, Strategy::Discard, Action::Output, tokens));
+        out.done.push(done(name, call));
+    }
+    out
 }
 
-/// Decisions for `extract {ids, distillation}`: each output becomes its distillation,
-/// matched by position.
-pub fn extract(
-    messages: &[Message],
-    ids: &[String],
-    distillation: &[String],
-    valid: &[Prunable],
-    counter: &mut TokenCounter,
-) -> Result<Vec<Decision>, Refusal> {
+/// `extract {ids, distillation}`: each output becomes its distillation, matched by position.
+/// A pair with a bad id or an empty distillation is skipped and named; ids beyond the
+/// distillations (or the other way round) are named too.
+pub fn extract(ctx: &Ctx<'_>, ids: &[String], distillation: &[String], counter: &mut TokenCounter) -> Applied {
+    let mut out = Applied::default();
+    if ids.is_empty() {
+        out.problems.push("no ids were given".to_string());
+    }
     if ids.len() != distillation.len() {
-        return Err(refusal(Problem::Counts { ids: ids.len(), distillations: distillation.len() }, valid));
+        out.problems.push(format!(
+            "got {} ids but {} distillations: only the first {} pairs were used",
+            ids.len(),
+            distillation.len(),
+            ids.len().min(distillation.len())
+        ));
     }
-    if distillation.iter().any(|d| d.trim().is_empty()) {
-        return Err(refusal(Problem::EmptyDistillation, valid));
-    }
-    let chosen = resolve(ids, valid)?;
-    if chosen.len() != ids.len() {
-        return Err(refusal(Problem::RepeatedId, valid));
-    }
-    let calls = tool_calls(messages);
-    let mut out = Vec::new();
-    for (call_id, text) in chosen.iter().zip(distillation) {
-        let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
+    for (raw, text) in ids.iter().zip(distillation) {
+        if text.trim().is_empty() {
+            out.problems.push(format!("{}: the distillation is empty", raw.trim()));
             continue;
-        };
-        let removed = output_tokens(call, counter);
-        let added = counter.count(text);
-        let action = Action::Distill { distillation: text.clone() };
-        out.push(Decision::new(call, Strategy::Extract, action, removed.saturating_sub(added)));
+        }
+        let resolved = resolve(ctx, std::slice::from_ref(raw), &mut out.problems);
+        if resolved.len() > 1 {
+            out.problems.push(format!(
+                "{}: names {} calls; name one call per distillation",
+                raw.trim(),
+                resolved.len()
+            ));
+            continue;
+        }
+        for (name, call) in resolved {
+            if out.decisions.iter().any(|d| d.call_id == call.call_id) {
+                continue;
+            }
+            let removed = output_tokens(call, counter);
+            let action = Action::Distill { distillation: text.clone() };
+            let tokens = removed.saturating_sub(counter.count(text));
+            out.decisions.push(Decision::new(call, Strategy::Extract, action, tokens));
+            out.done.push(done(name, call));
+        }
     }
-    Ok(out)
+    out
 }
 
 /// Whether `call` is finished and neither protected nor pruned: what sweep may take.

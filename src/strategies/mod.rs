@@ -7,6 +7,7 @@
 //! caches depend on it. What every strategy must leave alone is decided in one place,
 //! [`Rules`].
 
+pub mod compress;
 pub mod dedup;
 pub mod incremental;
 pub mod manual;

@@ -200,23 +200,26 @@ fn the_list_leaves_out_small_outputs_and_shortens_project_paths() {
     assert_eq!(lines, ["1: read, src/big.py", "2: read, /etc/hosts"]);
 }
 
+fn names(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
-fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
+fn one_bad_id_no_longer_voids_a_discard() {
     let messages = manual_session();
-    let config = Config::default();
-    let rules = Rules::new(config.clone()).unwrap();
+    let rules = Rules::new(Config::default()).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = listed(&messages, &mut state, &rules);
+    listed(&messages, &mut state, &rules);
+    let history = History::new(&messages);
+    let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
 
-    let err = manual::discard(&messages, &["1".into(), "9".into()], &valid, &mut counter).unwrap_err();
-    assert_eq!(err.0, "Unknown, protected or already pruned id: 9. Nothing was pruned. Valid ids: 1, 2, 3.");
-
-    let (ids, reason) = manual::split_reason(&["noise".into(), "1".into(), "3".into()], None);
+    let (ids, reason) = manual::split_reason(&names(&["noise", "1", "9", "3"]), None);
     assert_eq!(reason, Some(manual::DiscardReason::Noise));
-    let decisions = manual::discard(&messages, &ids, &valid, &mut counter).unwrap();
-    assert_eq!(decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c4"]);
-    for d in decisions {
+    let applied = manual::discard(&ctx, &ids, &mut counter);
+    assert_eq!(applied.decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c4"]);
+    assert_eq!(applied.problems, ["9: no tool call has this id"]);
+    for d in applied.decisions {
         state.record(&d.call_id, d.record);
     }
     let mut out = messages.clone();
@@ -225,27 +228,59 @@ fn discard_prunes_named_outputs_and_refuses_bad_ids_whole() {
     assert_eq!(output_of(&out, "c4"), OUTPUT_PLACEHOLDER);
     assert_eq!(output_of(&out, "c2"), "id,name\n1,a");
 
-    // Already pruned ids leave the list, and naming one again is refused.
-    let valid = listed(&messages, &mut state, &rules);
-    let err = manual::discard(&messages, &["1".into()], &valid, &mut counter).unwrap_err();
-    assert!(err.0.contains("Valid ids: 2."), "{}", err.0);
+    // Naming a pruned call again, or a protected one, says why and prunes the rest.
+    let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
+    let applied = manual::discard(&ctx, &names(&["1", "c3", "2"]), &mut counter);
+    assert_eq!(applied.decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c2"]);
+    assert_eq!(applied.problems, ["1 (read): already pruned", "c3 (task): a protected tool"]);
+}
+
+#[test]
+fn the_agent_may_name_a_call_left_out_of_the_list() {
+    // A small output is not listed (minTokens), so it has no list id; its call id and its
+    // message's id still name it.
+    let big = "x ".repeat(400);
+    let messages = SessionBuilder::new()
+        .user("go")
+        .tool("small", "read", read("/proj/a.txt"), "tiny")
+        .tool("big", "read", read("/proj/big.py"), &big)
+        .tool("small2", "glob", json!({"pattern": "*"}), "a.txt")
+        .build();
+    let rules = Rules::new(Config::default()).unwrap();
+    let mut state = SessionState::default();
+    let listing = prunable::Listing { project: Some("/proj"), min_tokens: 200 };
+    let list = prunable::prunable(&History::new(&messages), &mut state, &rules, &listing);
+    assert_eq!(list.iter().map(|p| p.call_id.as_str()).collect::<Vec<_>>(), ["big"]);
+    let history = History::new(&messages);
+    let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let applied = manual::discard(&ctx, &names(&["small", "m0004", "m0099"]), &mut counter);
+    assert_eq!(applied.decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["small", "small2"]);
+    assert_eq!(applied.problems, ["m0099: no tool call has this id"]);
+    assert_eq!(applied.done[1].name, "m0004");
 }
 
 #[test]
 fn extract_replaces_each_output_with_its_distillation() {
     let messages = manual_session();
-    let config = Config::default();
-    let rules = Rules::new(config.clone()).unwrap();
+    let rules = Rules::new(Config::default()).unwrap();
     let mut state = SessionState::default();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let valid = listed(&messages, &mut state, &rules);
-    let err =
-        manual::extract(&messages, &["1".into(), "2".into()], &["only one".into()], &valid, &mut counter).unwrap_err();
-    assert!(err.0.starts_with("Got 2 ids but 1 distillations"), "{}", err.0);
+    listed(&messages, &mut state, &rules);
+    let history = History::new(&messages);
+    let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
+    // Three ids, two distillations, one of them empty: the one good pair is applied.
+    let applied = manual::extract(&ctx, &names(&["1", "2", "3"]), &names(&["parser: 18", " "]), &mut counter);
+    assert_eq!(applied.decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1"]);
+    assert_eq!(
+        applied.problems,
+        ["got 3 ids but 2 distillations: only the first 2 pairs were used", "2: the distillation is empty"]
+    );
 
-    let distilled = ["parser: 18 section parsers".to_string(), "120 rows".to_string()];
-    let decisions = manual::extract(&messages, &["2".into(), "1".into()], &distilled, &valid, &mut counter).unwrap();
-    for d in decisions {
+    let distilled = names(&["parser: 18 section parsers", "120 rows"]);
+    let applied = manual::extract(&ctx, &names(&["2", "1"]), &distilled, &mut counter);
+    assert!(applied.problems.is_empty(), "{:?}", applied.problems);
+    for d in applied.decisions {
         state.record(&d.call_id, d.record);
     }
     let mut out = messages.clone();

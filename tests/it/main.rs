@@ -4,6 +4,7 @@
 //! flow, from the host adapters to the CLI.
 
 mod cli;
+mod compress;
 mod concurrency;
 mod crash;
 mod doctor;
@@ -18,6 +19,7 @@ mod persistence;
 mod protocol;
 mod replay;
 mod sidecar;
+mod sidecar_compress;
 mod state_store;
 mod storage_failures;
 mod support;

@@ -48,10 +48,18 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             ("final_context", dcp.final_context as f64 / none.final_context as f64),
         ] {
             let theirs = lab["ratios"][figure].as_f64().unwrap();
+            if name == "own-steps" {
+                // Recorded when a wrong id voided the whole discard; dcp now prunes the valid
+                // ids of that call, so replay is cheaper than that lab run. To be recorded again.
+                continue;
+            }
             assert!((ours - theirs).abs() <= 0.03, "{name} {figure}: replay {ours:.3}, lab {theirs:.3}");
         }
-        // The engine decided as the live sidecar did: every agent call got the recorded answer.
-        assert_eq!(run(Mode::Dcp).agent_calls_same, run(Mode::Dcp).agent_calls, "{name}");
+        // The engine decided as the live sidecar did: every agent call did what the recorded
+        // one did, but in own-steps the discard that also names a wrong id ("99"): that voided
+        // the whole call then, and prunes the valid ids now (issue 15, forgiving tools).
+        let differ = if name == "own-steps" { 1 } else { 0 };
+        assert_eq!(run(Mode::Dcp).agent_calls_same + differ, run(Mode::Dcp).agent_calls, "{name}");
         assert_eq!(replayed.requests as u64, lab["plugin"]["main_requests"].as_u64().unwrap(), "{name}");
     }
 }

@@ -8,30 +8,57 @@ use serde_json::{json, Value};
 
 use crate::support::{Sandbox, Sidecar, DB_SESSION};
 
-fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
+pub(crate) fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
     let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();
     visible_history(loaded.messages).into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
 }
 
-/// Applies a transform result the way the plugin does.
-pub(crate) fn apply(messages: &mut [Value], result: &Value) {
-    for e in result["edits"].as_array().unwrap() {
-        let (m, p) = (e["m"].as_u64().unwrap() as usize, e["p"].as_u64().unwrap() as usize);
-        let mut at = &mut messages[m]["parts"][p];
-        for key in e["path"].as_array().unwrap() {
-            at = &mut at[key.as_str().unwrap()];
+/// Applies a transform result the way the plugin does: values, then appends (message id
+/// tags), then the compressed ranges from the last one back.
+pub(crate) fn apply(messages: &mut Vec<Value>, result: &Value) {
+    let edits = result["edits"].as_array().unwrap();
+    for appending in [false, true] {
+        for e in edits.iter().filter(|e| e.get("append").is_some() == appending) {
+            let (m, p) = (e["m"].as_u64().unwrap() as usize, e["p"].as_u64().unwrap() as usize);
+            let mut at = &mut messages[m]["parts"][p];
+            for key in e["path"].as_array().unwrap() {
+                at = &mut at[key.as_str().unwrap()];
+            }
+            *at = match &e["append"] {
+                Value::String(tail) => json!(format!("{}{tail}", at.as_str().unwrap_or(""))),
+                _ => e["value"].clone(),
+            };
         }
-        *at = e["value"].clone();
+    }
+    for r in result.get("replace").and_then(Value::as_array).into_iter().flatten().rev() {
+        let (from, to) = (r["from"].as_u64().unwrap() as usize, r["to"].as_u64().unwrap() as usize);
+        messages.splice(from..=to, [r["message"].clone()]);
     }
 }
 
-fn output_of(messages: &[Value], call: &str) -> Value {
-    messages.iter().flat_map(|m| m["parts"].as_array().unwrap()).find(|p| p["callID"] == call).unwrap()["state"]
-        ["output"]
-        .clone()
+/// The edits of `result[key]` that set a value (prunes), leaving out the message id tags.
+pub(crate) fn prunes(result: &Value, key: &str) -> Vec<Value> {
+    result[key].as_array().unwrap().iter().filter(|e| e.get("value").is_some()).cloned().collect()
 }
 
-fn state_file(sandbox: &Sandbox) -> Value {
+/// The output of `call` as the model sees it, without the message id tag at its end.
+fn output_of(messages: &[Value], call: &str) -> Value {
+    untag(
+        &messages.iter().flat_map(|m| m["parts"].as_array().unwrap()).find(|p| p["callID"] == call).unwrap()["state"]
+            ["output"],
+    )
+}
+
+/// `text` without the message id tag dcp appends (see `strategies::compress`).
+pub(crate) fn untag(text: &Value) -> Value {
+    let t = text.as_str().unwrap_or("");
+    match t.rfind("\n<") {
+        Some(i) if dcp::strategies::compress::is_tag(&t[i + 1..]) => json!(&t[..i]),
+        _ => text.clone(),
+    }
+}
+
+pub(crate) fn state_file(sandbox: &Sandbox) -> Value {
     serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap()
 }
 
@@ -96,14 +123,14 @@ fn batched_mode_records_at_once_and_rewrites_when_the_cache_is_cold() {
     let messages = recorded_messages(&s);
     let t0 = 1_800_000_000_000i64;
     let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
-    let edits_at_first = first["edits"].as_array().unwrap().len();
+    let edits_at_first = prunes(&first, "edits").len();
     sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 1_000, "messages": messages.clone()}));
     let cold = sidecar
         .result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 3_600_000, "messages": messages.clone()}));
     let mut applied = messages.clone();
     apply(&mut applied, &cold);
     assert_eq!(output_of(&applied, "call_12_0_5abbdb74"), OUTPUT_PLACEHOLDER);
-    assert!(cold["edits"].as_array().unwrap().len() > edits_at_first, "{edits_at_first} then {}", cold["edits"]);
+    assert!(prunes(&cold, "edits").len() > edits_at_first, "{edits_at_first} then {}", cold["edits"]);
     sidecar.shutdown();
     let file = state_file(&s);
     assert_eq!(file["dcp"]["pruned"]["call_12_0_5abbdb74"]["applied"], true);
@@ -171,7 +198,8 @@ fn discard_and_extract_by_list_id() {
         "tool",
         json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [bash], "reason": "noise"}}),
     );
-    assert!(again["output"].as_str().unwrap().contains("Nothing was pruned. Valid ids:"), "{again}");
+    let text = again["output"].as_str().unwrap();
+    assert!(text.starts_with("Nothing was pruned. Not pruned: ") && text.contains("already pruned"), "{again}");
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [grep], "distillation": ["grep: 18 parse_section_ defs in parser.py"]}}));
     assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
     let mut after = messages.clone();
@@ -181,7 +209,7 @@ fn discard_and_extract_by_list_id() {
         .iter()
         .flat_map(|m| m["parts"].as_array().unwrap().clone())
         .filter(|p| p["tool"] == "grep")
-        .map(|p| p["state"]["output"].clone())
+        .map(|p| untag(&p["state"]["output"]))
         .collect();
     assert!(outputs.contains(&json!("grep: 18 parse_section_ defs in parser.py")), "{outputs:?}");
     sidecar.shutdown();
@@ -307,7 +335,7 @@ fn a_new_prune_is_sent_as_an_added_edit() {
     assert!(second.get("edits").is_none(), "{second}");
     // Every call of the copied step is a duplicate now: only their older twins' edits come.
     let tools = again["parts"].as_array().unwrap().iter().filter(|p| p["type"] == "tool").count();
-    let added = second["addEdits"].as_array().unwrap();
+    let added = prunes(&second, "addEdits");
     assert_eq!(added.len(), tools, "{second}");
     assert!(added.iter().all(|e| e["m"] == at && e["value"] == OUTPUT_PLACEHOLDER), "{second}");
     assert_eq!(second["seq"].as_u64().unwrap(), seq + 1);

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::FORMAT_VERSION;
+use crate::state::blocks::Blocks;
 use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// What is wrong with a state file, by key where one is to blame.
@@ -56,6 +57,7 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
     state.last_updated = opt_string(&raw, "lastUpdated")?;
     let legacy = legacy_ids(&raw)?;
     parse_stats(&raw, &mut state)?;
+    state.blocks = parse_blocks(&raw)?;
     if let Some(own) = raw.get("dcp") {
         parse_own(own, &mut state)?;
     }
@@ -87,6 +89,18 @@ fn legacy_ids(raw: &Map<String, Value>) -> Result<BTreeMap<String, u64>, FormatE
         }
     }
     Ok(legacy)
+}
+
+/// 3.x: the compressed ranges of `prune.messages`.
+fn parse_blocks(raw: &Map<String, Value>) -> Result<Blocks, FormatError> {
+    match raw.get("prune").and_then(|p| p.get("messages")).filter(|m| !m.is_null()) {
+        None => Ok(Blocks::default()),
+        Some(messages) => Blocks::parse(messages).map_err(|detail| FormatError::Invalid {
+            key: "prune.messages".to_string(),
+            what: "a set of compressed ranges",
+            detail,
+        }),
+    }
 }
 
 fn parse_stats(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
@@ -132,7 +146,7 @@ fn drop_rendered_fields(raw: &mut Map<String, Value>) {
         *own = Value::Null;
     }
     if let Some(Value::Object(prune)) = raw.get_mut("prune") {
-        for key in ["toolIds", "tools"] {
+        for key in ["toolIds", "tools", "messages"] {
             if let Some(v) = prune.get_mut(key) {
                 *v = Value::Null;
             }
@@ -240,6 +254,9 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     set(&mut prune, "toolIds", Out::PrunedIds(&state.pruned));
     if prune.iter().any(|(k, _)| *k == "tools") {
         set(&mut prune, "tools", Out::PrunedTokens(&state.pruned));
+    }
+    if !state.blocks.is_empty() || prune.iter().any(|(k, _)| *k == "messages") {
+        set(&mut prune, "messages", Out::Owned(state.blocks.to_value()));
     }
     set(&mut out, "prune", Out::Object(prune));
     let mut stats = match state.raw.get("stats") {
@@ -351,6 +368,9 @@ mod tests {
         if prune.contains_key("tools") {
             let tools: Map<String, Value> = state.pruned.iter().map(|(k, r)| (k.clone(), json!(r.tokens))).collect();
             prune.insert("tools".into(), Value::Object(tools));
+        }
+        if !state.blocks.is_empty() || prune.contains_key("messages") {
+            prune.insert("messages".into(), state.blocks.to_value());
         }
         out.insert("prune".into(), Value::Object(prune));
         let mut stats = match state.raw.get("stats") {

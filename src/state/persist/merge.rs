@@ -24,9 +24,11 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     }
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
+        out.blocks.clear();
         out.last_compaction = mine.last_compaction;
     }
     if mine.last_compaction == out.last_compaction {
+        out.blocks.merge(&mine.blocks);
         for (id, record) in &mine.pruned {
             match out.pruned.get_mut(id) {
                 // Once either side applied a prune it stays applied.

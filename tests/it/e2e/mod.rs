@@ -7,6 +7,7 @@
 //! installs into its config dir is cached in `target/e2e/plugin-deps` so later runs stay on
 //! loopback.
 
+mod compress;
 mod fake_llm;
 mod registry;
 mod scenarios;

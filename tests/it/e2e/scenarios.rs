@@ -66,11 +66,17 @@ pub(super) fn call_id_of(lab: &Lab, label: &str) -> String {
     assistant.last().unwrap()["tool_calls"][0]["id"].as_str().unwrap().to_string()
 }
 
+/// The result of `call` in `req`, as the model read it, without the message id tag dcp
+/// appends to the last result of each step.
 pub(super) fn result(req: &Logged, call: &str) -> String {
-    req.tool_result(call).unwrap_or_else(|| panic!("no result for {call} in request {:?}", req.label))
+    let text = req.tool_result(call).unwrap_or_else(|| panic!("no result for {call} in request {:?}", req.label));
+    match text.rfind("\n<") {
+        Some(i) if dcp::strategies::compress::is_tag(&text[i + 1..]) => text[..i].to_string(),
+        _ => text,
+    }
 }
 
-const IMMEDIATE: &str = r#"{
+pub const IMMEDIATE: &str = r#"{
   // Apply every decision on the next request, so each step can be checked at once.
   "rewrite": {"mode": "immediate"},
   "pruneNotification": "minimal",
@@ -180,6 +186,7 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     // OpenCode's stored history is untouched: every output is as the tools wrote it.
     let stored = lab.stored_parts(&session);
     assert!(stored.iter().all(|p| !p.contains("[Output removed to save context")), "a placeholder reached opencode.db");
+    assert!(stored.iter().all(|p| !p.contains("\\n<m1>")), "a message id tag reached opencode.db");
     let stored_output = |call: &str| -> String {
         let part: Value =
             stored.iter().map(|p| serde_json::from_str::<Value>(p).unwrap()).find(|p| p["callID"] == call).unwrap();
@@ -201,7 +208,7 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
 }
 
 /// Compacts `session` through `opencode serve`: `POST /session/{id}/summarize`.
-fn compact(lab: &Lab, session: &str) {
+pub fn compact(lab: &Lab, session: &str) {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()

@@ -1,0 +1,126 @@
+//! Range compression and the forgiving agent tools, through `dcp serve`'s protocol.
+
+use serde_json::{json, Value};
+
+use crate::sidecar::{apply, prunes, recorded_messages, state_file, Sidecar, IMMEDIATE};
+use crate::support::{Sandbox, DB_SESSION};
+
+fn text_of(message: &Value) -> String {
+    serde_json::to_string(message).unwrap()
+}
+
+#[test]
+fn message_ids_ride_at_the_end_and_never_change_older_bytes() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, "{}");
+    let messages = recorded_messages(&s);
+    let n = messages.len() - 1;
+    let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages[..n].to_vec()}));
+    let mut seen = messages[..n].to_vec();
+    apply(&mut seen, &first);
+    let tagged = seen[0]["parts"][0]["text"].as_str().unwrap();
+    assert!(tagged.ends_with("\n<m1>"), "{tagged}");
+    // One more message, sent as a delta: only its own tag is added.
+    let seq = first["seq"].as_u64().unwrap();
+    let second = sidecar.result(
+        "transform",
+        json!({"sessionID": DB_SESSION, "base": n, "have": seq, "messages": [messages[n].clone()]}),
+    );
+    let added = second["addEdits"].as_array().unwrap();
+    assert!(added.iter().all(|e| e["m"] == n), "{second}");
+    assert!(added.iter().any(|e| e["append"].as_str().unwrap().contains(&format!("<m{}>", n + 1))), "{second}");
+    // Applied as the plugin does (kept edits, then the added ones), the older messages are
+    // byte for byte what the model saw before.
+    let mut kept = first.clone();
+    kept["edits"] = json!([first["edits"].as_array().unwrap().clone(), added.clone()].concat());
+    let mut now = messages.clone();
+    apply(&mut now, &kept);
+    assert_eq!(now[..n].iter().map(text_of).collect::<Vec<_>>(), seen.iter().map(text_of).collect::<Vec<_>>());
+    sidecar.shutdown();
+}
+
+#[test]
+fn compress_replaces_a_range_and_decompress_restores_it() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let args = json!({"topic": "overview", "content": [
+        {"startId": "m0001", "endId": "m0006", "summary": "The project has parser.py (18 section parsers) and calc.py."},
+        {"startId": "m7", "endId": "m99", "summary": "out of range"},
+    ]});
+    let answer = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "compress", "args": args, "callID": "call_c", "messageID": "msg_c"}),
+    );
+    let text = answer["output"].as_str().unwrap();
+    assert!(text.starts_with("Compressed 6 messages into b1"), "{text}");
+    assert!(text.contains("Not applied: Range 2 (m7..m99): m99 is not in the conversation"), "{text}");
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    assert_eq!(result["replace"][0]["from"], 0);
+    assert_eq!(result["replace"][0]["to"], 5);
+    assert!(result["notify"].as_str().unwrap().contains("1 range compressed"), "{result}");
+    let mut seen = messages.clone();
+    apply(&mut seen, &result);
+    assert_eq!(seen.len(), messages.len() - 5);
+    let summary = seen[0]["parts"][0]["text"].as_str().unwrap();
+    assert!(summary.contains("parser.py (18 section parsers)") && summary.ends_with("\n<b1>"));
+    assert!(text_of(&seen[1]).contains("<m7>"), "later ids are unchanged");
+
+    let list = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress"}));
+    assert!(list["text"].as_str().unwrap().contains("b1  6 messages"), "{list}");
+    let undo = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress b1"}));
+    assert!(undo["text"].as_str().unwrap().starts_with("Restored b1"), "{undo}");
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    assert!(result.get("replace").is_none(), "{result}");
+    let bad = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress b7"}));
+    assert!(bad["text"].as_str().unwrap().starts_with("\"b7\" is not an active compressed range"), "{bad}");
+    sidecar.shutdown();
+    let file = state_file(&s);
+    let block = &file["prune"]["messages"]["blocksById"]["1"];
+    assert_eq!((block["startId"].as_str(), block["compressCallId"].as_str()), (Some("m0001"), Some("call_c")));
+    assert!(file["dcp"]["byStrategy"]["compress"]["tokens"].as_u64().unwrap() > 0, "{file}");
+
+    assert_eq!(block["deactivatedByUser"], true);
+    assert_eq!(file["prune"]["messages"]["activeBlockIds"], json!([]));
+}
+
+#[test]
+fn a_compressed_range_waits_for_the_policy_like_any_rewrite() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched", "coldCacheSeconds": 300}}"#);
+    let messages = recorded_messages(&s);
+    let t0 = 1_800_000_000_000i64;
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
+    let args = json!({"topic": "t", "content": [{"startId": "m0002", "endId": "m0003", "summary": "globbed, read parser.py"}]});
+    sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
+    // A small cut deep in a warm cache does not pay for re-billing the tail.
+    let warm =
+        sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 1_000, "messages": messages.clone()}));
+    assert!(warm.get("replace").is_none(), "{warm}");
+    let list = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress"}));
+    assert!(list["text"].as_str().unwrap().contains("(waiting for the cache)"), "{list}");
+    // Once the cache is cold, it goes.
+    let cold = sidecar
+        .result("transform", json!({"sessionID": DB_SESSION, "now": t0 + 3_600_000, "messages": messages.clone()}));
+    assert_eq!(cold["replace"][0]["from"], 1, "{cold}");
+    sidecar.shutdown();
+}
+
+#[test]
+fn one_wrong_id_no_longer_voids_a_discard() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    // The glob of message m0002 by its message id, a wrong list id, and a protected edit by its call id.
+    let args = json!({"ids": ["m0002", "4242", "call_8_0_43eecac5"], "reason": "noise"});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": args}));
+    let text = answer["output"].as_str().unwrap();
+    assert!(text.starts_with("Discarded 1 tool output"), "{text}");
+    assert!(text.contains("m0002: glob"), "{text}");
+    assert!(text.contains("4242: no tool call has this id") && text.contains("a protected tool"), "{text}");
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    assert!(prunes(&result, "edits").iter().any(|e| e["m"] == 1), "{result}");
+    sidecar.shutdown();
+}
