@@ -238,11 +238,7 @@ fn apply_pending(
     mirror: &Mirror,
     request: &RequestInfo,
 ) -> Option<AppliedNow> {
-    let sizes = mirror.sizes();
-    let mut tails = vec![0u64; sizes.len() + 1];
-    for i in (0..sizes.len()).rev() {
-        tails[i] = tails[i + 1] + sizes[i];
-    }
+    let tails = tails(mirror.sizes());
     let index = &session.index;
     // The waiting prunes of calls in the history and the waiting ranges, in history order.
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
@@ -291,6 +287,15 @@ fn apply_pending(
         slot.revision += 1;
     }
     Some(applied)
+}
+
+/// The size of the history from each message on to its end, and 0 after the last.
+fn tails(sizes: &[u64]) -> Vec<u64> {
+    let mut tails = vec![0u64; sizes.len() + 1];
+    for i in (0..sizes.len()).rev() {
+        tails[i] = tails[i + 1] + sizes[i];
+    }
+    tails
 }
 
 /// The rewrites a request applied, and why.
