@@ -2,7 +2,8 @@
 
 use serde_json::{json, Value};
 
-use crate::sidecar::{apply, prunes, recorded_messages, state_file, Sidecar, IMMEDIATE};
+use crate::sidecar::{apply, prunes, recorded_messages, state_file, IMMEDIATE};
+use crate::support::Sidecar;
 use crate::support::{Sandbox, DB_SESSION};
 
 fn text_of(message: &Value) -> String {
