@@ -160,6 +160,44 @@ impl Drop for FakeLlm {
 }
 
 fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
+    let (request_line, body) = read_request(&conn)?;
+    let mut out = conn;
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    if request_line.starts_with("GET") {
+        let models = json!({"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]});
+        return respond_json(&mut out, &models);
+    }
+    if !path.ends_with("/chat/completions") {
+        return respond_json(&mut out, &json!({"error": "not found"}));
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (turn, seq) = next_turn(script, &body);
+    if let Some(pidfile) = &turn.kill_pidfile {
+        let pids = std::fs::read_to_string(pidfile).unwrap_or_default();
+        if let Some(pid) = pids.lines().last() {
+            let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
+    let calls: Vec<Value> = turn
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({"index": i, "id": format!("call_{seq}_{i}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    let text = turn.text.clone().unwrap_or_default();
+    let prompt_tokens = body["messages"].to_string().len() / 4;
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10});
+    let answer = Answer { seq, text, calls, usage };
+    if !body["stream"].as_bool().unwrap_or(false) {
+        return respond_whole(&mut out, &answer);
+    }
+    respond_stream(&mut out, &answer)
+}
+
+/// Reads one HTTP request: its request line and its body (by length, or chunked).
+fn read_request(conn: &TcpStream) -> std::io::Result<(String, Vec<u8>)> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut request_line = String::new();
@@ -198,75 +236,74 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         body.resize(length, 0);
         reader.read_exact(&mut body)?;
     }
-    let mut out = conn;
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    if request_line.starts_with("GET") {
-        let models = json!({"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]});
-        return respond_json(&mut out, &models);
-    }
-    if !path.ends_with("/chat/completions") {
-        return respond_json(&mut out, &json!({"error": "not found"}));
-    }
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    Ok((request_line, body))
+}
+
+/// The turn that answers a chat request, and the request's number: the script's next turn
+/// for the main agent (a request with tools), a canned answer for a title or a summary.
+fn next_turn(script: &Mutex<Script>, body: &Value) -> (Turn, u64) {
     let main = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let (turn, seq) = {
-        let mut s = script.lock().unwrap();
-        s.calls += 1;
-        let seq = s.calls;
-        let turn = if main {
-            match s.turns.get(s.next).cloned() {
-                Some(t) => {
-                    s.next += 1;
-                    render(t, &s.cwd, &body)
-                }
-                None => Turn::text("exhausted", "(script exhausted)"),
+    let mut s = script.lock().unwrap();
+    s.calls += 1;
+    let seq = s.calls;
+    let turn = if main {
+        match s.turns.get(s.next).cloned() {
+            Some(t) => {
+                s.next += 1;
+                render(t, &s.cwd, body)
             }
-        } else if content_text(&body["messages"][0]["content"]).contains("title generator") {
-            Turn::text("title", "Exploring the demo project")
-        } else {
-            Turn::text(
-                "side",
-                "Summary: the user explored a demo project; files were read and edited. (fake side answer)",
-            )
-        };
-        s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone() });
-        (turn, seq)
+            None => Turn::text("exhausted", "(script exhausted)"),
+        }
+    } else if content_text(&body["messages"][0]["content"]).contains("title generator") {
+        Turn::text("title", "Exploring the demo project")
+    } else {
+        Turn::text("side", "Summary: the user explored a demo project; files were read and edited. (fake side answer)")
     };
-    if let Some(pidfile) = &turn.kill_pidfile {
-        let pids = std::fs::read_to_string(pidfile).unwrap_or_default();
-        if let Some(pid) = pids.lines().last() {
-            let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+    s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone() });
+    (turn, seq)
+}
+
+/// What the fake model answers: request number `seq`'s text and tool calls, and the usage.
+struct Answer {
+    seq: u64,
+    text: String,
+    calls: Vec<Value>,
+    usage: Value,
+}
+
+impl Answer {
+    fn finish(&self) -> &'static str {
+        if self.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
         }
     }
-    let calls: Vec<Value> = turn
-        .tool_calls
-        .iter()
-        .enumerate()
-        .map(|(i, (name, args))| {
-            json!({"index": i, "id": format!("call_{seq}_{i}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}})
-        })
-        .collect();
-    let text = turn.text.clone().unwrap_or_default();
-    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
-    let prompt_tokens = body["messages"].to_string().len() / 4;
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10});
-    if !body["stream"].as_bool().unwrap_or(false) {
-        let mut message =
-            json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
-        if !calls.is_empty() {
-            message["tool_calls"] = json!(calls
-                .iter()
-                .map(|c| {
-                    let mut c = c.clone();
-                    c.as_object_mut().unwrap().remove("index");
-                    c
-                })
-                .collect::<Vec<_>>());
-        }
-        let answer = json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion", "created": 0, "model": "fake-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage});
-        return respond_json(&mut out, &answer);
+}
+
+/// The answer as one `chat.completion` JSON response.
+fn respond_whole(out: &mut TcpStream, a: &Answer) -> std::io::Result<()> {
+    let content = if a.text.is_empty() { Value::Null } else { json!(a.text) };
+    let mut message = json!({"role": "assistant", "content": content});
+    if !a.calls.is_empty() {
+        message["tool_calls"] = json!(a
+            .calls
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.as_object_mut().unwrap().remove("index");
+                c
+            })
+            .collect::<Vec<_>>());
     }
+    let answer = json!({"id": format!("chatcmpl-{}", a.seq), "object": "chat.completion", "created": 0, "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": a.finish()}], "usage": a.usage});
+    respond_json(out, &answer)
+}
+
+/// The answer as a server-sent event stream of `chat.completion.chunk`s.
+fn respond_stream(out: &mut TcpStream, a: &Answer) -> std::io::Result<()> {
+    let seq = a.seq;
     write!(
         out,
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
@@ -280,15 +317,15 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         out.flush()
     };
     send(chunk(json!({"role": "assistant", "content": ""}), None))?;
-    if !text.is_empty() {
-        send(chunk(json!({"content": text}), None))?;
+    if !a.text.is_empty() {
+        send(chunk(json!({"content": a.text}), None))?;
     }
-    for c in &calls {
+    for c in &a.calls {
         send(chunk(json!({"tool_calls": [c]}), None))?;
     }
-    send(chunk(json!({}), Some(finish)))?;
+    send(chunk(json!({}), Some(a.finish())))?;
     send(
-        json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 0, "model": "fake-model", "choices": [], "usage": usage}),
+        json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 0, "model": "fake-model", "choices": [], "usage": a.usage}),
     )?;
     write!(out, "data: [DONE]\n\n")?;
     out.flush()

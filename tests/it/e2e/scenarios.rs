@@ -87,6 +87,33 @@ pub const IMMEDIATE: &str = r#"{
 #[test]
 fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction() {
     let lab = Lab::new(IMMEDIATE);
+    let calls = first_prompt_deduplicates_and_lists(&lab);
+    let config = discard_and_extract(&lab, &calls);
+    let saved_before_compaction = state_and_stats_command(&lab, &calls, &config);
+    restart_keeps_the_state_and_history_is_untouched(&lab, &calls, &config);
+    let FirstPrompt { session, records, .. } = &calls;
+    // A compaction clears the session's prune list and keeps its stats.
+    compact(&lab, &session);
+    lab.llm.push(vec![Turn::text("p5.answer", "Continuing after the summary.")]);
+    lab.run(Some(&session), "Carry on.");
+    let after = lab.llm.request_for("p5.answer");
+    assert!(after.tool_result(&records).is_none(), "old calls are gone after the summary");
+    let state = lab.state(&session);
+    assert_eq!(state["prune"]["toolIds"], json!([]), "{state}");
+    assert_eq!(state["stats"]["totalPruneTokens"].as_u64().unwrap(), saved_before_compaction);
+    assert!(state["dcp"]["lastCompaction"].as_i64().unwrap() > 0);
+}
+
+/// The calls of the scenario's first prompt, and its session.
+struct FirstPrompt {
+    session: String,
+    parser_first: String,
+    records: String,
+}
+
+/// Prompt 1: parser.py is read twice; the first read reaches the model as the placeholder,
+/// the list and the tools are offered, and the notification is shown in the session.
+fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
     lab.llm.push(vec![
         read("p1.parser", "src/parser.py"),
         read("p1.records", "data/records.csv"),
@@ -121,7 +148,13 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     let notice = lab.stored_parts(&session).into_iter().find(|p| p.contains("▣ DCP |"));
     let notice: Value = serde_json::from_str(&notice.expect("a notification in the session")).unwrap();
     assert_eq!(notice["ignored"], true);
+    FirstPrompt { session, parser_first, records }
+}
 
+/// Prompts 2 and 3: the agent discards the records output and extracts the config; returns
+/// the config read's call id.
+fn discard_and_extract(lab: &Lab, calls: &FirstPrompt) -> String {
+    let FirstPrompt { session, records, .. } = calls;
     // Discard by list id: the records output goes.
     lab.llm.push(vec![
         Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:records.csv}}"], "reason": "completion"})),
@@ -152,12 +185,18 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     let after_extract = lab.llm.request_for("p3.answer");
     assert_eq!(result(&after_extract, &config), "config.txt: mode=fast, retries=3, timeout=30");
     assert_eq!(result(&after_extract, &records), OUTPUT_PLACEHOLDER);
+    config
+}
 
+/// The state file holds the prunes and stats, and `/dcp stats` answers without a model
+/// request; returns the tokens saved so far.
+fn state_and_stats_command(lab: &Lab, calls: &FirstPrompt, config: &str) -> u64 {
+    let FirstPrompt { session, parser_first, records } = calls;
     // The state file holds the pruned ids and the stats.
     let state = lab.state(&session);
     let ids: Vec<&str> = state["prune"]["toolIds"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    for id in [&parser_first, &records, &config] {
-        assert!(ids.contains(&id.as_str()), "{id} in {ids:?}");
+    for id in [parser_first.as_str(), records.as_str(), config] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
     }
     let saved_before_compaction = state["stats"]["totalPruneTokens"].as_u64().unwrap();
     assert!(saved_before_compaction > 500, "{state}");
@@ -172,7 +211,12 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     assert!(stdout.contains("DCP statistics"), "stdout: {stdout}\n{}", tail(&stats.stderr));
     assert!(stdout.contains("Tokens pruned:"), "{stdout}");
     assert_eq!(lab.llm.log().len(), requests_before, "a /dcp command sends no model request");
+    saved_before_compaction
+}
 
+/// After OpenCode restarts the state is in force, and OpenCode's stored history is untouched.
+fn restart_keeps_the_state_and_history_is_untouched(lab: &Lab, calls: &FirstPrompt, config: &str) {
+    let FirstPrompt { session, parser_first, records } = calls;
     // After OpenCode restarts (every `opencode run` is a new process), the state is in force.
     lab.llm.push(vec![Turn::text("p4.answer", "Nothing else.")]);
     lab.run(Some(&session), "Anything else?");
@@ -194,17 +238,6 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     };
     assert!(stored_output(&records).contains("150,item-150"));
     assert!(stored_output(&config).contains("timeout = 30"));
-
-    // A compaction clears the session's prune list and keeps its stats.
-    compact(&lab, &session);
-    lab.llm.push(vec![Turn::text("p5.answer", "Continuing after the summary.")]);
-    lab.run(Some(&session), "Carry on.");
-    let after = lab.llm.request_for("p5.answer");
-    assert!(after.tool_result(&records).is_none(), "old calls are gone after the summary");
-    let state = lab.state(&session);
-    assert_eq!(state["prune"]["toolIds"], json!([]), "{state}");
-    assert_eq!(state["stats"]["totalPruneTokens"].as_u64().unwrap(), saved_before_compaction);
-    assert!(state["dcp"]["lastCompaction"].as_i64().unwrap() > 0);
 }
 
 /// Compacts `session` through `opencode serve`: `POST /session/{id}/summarize`.
