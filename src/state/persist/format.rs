@@ -383,6 +383,14 @@ mod tests {
         stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
         out.insert("stats".into(), Value::Object(stats));
         out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
+        out.insert("dcp".into(), own_via_value(state));
+        let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// The `dcp` section, as the old renderer built it.
+    fn own_via_value(state: &SessionState) -> Value {
         let by: Map<String, Value> = state
             .stats
             .by_strategy
@@ -390,21 +398,15 @@ mod tests {
             .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
             .collect();
         let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-        out.insert(
-            "dcp".into(),
-            json!({
-                "version": FORMAT_VERSION,
-                "pruned": state.pruned,
-                "byStrategy": by,
-                "ids": ids,
-                // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
-                "nextId": state.next_id.max(1),
-                "lastCompaction": state.last_compaction,
-            }),
-        );
-        let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
-        bytes.push(b'\n');
-        bytes
+        json!({
+            "version": FORMAT_VERSION,
+            "pruned": state.pruned,
+            "byStrategy": by,
+            "ids": ids,
+            // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+            "nextId": state.next_id.max(1),
+            "lastCompaction": state.last_compaction,
+        })
     }
 
     use super::*;
