@@ -4,9 +4,10 @@
 //! plugin sends (PROTOCOL.md): `initialize`, then per request a `transform` with the
 //! recorded time as `now`, only the messages that changed since the previous request
 //! (`base`) and the edits the plugin holds (`have`), and a `tool` call for every
-//! `discard`/`extract` the model made in that step. Nothing of the engine, the policy or the
-//! state is written again here: replay only applies the answers' edits, as the plugin does,
-//! to count what the model would have been sent.
+//! `discard`/`extract`/`compress` the model made in that step. Nothing of the engine, the
+//! policy or the state is written again here: replay only applies the answers' edits and
+//! compressed ranges (`replace`), as the plugin does, to count what the model would have been
+//! sent.
 //!
 //! Each run has its own server, built with the run's config, and its own scratch dir for the
 //! state files, removed afterwards: replay never reads or writes the user's state files.
@@ -65,6 +66,8 @@ pub enum EngineError {
 #[derive(Debug, Default)]
 pub struct Answer<'a> {
     pub edits: &'a [Edit],
+    /// Compressed ranges: `(from, to, message)`, positions in the request's history.
+    pub replace: Vec<(usize, usize, Value)>,
     pub append: Vec<Value>,
     pub applied: Option<String>,
 }
@@ -182,7 +185,17 @@ impl Engine {
             _ => Vec::new(),
         };
         let applied = answer["applied"]["reason"].as_str().map(str::to_string);
-        Ok(Answer { edits: &self.edits, append, applied })
+        let replace = match answer.get_mut("replace").map(Value::take) {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .filter_map(|mut r| {
+                    let (from, to) = (r["from"].as_u64()? as usize, r["to"].as_u64()? as usize);
+                    Some((from, to, r["message"].take()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(Answer { edits: &self.edits, replace, append, applied })
     }
 
     /// Keeps the answer's edits as the plugin does: the same as last time, those plus new

@@ -191,6 +191,8 @@ pub struct Step<'a> {
     pub request: &'a Request,
     /// The engine's edits of the history (none without an engine).
     pub edits: &'a [Edit],
+    /// Compressed ranges: history positions `from..=to` replaced by one message.
+    pub replace: &'a [(usize, usize, Message)],
     /// The messages the engine appended after the history.
     pub append: &'a [Message],
     /// Why the engine applied pending rewrites on this request, if it did.
@@ -220,7 +222,7 @@ fn drive(
         .transpose()?
     else {
         for request in timeline.requests() {
-            visit(&Step { timeline: &timeline, request, edits: &[], append: &[], applied: None });
+            visit(&Step { timeline: &timeline, request, edits: &[], replace: &[], append: &[], applied: None });
         }
         return Ok((Vec::new(), (0, 0)));
     };
@@ -230,8 +232,15 @@ fn drive(
         let answer = engine.transform(&timeline, request)?;
         let append: Vec<Message> =
             answer.append.iter().filter_map(|m| serde_json::from_value(m.clone()).ok()).collect();
+        let replace: Vec<(usize, usize, Message)> = answer
+            .replace
+            .iter()
+            .filter_map(|(f, t, m)| Some((*f, *t, serde_json::from_value(m.clone()).ok()?)))
+            .collect();
         let applied = answer.applied.as_deref();
-        visit(&Step { timeline: &timeline, request, edits: answer.edits, append: &append, applied });
+        let step =
+            Step { timeline: &timeline, request, edits: answer.edits, replace: &replace, append: &append, applied };
+        visit(&step);
         for call in &request.agent_calls {
             let answer = engine.agent_call(call)?;
             calls.0 += 1;
@@ -301,6 +310,10 @@ pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<
         let mut by_message = edits_by_message(step.edits);
         let mut messages: Vec<Message> = Vec::new();
         for (m, i) in step.timeline.range(step.request).enumerate() {
+            if let Some(summary) = replaced(step, m) {
+                messages.extend(summary.cloned());
+                continue;
+            }
             let mut message = step.timeline.message_at(i, step.request.time).into_owned();
             for e in by_message.remove(&m).unwrap_or_default() {
                 if let Some(part) = message.parts.get_mut(e.p) {
@@ -313,6 +326,13 @@ pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<
         out.push(messages);
     })?;
     Ok(out)
+}
+
+/// Whether message `m` of the request is inside a compressed range: `Some(Some(summary))` at
+/// the range's first message, `Some(None)` at the others.
+fn replaced<'a>(step: &Step<'a>, m: usize) -> Option<Option<&'a Message>> {
+    let (from, _, summary) = step.replace.iter().find(|(f, t, _)| *f <= m && m <= *t)?;
+    Some((*from == m).then_some(summary))
 }
 
 fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> {
@@ -332,6 +352,14 @@ fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> 
 fn count_history(step: &Step<'_>, pieces: &mut Pieces, request: &mut Vec<Piece>) -> usize {
     let by_message = edits_by_message(step.edits);
     for (m, i) in step.timeline.range(step.request).enumerate() {
+        match replaced(step, m) {
+            Some(Some(summary)) => {
+                pieces.message(summary, &[], request);
+                continue;
+            }
+            Some(None) => continue,
+            None => {}
+        }
         let message = step.timeline.message_at(i, step.request.time);
         let mine = by_message.get(&m).map(Vec::as_slice).unwrap_or(&[]);
         pieces.message(&message, mine, request);

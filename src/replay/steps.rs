@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::session::{str_field, visible_start, Message, Role};
 
 /// The tools dcp gives the agent.
-pub const AGENT_TOOLS: [&str; 2] = ["discard", "extract"];
+pub const AGENT_TOOLS: [&str; 3] = ["discard", "extract", "compress"];
 
 /// The provider's token counts stored on an assistant message (`tokens.input`,
 /// `tokens.cache.read`, `tokens.cache.write`).

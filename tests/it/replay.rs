@@ -12,7 +12,7 @@ use crate::support::Sidecar;
 use crate::support::{fixtures, Sandbox, DB_SESSION};
 
 /// The lab runs recorded with the plugin loaded, in `fixtures/replay/` (see its README).
-const LAB_RUNS: [&str; 3] = ["long", "own-steps", "shared"];
+const LAB_RUNS: [&str; 4] = ["long", "own-steps", "shared", "compress"];
 
 fn lab_session(name: &str) -> (dcp::host::SessionInfo, Vec<dcp::session::Message>) {
     let data = DataDir::new(&fixtures().join("replay").join(name), &Env::default());
