@@ -131,6 +131,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::WriteContent => "write-content",
         Action::ErrorInputs => "error-inputs",
         Action::Distill { .. } => "distill",
+        Action::Mask => "mask",
     }
 }
 
@@ -160,7 +161,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
             pruned.push(describe(id, record, true));
         }
     }
-    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors] {
+    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors, Strategy::Masking] {
         let found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());

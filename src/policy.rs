@@ -3,20 +3,46 @@
 //! Providers cache exact prompt prefixes. Rewriting an old tool output changes the prompt
 //! from that point on, and everything after it is billed again at the cache-write price
 //! (1.25x) instead of the cache-read price (0.1x). So a prune is recorded at once (stats,
-//! state file) but its rewrite waits until it pays:
+//! state file) but its rewrite waits until it pays. The cost model, per unit of input price:
 //!
-//! * applying now costs about `1.15 x tail - 1.25 x saved` extra on this request, where `tail`
-//!   is everything from the first changed part to the end of the previous request;
-//! * it then saves `0.1 x saved` on each later request (the pruned tokens are no longer
-//!   read from the cache), over `remaining` requests.
+//! * applying now costs `1.15 x tail - 1.25 x saved` extra on this request, where `tail` is
+//!   everything from the first changed part to the end of the previous request (re-billed at
+//!   1.25 instead of 0.1; the saved tokens are not sent at all);
+//! * it then saves `0.1 x saved` on each later request while the cache stays warm;
+//! * once the cache has gone cold (an idle gap past the provider's TTL, a restart), the whole
+//!   prompt is written again anyway: a rewrite applied then costs nothing extra, and one
+//!   applied earlier has stopped paying back.
 //!
-//! Pending rewrites are applied together (once the tail is re-billed, more edits inside it
-//! cost nothing) when `saved x (0.1 x remaining + 1.25) >= 1.15 x tail`, when the context
-//! passes `pressureRatio` of the model's window, or when the cache is cold anyway after an
-//! idle gap. The expected number of remaining requests is what the session has already run
-//! (a session that ran long tends to go on), and at least `expectedRequests`.
-//! `rewrite.mode = "immediate"` applies every decision on the next request, as the published
-//! DCP does.
+//! So pending rewrites are applied together (once the tail is re-billed, more edits inside
+//! it cost nothing):
+//!
+//! * when the cache is cold after an idle gap (`coldCacheSeconds`): free;
+//! * when the context passes `pressureRatio` of the model's window;
+//! * when `saved x (0.1 x horizon + 1.25) >= 1.15 x tail` and the rewrite is affordable: near
+//!   the tail (little to re-bill) this holds on the request itself; deep in the prompt only
+//!   for a cut big enough to pay back within the horizon.
+//!
+//! The horizon is conservative: the requests that will still find this cache warm are not
+//! known, and "as many remain as were made" allowed a deep rewrite at request 42 of 43. The
+//! warm run so far (requests since the cache was last cold, or since the process started)
+//! is the evidence: by the Copernican argument a run seen `n` requests in lasts at least
+//! another `n / 2` with probability 2/3, so the horizon is half the warm run, capped by
+//! `expectedRequests` (a bound, not a guess: how far ahead any saving is counted).
+//!
+//! Affordable: the session keeps a running balance against no pruning ([`balance`], request
+//! by request: `0.1 x` the tokens of prunes in force on a warm request, `1.25 x` on a cold
+//! one, minus each rewrite's extra and what dcp itself adds: its instructions and tool
+//! definitions at the head, the prunable list at the tail, never cached). A rewrite's extra
+//! must be covered by that balance plus one cached read of the prompt (`0.1 x context`), so a
+//! rewrite that never pays back leaves the session at most one cheap request behind no
+//! pruning. `rewrite.mode = "immediate"` applies every decision on the next request, as the
+//! published DCP does.
+//!
+//! Observation masking (`crate::strategies::masking`) is timed by the same rule: outputs that
+//! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
+//! batch pays for its tail, when the cache is cold, or under pressure. That is the hysteresis
+//! masking needs: keep the last `keepLast`, and once the older unmasked outputs outweigh the
+//! tail a rewrite re-bills, mask down to `keepLast` at once.
 
 use crate::config::{Rewrite, RewriteMode};
 
@@ -34,12 +60,54 @@ pub struct Inputs {
     pub tail: u64,
     /// Tokens the pending rewrites remove.
     pub pending: u64,
-    /// Requests this session has sent so far (in this process).
+    /// Requests this session has sent so far.
     pub requests: u32,
+    /// Requests since the cache was last cold (an idle gap, a restart), this one included.
+    pub warm: u32,
     /// Seconds since the session's previous request, if there was one.
     pub idle_seconds: Option<u64>,
     /// The model's context window, if known.
     pub context_limit: Option<u64>,
+    /// What dcp has gained on no pruning in this session so far ([`Ledger`]): the most a
+    /// rewrite may cost beyond what it saves on the request that carries it.
+    pub banked: f64,
+}
+
+/// What one request cost or saved against no pruning, by the cost model, in tokens at the
+/// base input price: the session's running balance is the sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Request {
+    /// The cache was cold: everything is written at the cache-write price.
+    pub cold: bool,
+    /// Tokens of prunes in force before this request.
+    pub in_force: u64,
+    /// Tokens of the prunes applied on this request, and the tail their rewrite re-billed.
+    pub applied: u64,
+    pub tail: u64,
+    /// Tokens dcp adds at the head of every request (its instructions, its tools' definitions).
+    pub head: u64,
+    /// Tokens dcp appends after the history (the prunable list), never cached.
+    pub appended: u64,
+}
+
+/// The request's balance against no pruning: what the prunes in force saved, minus the
+/// rewrite's extra (see the module header) and dcp's own additions.
+pub fn balance(r: &Request) -> f64 {
+    let (in_force, applied, tail) = (r.in_force as f64, r.applied as f64, r.tail as f64);
+    let appended = CACHE_WRITE * r.appended as f64;
+    if r.cold {
+        return CACHE_WRITE * (in_force + applied) - CACHE_WRITE * r.head as f64 - appended;
+    }
+    CACHE_READ * in_force - rewrite_extra(applied, tail) - CACHE_READ * r.head as f64 - appended
+}
+
+/// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
+/// on a warm cache.
+fn rewrite_extra(saved: f64, tail: f64) -> f64 {
+    if saved == 0.0 {
+        return 0.0;
+    }
+    (CACHE_WRITE - CACHE_READ) * tail - CACHE_WRITE * saved
 }
 
 /// Why pending rewrites are applied now.
@@ -74,18 +142,32 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
     if total == 0 {
         return None;
     }
-    let remaining = (base.requests.max(config.expected_requests)) as f64;
+    let remaining = horizon(config, base);
     let mut best: Option<(usize, f64)> = None;
     let mut gain_tokens = 0u64;
     for (k, p) in pending.iter().enumerate().rev() {
         gain_tokens += p.tokens;
         let net =
             gain_tokens as f64 * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
-        if net >= 0.0 && best.is_none_or(|(_, b)| net >= b) {
+        if net >= 0.0 && affordable(gain_tokens as f64, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
     }
     best.map(|(k, _)| (k, Trigger::Pays))
+}
+
+/// Later requests a rewrite applied now is counted on to pay back over: half the warm run so
+/// far, at most `expectedRequests` (see the module header).
+pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
+    f64::from((inputs.warm / 2).min(config.expected_requests))
+}
+
+/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: its
+/// extra cost, were the session to end right after it, is covered by what dcp has banked
+/// plus one cached read of the prompt. So a rewrite that never pays back leaves the session
+/// at most one cheap request behind no pruning.
+fn affordable(saved: f64, tail: f64, inputs: &Inputs) -> bool {
+    rewrite_extra(saved, tail) <= inputs.banked.max(0.0) + CACHE_READ * inputs.context as f64
 }
 
 /// The verdict: apply every pending rewrite now, or wait.
@@ -104,10 +186,10 @@ pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
             return Some(Trigger::Pressure);
         }
     }
-    let remaining = (inputs.requests.max(config.expected_requests)) as f64;
+    let remaining = horizon(config, inputs);
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    (gain >= cost).then_some(Trigger::Pays)
+    (gain >= cost && affordable(inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
 }
 
 #[cfg(test)]
@@ -120,24 +202,60 @@ mod tests {
 
     #[test]
     fn a_small_prune_deep_in_a_long_prompt_waits() {
-        let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, ..Inputs::default() };
+        let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, warm: 3, ..Inputs::default() };
         assert_eq!(decide(&batched(), &i), None);
     }
 
     #[test]
-    fn a_prune_that_pays_for_its_tail_applies() {
-        let i = Inputs { context: 50_000, tail: 10_000, pending: 6_000, requests: 3, ..Inputs::default() };
+    fn a_prune_near_the_tail_applies_at_once() {
+        // Little to re-bill: it pays on this very request, whatever the horizon.
+        let i = Inputs { context: 50_000, tail: 5_000, pending: 4_800, requests: 2, warm: 1, ..Inputs::default() };
+        assert_eq!(horizon(&batched(), &i), 0.0);
         assert_eq!(decide(&batched(), &i), Some(Trigger::Pays));
-        // A long-running session expects more requests, so less saving is enough.
-        let long = Inputs { pending: 3_000, requests: 40, ..i };
+    }
+
+    #[test]
+    fn a_deep_prune_pays_only_within_half_the_warm_run() {
+        let deep = Inputs { context: 50_000, tail: 10_000, pending: 6_000, requests: 42, warm: 4, ..Inputs::default() };
+        // Two requests since the cache was last cold: it would need seven to pay back.
+        assert_eq!(horizon(&batched(), &deep), 2.0);
+        assert_eq!(decide(&batched(), &deep), None);
+        let long = Inputs { warm: 16, ..deep };
+        assert_eq!(horizon(&batched(), &long), 8.0);
         assert_eq!(decide(&batched(), &long), Some(Trigger::Pays));
+        // However long the warm run, savings are counted `expectedRequests` ahead at most.
+        let longer = Inputs { warm: 400, pending: 3_000, ..deep };
+        assert_eq!(horizon(&batched(), &longer), f64::from(batched().expected_requests));
+        assert_eq!(decide(&batched(), &longer), None);
+    }
+
+    #[test]
+    fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
+        // It would pay back within the horizon, but if the session ended right after it, it
+        // would cost 6,000 more than it saved, and nothing is banked yet.
+        let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, requests: 30, warm: 30, ..Inputs::default() };
+        assert!((rewrite_extra(9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
+        assert_eq!(decide(&batched(), &i), None);
+        let banked = Inputs { banked: 6_000.0, ..i };
+        assert_eq!(decide(&batched(), &banked), Some(Trigger::Pays));
+    }
+
+    #[test]
+    fn the_balance_counts_savings_rewrites_and_dcps_own_additions() {
+        let warm = Request { in_force: 10_000, head: 400, appended: 100, ..Request::default() };
+        assert!((balance(&warm) - (1_000.0 - 40.0 - 125.0)).abs() < 1e-9);
+        let rewrite = Request { applied: 2_000, tail: 3_000, ..warm };
+        assert!((balance(&rewrite) - (1_000.0 - (3_450.0 - 2_500.0) - 40.0 - 125.0)).abs() < 1e-9);
+        // On a cold cache everything is written again: what is pruned saves its full price.
+        let cold = Request { cold: true, ..rewrite };
+        assert!((balance(&cold) - (1.25 * 12_000.0 - 1.25 * 400.0 - 125.0)).abs() < 1e-9);
     }
 
     #[test]
     fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
-        let base = Inputs { context: 50_000, requests: 10, ..Inputs::default() };
+        let base = Inputs { context: 50_000, requests: 10, warm: 10, ..Inputs::default() };
         // An old small prune (its tail is almost the whole prompt), then a big recent one.
-        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 8_000 }];
+        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 7_000 }];
         assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
         // Nothing pays: nothing goes.
         let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 200, tail: 30_000 }];

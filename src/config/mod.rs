@@ -108,6 +108,20 @@ pub struct Strategies {
     pub deduplication: Deduplication,
     pub supersede_writes: Toggle,
     pub purge_errors: PurgeErrors,
+    pub masking: Masking,
+}
+
+/// dcp's own: observation masking (see `crate::strategies::masking`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Masking {
+    pub enabled: bool,
+    /// The most recent tool outputs that are never masked.
+    pub keep_last: u32,
+    /// Outputs from before the last this many user prompts are masked even among the most
+    /// recent (0: user turns do not count).
+    pub keep_user_turns: u32,
+    pub protected_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,7 +162,7 @@ impl Default for Config {
             protected_file_patterns: Vec::new(),
             tools: Tools::default(),
             strategies: Strategies::default(),
-            prune_subagents: false,
+            prune_subagents: true,
             rewrite: Rewrite::default(),
         }
     }
@@ -196,6 +210,12 @@ impl Default for PurgeErrors {
     }
 }
 
+impl Default for Masking {
+    fn default() -> Self {
+        Masking { enabled: true, keep_last: 10, keep_user_turns: 1, protected_tools: Vec::new() }
+    }
+}
+
 impl Default for Rewrite {
     fn default() -> Self {
         Rewrite { mode: RewriteMode::Batched, expected_requests: 8, pressure_ratio: 0.6, cold_cache_seconds: 300 }
@@ -213,8 +233,18 @@ impl Config {
     }
 
     /// Whether purge-errors leaves `tool` alone.
+    ///
+    /// Protection guards a tool's output, and purge-errors only touches the inputs of a call
+    /// that failed (its error stays), so only the tools listed in
+    /// `strategies.purgeErrors.protectedTools` are left alone: a failed `edit` or `write`
+    /// loses its (often large) arguments too.
     pub fn purge_protects(&self, tool: &str) -> bool {
-        self.protected(&self.strategies.purge_errors.protected_tools, tool)
+        self.strategies.purge_errors.protected_tools.iter().any(|t| t == tool)
+    }
+
+    /// Whether observation masking leaves `tool` alone.
+    pub fn masking_protects(&self, tool: &str) -> bool {
+        self.protected(&self.strategies.masking.protected_tools, tool)
     }
 
     /// Whether the agent's discard and extract tools leave `tool` alone.

@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = parse_ttl)]
     cache_ttl: Ttl,
     /// More runs besides `none` and `dcp`, comma separated: immediate, deduplication,
-    /// supersede-writes, purge-errors, agent-tools, or all.
+    /// supersede-writes, purge-errors, masking, agent-tools, or all.
     #[arg(long, value_name = "MODES", value_delimiter = ',', value_parser = parse_mode)]
     mode: Vec<Vec<Mode>>,
     /// The model's context window in tokens, for dcp's pressure rule.

@@ -57,11 +57,12 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode `--mode all` adds to `none` and `dcp`.
-    pub const EXTRA: [Mode; 5] = [
+    pub const EXTRA: [Mode; 6] = [
         Mode::Immediate,
         Mode::Only(Strategy::Deduplication),
         Mode::Only(Strategy::SupersedeWrites),
         Mode::Only(Strategy::PurgeErrors),
+        Mode::Only(Strategy::Masking),
         Mode::AgentTools,
     ];
 
@@ -86,6 +87,7 @@ impl Mode {
             c.strategies.deduplication.enabled &= keep == Some(Strategy::Deduplication);
             c.strategies.supersede_writes.enabled &= keep == Some(Strategy::SupersedeWrites);
             c.strategies.purge_errors.enabled &= keep == Some(Strategy::PurgeErrors);
+            c.strategies.masking.enabled &= keep == Some(Strategy::Masking);
         };
         match self {
             Mode::None | Mode::Dcp => {}

@@ -186,6 +186,11 @@ impl<'a> ToolCall<'a> {
         }
     }
 
+    /// The tool part itself.
+    pub fn part(&self) -> &'a Value {
+        self.value
+    }
+
     fn state(&self) -> &'a Value {
         self.value.get("state").unwrap_or(&NULL)
     }

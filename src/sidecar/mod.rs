@@ -15,6 +15,7 @@ mod commands;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
+mod rewrites;
 mod stdio;
 mod tools;
 mod transform;
@@ -59,6 +60,10 @@ struct Session {
     /// The session's tool calls, as the strategies and the prunable list need them.
     index: Index,
     requests: u32,
+    /// Requests since the provider's cache was last cold (see `crate::policy`).
+    warm: u32,
+    /// What dcp has gained on no pruning in this session so far, by the policy's cost model.
+    banked: f64,
     last_request_ms: Option<i64>,
     /// Whether the session has a parent (a subagent), once known.
     parent: Option<bool>,
@@ -90,6 +95,8 @@ pub struct Server {
     sessions: HashMap<String, Session>,
     saver: Option<Saver>,
     shutting_down: bool,
+    /// Tokens dcp adds at the head of every request, once counted.
+    head: Option<u64>,
 }
 
 fn now_ms() -> i64 {
@@ -118,7 +125,7 @@ impl Server {
     pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
-        Ok(Server { options, rules, store, sessions: HashMap::new(), saver, shutting_down: false })
+        Ok(Server { options, rules, store, sessions: HashMap::new(), saver, shutting_down: false, head: None })
     }
 
     pub fn shutting_down(&self) -> bool {

@@ -15,13 +15,13 @@ use super::protocol::{
     TransformParams, Transformed,
 };
 use super::ranges;
-use super::{internal, now_ms, validate_session_id, Server, Session};
+use super::{internal, now_ms, rewrites, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
-use crate::state::{PruneRecord, SessionState};
+use crate::state::{Ledger, PruneRecord, SessionState};
 use crate::strategies::{self, prunable, Rules};
 use crate::texts;
 
@@ -49,6 +49,8 @@ struct EditsBasis {
 struct RequestInfo {
     have: Option<u64>,
     requests: u32,
+    /// Requests since the cache was last cold, this one included.
+    warm: u32,
     idle_seconds: Option<u64>,
     context_limit: Option<u64>,
 }
@@ -70,11 +72,25 @@ impl Server {
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
+        if session.last_request_ms.is_none() {
+            self.resume_ledger(session, &sid);
+        }
         let idle_seconds = session.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.last_request_ms = Some(now);
         session.requests += 1;
-        let request =
-            RequestInfo { have: p.have, requests: session.requests, idle_seconds, context_limit: p.context_limit };
+        // A warm run starts with the session's first request and after every idle gap that
+        // let the provider's cache go cold.
+        if idle_seconds.is_none_or(|s| s >= self.rules.config().rewrite.cold_cache_seconds) {
+            session.warm = 0;
+        }
+        session.warm += 1;
+        let request = RequestInfo {
+            have: p.have,
+            requests: session.requests,
+            warm: session.warm,
+            idle_seconds,
+            context_limit: p.context_limit,
+        };
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
         let mut mirror = std::mem::take(&mut session.mirror);
@@ -150,7 +166,8 @@ impl Server {
                 recorded_now.push(d.call_id);
             }
         }
-        let applied_now = apply_pending(&self.rules.config().rewrite, slot, session, sid, mirror, &request);
+        let in_force = rewrites::in_force(slot, &session.index);
+        let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
         let applied =
             applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
@@ -159,12 +176,36 @@ impl Server {
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages);
+        let cut = applied_now.as_ref().map_or((0, 0), |a| (a.tokens, a.tail));
+        session.banked += policy::balance(&policy::Request {
+            cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
+            in_force,
+            applied: cut.0,
+            tail: cut.1,
+            head: head_tokens(&mut self.head, &self.rules, &slot.tokens),
+            appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
+        });
+        // The ledger goes to the state file with the next save (see `Server::save_dirty`).
+        slot.state.ledger =
+            Ledger { banked: session.banked, warm: session.warm, last_request: session.last_request_ms };
         let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
         if dirty {
             slot.dirty = true;
             self.save(session, sid);
         }
         Ok(Transformed { seq: Some(seq), edits, replace, append, notify, applied })
+    }
+
+    /// Picks up the policy's ledger where the session's state file left it: a restarted
+    /// sidecar goes on with the same warm run and balance.
+    fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
+        if self.skips(Some(session)) {
+            return;
+        }
+        if let Ok((slot, _)) = self.store.slot(sid) {
+            let l = slot.state.ledger;
+            (session.banked, session.warm, session.last_request_ms) = (l.banked, l.warm, l.last_request);
+        }
     }
 
     pub(super) fn system(&mut self, p: SessionParams) -> System {
@@ -182,6 +223,26 @@ impl Server {
         }
         System { system: vec![texts::system(tools)] }
     }
+}
+
+/// Tokens dcp adds at the head of every request: its instructions and its tools'
+/// definitions (descriptions, and about 60 tokens of argument schema each). Counted once.
+fn head_tokens(head: &mut Option<u64>, rules: &Rules, counter: &crate::tokens::TokenCounter) -> u64 {
+    const SCHEMA: u64 = 60;
+    let tools = &rules.config().tools;
+    *head.get_or_insert_with(|| {
+        let mut n = 0;
+        if tools.discard.enabled || tools.extract.enabled {
+            n += counter.count(&texts::system(tools));
+        }
+        if tools.discard.enabled {
+            n += counter.count(texts::DISCARD_DESCRIPTION) + SCHEMA;
+        }
+        if tools.extract.enabled {
+            n += counter.count(texts::EXTRACT_DESCRIPTION) + SCHEMA;
+        }
+        n
+    })
 }
 
 /// The synthetic message appended after the history: the prunable list and any nudge.
@@ -225,22 +286,26 @@ fn tail_message(
 enum Target {
     Call(String),
     Block(u32),
+    /// A masking, recorded only when it is applied.
+    Mask(String, PruneRecord),
 }
 
 /// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
 /// calls and ranges whose rewrites it applied, or `None` when it waits. Each assistant
 /// message in the history was one request, so the session's request count survives restarts.
 fn apply_pending(
-    rewrite: &crate::config::Rewrite,
+    rules: &Rules,
     slot: &mut Slot,
-    session: &Session,
+    session: &mut Session,
     sid: &str,
     mirror: &Mirror,
     request: &RequestInfo,
 ) -> Option<AppliedNow> {
     let tails = tails(mirror.sizes());
+    // The waiting prunes of calls in the history, the waiting ranges and the calls masking
+    // would take, in history order.
+    let masking = rewrites::mask_pending(rules, slot, &mut session.index, mirror, &tails);
     let index = &session.index;
-    // The waiting prunes of calls in the history and the waiting ranges, in history order.
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
         .state
         .pruned
@@ -253,6 +318,7 @@ fn apply_pending(
         .collect();
     let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
+    pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
     let requests = request.requests.max(index.current() + 1);
     let base = policy::Inputs {
@@ -260,15 +326,22 @@ fn apply_pending(
         tail: 0,
         pending: 0,
         requests,
+        warm: request.warm,
         idle_seconds: request.idle_seconds,
         context_limit: request.context_limit,
+        banked: session.banked,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
-    let (cut, reason) = policy::choose(rewrite, &base, &costs)?;
+    let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
     tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
-    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new() };
+    let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
+    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
     for (_, target, _) in &pending[cut..] {
         match target {
+            Target::Mask(id, record) => {
+                slot.record(id, PruneRecord { applied: true, ..record.clone() });
+                applied.calls.push(id.clone());
+            }
             Target::Call(id) => {
                 if let Some(r) = slot.state.pruned.get_mut(id) {
                     r.applied = true;
@@ -304,6 +377,9 @@ struct AppliedNow {
     reason: policy::Trigger,
     calls: Vec<String>,
     blocks: Vec<u32>,
+    /// Tokens the rewrites remove, and the tail of the prompt they re-bill.
+    tokens: u64,
+    tail: u64,
 }
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer

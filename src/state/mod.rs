@@ -22,6 +22,8 @@ pub enum Strategy {
     Deduplication,
     SupersedeWrites,
     PurgeErrors,
+    /// Observation masking: an old output beyond the most recent ones.
+    Masking,
     Discard,
     Extract,
     Sweep,
@@ -32,10 +34,11 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 8] = [
+    pub const ALL: [Strategy; 9] = [
         Strategy::Deduplication,
         Strategy::SupersedeWrites,
         Strategy::PurgeErrors,
+        Strategy::Masking,
         Strategy::Discard,
         Strategy::Extract,
         Strategy::Sweep,
@@ -48,6 +51,7 @@ impl Strategy {
             Strategy::Deduplication => "deduplication",
             Strategy::SupersedeWrites => "supersede-writes",
             Strategy::PurgeErrors => "purge-errors",
+            Strategy::Masking => "masking",
             Strategy::Discard => "discard",
             Strategy::Extract => "extract",
             Strategy::Sweep => "sweep",
@@ -73,6 +77,8 @@ pub enum Action {
     ErrorInputs,
     /// The output becomes the agent's distillation of it.
     Distill { distillation: String },
+    /// The output becomes a placeholder that names the call and says it can be run again.
+    Mask,
 }
 
 /// One prune decision.
@@ -81,7 +87,7 @@ pub struct PruneRecord {
     pub strategy: Strategy,
     #[serde(flatten)]
     pub action: Action,
-    /// Tokens the prune removes from each request.
+    /// Tokens the prune removes from each request: what leaves minus what replaces it.
     pub tokens: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tool: String,
@@ -125,6 +131,18 @@ impl Stats {
     }
 }
 
+/// The rewrite policy's running figures for a session, kept in the state file so that a
+/// restarted sidecar (or `dcp replay`) goes on where the last one stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Ledger {
+    /// What dcp has gained on no pruning so far, in tokens at the base input price.
+    pub banked: f64,
+    /// Requests since the provider's cache was last cold.
+    pub warm: u32,
+    /// When the session's last request was made (ms), if dcp saw one.
+    pub last_request: Option<i64>,
+}
+
 /// Everything dcp remembers about one session.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionState {
@@ -136,6 +154,8 @@ pub struct SessionState {
     pub next_id: u32,
     /// `time.created` of the newest compaction summary already handled.
     pub last_compaction: i64,
+    /// What the rewrite policy remembers across requests and restarts (see `crate::policy`).
+    pub ledger: Ledger,
     /// The compressed ranges (`prune.messages`).
     pub blocks: blocks::Blocks,
     /// The file's `lastUpdated`, as read.

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde_json::Value;
 
-use super::{open_in, output_tokens, pruned_ids, Decision, Rules};
+use super::{open_in, pruned_ids, Decision, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
@@ -70,10 +70,10 @@ pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
         && !rules.protects_file(call)
 }
 
-/// The prune of `call`, which a newer identical call superseded.
-pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Decision {
-    let tokens = output_tokens(call, counter);
-    Decision::new(call, Strategy::Deduplication, Action::Output, tokens)
+/// The prune of `call`, which a newer identical call superseded: none when its output is
+/// no longer than the placeholder.
+pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Option<Decision> {
+    Decision::honest(call, Strategy::Deduplication, Action::Output, counter)
 }
 
 pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
@@ -98,7 +98,7 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
         if newest[sig] == i || !open_in(call, &pruned) || rules.protects_turn(call, current) {
             continue;
         }
-        out.push(prune(call, counter));
+        out.extend(prune(call, counter));
     }
     out
 }

@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{SessionState, Strategy};
 use crate::strategies::prunable::{self, Listing};
-use crate::strategies::{dedup, purge_errors, supersede_writes, Decision, Rules};
+use crate::strategies::{dedup, masking, purge_errors, supersede_writes, Decision, Rules};
 use crate::texts;
 use crate::tokens::{Field, TokenCounter};
 
@@ -36,6 +36,17 @@ struct Call {
     facts: CallFacts,
     message: usize,
     turn: u32,
+    /// User prompts up to the call's message.
+    prompts: u32,
+}
+
+/// A call masking would take, waiting for the policy to say the rewrite pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaskCandidate {
+    /// The call's index in the index.
+    call: usize,
+    /// Tokens masking it saves.
+    pub tokens: u64,
 }
 
 /// A line of the prunable list.
@@ -57,6 +68,14 @@ pub struct Index {
     messages: usize,
     /// The current model step: the number of assistant messages read.
     current: u32,
+    /// User prompts read.
+    prompts: u32,
+    /// Calls before this one are beyond the masking window.
+    window: usize,
+    /// Calls before this one were considered for masking.
+    mask_cursor: usize,
+    /// Calls beyond the masking window not masked yet.
+    masking: Vec<MaskCandidate>,
     /// The slot's `resets` the index was built against.
     resets: u64,
     /// The newest deduplication-eligible call of each signature.
@@ -87,12 +106,13 @@ impl Index {
             if message.role() == Role::Assistant {
                 self.current += 1;
             }
+            self.prompts += u32::from(masking::is_prompt(message));
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };
                 let at = self.calls.len();
                 self.add(at, &ToolCall::from_facts(mi, &facts, part, self.current), rules);
                 self.by_call_id.insert(facts.call_id.clone(), at);
-                self.calls.push(Call { facts, message: mi, turn: self.current });
+                self.calls.push(Call { facts, message: mi, turn: self.current, prompts: self.prompts });
             }
         }
         self.messages = messages.len();
@@ -175,12 +195,61 @@ impl Index {
         counter.count_parts(Field::Output, &outputs);
         open.iter()
             .filter_map(|(strategy, call)| match strategy {
-                Strategy::Deduplication => Some(dedup::prune(call, counter)),
+                Strategy::Deduplication => dedup::prune(call, counter),
                 Strategy::SupersedeWrites => supersede_writes::prune(call, rules, counter),
                 Strategy::PurgeErrors => purge_errors::prune(call, rules, counter),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The calls masking would take now, oldest first: those that left the window since the
+    /// last request join the ones still waiting, and those pruned since (by the policy or
+    /// another strategy) leave.
+    pub fn mask_candidates(
+        &mut self,
+        messages: &[Message],
+        state: &SessionState,
+        rules: &Rules,
+        counter: &mut TokenCounter,
+    ) -> &[MaskCandidate] {
+        self.advance_window(rules);
+        while self.mask_cursor < self.window {
+            let at = self.mask_cursor;
+            self.mask_cursor += 1;
+            let Some(view) = view(&self.calls, messages, at) else { continue };
+            if !masking::eligible(&view, rules) || state.pruned.contains_key(view.call_id) {
+                continue;
+            }
+            if let Some(d) = masking::prune(&view, counter) {
+                self.masking.push(MaskCandidate { call: at, tokens: d.record.tokens });
+            }
+        }
+        let calls = &self.calls;
+        self.masking.retain(|c| !state.pruned.contains_key(&calls[c.call].facts.call_id));
+        &self.masking
+    }
+
+    /// Moves the start of the masking window past the calls that left it.
+    fn advance_window(&mut self, rules: &Rules) {
+        while self.window < self.calls.len() {
+            let call = &self.calls[self.window];
+            let age = masking::Age {
+                newer_calls: self.calls.len() - 1 - self.window,
+                newer_prompts: self.prompts - call.prompts,
+                steps: self.current.saturating_sub(call.turn),
+            };
+            if !masking::beyond_window(age, rules) {
+                break;
+            }
+            self.window += 1;
+        }
+    }
+
+    /// The call id and tool of a masking candidate, and where it is: its message and part.
+    pub fn candidate(&self, c: &MaskCandidate) -> (&str, &str, (usize, usize)) {
+        let call = &self.calls[c.call];
+        (&call.facts.call_id, &call.facts.tool, (call.message, call.facts.part))
     }
 
     /// Where call `call_id` is: its message and part.
@@ -218,6 +287,9 @@ impl Index {
                 self.text = None;
             }
         }
+        // Calls beyond the masking window are masked when the policy says so: the list leaves
+        // them out (a line is re-sent uncached with every request).
+        self.advance_window(rules);
         let turns = rules.turns();
         while self.cursor < self.calls.len() {
             let at = self.cursor;
@@ -226,6 +298,9 @@ impl Index {
                 break;
             }
             self.cursor += 1;
+            if at < self.window {
+                continue;
+            }
             let Some(view) = view(&self.calls, messages, at) else { continue };
             if state.pruned.contains_key(view.call_id) || !prunable::listable(&view, rules, listing, self.current) {
                 continue;
@@ -233,6 +308,12 @@ impl Index {
             let approx = prunable::approx_tokens(view.output());
             let line = prunable::item(&view, state, listing).line();
             self.listed.push(Listed { call: at, line, approx });
+            self.text = None;
+        }
+        let window = self.window;
+        let before = self.listed.len();
+        self.listed.retain(|l| l.call >= window);
+        if self.listed.len() != before {
             self.text = None;
         }
         if self.listed.is_empty() {

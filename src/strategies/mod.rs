@@ -11,6 +11,7 @@ pub mod compress;
 pub mod dedup;
 pub mod incremental;
 pub mod manual;
+pub mod masking;
 pub mod prunable;
 pub mod purge_errors;
 pub mod supersede_writes;
@@ -45,6 +46,47 @@ impl Decision {
             record: PruneRecord { strategy, action, tokens, tool: call.tool.to_string(), applied: false },
         }
     }
+
+    /// The prune of `call` by `action`, its tokens counted honestly ([`saved_tokens`]), or
+    /// none when the replacement would be no smaller than what it replaces.
+    pub fn honest(
+        call: &ToolCall<'_>,
+        strategy: Strategy,
+        action: Action,
+        counter: &mut TokenCounter,
+    ) -> Option<Decision> {
+        let tokens = saved_tokens(call, &action, counter);
+        (tokens > 0).then(|| Decision::new(call, strategy, action, tokens))
+    }
+}
+
+/// Tokens a prune of `call` by `action` takes out of every request: what leaves minus what
+/// replaces it, each counted as [`crate::context::measure`] counts a part (an output as its
+/// text, the inputs as their JSON), so the tokens of a session's applied prunes add up to
+/// what `dcp context` shows removed. 0 when the action does not apply to the part or its
+/// replacement is no smaller.
+pub fn saved_tokens(call: &ToolCall<'_>, action: &Action, counter: &mut TokenCounter) -> u64 {
+    let edits = field_edits(call.part(), action);
+    let touches = |field: &str| edits.iter().any(|e| e.path.get(1).map(String::as_str) == Some(field));
+    let (mut before, mut after) = (0u64, 0u64);
+    if touches("output") {
+        before += output_tokens(call, counter);
+        for e in edits.iter().filter(|e| e.path.get(1).map(String::as_str) == Some("output")) {
+            after += counter.count(e.value.as_str().unwrap_or(""));
+        }
+    }
+    if touches("input") {
+        let input = call.input();
+        before += counter.count_part(call.part_id, Field::Input, &input.to_string());
+        let mut rewritten = input.clone();
+        for e in edits.iter().filter(|e| e.path.get(1).map(String::as_str) == Some("input")) {
+            if let Some(slot) = e.path.get(2).and_then(|k| rewritten.get_mut(k.as_str())) {
+                *slot = e.value.clone();
+            }
+        }
+        after += counter.count(&rewritten.to_string());
+    }
+    before.saturating_sub(after)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +180,8 @@ pub fn automatic(
         .collect()
 }
 
-/// Runs one automatic strategy, if it is enabled.
+/// Runs one automatic strategy, if it is enabled. Masking, which [`automatic`] leaves out
+/// because the sidecar times it with the policy, runs here too.
 pub fn automatic_one(
     strategy: Strategy,
     history: &History<'_>,
@@ -153,6 +196,7 @@ pub fn automatic_one(
             supersede_writes::decide(history, state, rules, counter)
         }
         Strategy::PurgeErrors if s.purge_errors.enabled => purge_errors::decide(history, state, rules, counter),
+        Strategy::Masking if s.masking.enabled => masking::decide(history, state, rules, counter),
         _ => Vec::new(),
     }
 }
@@ -202,15 +246,16 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
     let status = state.get("status").and_then(Value::as_str).unwrap_or("");
     let input = state.get("input").and_then(Value::as_object);
     match action {
-        Action::Output | Action::Distill { .. } => {
+        Action::Output | Action::Distill { .. } | Action::Mask => {
             if status != "completed" || compacted {
                 return Vec::new();
             }
             let text = match action {
-                Action::Distill { distillation } => distillation.as_str(),
-                _ => OUTPUT_PLACEHOLDER,
+                Action::Distill { distillation } => distillation.clone(),
+                Action::Mask => masking::placeholder(part),
+                _ => OUTPUT_PLACEHOLDER.to_string(),
             };
-            vec![edit(&["state", "output"], text)]
+            vec![edit(&["state", "output"], &text)]
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
             Some(Value::String(_)) => vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)],

@@ -6,7 +6,7 @@
 //! message at a time, with the same [`listable`] and [`item`]. [`crate::texts::prunable_list`]
 //! renders it.
 
-use super::{pruned_ids, Rules};
+use super::{masking, pruned_ids, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::SessionState;
 
@@ -93,10 +93,11 @@ pub fn prunable(
     listing: &Listing<'_>,
 ) -> Vec<Prunable> {
     let current = history.current;
+    // Calls beyond the masking window are left to masking, as in the sidecar's list.
+    let window = masking::window_start(history, rules);
     let listed: Vec<&ToolCall<'_>> = {
         let pruned = pruned_ids(state);
-        history
-            .calls
+        history.calls[window..]
             .iter()
             .filter(|call| !pruned.contains(call.call_id) && listable(call, rules, listing, current))
             .collect()

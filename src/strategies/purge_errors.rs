@@ -1,13 +1,19 @@
 //! Purge-errors: an errored call older than `strategies.purgeErrors.turns` model steps keeps
 //! its error message, but its string inputs (often a large command or file body that failed)
 //! are replaced by the failed-call placeholder.
+//!
+//! Protected tools are purged too: protection guards a tool's output, and a failed call has
+//! none, only its error, which stays. Most failed calls of real sessions are `edit`s and
+//! `write`s whose arguments (a whole file body, a long old/new string pair) are the biggest
+//! dead weight there is. Only `strategies.purgeErrors.protectedTools` and protected file
+//! patterns keep a failed call's inputs.
 
 use serde_json::Value;
 
 use super::{open_for_pruning, Decision, Rules, ERROR_INPUT_PLACEHOLDER};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
-use crate::tokens::{Field, TokenCounter};
+use crate::tokens::TokenCounter;
 
 /// The string inputs of a call, joined: what purging removes.
 pub fn string_inputs(input: &Value) -> String {
@@ -36,12 +42,10 @@ pub fn prune(call: &ToolCall<'_>, rules: &Rules, counter: &mut TokenCounter) -> 
     if rules.config().purge_protects(call.tool) || rules.protects_file(call) {
         return None;
     }
-    let text = string_inputs(call.input());
-    if text.is_empty() {
+    if string_inputs(call.input()).is_empty() {
         return None;
     }
-    let tokens = counter.count_part(call.part_id, Field::Input, &text);
-    Some(Decision::new(call, Strategy::PurgeErrors, Action::ErrorInputs, tokens))
+    Decision::honest(call, Strategy::PurgeErrors, Action::ErrorInputs, counter)
 }
 
 pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {

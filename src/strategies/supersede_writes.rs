@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::session::{str_field, History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
-use crate::tokens::{Field, TokenCounter};
+use crate::tokens::TokenCounter;
 
 pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
     let calls = &history.calls;
@@ -49,7 +49,6 @@ pub fn prune(call: &ToolCall<'_>, rules: &Rules, counter: &mut TokenCounter) -> 
     if rules.protects_file(call) {
         return None;
     }
-    let content = str_field(call.input(), "content")?;
-    let tokens = counter.count_part(call.part_id, Field::Input, content);
-    Some(Decision::new(call, Strategy::SupersedeWrites, Action::WriteContent, tokens))
+    str_field(call.input(), "content")?;
+    Decision::honest(call, Strategy::SupersedeWrites, Action::WriteContent, counter)
 }

@@ -3,11 +3,10 @@
 //! since the user asked. Completed calls lose their output, errored ones their inputs.
 
 use super::manual::sweepable;
-use super::purge_errors::string_inputs;
-use super::{output_tokens, Decision, Rules};
+use super::{saved_tokens, Decision, Rules};
 use crate::session::{last_user_prompt, tool_calls, Message, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
-use crate::tokens::{Field, TokenCounter};
+use crate::tokens::TokenCounter;
 
 pub fn decide(
     messages: &[Message],
@@ -29,12 +28,14 @@ pub fn decide(
     };
     chosen
         .into_iter()
-        .map(|call| match call.status {
-            ToolStatus::Error => {
-                let tokens = counter.count_part(call.part_id, Field::Input, &string_inputs(call.input()));
-                Decision::new(call, Strategy::Sweep, Action::ErrorInputs, tokens)
-            }
-            _ => Decision::new(call, Strategy::Sweep, Action::Output, output_tokens(call, counter)),
+        .map(|call| {
+            let action = match call.status {
+                ToolStatus::Error => Action::ErrorInputs,
+                _ => Action::Output,
+            };
+            // The user asked for these: they are recorded even when they save nothing.
+            let tokens = saved_tokens(call, &action, counter);
+            Decision::new(call, Strategy::Sweep, action, tokens)
         })
         .collect()
 }

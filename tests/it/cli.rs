@@ -287,7 +287,10 @@ fn replay_json_has_the_documented_fields() {
     let session = &v["sessions"][0];
     assert_eq!(session["session_id"], DB_SESSION);
     let modes: Vec<&str> = session["modes"].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(modes, ["none", "dcp", "immediate", "deduplication", "supersede-writes", "purge-errors", "agent-tools"]);
+    assert_eq!(
+        modes,
+        ["none", "dcp", "immediate", "deduplication", "supersede-writes", "purge-errors", "masking", "agent-tools"]
+    );
     for mode in &modes {
         let m = &session["modes"][mode];
         for key in ["tokens_sent", "cost", "final_context", "rewrites"] {

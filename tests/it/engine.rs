@@ -28,20 +28,26 @@ fn read(path: &str) -> serde_json::Value {
     json!({"filePath": path})
 }
 
+/// An output of some 200 tokens that starts with `head`: long enough that its placeholder
+/// saves something.
+fn long(head: &str) -> String {
+    format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16))
+}
+
 #[test]
 fn deduplication_keeps_only_the_newest_output() {
     let messages = SessionBuilder::new()
         .user("look")
-        .tool("c1", "read", read("/p/a.py"), "a v1")
-        .tool("c2", "read", read("/p/b.py"), "b")
-        .tool("c3", "read", json!({"filePath": "/p/a.py", "offset": null}), "a v2")
-        .tool("c4", "read", read("/p/a.py"), "a v3")
+        .tool("c1", "read", read("/p/a.py"), &long("a v1"))
+        .tool("c2", "read", read("/p/b.py"), &long("b"))
+        .tool("c3", "read", json!({"filePath": "/p/a.py", "offset": null}), &long("a v2"))
+        .tool("c4", "read", read("/p/a.py"), &long("a v3"))
         .build();
     let (out, state) = auto(&messages, &Config::default());
     assert_eq!(output_of(&out, "c1"), OUTPUT_PLACEHOLDER);
     assert_eq!(output_of(&out, "c3"), OUTPUT_PLACEHOLDER);
-    assert_eq!(output_of(&out, "c4"), "a v3");
-    assert_eq!(output_of(&out, "c2"), "b");
+    assert_eq!(output_of(&out, "c4"), long("a v3").as_str());
+    assert_eq!(output_of(&out, "c2"), long("b").as_str());
     assert_eq!(state.pruned.len(), 2);
     assert!(state.pruned.values().all(|r| r.strategy == Strategy::Deduplication));
     let tally = state.stats.by_strategy[&Strategy::Deduplication];
@@ -75,8 +81,8 @@ fn turn_protection_spares_young_calls() {
     config.turn_protection.turns = 3;
     let young = SessionBuilder::new()
         .user("go")
-        .tool("c1", "read", read("/a"), "1")
-        .tool("c2", "read", read("/a"), "2")
+        .tool("c1", "read", read("/a"), &long("1"))
+        .tool("c2", "read", read("/a"), &long("2"))
         .text("done")
         .build();
     let (_, state) = auto(&young, &config);
@@ -115,7 +121,7 @@ fn supersede_writes_prunes_content_a_later_read_covers() {
 fn purge_errors_blanks_inputs_of_old_failed_calls() {
     let mut b = SessionBuilder::new()
         .user("go")
-        .error("x1", "bash", json!({"command": "make all", "timeout": 30, "description": "build"}), "exit 2")
+        .error("x1", "bash", json!({"command": long("make all"), "timeout": 30, "description": "build"}), "exit 2")
         .tool("ok", "bash", json!({"command": "ls"}), "a b");
     for i in 0..2 {
         b = b.tool(&format!("s{i}"), "glob", json!({"pattern": format!("*{i}")}), "x");
@@ -315,8 +321,8 @@ fn sweep_takes_calls_since_the_last_user_message_or_the_last_n() {
 fn the_same_input_gives_byte_identical_output_and_keeps_unknown_fields() {
     let mut messages = SessionBuilder::new()
         .user("go")
-        .tool("c1", "read", read("/a"), "1")
-        .tool("c2", "read", read("/a"), "2")
+        .tool("c1", "read", read("/a"), &long("1"))
+        .tool("c2", "read", read("/a"), &long("2"))
         .build();
     messages[1].parts.push(json!({"id": "prt_x", "type": "future-part", "payload": {"z": 1, "a": [3, 2]}}));
     messages[1].parts[1]["state"]["futureField"] = json!({"b": 2, "a": 1});

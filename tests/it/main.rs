@@ -14,6 +14,7 @@ mod gen;
 mod host;
 mod hostile;
 mod index;
+mod masking;
 mod package;
 mod persistence;
 mod protocol;

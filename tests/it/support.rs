@@ -148,6 +148,12 @@ impl SessionBuilder {
         self
     }
 
+    /// Lets `ms` milliseconds pass before the next message.
+    pub fn advance(mut self, ms: u64) -> Self {
+        self.clock += ms as i64;
+        self
+    }
+
     pub fn build(self) -> Vec<Message> {
         self.messages
     }

@@ -1,0 +1,166 @@
+//! Observation masking: the outputs of tool calls beyond the most recent ones become a short
+//! placeholder that names the call and tells the model it can run it again.
+//!
+//! Most of a long agent session is one-off reads and command outputs that no other rule
+//! matches (nothing duplicates or supersedes them), and the model rarely looks back at them.
+//! Masking them is the lever JetBrains measured on SWE-bench Verified ("The Complexity Trap":
+//! half the cost, solve rate unchanged): keep the last few observations whole, replace older
+//! ones by a line that says what they were.
+//!
+//! A call is *beyond the window* once `strategies.masking.keepLast` newer tool calls exist and
+//! `keepUserTurns` user prompts came after it. Calls of protected tools (the default list and
+//! `strategies.masking.protectedTools`), of protected files, young calls under turn
+//! protection, and outputs no longer than their placeholder are never masked.
+//!
+//! Unlike the other strategies, masking does not record a decision as soon as a call leaves
+//! the window: a masked call is recorded only when the cache-aware policy applies it (see
+//! `crate::policy`), so the rewrites come in batches that pay for the prompt tail they
+//! re-bill, and the state file holds no masking that the model never saw.
+
+use serde_json::Value;
+
+use super::{open_in, pruned_ids, Decision, Rules};
+use crate::session::{History, Message, Role, ToolCall, ToolStatus};
+use crate::state::{Action, SessionState, Strategy};
+use crate::tokens::TokenCounter;
+
+/// Longest key argument the placeholder quotes, in characters.
+const KEY_CHARS: usize = 120;
+
+/// What a masked output becomes: the call, named by its tool and key argument, and how to
+/// get the output back. Derived from the part alone, so every request rewrites it to the
+/// same bytes.
+pub fn placeholder(part: &Value) -> String {
+    let call = ToolCall::from_part(0, 0, part, 0);
+    let tool = call.as_ref().map_or("tool", |c| c.tool);
+    let key = call.as_ref().and_then(|c| c.key_argument()).map(|k| one_line(k, KEY_CHARS));
+    match key {
+        Some(key) => format!("[Output of {tool} `{key}` masked to save context. Run it again if you need it.]"),
+        None => format!("[Output of this {tool} call masked to save context. Run it again if you need it.]"),
+    }
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+/// Whether `call` may be masked at all, wherever it stands: completed, not cleared by
+/// OpenCode, and of no protected tool or file.
+pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
+    call.status == ToolStatus::Completed
+        && !call.compacted
+        && !rules.config().masking_protects(call.tool)
+        && !rules.protects_file(call)
+}
+
+/// Where a call stands against the window: how many tool calls and user prompts came after
+/// it, and how many model steps ago it was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Age {
+    pub newer_calls: usize,
+    pub newer_prompts: u32,
+    pub steps: u32,
+}
+
+/// Whether a call of this age is beyond the window of recent calls that stay whole.
+pub fn beyond_window(age: Age, rules: &Rules) -> bool {
+    let m = &rules.config().strategies.masking;
+    let old =
+        age.newer_calls >= m.keep_last as usize || (m.keep_user_turns > 0 && age.newer_prompts >= m.keep_user_turns);
+    m.enabled && old && (rules.turns() == 0 || age.steps >= rules.turns())
+}
+
+/// Whether `message` is a prompt the user typed: a user message with text that is neither
+/// synthetic nor ignored.
+pub fn is_prompt(message: &Message) -> bool {
+    message.role() == Role::User
+        && message.parts.iter().any(|p| {
+            p.get("type").and_then(Value::as_str) == Some("text")
+                && p.get("ignored") != Some(&Value::Bool(true))
+                && p.get("synthetic") != Some(&Value::Bool(true))
+        })
+}
+
+/// The masking of `call`, if its output is longer than its placeholder.
+pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Option<Decision> {
+    Decision::honest(call, Strategy::Masking, Action::Mask, counter)
+}
+
+/// The index of the first call of `history` inside the masking window: calls before it are
+/// beyond it (none when masking is off).
+pub fn window_start(history: &History<'_>, rules: &Rules) -> usize {
+    let prompts = prompts_from(history.messages);
+    let calls = &history.calls;
+    calls
+        .iter()
+        .enumerate()
+        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call), rules))
+        .unwrap_or(calls.len())
+}
+
+/// User prompts at or after each message, counted from the end (one more slot for the end).
+fn prompts_from(messages: &[Message]) -> Vec<u32> {
+    let mut out = vec![0u32; messages.len() + 1];
+    for (i, m) in messages.iter().enumerate().rev() {
+        out[i] = out[i + 1] + u32::from(is_prompt(m));
+    }
+    out
+}
+
+fn age_of(history: &History<'_>, prompts: &[u32], i: usize, call: &ToolCall<'_>) -> Age {
+    Age {
+        newer_calls: history.calls.len() - 1 - i,
+        newer_prompts: prompts[call.message + 1],
+        steps: history.current.saturating_sub(call.turn),
+    }
+}
+
+/// Every call of `history` that masking would take now, ignoring when the rewrite pays: what
+/// `dcp context` shows. The sidecar keeps the same rule incrementally
+/// (`crate::sidecar::index`) and leaves the timing to the policy.
+pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
+    if !rules.config().strategies.masking.enabled {
+        return Vec::new();
+    }
+    let pruned = pruned_ids(state);
+    let window = window_start(history, rules);
+    // Younger calls are younger by every measure: the window is a suffix.
+    history.calls[..window]
+        .iter()
+        .filter(|call| eligible(call, rules) && open_in(call, &pruned))
+        .filter_map(|call| prune(call, counter))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_placeholder_names_the_call_and_says_it_can_be_run_again() {
+        let part = json!({"type": "tool", "callID": "c1", "tool": "read",
+            "state": {"status": "completed", "input": {"filePath": "/p/src/a.rs"}, "output": "x"}});
+        assert_eq!(
+            placeholder(&part),
+            "[Output of read `/p/src/a.rs` masked to save context. Run it again if you need it.]"
+        );
+        let long = json!({"type": "tool", "callID": "c2", "tool": "bash",
+            "state": {"status": "completed", "input": {"command": format!("echo {}\nls", "y".repeat(200))}}});
+        let text = placeholder(&long);
+        assert!(text.starts_with("[Output of bash `echo yyy"), "{text}");
+        assert!(text.contains("…` masked") && !text.contains('\n'), "{text}");
+        let bare = json!({"type": "tool", "callID": "c3", "tool": "lsp", "state": {"status": "completed"}});
+        assert_eq!(
+            placeholder(&bare),
+            "[Output of this lsp call masked to save context. Run it again if you need it.]"
+        );
+    }
+}

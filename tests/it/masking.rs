@@ -1,0 +1,227 @@
+//! Observation masking, purge-errors on protected tools, honest accounting, and the policy's
+//! guarantee that pruning costs no more than no pruning.
+
+use dcp::config::Config;
+use dcp::context::measure;
+use dcp::replay::{self, cost::Ttl, Mode, Options, Session};
+use dcp::session::{History, Message};
+use dcp::state::{Action, SessionState, Strategy};
+use dcp::strategies::{self, masking, Rules, ERROR_INPUT_PLACEHOLDER};
+use dcp::tokens::{EstimatorChoice, TokenCounter};
+use serde_json::json;
+
+use crate::support::{input_of, output_of, SessionBuilder};
+
+fn long(head: &str) -> String {
+    format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16))
+}
+
+fn masked(messages: &[Message], config: &Config) -> Vec<String> {
+    let rules = Rules::new(config.clone()).unwrap();
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let history = History::new(messages);
+    masking::decide(&history, &SessionState::default(), &rules, &mut counter).into_iter().map(|d| d.call_id).collect()
+}
+
+#[test]
+fn masking_keeps_the_last_outputs_of_this_turn_and_takes_earlier_turns() {
+    let mut b = SessionBuilder::new().user("first task");
+    for i in 0..3 {
+        b = b.tool(&format!("a{i}"), "read", json!({"filePath": format!("/p/a{i}.rs")}), &long("a"));
+    }
+    b = b.text("done").user("second task");
+    for i in 0..12 {
+        b = b.tool(&format!("b{i}"), "grep", json!({"pattern": format!("fn b{i}")}), &long("b"));
+    }
+    let messages = b.build();
+    let mut config = Config::default();
+    // Earlier turns go; of this turn, all but the last 10.
+    assert_eq!(masked(&messages, &config), ["a0", "a1", "a2", "b0", "b1"]);
+    config.strategies.masking.keep_user_turns = 0;
+    assert_eq!(masked(&messages, &config), ["a0", "a1", "a2", "b0", "b1"]);
+    config.strategies.masking.keep_last = 13;
+    assert_eq!(masked(&messages, &config), ["a0", "a1"]);
+    config.strategies.masking.enabled = false;
+    assert!(masked(&messages, &config).is_empty());
+}
+
+#[test]
+fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
+    let messages = SessionBuilder::new()
+        .user("old task")
+        .tool("t", "task", json!({"prompt": "explore"}), &long("subagent says"))
+        .tool("e", "read", json!({"filePath": "/p/.env"}), &long("SECRET"))
+        .tool("s", "bash", json!({"command": "true"}), "ok")
+        .tool("g", "glob", json!({"pattern": "**/*.rs"}), &long("src/a.rs"))
+        .tool("w", "webfetch", json!({"url": "https://x"}), &long("<html>"))
+        .user("new task")
+        .build();
+    let mut config = Config::default();
+    config.protected_file_patterns = vec!["**/.env".into()];
+    config.strategies.masking.protected_tools = vec!["webfetch".into()];
+    assert_eq!(masked(&messages, &config), ["g"]);
+    // The placeholder names the call and says it can be run again.
+    let rules = Rules::new(config).unwrap();
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let decisions = masking::decide(&History::new(&messages), &SessionState::default(), &rules, &mut counter);
+    let mut state = SessionState::default();
+    for d in decisions {
+        state.record(&d.call_id, d.record);
+    }
+    let mut out = messages.clone();
+    strategies::apply(&mut out, &state, |_| true);
+    assert_eq!(output_of(&out, "g"), "[Output of glob `**/*.rs` masked to save context. Run it again if you need it.]");
+    assert_eq!(state.pruned["g"].action, Action::Mask);
+}
+
+#[test]
+fn purge_errors_takes_the_inputs_of_failed_edits_and_keeps_the_error() {
+    let mut b = SessionBuilder::new().user("edit").error(
+        "x",
+        "edit",
+        json!({"filePath": "/p/a.rs", "oldString": long("old"), "newString": long("new")}),
+        "oldString not found in content",
+    );
+    for i in 0..4 {
+        b = b.text(&format!("step {i}"));
+    }
+    let messages = b.build();
+    let rules = Rules::new(Config::default()).unwrap();
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let found = strategies::automatic(&History::new(&messages), &SessionState::default(), &rules, &mut counter);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut state = SessionState::default();
+    state.record(&found[0].call_id, found[0].record.clone());
+    let mut out = messages.clone();
+    strategies::apply(&mut out, &state, |_| true);
+    assert_eq!(input_of(&out, "x")["oldString"], ERROR_INPUT_PLACEHOLDER);
+    assert_eq!(input_of(&out, "x")["newString"], ERROR_INPUT_PLACEHOLDER);
+    assert_eq!(out[1].parts[1]["state"]["error"], "oldString not found in content");
+    // The user's own list still protects a tool.
+    let mut config = Config::default();
+    config.strategies.purge_errors.protected_tools = vec!["edit".into()];
+    let rules = Rules::new(config).unwrap();
+    assert!(strategies::automatic(&History::new(&messages), &SessionState::default(), &rules, &mut counter).is_empty());
+}
+
+#[test]
+fn recorded_tokens_add_up_to_what_leaves_the_context() {
+    let mut b = SessionBuilder::new()
+        .user("go")
+        .tool("d1", "read", json!({"filePath": "/p/a.rs"}), &long("a"))
+        .tool("d2", "read", json!({"filePath": "/p/a.rs"}), &long("a"))
+        .tool("w", "write", json!({"filePath": "/p/n.md", "content": long("notes")}), "Wrote file successfully.")
+        .tool("r", "read", json!({"filePath": "/p/n.md"}), &long("notes"))
+        .error("x", "bash", json!({"command": long("make"), "description": "build"}), "exit 2")
+        .tool("tiny1", "bash", json!({"command": "pwd"}), "/p")
+        .tool("tiny2", "bash", json!({"command": "pwd"}), "/p")
+        .user("next");
+    for i in 0..12 {
+        b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("x{i}")}), &long("hit"));
+    }
+    let messages = b.build();
+    let rules = Rules::new(Config::default()).unwrap();
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let history = History::new(&messages);
+    let mut state = SessionState::default();
+    for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors, Strategy::Masking] {
+        for d in strategies::automatic_one(strategy, &history, &state, &rules, &mut counter) {
+            state.record(&d.call_id, d.record);
+        }
+    }
+    // A duplicate smaller than its placeholder is not pruned: it would add tokens.
+    assert!(!state.pruned.contains_key("tiny1"));
+    let strategies_used: std::collections::BTreeSet<_> = state.pruned.values().map(|r| r.strategy).collect();
+    assert_eq!(strategies_used.len(), 4, "{:?}", state.pruned);
+    let mut after = messages.clone();
+    strategies::apply(&mut after, &state, |_| true);
+    let removed = measure(&messages, &counter).total - measure(&after, &counter).total;
+    let recorded: u64 = state.pruned.values().map(|r| r.tokens).sum();
+    assert_eq!(recorded, removed);
+    assert_eq!(state.stats.tokens(), removed);
+}
+
+/// A small seeded generator (xorshift), so the test depends on no generator it does not own.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo)
+    }
+
+    fn percent(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+}
+
+/// A seeded session of `steps` model steps: user prompts after gaps (a third past the 5-minute
+/// cache TTL), agent steps seconds apart, reads, greps, commands and edits with outputs of
+/// every size, some failing, some read twice.
+fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
+    let mut b = SessionBuilder::new();
+    let mut done = 0;
+    let mut n = 0;
+    while done < steps {
+        b = b.user(&format!("task {done}"));
+        let turn = rng.range(2, 16).min(steps - done);
+        for _ in 0..turn {
+            n += 1;
+            let size = [1usize, 4, 12, 40, 120][rng.below(5) as usize];
+            let body = "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(size);
+            let file = format!("/p/src/f{}.rs", rng.below(12));
+            b = match rng.below(10) {
+                0..=3 => b.tool(&format!("c{n}"), "read", json!({"filePath": file}), &body),
+                4..=5 => b.tool(&format!("c{n}"), "grep", json!({"pattern": format!("x{}", rng.below(5))}), &body),
+                6..=7 => b.tool(&format!("c{n}"), "bash", json!({"command": "cargo test"}), &body),
+                8 => b.error(&format!("c{n}"), "edit", json!({"filePath": file, "oldString": body}), "not found"),
+                _ => b.text("thinking about it"),
+            };
+        }
+        done += turn;
+        b = b.advance(if rng.percent(33) { rng.range(301, 1800) } else { rng.range(5, 300) } * 1000);
+    }
+    b.build()
+}
+
+#[test]
+fn no_generated_session_costs_more_than_no_pruning() {
+    let mut config = Config::default();
+    // The agent's tools are left out: what they cost or save depends on a model that calls
+    // them, which a replay of these sessions cannot show. This is the automatic strategies
+    // and the policy alone.
+    config.tools.discard.enabled = false;
+    config.tools.extract.enabled = false;
+    let options = Options {
+        modes: vec![Mode::Dcp],
+        ttl: Ttl::Seconds(300),
+        context_limit: Some(200_000),
+        overhead: replay::OPENCODE_OVERHEAD,
+        config,
+        estimator: EstimatorChoice::Auto,
+    };
+    let mut rng = Rng::new(15);
+    let mut saved_somewhere = false;
+    for i in 0..12 {
+        let steps = rng.range(8, 120);
+        let messages = generated(&mut rng, steps);
+        let session = Session { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+        let replayed = replay::replay(&session, &options).unwrap();
+        let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
+        let ratio = cost(Mode::Dcp) / cost(Mode::None);
+        // The policy's bound: a rewrite that never pays back costs at most one cached read.
+        assert!(ratio <= 1.005, "session {i} ({steps} steps) costs {ratio:.3} x no pruning");
+        saved_somewhere |= ratio < 0.9;
+    }
+    assert!(saved_somewhere, "masking saved nothing anywhere");
+}
