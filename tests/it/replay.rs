@@ -21,13 +21,6 @@ fn lab_session(name: &str) -> (dcp::host::SessionInfo, Vec<dcp::session::Message
     (info, messages)
 }
 
-/// The config the lab sessions were recorded with: dcp's defaults before observation masking.
-fn lab_config() -> dcp::config::Config {
-    let mut config = dcp::config::Config::default();
-    config.strategies.masking.enabled = false;
-    config
-}
-
 #[test]
 fn replay_agrees_with_the_lab_within_three_hundredths() {
     for name in LAB_RUNS {
@@ -41,7 +34,7 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             ttl: replay::cost::Ttl::Never,
             context_limit: Some(128_000),
             overhead: replay::OPENCODE_OVERHEAD_CHARS,
-            config: lab_config(),
+            config: dcp::config::Config::default(),
             estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
         };
         let directory = std::path::Path::new(&info.directory);

@@ -196,7 +196,25 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(v) = own.get("lastCompaction") {
         state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
+    if let Some(ledger) = own.get("ledger") {
+        let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
+        if let Some(v) = number("banked") {
+            state.ledger.banked = v.as_f64().ok_or_else(|| type_error("dcp.ledger.banked", "a number", v))?;
+        }
+        if let Some(v) = number("warm") {
+            state.ledger.warm = u32::try_from(count(v, "dcp.ledger.warm")?).unwrap_or(u32::MAX);
+        }
+        if let Some(v) = number("lastRequest") {
+            let t = v.as_i64().ok_or_else(|| type_error("dcp.ledger.lastRequest", "a number", v))?;
+            state.ledger.last_request = Some(t);
+        }
+    }
     Ok(())
+}
+
+/// The policy's ledger as the state file holds it.
+fn ledger(l: &crate::state::Ledger) -> Value {
+    json!({"banked": (l.banked * 10.0).round() / 10.0, "warm": l.warm, "lastRequest": l.last_request})
 }
 
 fn type_error(key: &str, expected: &'static str, found: &Value) -> FormatError {
@@ -277,6 +295,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
         ("nextId", Out::Owned(json!(state.next_id.max(1)))),
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
+        ("ledger", Out::Owned(ledger(&state.ledger))),
     ];
     set(&mut out, "dcp", Out::Object(dcp));
     let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
@@ -406,6 +425,7 @@ mod tests {
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
+            "ledger": ledger(&state.ledger),
         })
     }
 
@@ -442,11 +462,26 @@ mod tests {
             state.ids.insert("call_x".into(), 7);
             state.next_id = 8;
             state.last_compaction = 1_790_000_000_000;
+            state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+            state.ledger = crate::state::Ledger { banked: 1234.5, warm: 9, last_request: Some(1_790_000_001_000) };
             assert_eq!(
                 render(&state, "2026-11-22T00:00:00.000Z"),
                 render_via_value(&state, "2026-11-22T00:00:00.000Z")
             );
         }
+    }
+
+    #[test]
+    fn the_policy_ledger_and_masking_survive_a_round_trip() {
+        let mut state = SessionState::default();
+        state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+        state.ledger = crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000) };
+        let back = parse(&render(&state, "2026-11-22T00:00:00.000Z")).unwrap();
+        assert_eq!(back.ledger, state.ledger);
+        assert_eq!(back.pruned["call_m"], state.pruned["call_m"]);
+        assert_eq!(back.stats.by_strategy[&Strategy::Masking].tokens, 40);
+        // A file written before the ledger existed starts a fresh one.
+        assert_eq!(parse(br#"{"dcp": {}}"#).unwrap().ledger, crate::state::Ledger::default());
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
         tally.tools += 1;
         out.stats.total_prune_tokens += record.tokens;
     }
+    // The ledger of the process that made the latest request goes on.
+    if mine.ledger.last_request >= out.ledger.last_request {
+        out.ledger = mine.ledger;
+    }
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
         out.blocks.clear();

@@ -82,6 +82,10 @@ pub const IMMEDIATE: &str = r#"{
   "pruneNotification": "minimal",
   // List every output, small ones included, so the small config file can be extracted.
   "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}},
+  // Masking would take the first prompt's outputs at the second prompt; this run checks the
+  // other strategies and the agent's tools (the lab sessions of fixtures/replay run masking
+  // in the real OpenCode).
+  "strategies": {"masking": {"enabled": false}},
 }"#;
 
 #[test]
