@@ -256,6 +256,10 @@ fn drive(
 /// 2 tool outputs", "Compressed 4 messages into b1". Answers recorded by an older dcp word
 /// their details differently (a prune's tokens are now what leaves minus what replaces it).
 fn outcome(answer: &str) -> &str {
+    // A refusal is worded differently since the tools forgive wrong ids; what it did is the same.
+    if answer.contains("Nothing was pruned") {
+        return "Nothing was pruned";
+    }
     answer.split(" (").next().unwrap_or(answer)
 }
 

@@ -111,7 +111,10 @@ fn a_compressed_range_waits_for_the_policy_like_any_rewrite() {
 #[test]
 fn one_wrong_id_no_longer_voids_a_discard() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    // Without observation masking, which would have taken the glob already.
+    let config = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal",
+        "tools": {"settings": {"minTokens": 0}}, "strategies": {"masking": {"enabled": false}}}"#;
+    let mut sidecar = Sidecar::spawn(&s, config);
     let messages = recorded_messages(&s);
     sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     // The glob of message m0002 by its message id, a wrong list id, and a protected edit by its call id.
