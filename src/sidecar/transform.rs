@@ -337,29 +337,34 @@ fn apply_pending(
     let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
     for (_, target, _) in &pending[cut..] {
-        match target {
-            Target::Mask(id, record) => {
-                slot.record(id, PruneRecord { applied: true, ..record.clone() });
-                applied.calls.push(id.clone());
-            }
-            Target::Call(id) => {
-                if let Some(r) = slot.state.pruned.get_mut(id) {
-                    r.applied = true;
-                }
-                applied.calls.push(id.clone());
-            }
-            Target::Block(id) => {
-                let hidden = slot.state.blocks.by_id.get_mut(id).map(|b| {
-                    b.applied = true;
-                    b.effective_tools.clone()
-                });
-                slot.hide(hidden.unwrap_or_default());
-                applied.blocks.push(*id);
-            }
-        }
-        slot.revision += 1;
+        mark_applied(slot, target, &mut applied);
     }
     Some(applied)
+}
+
+/// Marks one pending rewrite applied, and adds it to what this request applied.
+fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
+    match target {
+        Target::Mask(id, record) => {
+            slot.record(id, PruneRecord { applied: true, ..record.clone() });
+            applied.calls.push(id.clone());
+        }
+        Target::Call(id) => {
+            if let Some(r) = slot.state.pruned.get_mut(id) {
+                r.applied = true;
+            }
+            applied.calls.push(id.clone());
+        }
+        Target::Block(id) => {
+            let hidden = slot.state.blocks.by_id.get_mut(id).map(|b| {
+                b.applied = true;
+                b.effective_tools.clone()
+            });
+            slot.hide(hidden.unwrap_or_default());
+            applied.blocks.push(*id);
+        }
+    }
+    slot.revision += 1;
 }
 
 /// The size of the history from each message on to its end, and 0 after the last.

@@ -8,21 +8,24 @@
 //! new one, never a torn one. A file that cannot be parsed is never overwritten: it is set
 //! aside as `<id>.json.corrupt-<time>` first.
 //!
-//! This module holds the paths and the read-merge-write of a save ([`sync`]); [`format`]
-//! parses and renders the layouts, [`fs`] writes atomically, locks, stamps and sets aside,
-//! and [`merge`] brings two processes' states together.
+//! This module holds the paths and the read-merge-write of a save ([`sync`]); `parse.rs`
+//! reads every layout ([`parse`], with a [`FormatError`] naming the key), `render.rs` writes
+//! dcp's ([`render`]), `fs.rs` writes atomically, locks, stamps and sets aside, and `merge.rs`
+//! brings two processes' states together.
 
-mod format;
 mod fs;
 mod merge;
+mod parse;
+mod render;
 
 use std::path::{Path, PathBuf};
 
 use super::{PruneRecord, SessionState};
 
-pub use self::format::{now_iso, parse, render, FormatError};
 pub use self::fs::{lock, set_aside, stamp, write_atomic, Stamp};
 pub use self::merge::merge;
+pub use self::parse::{parse, FormatError};
+pub use self::render::{now_iso, render};
 
 /// State files larger than this are not read: no real session comes near it.
 pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;

@@ -1,0 +1,266 @@
+//! Reading a state file: [`parse`] reads every DCP layout (0.3 `prunedIds`, 1.x
+//! `prune.toolIds`, 2.x/3.x `prune.tools` and `prune.messages`, and dcp's own `dcp` section)
+//! into a [`SessionState`], naming the key of anything wrong in a [`FormatError`]. Ids only an
+//! older layout knows are imported as pruned by another DCP. Writing is in `render.rs`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::state::blocks::Blocks;
+use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
+
+/// What is wrong with a state file, by key where one is to blame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("not UTF-8 ({0})")]
+    NotUtf8(String),
+    #[error("not valid JSON ({0})")]
+    NotJson(String),
+    #[error("the top level is not a JSON object")]
+    NotAnObject,
+    /// `key` holds a value of the wrong type; `found` is an excerpt of it.
+    #[error("`{key}` must be {expected}, not {found}")]
+    WrongType { key: String, expected: &'static str, found: String },
+    /// `key` has the right type but does not decode as `what`.
+    #[error("`{key}` is not {what} ({detail})")]
+    Invalid { key: String, what: &'static str, detail: String },
+    #[error("`dcp.byStrategy` has unknown strategy {0:?}")]
+    UnknownStrategy(String),
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+}
+
+impl FormatError {
+    /// The key to blame, if one is.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            FormatError::WrongType { key, .. } | FormatError::Invalid { key, .. } | FormatError::TooLarge(key) => {
+                Some(key)
+            }
+            FormatError::UnknownStrategy(_) => Some("dcp.byStrategy"),
+            FormatError::NotUtf8(_) | FormatError::NotJson(_) | FormatError::NotAnObject => None,
+        }
+    }
+}
+
+/// Parses a state file of any DCP layout. The error says what is wrong, by key.
+pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| FormatError::NotUtf8(e.to_string()))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| FormatError::NotJson(e.to_string()))?;
+    let Value::Object(raw) = value else {
+        return Err(FormatError::NotAnObject);
+    };
+    let mut state = SessionState { raw: raw.clone(), ..SessionState::default() };
+    state.session_name = opt_string(&raw, "sessionName")?;
+    state.last_updated = opt_string(&raw, "lastUpdated")?;
+    let legacy = legacy_ids(&raw)?;
+    parse_stats(&raw, &mut state)?;
+    state.blocks = parse_blocks(&raw)?;
+    if let Some(own) = raw.get("dcp") {
+        parse_own(own, &mut state)?;
+    }
+    import_legacy(&mut state, legacy);
+    drop_rendered_fields(&mut state.raw);
+    Ok(state)
+}
+
+/// The pruned ids of the older layouts, with their tokens where the layout says.
+fn legacy_ids(raw: &Map<String, Value>) -> Result<BTreeMap<String, u64>, FormatError> {
+    let mut legacy: BTreeMap<String, u64> = BTreeMap::new();
+    // 0.3: a flat list of pruned ids.
+    for id in string_list(raw.get("prunedIds"), "prunedIds")? {
+        legacy.entry(id).or_insert(0);
+    }
+    if let Some(prune) = raw.get("prune") {
+        let prune = prune.as_object().ok_or_else(|| type_error("prune", "an object", prune))?;
+        // 1.x: a list of ids.
+        for id in string_list(prune.get("toolIds"), "prune.toolIds")? {
+            legacy.entry(id).or_insert(0);
+        }
+        // 2.x/3.x: ids with their token counts.
+        if let Some(tools) = prune.get("tools") {
+            let tools = tools.as_object().ok_or_else(|| type_error("prune.tools", "an object", tools))?;
+            for (id, tokens) in tools {
+                let n = count(tokens, &format!("prune.tools.{id}"))?;
+                legacy.insert(id.clone(), n);
+            }
+        }
+    }
+    Ok(legacy)
+}
+
+/// 3.x: the compressed ranges of `prune.messages`.
+fn parse_blocks(raw: &Map<String, Value>) -> Result<Blocks, FormatError> {
+    match raw.get("prune").and_then(|p| p.get("messages")).filter(|m| !m.is_null()) {
+        None => Ok(Blocks::default()),
+        Some(messages) => Blocks::parse(messages).map_err(|detail| FormatError::Invalid {
+            key: "prune.messages".to_string(),
+            what: "a set of compressed ranges",
+            detail,
+        }),
+    }
+}
+
+fn parse_stats(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
+    let Some(stats) = raw.get("stats") else { return Ok(()) };
+    let stats = stats.as_object().ok_or_else(|| type_error("stats", "an object", stats))?;
+    if let Some(v) = stats.get("pruneTokenCounter") {
+        state.stats.prune_token_counter = count(v, "stats.pruneTokenCounter")?;
+    }
+    if let Some(v) = stats.get("totalPruneTokens") {
+        state.stats.total_prune_tokens = count(v, "stats.totalPruneTokens")?;
+    }
+    Ok(())
+}
+
+/// Ids only an older layout knows about were pruned by another DCP: keeps them in force.
+fn import_legacy(state: &mut SessionState, legacy: BTreeMap<String, u64>) {
+    let mut imported = Tally::default();
+    for (id, tokens) in legacy {
+        if state.pruned.contains_key(&id) {
+            continue;
+        }
+        imported.tools += 1;
+        imported.tokens += tokens;
+        let record = PruneRecord {
+            strategy: Strategy::Imported,
+            action: Action::Output,
+            tokens,
+            tool: String::new(),
+            applied: true,
+        };
+        state.pruned.insert(id, record);
+    }
+    if imported.tools > 0 && !state.stats.by_strategy.contains_key(&Strategy::Imported) {
+        state.stats.by_strategy.insert(Strategy::Imported, imported);
+    }
+}
+
+/// What `render` rewrites from the parsed fields need not be kept twice: the keys stay, to
+/// hold their place in the file, but the prune lists, often most of the file, go. A state is
+/// copied for every save, so this keeps the copies small.
+fn drop_rendered_fields(raw: &mut Map<String, Value>) {
+    if let Some(own) = raw.get_mut("dcp") {
+        *own = Value::Null;
+    }
+    if let Some(Value::Object(prune)) = raw.get_mut("prune") {
+        for key in ["toolIds", "tools", "messages"] {
+            if let Some(v) = prune.get_mut(key) {
+                *v = Value::Null;
+            }
+        }
+    }
+    if let Some(ids) = raw.get_mut("prunedIds") {
+        *ids = Value::Null;
+    }
+}
+
+fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
+    let own = own.as_object().ok_or_else(|| type_error("dcp", "an object", own))?;
+    if let Some(pruned) = own.get("pruned") {
+        let pruned = pruned.as_object().ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
+        for (id, record) in pruned {
+            let record: PruneRecord = serde_json::from_value(record.clone()).map_err(|e| FormatError::Invalid {
+                key: format!("dcp.pruned.{id}"),
+                what: "a prune record",
+                detail: e.to_string(),
+            })?;
+            state.pruned.insert(id.clone(), record);
+        }
+    }
+    if let Some(by) = own.get("byStrategy") {
+        let by = by.as_object().ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
+        for (name, tally) in by {
+            let strategy = Strategy::from_name(name).ok_or_else(|| FormatError::UnknownStrategy(name.clone()))?;
+            let tally: Tally = serde_json::from_value(tally.clone()).map_err(|e| FormatError::Invalid {
+                key: format!("dcp.byStrategy.{name}"),
+                what: "a tally",
+                detail: e.to_string(),
+            })?;
+            state.stats.by_strategy.insert(strategy, tally);
+        }
+    }
+    if let Some(ids) = own.get("ids") {
+        let ids = ids.as_object().ok_or_else(|| type_error("dcp.ids", "an object", ids))?;
+        for (call, n) in ids {
+            let key = format!("dcp.ids.{call}");
+            let n = u32::try_from(count(n, &key)?).map_err(|_| FormatError::TooLarge(key))?;
+            state.ids.insert(call.clone(), n);
+        }
+    }
+    let max_id = state.ids.values().copied().max().unwrap_or(0);
+    let next = own.get("nextId").map(|v| count(v, "dcp.nextId")).transpose()?.unwrap_or(0);
+    state.next_id = u32::try_from(next).unwrap_or(u32::MAX).max(max_id.saturating_add(1));
+    if let Some(v) = own.get("lastCompaction") {
+        state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
+    }
+    if let Some(ledger) = own.get("ledger") {
+        let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
+        if let Some(v) = number("banked") {
+            state.ledger.banked = v.as_f64().ok_or_else(|| type_error("dcp.ledger.banked", "a number", v))?;
+        }
+        if let Some(v) = number("warm") {
+            state.ledger.warm = u32::try_from(count(v, "dcp.ledger.warm")?).unwrap_or(u32::MAX);
+        }
+        if let Some(v) = number("lastRequest") {
+            let t = v.as_i64().ok_or_else(|| type_error("dcp.ledger.lastRequest", "a number", v))?;
+            state.ledger.last_request = Some(t);
+        }
+    }
+    Ok(())
+}
+
+fn type_error(key: &str, expected: &'static str, found: &Value) -> FormatError {
+    FormatError::WrongType { key: key.to_string(), expected, found: crate::format::excerpt(found) }
+}
+
+fn opt_string(raw: &Map<String, Value>, key: &str) -> Result<Option<String>, FormatError> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(type_error(key, "a string", other)),
+    }
+}
+
+fn string_list(value: Option<&Value>, key: &str) -> Result<Vec<String>, FormatError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| type_error(key, "a list of strings", v)))
+            .collect(),
+        Some(other) => Err(type_error(key, "a list of strings", other)),
+    }
+}
+
+fn count(value: &Value, key: &str) -> Result<u64, FormatError> {
+    if let Some(n) = value.as_u64() {
+        return Ok(n);
+    }
+    match value.as_f64() {
+        Some(f) if f >= 0.0 && f.is_finite() => Ok(f as u64),
+        _ => Err(type_error(key, "a number >= 0", value)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrongly_typed_fields_name_the_key() {
+        let err = parse(br#"{"prune": {"toolIds": 7}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "`prune.toolIds` must be a list of strings, not 7");
+        assert_eq!(err.key(), Some("prune.toolIds"));
+        let err = parse(br#"{"stats": {"totalPruneTokens": "lots"}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "`stats.totalPruneTokens` must be a number >= 0, not \"lots\"");
+        let err = parse(br#"{"dcp": {"ids": {"call_1": 5000000000}}}"#).unwrap_err();
+        assert_eq!((err.to_string().as_str(), err.key()), ("`dcp.ids.call_1` is too large", Some("dcp.ids.call_1")));
+        assert!(parse(b"[]").unwrap_err().to_string().contains("not a JSON object"));
+        assert!(parse(b"{\"prune\": ").unwrap_err().to_string().starts_with("not valid JSON"));
+        assert!(parse(&[0xff, 0xfe]).unwrap_err().to_string().starts_with("not UTF-8"));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse(deep.as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,252 @@
+//! Writing a state file: [`render`] writes the 1.x layout plus dcp's own `dcp` section,
+//! keeping every field it does not understand where it stands, so that rendering a rendered file
+//! gives the same bytes. Large parts are serialised straight from the state (`Out`), not
+//! through a `serde_json::Value` tree. Reading is in `parse.rs`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::FORMAT_VERSION;
+use crate::state::{PruneRecord, SessionState, Strategy, Tally};
+
+/// The file contents for `state`: its original fields, with dcp's own brought up to date.
+///
+/// Fields keep their order, so rendering a rendered file gives the same bytes: a known key is
+/// updated where it stands, a missing one goes at the end. `stats` goes first, with the tools
+/// count, so that the all-time report can read a file's savings from its first bytes (see
+/// `crate::stats`). The prune list is serialised straight from the state, not copied into a
+/// `serde_json::Value` tree first: at 17,000 pruned calls that was 40 ms a save.
+pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
+    let mut out: Vec<(&str, Out<'_>)> = vec![("stats", Out::Owned(Value::Null))];
+    out.extend(
+        state.raw.iter().filter(|(k, _)| *k != "stats" && *k != "prunedIds").map(|(k, v)| (k.as_str(), Out::Value(v))),
+    );
+    if let Some(name) = &state.session_name {
+        set(&mut out, "sessionName", Out::Owned(Value::String(name.clone())));
+    }
+    let mut prune = match state.raw.get("prune") {
+        Some(Value::Object(p)) => borrowed(p),
+        _ => Vec::new(),
+    };
+    set(&mut prune, "toolIds", Out::PrunedIds(&state.pruned));
+    if prune.iter().any(|(k, _)| *k == "tools") {
+        set(&mut prune, "tools", Out::PrunedTokens(&state.pruned));
+    }
+    if !state.blocks.is_empty() || prune.iter().any(|(k, _)| *k == "messages") {
+        set(&mut prune, "messages", Out::Owned(state.blocks.to_value()));
+    }
+    set(&mut out, "prune", Out::Object(prune));
+    let mut stats = match state.raw.get("stats") {
+        Some(Value::Object(s)) => borrowed(s),
+        _ => Vec::new(),
+    };
+    set(&mut stats, "pruneTokenCounter", Out::Owned(json!(state.stats.prune_token_counter)));
+    set(&mut stats, "totalPruneTokens", Out::Owned(json!(state.stats.total_prune_tokens)));
+    let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
+    set(&mut stats, "totalPrunedTools", Out::Owned(json!(tally.max(state.pruned.len() as u64))));
+    set(&mut out, "stats", Out::Object(stats));
+    set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
+    let dcp = vec![
+        ("version", Out::Owned(json!(FORMAT_VERSION))),
+        ("pruned", Out::Records(&state.pruned)),
+        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
+        ("ids", Out::Ids(&state.ids)),
+        // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+        ("nextId", Out::Owned(json!(state.next_id.max(1)))),
+        ("lastCompaction", Out::Owned(json!(state.last_compaction))),
+        ("ledger", Out::Owned(ledger(&state.ledger))),
+    ];
+    set(&mut out, "dcp", Out::Object(dcp));
+    let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
+    serde_json::to_writer_pretty(&mut bytes, &Out::Object(out)).expect("writing JSON to memory cannot fail");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The fields of `object`, to render.
+fn borrowed(object: &Map<String, Value>) -> Vec<(&str, Out<'_>)> {
+    object.iter().map(|(k, v)| (k.as_str(), Out::Value(v))).collect()
+}
+
+/// One value of a state file being rendered, borrowed from the state where it is large.
+enum Out<'a> {
+    Value(&'a Value),
+    Owned(Value),
+    Object(Vec<(&'a str, Out<'a>)>),
+    /// `prune.toolIds`: the pruned call ids.
+    PrunedIds(&'a BTreeMap<String, PruneRecord>),
+    /// `prune.tools`: tokens by pruned call id.
+    PrunedTokens(&'a BTreeMap<String, PruneRecord>),
+    /// `dcp.pruned`: the records.
+    Records(&'a BTreeMap<String, PruneRecord>),
+    ByStrategy(&'a BTreeMap<Strategy, Tally>),
+    Ids(&'a BTreeMap<String, u32>),
+}
+
+/// Sets `key` of an object being rendered: in place if it is there, else at the end.
+fn set<'a>(fields: &mut Vec<(&'a str, Out<'a>)>, key: &'a str, value: Out<'a>) {
+    match fields.iter_mut().find(|(k, _)| *k == key) {
+        Some(field) => field.1 = value,
+        None => fields.push((key, value)),
+    }
+}
+
+impl serde::Serialize for Out<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Out::Value(v) => v.serialize(s),
+            Out::Owned(v) => v.serialize(s),
+            Out::Object(fields) => {
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
+            Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
+            Out::Records(pruned) => pruned.serialize(s),
+            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.name(), tally))),
+            Out::Ids(ids) => ids.serialize(s),
+        }
+    }
+}
+
+/// The current time as DCP writes it: ISO 8601, UTC, milliseconds.
+pub fn now_iso() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The policy's ledger as the state file holds it.
+fn ledger(l: &crate::state::Ledger) -> Value {
+    json!({"banked": (l.banked * 10.0).round() / 10.0, "warm": l.warm, "lastRequest": l.last_request})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::persist::parse;
+    use crate::state::Action;
+
+    /// The renderer as it was, through a `serde_json::Value` tree: the oracle for [`render`].
+    fn render_via_value(state: &SessionState, last_updated: &str) -> Vec<u8> {
+        // Keys are updated in place (and removed with `shift_remove`) so that the fields keep their
+        // order: rendering a rendered file gives the same bytes.
+        // `stats` goes first, with the tools count, so that the all-time report can read a file's
+        // savings from its first bytes (see `crate::stats`).
+        let mut out = Map::new();
+        out.insert("stats".into(), Value::Null);
+        for (k, v) in &state.raw {
+            if k != "stats" {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        out.shift_remove("prunedIds");
+        if let Some(name) = &state.session_name {
+            out.insert("sessionName".into(), Value::String(name.clone()));
+        }
+        let mut prune = match out.get_mut("prune") {
+            Some(Value::Object(p)) => std::mem::take(p),
+            _ => Map::new(),
+        };
+        let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
+        prune.insert("toolIds".into(), Value::Array(ids));
+        if prune.contains_key("tools") {
+            let tools: Map<String, Value> = state.pruned.iter().map(|(k, r)| (k.clone(), json!(r.tokens))).collect();
+            prune.insert("tools".into(), Value::Object(tools));
+        }
+        if !state.blocks.is_empty() || prune.contains_key("messages") {
+            prune.insert("messages".into(), state.blocks.to_value());
+        }
+        out.insert("prune".into(), Value::Object(prune));
+        let mut stats = match state.raw.get("stats") {
+            Some(Value::Object(s)) => s.clone(),
+            _ => Map::new(),
+        };
+        stats.insert("pruneTokenCounter".into(), json!(state.stats.prune_token_counter));
+        stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
+        let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
+        stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
+        out.insert("stats".into(), Value::Object(stats));
+        out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
+        out.insert("dcp".into(), own_via_value(state));
+        let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// The `dcp` section, as the old renderer built it.
+    fn own_via_value(state: &SessionState) -> Value {
+        let by: Map<String, Value> = state
+            .stats
+            .by_strategy
+            .iter()
+            .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
+            .collect();
+        let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        json!({
+            "version": FORMAT_VERSION,
+            "pruned": state.pruned,
+            "byStrategy": by,
+            "ids": ids,
+            // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
+            "nextId": state.next_id.max(1),
+            "lastCompaction": state.last_compaction,
+            "ledger": ledger(&state.ledger),
+        })
+    }
+
+    fn rec(strategy: Strategy, tokens: u64, applied: bool) -> PruneRecord {
+        PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied }
+    }
+
+    #[test]
+    fn render_writes_what_the_value_tree_renderer_wrote() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/data/storage/plugin/dcp");
+        let mut states = vec![SessionState::default()];
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            if let Ok(state) = parse(&std::fs::read(entry.unwrap().path()).unwrap()) {
+                states.push(state);
+            }
+        }
+        assert!(states.len() >= 4, "every readable layout in the fixtures");
+        // Each state as read, then with a name, new prunes of every action and agent ids.
+        for mut state in states {
+            assert_eq!(render(&state, "t"), render_via_value(&state, "t"));
+            state.session_name = Some("a \"name\"".into());
+            state.record("call_x", rec(Strategy::Deduplication, 12, true));
+            let write = PruneRecord { action: Action::WriteContent, ..rec(Strategy::SupersedeWrites, 3, false) };
+            state.record("call_y", write);
+            let distill = PruneRecord {
+                action: Action::Distill { distillation: "in\nshort".into() },
+                ..rec(Strategy::Extract, 9, true)
+            };
+            state.record("call_z", distill);
+            state.record("call_w", PruneRecord { action: Action::ErrorInputs, ..rec(Strategy::PurgeErrors, 1, true) });
+            state.ids.insert("call_x".into(), 7);
+            state.next_id = 8;
+            state.last_compaction = 1_790_000_000_000;
+            state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+            state.ledger = crate::state::Ledger { banked: 1234.5, warm: 9, last_request: Some(1_790_000_001_000) };
+            assert_eq!(
+                render(&state, "2026-11-22T00:00:00.000Z"),
+                render_via_value(&state, "2026-11-22T00:00:00.000Z")
+            );
+        }
+    }
+
+    #[test]
+    fn the_policy_ledger_and_masking_survive_a_round_trip() {
+        let mut state = SessionState::default();
+        state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+        state.ledger = crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000) };
+        let back = parse(&render(&state, "2026-11-22T00:00:00.000Z")).unwrap();
+        assert_eq!(back.ledger, state.ledger);
+        assert_eq!(back.pruned["call_m"], state.pruned["call_m"]);
+        assert_eq!(back.stats.by_strategy[&Strategy::Masking].tokens, 40);
+        // A file written before the ledger existed starts a fresh one.
+        assert_eq!(parse(br#"{"dcp": {}}"#).unwrap().ledger, crate::state::Ledger::default());
+    }
+}
