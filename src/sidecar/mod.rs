@@ -367,20 +367,10 @@ impl Server {
         }
     }
 
+    /// Hands out every session with anything to save, as the sidecar stops: the changes a
+    /// waiting save holds, and the policy's ledger, so that the next process goes on with it.
+    /// A session whose file already says the same is not written again (see `persist::sync`).
     fn save_dirty(&mut self) {
-        // The policy's ledger changes with every request; it is saved with the next prune,
-        // or here, so that the next process goes on with it.
-        let served: Vec<String> = self
-            .sessions
-            .iter()
-            .filter(|(_, session)| session.requests > 0 && !self.skips(Some(session)))
-            .map(|(sid, _)| sid.clone())
-            .collect();
-        for sid in served {
-            if let Ok((slot, _)) = self.store.slot(&sid) {
-                slot.dirty = true;
-            }
-        }
         for sid in self.store.dirty() {
             self.save_now(&sid);
         }

@@ -4,10 +4,16 @@
 //! After a request the sidecar hands a session's state to the saver at once, or, when it
 //! handed one less than [`SAVE_EVERY`] ago, when that interval is up: a burst of requests
 //! costs one copy and one write per interval. The sidecar hands every save to one writer task
-//! over a channel, so saves of a session happen in order. Jobs that pile up while a write is in flight are coalesced: only the
-//! newest state of each session is written, with the journals of all of them. A failed save
-//! (full disk, read-only dir) is logged once per session and retried later; pruning goes on
-//! in memory meanwhile.
+//! over a channel, so saves of a session happen in order. Jobs that pile up while a write is
+//! in flight are coalesced: only the newest state of each session is written, with the
+//! journals of all of them. A failed save (full disk, read-only dir) is logged once per
+//! session and retried later; pruning goes on in memory meanwhile.
+//!
+//! A save that would write what this process last wrote to the file, but for `lastUpdated`,
+//! writes nothing (`persist::sync`). The policy's ledger (`dcp.ledger`) moves with every
+//! request and is no reason for a write of its own: it rides along with the next save and the
+//! sidecar's last one as it stops ([`SessionStore::dirty`]). A killed sidecar loses at most the
+//! ledger of the requests since its last save, a balance the policy rebuilds as it goes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -213,5 +219,60 @@ async fn write_all(
             }
             Err(e) => tracing::error!("state save task failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Action, PruneRecord, Strategy};
+    use crate::tokens::EstimatorChoice;
+
+    /// Hands session `id`'s state to `saver`, waits for the write, and returns the file.
+    fn save(rt: &tokio::runtime::Runtime, saver: &Saver, store: &mut SessionStore, id: &str) -> String {
+        hand_out(Some(saver), store, id, &mut SaveTiming::default());
+        rt.block_on(saver.flush());
+        store.refresh(id).unwrap();
+        std::fs::read_to_string(store.dir().join(format!("{id}.json"))).unwrap()
+    }
+
+    /// The bug: the sidecar's last save, as it stopped after OpenCode, rewrote a state
+    /// nothing had changed since its last write, with only a new `lastUpdated`; a reader that
+    /// compared the file (the pass-through end-to-end tests) saw it change after the run.
+    #[test]
+    fn a_save_of_an_unchanged_state_does_not_rewrite_the_file_with_a_new_time() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let saver = rt.block_on(async { Saver::spawn() });
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let id = "ses_unchanged";
+        let (slot, _) = store.slot(id).unwrap();
+        let record = PruneRecord {
+            strategy: Strategy::Deduplication,
+            action: Action::Output,
+            tokens: 40,
+            tool: "read".into(),
+            applied: true,
+        };
+        slot.record("call_1", record);
+        let first = save(&rt, &saver, &mut store, id);
+        let path = dir.path().join(format!("{id}.json"));
+        let stamp = crate::state::persist::stamp(&path);
+        assert!(store.dirty().is_empty(), "{:?}", store.dirty());
+
+        // A save asked for with nothing new, a few milliseconds later: nothing is written.
+        std::thread::sleep(Duration::from_millis(5));
+        store.slot(id).unwrap().0.dirty = true;
+        assert_eq!(save(&rt, &saver, &mut store, id), first, "the file was rewritten");
+        assert_eq!(crate::state::persist::stamp(&path), stamp);
+
+        // The policy's ledger moved (a request): the session has something to save, and the
+        // save writes it.
+        store.slot(id).unwrap().0.state.ledger.warm += 1;
+        assert_eq!(store.dirty(), [id]);
+        let after = save(&rt, &saver, &mut store, id);
+        assert_ne!(after, first);
+        assert_eq!(crate::state::persist::parse(after.as_bytes()).unwrap().ledger.warm, 1);
+        assert!(store.dirty().is_empty());
     }
 }

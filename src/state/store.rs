@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::persist::{self, LoadOutcome, Stamp, StateError, Synced};
-use super::{PruneRecord, SessionState};
+use super::persist::{self, LoadOutcome, Stamp, StateError, Synced, Written};
+use super::{Ledger, PruneRecord, SessionState};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -30,8 +30,11 @@ pub struct Slot {
     pub tokens: TokenCounter,
     /// The unreadable state file found at load; the first save sets it aside.
     pub corrupt: Option<PathBuf>,
-    /// Whether the state changed since it was last handed out for saving.
+    /// Whether the state changed since it was last handed out for saving. The policy's
+    /// ledger, which moves with every request, does not count: see [`Slot::unsaved`].
     pub dirty: bool,
+    /// The ledger as it was last loaded or handed out for saving.
+    saved_ledger: Ledger,
     /// Bumped whenever the rewrites in force may change (an applied record, a compaction, a
     /// merge), so the sidecar can tell that the edits it last sent still hold.
     pub revision: u64,
@@ -94,6 +97,14 @@ impl Slot {
         self.dirty = true;
     }
 
+    /// Whether the state has anything a save would write: a change marked [`Slot::dirty`],
+    /// or a policy ledger that moved since the last save. The ledger alone is not worth a
+    /// write after every request (it moves with each one, and every write wakes every reader
+    /// of the state dir); it rides along with the next save and the sidecar's last one.
+    pub fn unsaved(&self) -> bool {
+        self.dirty || self.state.ledger != self.saved_ledger
+    }
+
     /// Takes calls a compressed range hid off the prunable list.
     pub fn hide(&mut self, calls: impl IntoIterator<Item = String>) {
         self.recorded.extend(calls);
@@ -125,9 +136,9 @@ pub struct Mailbox(Arc<Mutex<Boxes>>);
 #[derive(Debug, Default)]
 struct Boxes {
     posted: HashMap<String, Posted>,
-    /// The job number and resulting stamp of each session's last write, kept after the
+    /// The job number and what it wrote, of each session's last write, kept after the
     /// outcome is taken in.
-    written: HashMap<String, (u64, Stamp)>,
+    written: HashMap<String, (u64, Written)>,
 }
 
 #[derive(Debug)]
@@ -146,9 +157,9 @@ impl Mailbox {
         // A later job may take this write for its own only if it wrote nothing but this
         // process's state. One that merged another process's changes is news to a job
         // handed out before it was taken in: that job must read it, or it would overwrite them.
-        match synced.stamp {
-            Some(stamp) if !synced.foreign => {
-                boxes.written.insert(id.to_string(), (seq, stamp));
+        match synced.written {
+            Some(written) if !synced.foreign => {
+                boxes.written.insert(id.to_string(), (seq, written));
             }
             _ => {
                 boxes.written.remove(id);
@@ -170,11 +181,10 @@ impl Mailbox {
         None
     }
 
-    /// The stamp of the file session `id`'s last save wrote, if that save came before job
-    /// number `seq`.
-    fn written(&self, id: &str, seq: u64) -> Option<Stamp> {
+    /// What session `id`'s last save wrote, if that save came before job number `seq`.
+    fn written(&self, id: &str, seq: u64) -> Option<Written> {
         let boxes = self.0.lock().ok()?;
-        boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, stamp)| *stamp)
+        boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, written)| *written)
     }
 }
 
@@ -191,13 +201,18 @@ pub struct SaveJob {
 }
 
 impl SaveJob {
-    /// Performs the save synchronously: a read-merge-write under the file's lock. Returns
-    /// where a corrupt file was set aside.
+    /// Performs the save synchronously: a read-merge-write under the file's lock, skipped
+    /// when it would write what this process's last save wrote but the time. Returns where a
+    /// corrupt file was set aside.
     pub fn run(&self) -> Result<Option<PathBuf>, StateError> {
         // A job handed out while an earlier one was in flight has the version before that
         // one as its base; what that one wrote is no news to it either.
-        let known: Vec<Stamp> = self.base.into_iter().chain(self.mailbox.written(&self.session_id, self.seq)).collect();
-        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, &known)?;
+        let last = self.mailbox.written(&self.session_id, self.seq);
+        let known: Vec<Stamp> = self.base.into_iter().chain(last.map(|w| w.stamp)).collect();
+        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, &known, last)?;
+        if synced.skipped {
+            tracing::debug!(session = self.session_id, "save skipped: the file already says the same");
+        }
         let aside = synced.aside.take();
         self.mailbox.post(&self.session_id, self.seq, synced);
         Ok(aside)
@@ -259,6 +274,7 @@ impl SessionStore {
             // sets it aside.
             let stamp = if corrupt.is_some() { None } else { stamp };
             let slot = Slot {
+                saved_ledger: state.ledger,
                 state,
                 tokens: TokenCounter::new(self.estimator),
                 corrupt,
@@ -364,6 +380,7 @@ impl SessionStore {
         let (slot, _) = self.slot(id)?;
         slot.state.fold_counter();
         slot.dirty = false;
+        slot.saved_ledger = slot.state.ledger;
         slot.corrupt = None;
         slot.handed += 1;
         Ok(SaveJob {
@@ -399,9 +416,9 @@ impl SessionStore {
         }
     }
 
-    /// The ids of sessions with unsaved changes.
+    /// The ids of sessions with anything a save would write ([`Slot::unsaved`]).
     pub fn dirty(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.slots.iter().filter(|(_, s)| s.dirty).map(|(k, _)| k.clone()).collect();
+        let mut ids: Vec<String> = self.slots.iter().filter(|(_, s)| s.unsaved()).map(|(k, _)| k.clone()).collect();
         ids.sort();
         ids
     }

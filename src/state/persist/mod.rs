@@ -25,7 +25,7 @@ use super::{PruneRecord, SessionState};
 pub use self::fs::{lock, set_aside, stamp, write_atomic, Stamp};
 pub use self::merge::merge;
 pub use self::parse::{parse, FormatError};
-pub use self::render::{now_iso, render};
+pub use self::render::{digest_but_time, now_iso, render};
 
 /// State files larger than this are not read: no real session comes near it.
 pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
@@ -131,6 +131,14 @@ pub fn load_path(path: &Path) -> LoadOutcome {
     }
 }
 
+/// What a save of this process wrote: the file's version and a digest of its contents but
+/// their time ([`digest_but_time`]). A later save that would write the same is skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub stamp: Stamp,
+    digest: u64,
+}
+
 /// What [`sync`] did.
 #[derive(Debug)]
 pub struct Synced {
@@ -144,19 +152,29 @@ pub struct Synced {
     pub foreign: bool,
     /// Where a corrupt file was set aside.
     pub aside: Option<PathBuf>,
+    /// What is on disk, when this process wrote it: just now, or, when the save was skipped,
+    /// before.
+    pub written: Option<Written>,
+    /// Whether nothing was written: the file was still `last`, which had the same contents
+    /// but their time.
+    pub skipped: bool,
 }
 
 /// Saves session `id` with a read-merge-write under its lock: reads the file as it is now,
 /// merges `mine` and `journal` into it (see [`merge`]), and writes the result atomically.
 /// `known` are stamps of versions `mine` has everything of (the one it was last synced with,
 /// the one this process wrote last); a file at one of them is not read. A missing file is written
-/// from `mine` alone; a corrupt one is set aside first, never overwritten.
+/// from `mine` alone; a corrupt one is set aside first, never overwritten. When the file is
+/// still `last`, this process's last write, and `mine` renders the same but for the time,
+/// and there is no journal to merge, nothing is written: a save of an unchanged state would
+/// only stamp a new `lastUpdated`.
 pub fn sync(
     dir: &Path,
     id: &str,
     mine: &SessionState,
     journal: &[(String, PruneRecord)],
     known: &[Stamp],
+    last: Option<Written>,
 ) -> Result<Synced, StateError> {
     let path = state_path(dir, id)?;
     let _lock = lock(dir, id)?;
@@ -165,29 +183,39 @@ pub fn sync(
     // A file still at a version `mine` was synced with has nothing `mine` lacks.
     let foreign = current.is_some_and(|c| !known.contains(&c));
     let disk = if current.is_some() && !foreign { LoadOutcome::Missing } else { load_path(&path) };
+    let time = now_iso();
     let (bytes, merged) = match disk {
         LoadOutcome::Loaded(disk) => {
             let merged = merge(*disk, mine, journal);
-            (render(&merged, &now_iso()), Some(merged))
+            (render(&merged, &time), Some(merged))
         }
         outcome => {
             if matches!(outcome, LoadOutcome::Corrupt { .. }) && path.exists() {
                 aside = Some(set_aside(&path)?);
             }
-            // `mine` is written as it is (a save job's state has its counter folded already),
-            // without a copy.
-            let bytes = if mine.stats.prune_token_counter == 0 {
-                render(mine, &now_iso())
-            } else {
-                let mut state = mine.clone();
-                state.fold_counter();
-                render(&state, &now_iso())
-            };
-            (bytes, None)
+            (render_own(mine, &time), None)
         }
     };
+    let digest = digest_but_time(&bytes, &time);
+    let same = |w: &Written| merged.is_none() && journal.is_empty() && current == Some(w.stamp) && w.digest == digest;
+    if let Some(last) = last.filter(same) {
+        return Ok(Synced { merged, stamp: current, foreign, aside, written: Some(last), skipped: true });
+    }
     write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
-    Ok(Synced { merged, stamp: stamp(&path), foreign, aside })
+    let now = stamp(&path);
+    let written = now.map(|stamp| Written { stamp, digest });
+    Ok(Synced { merged, stamp: now, foreign, aside, written, skipped: false })
+}
+
+/// The file contents for this process's own state. A save job's state has its counter folded
+/// already, and is rendered as it is, without a copy.
+fn render_own(mine: &SessionState, time: &str) -> Vec<u8> {
+    if mine.stats.prune_token_counter == 0 {
+        return render(mine, time);
+    }
+    let mut state = mine.clone();
+    state.fold_counter();
+    render(&state, time)
 }
 
 #[cfg(test)]

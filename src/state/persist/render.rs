@@ -114,6 +114,26 @@ impl serde::Serialize for Out<'_> {
     }
 }
 
+/// A digest of a rendered file that leaves out its `lastUpdated` time: two renders of the same
+/// state at different times have the same digest, so a save can tell that it would write
+/// nothing new. `last_updated` is the time the file was rendered with; the top-level key is
+/// the only one [`render`] indents by two spaces, so a field of the same name deeper in a kept
+/// object is not mistaken for it.
+pub fn digest_but_time(bytes: &[u8], last_updated: &str) -> u64 {
+    use std::hash::{DefaultHasher, Hasher};
+    let key = format!("\n  \"lastUpdated\": {}", Value::String(last_updated.to_string()));
+    let at = bytes.windows(key.len()).position(|w| w == key.as_bytes());
+    let mut hasher = DefaultHasher::new();
+    match at {
+        Some(at) => {
+            hasher.write(&bytes[..at]);
+            hasher.write(&bytes[at + key.len()..]);
+        }
+        None => hasher.write(bytes),
+    }
+    hasher.finish()
+}
+
 /// The current time as DCP writes it: ISO 8601, UTC, milliseconds.
 pub fn now_iso() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
