@@ -9,7 +9,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::session::{str_field, History, Message, Role, ToolCall};
+use crate::session::{slim, str_field, History, Message, Role, ToolCall};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
@@ -59,24 +59,26 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
                     if part.get("ignored") == Some(&Value::Bool(true)) {
                         continue;
                     }
-                    let n = counter.count(str_field(part, "text").unwrap_or(""));
+                    let n = slim::count(str_field(part, "text").unwrap_or(""), counter);
                     if role == Role::User {
                         b.user_text += n;
                     } else {
                         b.assistant_text += n;
                     }
                 }
-                Some("reasoning") => b.reasoning += counter.count(str_field(part, "text").unwrap_or("")),
+                Some("reasoning") => b.reasoning += slim::count(str_field(part, "text").unwrap_or(""), counter),
                 Some("tool") => {
                     let state = part.get("state").unwrap_or(&Value::Null);
                     if let Some(input) = state.get("input") {
-                        b.tool_inputs += counter.count(&input.to_string());
+                        b.tool_inputs += slim::input_count(input).unwrap_or_else(|| counter.count(&input.to_string()));
                     }
                     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
                     match str_field(state, "status") {
                         Some("completed") if compacted => b.tool_outputs += counter.count(OPENCODE_CLEARED),
-                        Some("completed") => b.tool_outputs += counter.count(str_field(state, "output").unwrap_or("")),
-                        Some("error") => b.tool_errors += counter.count(str_field(state, "error").unwrap_or("")),
+                        Some("completed") => {
+                            b.tool_outputs += slim::count(str_field(state, "output").unwrap_or(""), counter)
+                        }
+                        Some("error") => b.tool_errors += slim::count(str_field(state, "error").unwrap_or(""), counter),
                         _ => {}
                     }
                 }

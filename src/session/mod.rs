@@ -7,6 +7,7 @@
 //! round trip untouched; this module only adds typed, borrowing views over them.
 
 mod history;
+pub mod slim;
 
 pub use history::{visible_history, visible_start};
 

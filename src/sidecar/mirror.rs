@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 
 use super::protocol::{code, RpcError};
-use crate::session::{str_field, Message};
+use crate::session::{slim, str_field, Message};
 
 /// The previous request's messages, and what was read from each of them once: its
 /// approximate size and whether it is a compaction summary. The side tables are aligned with
@@ -58,6 +58,22 @@ impl Mirror {
         self.compactions.last().copied().unwrap_or(0)
     }
 
+    /// Slims part `pi` of message `mi` (see [`slim::slim_part`]), counting its big strings
+    /// with `counter`. Nothing that reads the mirror needs their text once counted.
+    pub fn slim_part(&mut self, mi: usize, pi: usize, counter: &mut crate::tokens::TokenCounter) {
+        if let Some(part) = self.messages.get_mut(mi).and_then(|m| m.parts.get_mut(pi)) {
+            slim::slim_part(part, counter);
+        }
+    }
+
+    /// The bytes of the strings the mirror holds (keys included), for tests and measurements.
+    pub fn string_bytes(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| slim::string_bytes(&m.info) + m.parts.iter().map(slim::string_bytes).sum::<usize>())
+            .sum()
+    }
+
     fn clear(&mut self) {
         *self = Mirror::default();
     }
@@ -69,11 +85,12 @@ impl Mirror {
         let mut newest = self.compactions.last().copied().unwrap_or(0);
         for m in &mut self.messages[from..] {
             // Nothing reads a tool's metadata, where OpenCode often keeps a second copy of the
-            // output (a read's preview, a command's output): the mirror need not hold it.
+            // output (a read's preview, a command's output), nor the other fields
+            // `slim::strip_part` drops: the mirror need not hold them. The big strings wait
+            // for `Mirror::slim_part`, which counts them.
+            slim::slim_info(&mut m.info);
             for part in &mut m.parts {
-                if let Some(Value::Object(state)) = part.get_mut("state") {
-                    state.shift_remove("metadata");
-                }
+                slim::strip_part(part);
             }
             let m = &*m;
             if m.is_compaction_summary() {
@@ -117,13 +134,14 @@ impl Mirror {
 /// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
 /// The policy needs sizes on every request, so this avoids the tokenizer.
 fn approx_tokens(part: &Value) -> u64 {
-    let mut chars = str_field(part, "text").map_or(0, str::len);
+    // A slimmed string counts as the original it stands for.
+    let mut chars = str_field(part, "text").map_or(0, slim::bytes);
     if let Some(state) = part.get("state") {
-        chars += str_field(state, "output").map_or(0, str::len);
-        chars += str_field(state, "error").map_or(0, str::len);
+        chars += str_field(state, "output").map_or(0, slim::bytes);
+        chars += str_field(state, "error").map_or(0, slim::bytes);
         if let Some(input) = state.get("input").and_then(Value::as_object) {
             for (k, v) in input {
-                chars += k.len() + v.as_str().map_or(8, str::len);
+                chars += k.len() + v.as_str().map_or(8, slim::bytes);
             }
         }
     }

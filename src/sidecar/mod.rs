@@ -17,6 +17,7 @@ pub mod protocol;
 mod ranges;
 mod rewrites;
 mod stdio;
+mod stream;
 mod tools;
 mod transform;
 
@@ -38,7 +39,7 @@ use crate::session::str_field;
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
 use crate::strategies::incremental::Index;
-use crate::strategies::{self, Rules};
+use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::EstimatorChoice;
 
@@ -138,7 +139,13 @@ impl Server {
         if line.trim().is_empty() {
             return None;
         }
-        let request = match protocol::decode(line) {
+        self.handle_decoded(protocol::decode(line))
+    }
+
+    /// Handles one decoded line (see [`protocol::decode`]); returns the response line, if
+    /// the line asks for one.
+    pub fn handle_decoded(&mut self, decoded: Result<Request, (Option<Value>, RpcError)>) -> Option<String> {
+        let request = match decoded {
             Ok(r) => r,
             Err((id, e)) => {
                 tracing::warn!("protocol: {}", e.message);
@@ -315,36 +322,49 @@ impl Server {
         self.sessions.values().any(Session::uncounted)
     }
 
-    /// Counts the tokens of the completed tool outputs that arrived since the last call, one
-    /// part at a time, for as long as `idle` says no request waits and no save falls due. A
-    /// prune decided later then finds its count cached, instead of tokenizing the output on
-    /// the request path (a few milliseconds for a 50 KB output). Sessions dcp leaves alone
-    /// are skipped.
+    /// Counts the tokens of the big strings (tool outputs, big inputs) of the parts that
+    /// arrived since the last call and slims them in the mirror (see [`Mirror::slim_part`]),
+    /// one part at a time, for as long as `idle` says no request waits and no save falls due.
+    /// A prune decided later then finds its count in the part, instead of tokenizing the
+    /// output on the request path (a few milliseconds for a 50 KB output), and the mirror
+    /// holds the history's counts rather than its text. Sessions dcp leaves alone are
+    /// counted with a counter of their own (their state is not loaded for it).
     pub fn precount(&mut self, mut idle: impl FnMut() -> bool) {
         let due = self.save_due();
         let sids: Vec<String> = self.sessions.iter().filter(|(_, s)| s.uncounted()).map(|(k, _)| k.clone()).collect();
+        let mut own = crate::tokens::TokenCounter::new(EstimatorChoice::Auto);
         for sid in sids {
             let skip = self.skips(self.sessions.get(&sid));
             let Some(session) = self.sessions.get_mut(&sid) else { continue };
-            let messages = session.mirror.messages();
-            if skip {
-                session.precounted = messages.len();
-                continue;
-            }
-            let Ok((slot, _)) = self.store.slot(&sid) else { continue };
-            while session.precounted < messages.len() {
-                for (pi, part) in messages[session.precounted].parts.iter().enumerate() {
+            let counter = match skip {
+                true => &mut own,
+                false => match self.store.slot(&sid) {
+                    Ok((slot, _)) => &mut slot.tokens,
+                    Err(_) => continue,
+                },
+            };
+            let mirror = &mut session.mirror;
+            while session.precounted < mirror.messages().len() {
+                let mi = session.precounted;
+                for pi in 0..mirror.messages()[mi].parts.len() {
                     if !idle() || due.is_some_and(|d| d <= Instant::now()) {
                         return;
                     }
-                    let Some(call) = crate::session::ToolCall::from_part(0, pi, part, 0) else { continue };
-                    if call.status == crate::session::ToolStatus::Completed && !call.compacted {
-                        strategies::output_tokens(&call, &mut slot.tokens);
-                    }
+                    mirror.slim_part(mi, pi, counter);
+                }
+                if skip {
+                    // The counts are in the parts; this counter keeps nothing across messages.
+                    counter.clear();
                 }
                 session.precounted += 1;
             }
         }
+    }
+
+    /// The bytes of the strings session `sid`'s mirror holds, keys included: what is left of
+    /// its history's text once slimmed (see [`Mirror::slim_part`]). For tests and measurements.
+    pub fn mirror_bytes(&self, sid: &str) -> Option<usize> {
+        self.sessions.get(sid).map(|s| s.mirror.string_bytes())
     }
 
     /// When the next waiting save is due, if one waits.

@@ -10,12 +10,19 @@ use std::io::{BufRead, Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use super::protocol::{self, code, RpcError};
+use serde_json::Value;
+
+use super::protocol::{self, code, Request, RpcError};
+use super::stream::{self, Streamed};
 use super::{Options, Server};
 use crate::state::saver::Saver;
 
 enum Line {
     Text(String),
+    /// A long line, read as a stream (see [`stream`]).
+    Parsed(Box<Result<Request, (Option<Value>, RpcError)>>),
+    /// The first bytes of a line longer than [`stream::STREAM_FROM`], to be read as a stream.
+    Head(Vec<u8>),
     TooLong(usize),
     /// Not UTF-8: the offset of the first invalid byte.
     NotUtf8(usize),
@@ -29,8 +36,9 @@ fn text_line(buf: Vec<u8>) -> Line {
     }
 }
 
-/// Reads one line of at most `max` bytes; a longer line is consumed and reported.
-fn read_line<R: BufRead>(reader: &mut R, max: usize) -> std::io::Result<Line> {
+/// Reads one line: a line of at most `max` bytes, or the first bytes of a line longer than
+/// `stream_from` ([`Line::Head`]). A line over `max` is consumed and reported.
+fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std::io::Result<Line> {
     let mut buf = Vec::new();
     let mut skipped = 0usize;
     loop {
@@ -51,6 +59,11 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize) -> std::io::Result<Line> {
             None => (available, false),
         };
         let n = chunk.len();
+        if !found && skipped == 0 && buf.len() + n > stream_from && buf.len() + n <= max {
+            buf.extend_from_slice(chunk);
+            reader.consume(n);
+            return Ok(Line::Head(buf));
+        }
         if skipped > 0 || buf.len() + n > max {
             skipped += buf.len() + n;
             buf.clear();
@@ -71,8 +84,15 @@ fn spawn_reader(input: impl Read + Send + 'static, max_line: usize) -> Receiver<
     std::thread::spawn(move || {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
         loop {
-            let line = read_line(&mut reader, max_line);
-            let last = !matches!(line, Ok(Line::Text(_) | Line::TooLong(_) | Line::NotUtf8(_)));
+            let line = match read_line(&mut reader, max_line, stream::STREAM_FROM) {
+                Ok(Line::Head(head)) => stream::read_rest(head, &mut reader, max_line).map(|s| match s {
+                    Streamed::Request(r) => Line::Parsed(r),
+                    Streamed::TooLong(n) => Line::TooLong(n),
+                    Streamed::NotUtf8(at) => Line::NotUtf8(at),
+                }),
+                other => other,
+            };
+            let last = matches!(line, Ok(Line::Eof) | Err(_));
             if tx.send(line).is_err() || last {
                 return;
             }
@@ -111,8 +131,9 @@ fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>) -> st
 /// The answer to a line, if it gets one; `None` for the end of the input as well.
 fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
     let e = match line {
-        Line::Eof => return None,
+        Line::Eof | Line::Head(_) => return None,
         Line::Text(line) => return server.handle_line(&line),
+        Line::Parsed(request) => return server.handle_decoded(*request),
         Line::TooLong(n) => {
             RpcError::new(code::LINE_TOO_LONG, format!("line of {n} bytes is over the {max_line}-byte limit; skipped"))
         }
@@ -171,11 +192,11 @@ mod tests {
     fn over_long_lines_are_skipped_and_reading_goes_on() {
         let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
         let mut reader = std::io::BufReader::with_capacity(16, input.as_bytes());
-        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::TooLong(101)));
-        match read_line(&mut reader, 50).unwrap() {
+        assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::TooLong(101)));
+        match read_line(&mut reader, 50, 50).unwrap() {
             Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
             _ => panic!("expected the next line"),
         }
-        assert!(matches!(read_line(&mut reader, 50).unwrap(), Line::Eof));
+        assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::Eof));
     }
 }

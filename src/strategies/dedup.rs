@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 
 use super::{open_in, pruned_ids, Decision, Rules};
-use crate::session::{History, ToolCall, ToolStatus};
+use crate::session::{slim, History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
@@ -49,6 +49,8 @@ fn canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        // A big string as what the mirror keeps of it (see `crate::session::slim`).
+        Value::String(s) => slim::canonical(s, out),
         other => out.push_str(&other.to_string()),
     }
 }

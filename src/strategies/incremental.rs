@@ -191,6 +191,8 @@ impl Index {
             .iter()
             .filter(|(strategy, _)| *strategy == Strategy::Deduplication)
             .map(|(_, call)| (call.part_id, call.output().unwrap_or("")))
+            // A slimmed output holds its count already.
+            .filter(|(_, output)| crate::session::slim::marker(output).is_none())
             .collect();
         counter.count_parts(Field::Output, &outputs);
         open.iter()

@@ -21,7 +21,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::session::{History, Message, ToolCall, ToolStatus};
+use crate::session::{slim, History, Message, ToolCall, ToolStatus};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -77,7 +77,10 @@ pub fn saved_tokens(call: &ToolCall<'_>, action: &Action, counter: &mut TokenCou
     }
     if touches("input") {
         let input = call.input();
-        before += counter.count_part(call.part_id, Field::Input, &input.to_string());
+        before += match slim::input_count(input) {
+            Some(n) => n,
+            None => counter.count_part(call.part_id, Field::Input, &input.to_string()),
+        };
         let mut rewritten = input.clone();
         for e in edits.iter().filter(|e| e.path.get(1).map(String::as_str) == Some("input")) {
             if let Some(slot) = e.path.get(2).and_then(|k| rewritten.get_mut(k.as_str())) {
@@ -159,6 +162,10 @@ fn open_in(call: &ToolCall<'_>, pruned: &rustc_hash::FxHashSet<&str>) -> bool {
 
 /// Tokens of a call's output, counted once per part.
 pub fn output_tokens(call: &ToolCall<'_>, counter: &mut TokenCounter) -> u64 {
+    // A slimmed output holds its count (see `crate::session::slim`).
+    if let Some(m) = call.output().and_then(slim::marker) {
+        return m.tokens;
+    }
     counter.count_part_with(call.part_id, Field::Output, || call.output().unwrap_or(""))
 }
 

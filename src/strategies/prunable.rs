@@ -65,7 +65,7 @@ pub fn listable(call: &ToolCall<'_>, rules: &Rules, listing: &Listing<'_>, curre
 /// Tokens of an output, estimated as characters / 4: the list's threshold needs no more,
 /// and the tokenizer would cost the request path more than the rest of it.
 pub fn approx_tokens(output: Option<&str>) -> u64 {
-    output.map_or(0, |o| o.chars().count() as u64).div_ceil(4)
+    output.map_or(0, |o| crate::session::slim::chars(o) as u64).div_ceil(4)
 }
 
 /// The list entry of `call`, with its id (assigned now if it has none).

@@ -21,6 +21,7 @@ mod protocol;
 mod replay;
 mod sidecar;
 mod sidecar_compress;
+mod slim;
 mod state_store;
 mod storage_failures;
 mod support;

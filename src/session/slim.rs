@@ -1,0 +1,255 @@
+//! Slim parts: what the sidecar's mirror keeps of a part once its big strings were counted.
+//!
+//! A long session's tool outputs and write contents are most of its bytes, and nothing decides
+//! on their text once it was counted: the strategies compare inputs, measure sizes and count
+//! tokens. So [`slim_part`] replaces each big string by a *marker*, a short string that holds
+//! a 128-bit digest of the original, its length in bytes and characters and its token count,
+//! and drops the fields no strategy reads (ids repeated in every part, timings, snapshots).
+//! Two markers are equal exactly when their originals are (short of a digest collision), and
+//! the readers below give the same answers for a marker as for its original: [`bytes`],
+//! [`chars`], [`count`], [`input_count`] and [`canonical`] (what deduplication compares).
+//! The CLI's histories, read from `opencode.db`, are never slimmed.
+
+use std::hash::{Hash, Hasher};
+
+use serde_json::Value;
+
+use crate::tokens::{Field, TokenCounter};
+
+/// Strings at least this long are replaced by a marker (a marker is about 70 bytes).
+pub const MIN_BYTES: usize = 256;
+
+/// How a marker starts: a NUL, which JSON text from OpenCode holds only escaped, and a tag.
+const TAG: &str = "\u{0}dcp-slim:";
+
+/// The input fields kept verbatim: the key argument and the file a call touches (see
+/// `ToolCall::key_argument`), which the list, masking's placeholder and the file rules read.
+const KEPT_INPUTS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
+
+/// What a marker says of the string it replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker<'a> {
+    /// The digest and the length in bytes, as hex and decimal: what identifies the original.
+    pub identity: &'a str,
+    pub bytes: usize,
+    pub chars: usize,
+    /// An output's tokens; for an input field, the tokens of the whole input's JSON.
+    pub tokens: u64,
+}
+
+/// The marker `text` is, if it is one.
+pub fn marker(text: &str) -> Option<Marker<'_>> {
+    let rest = text.strip_prefix(TAG)?;
+    let mut fields = rest.split(':');
+    let (digest, bytes, chars, tokens) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    let identity = &rest[..digest.len() + 1 + bytes.len()];
+    Some(Marker { identity, bytes: bytes.parse().ok()?, chars: chars.parse().ok()?, tokens: tokens.parse().ok()? })
+}
+
+/// Whether `text` is long enough to be replaced by a marker.
+pub fn is_big(text: &str) -> bool {
+    text.len() >= MIN_BYTES && !text.starts_with(TAG)
+}
+
+fn digest(text: &str) -> u128 {
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut a);
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    0xd1b5_4a32_d192_ed03u64.hash(&mut b);
+    text.hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+/// The identity of a string: what [`Marker::identity`] holds for it.
+fn identity(text: &str) -> String {
+    format!("{:032x}:{}", digest(text), text.len())
+}
+
+/// The marker that stands for `text`, with `tokens` as its count.
+pub fn make_marker(text: &str, tokens: u64) -> String {
+    format!("{TAG}{}:{}:{tokens}", identity(text), text.chars().count())
+}
+
+/// The length in bytes of the string `text` is or stands for.
+pub fn bytes(text: &str) -> usize {
+    marker(text).map_or(text.len(), |m| m.bytes)
+}
+
+/// The length in characters of the string `text` is or stands for.
+pub fn chars(text: &str) -> usize {
+    marker(text).map_or_else(|| text.chars().count(), |m| m.chars)
+}
+
+/// The tokens of the output or text `text` is or stands for.
+pub fn count(text: &str, counter: &TokenCounter) -> u64 {
+    marker(text).map_or_else(|| counter.count(text), |m| m.tokens)
+}
+
+/// The tokens of a tool input's JSON, as `counter.count(&input.to_string())` counts them before
+/// it was slimmed: a slimmed input holds its count in its markers. `None` when the input holds
+/// no marker and must be counted.
+pub fn input_count(input: &Value) -> Option<u64> {
+    input.as_object()?.values().find_map(|v| v.as_str().and_then(marker)).map(|m| m.tokens)
+}
+
+/// What deduplication compares of a string: big strings and their markers by identity.
+pub fn canonical(text: &str, out: &mut String) {
+    match marker(text) {
+        Some(m) => push_identity(m.identity, out),
+        None if text.len() >= MIN_BYTES => push_identity(&identity(text), out),
+        None => out.push_str(&Value::String(text.to_string()).to_string()),
+    }
+}
+
+fn push_identity(identity: &str, out: &mut String) {
+    out.push_str(TAG);
+    out.push_str(identity);
+}
+
+/// Slims a message's info in place: keeps what the session model and the synthetic messages
+/// read (ids, role, agent, model, creation time, whether it finished, and a compaction
+/// summary's flag).
+pub fn slim_info(info: &mut Value) {
+    let Some(map) = info.as_object_mut() else { return };
+    map.retain(|k, v| match k.as_str() {
+        "id" | "sessionID" | "parentID" | "role" | "agent" | "model" | "finish" => true,
+        "summary" => v.is_boolean(),
+        "time" => {
+            if let Value::Object(time) = v {
+                time.retain(|k, _| k == "created");
+            }
+            true
+        }
+        _ => false,
+    });
+}
+
+/// Drops the fields of a part nothing reads after it was indexed: the ids every part repeats,
+/// a step's snapshot and usage, a tool call's title, metadata and timings (but whether
+/// OpenCode compacted it). Cheap: the mirror does it as a part arrives.
+pub fn strip_part(part: &mut Value) {
+    let Some(map) = part.as_object_mut() else { return };
+    map.shift_remove("sessionID");
+    map.shift_remove("messageID");
+    match map.get("type").and_then(Value::as_str) {
+        Some("step-start" | "step-finish" | "patch" | "snapshot") => map.retain(|k, _| k == "id" || k == "type"),
+        Some("tool") => {
+            let Some(Value::Object(state)) = map.get_mut("state") else { return };
+            state.retain(|k, _| matches!(k.as_str(), "status" | "input" | "output" | "error" | "time"));
+            if let Some(Value::Object(time)) = state.get_mut("time") {
+                time.retain(|k, _| k == "compacted");
+                if time.is_empty() {
+                    state.shift_remove("time");
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Slims one part in place: [`strip_part`], then its big strings (a tool's output, its big
+/// inputs) become markers, their tokens counted with `counter` (and cached there by part id,
+/// as [`crate::strategies::output_tokens`] would). A part slimmed before is left as it is.
+/// Text and reasoning parts keep their text (the compress tags read it).
+pub fn slim_part(part: &mut Value, counter: &mut TokenCounter) {
+    strip_part(part);
+    let Some(map) = part.as_object_mut() else { return };
+    if map.get("type").and_then(Value::as_str) != Some("tool") {
+        return;
+    }
+    let id = map.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+    let tool = map.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
+    let Some(Value::Object(state)) = map.get_mut("state") else { return };
+    if let Some(Value::String(output)) = state.get_mut("output") {
+        if is_big(output) {
+            let tokens = counter.count_part_with(&id, Field::Output, || output.as_str());
+            *output = make_marker(output, tokens);
+        }
+    }
+    if let Some(input @ Value::Object(_)) = state.get_mut("input") {
+        slim_input(input, &id, &tool, counter);
+    }
+}
+
+/// Replaces an input's big top-level strings, except the ones [`KEPT_INPUTS`] names (and of a
+/// `write`, all but `content`), by markers that hold the whole input's tokens. Nested values
+/// stay: a purge of an errored call's inputs replaces only the top-level strings, and what is
+/// left of them is counted as it is.
+fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounter) {
+    let slims = |k: &str, v: &Value| {
+        v.as_str().is_some_and(is_big) && if tool == "write" { k == "content" } else { !KEPT_INPUTS.contains(&k) }
+    };
+    let Some(map) = input.as_object() else { return };
+    if !map.iter().any(|(k, v)| slims(k, v)) {
+        return;
+    }
+    let tokens = counter.count_part(id, Field::Input, &input.to_string());
+    let Some(map) = input.as_object_mut() else { return };
+    for (k, v) in map.iter_mut() {
+        if slims(k, v) {
+            if let Value::String(s) = v {
+                *s = make_marker(s, tokens);
+            }
+        }
+    }
+}
+
+/// The bytes of the strings `value` holds (keys included): what a slimmed part costs beyond
+/// its nodes. For tests and measurements.
+pub fn string_bytes(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(string_bytes).sum(),
+        Value::Object(map) => map.iter().map(|(k, v)| k.len() + string_bytes(v)).sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::EstimatorChoice;
+    use serde_json::json;
+
+    #[test]
+    fn markers_answer_for_their_originals() {
+        let counter = TokenCounter::new(EstimatorChoice::Auto);
+        let text = "héllo wörld\n".repeat(40);
+        let m = make_marker(&text, counter.count(&text));
+        assert!(m.len() < 100, "{m}");
+        assert_eq!(
+            (bytes(&m), chars(&m), count(&m, &counter)),
+            (text.len(), text.chars().count(), counter.count(&text))
+        );
+        let (mut a, mut b) = (String::new(), String::new());
+        canonical(&text, &mut a);
+        canonical(&m, &mut b);
+        assert_eq!(a, b);
+        let mut other = String::new();
+        canonical(&format!("{text}!"), &mut other);
+        assert_ne!(a, other);
+        assert_eq!(marker("plain"), None);
+    }
+
+    #[test]
+    fn a_slimmed_tool_part_keeps_what_the_strategies_read() {
+        let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+        let content = "x = 1\n".repeat(100);
+        let mut part = json!({"id": "prt_1", "sessionID": "ses_1", "messageID": "msg_1", "type": "tool",
+            "tool": "write", "callID": "c1", "state": {"status": "completed", "title": "t",
+            "input": {"filePath": "/a", "content": content}, "output": "ok", "metadata": {"x": 1},
+            "time": {"start": 1, "end": 2}}});
+        let input_tokens = counter.count(&part["state"]["input"].to_string());
+        slim_part(&mut part, &mut counter);
+        let state = &part["state"];
+        assert_eq!(state["input"]["filePath"], "/a");
+        assert_eq!(state["output"], "ok");
+        assert_eq!(input_count(&state["input"]), Some(input_tokens));
+        assert_eq!(bytes(state["input"]["content"].as_str().unwrap()), content.len());
+        assert_eq!(part.as_object().unwrap().keys().collect::<Vec<_>>(), ["id", "type", "tool", "callID", "state"]);
+        assert_eq!(state.as_object().unwrap().keys().collect::<Vec<_>>(), ["status", "input", "output"]);
+        let again = part.clone();
+        slim_part(&mut part, &mut counter);
+        assert_eq!(part, again);
+    }
+}
