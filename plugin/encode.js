@@ -26,82 +26,109 @@ export class SentCache {
   }
 }
 
-function partKey(part) {
-  const state = part.state;
-  if (part.type === "tool" && state) {
-    const body = state.output ?? state.error ?? "";
-    return `t|${state.status}|${state.time?.end ?? ""}|${state.time?.compacted ?? ""}|${body.length}`;
+// A message's version is coded once, here, as a flat list of plain values: its info's id and
+// the info fields that change (INFO slots), then, for each part, its id and the part fields
+// that change (PART slots). `putInfo` and `putPart` write those slots; everything else (the
+// cache of the last request's versions, the by-reference test for infos and parts) compares
+// slots, so that checking a message builds nothing.
+const INFO = 7;
+const PART = 5;
+
+/** Writes `info`'s slots into `v` at `at`: id, role, completion, finish, summary, error,
+ * output tokens. */
+function putInfo(v, at, info) {
+  v[at] = info.id;
+  v[at + 1] = info.role;
+  v[at + 2] = info.time?.completed;
+  v[at + 3] = info.finish;
+  v[at + 4] = info.summary === true;
+  v[at + 5] = !!info.error;
+  v[at + 6] = info.tokens?.output;
+}
+
+/** Writes `part`'s slots into `v` at `at`: its id, then a tool's status, end, compaction and
+ * output length; a text's type, length, end and whether it is ignored; for anything else
+ * (step markers, patches, files: written once, never changed) its type. A part without an
+ * id gets `null` slots: it is always sent in full. */
+function putPart(v, at, part) {
+  const st = part?.state;
+  if (!part || !part.id) v.fill(null, at, at + PART);
+  else if (part.type === "tool" && st) {
+    v[at] = part.id;
+    v[at + 1] = st.status;
+    v[at + 2] = st.time?.end;
+    v[at + 3] = st.time?.compacted;
+    v[at + 4] = (st.output ?? st.error ?? "").length;
+  } else if (typeof part.text === "string") {
+    v[at] = part.id;
+    v[at + 1] = part.type;
+    v[at + 2] = part.text.length;
+    v[at + 3] = part.time?.end;
+    v[at + 4] = part.ignored;
+  } else {
+    v[at] = part.id;
+    v[at + 1] = part.type;
+    v[at + 2] = v[at + 3] = v[at + 4] = 0;
   }
-  if (typeof part.text === "string") return `x|${part.type}|${part.text.length}|${part.time?.end ?? ""}|${part.ignored ?? ""}`;
-  // Step markers, patches, files and the like are written once and never change.
-  return `o|${part.type}`;
 }
 
-function infoKey(info) {
-  return `${info.role}|${info.time?.completed ?? ""}|${info.finish ?? ""}|${info.summary === true}|${info.error ? 1 : 0}|${info.tokens?.output ?? ""}`;
-}
-
-/** What identifies a message's version, as a flat list: its info and every part, by id and
- * the fields that change (a tool's status, end, compaction and output length; a text's
- * length). `null` for a message with a part that has no id: it is always re-sent. */
-function fingerprint(m) {
-  const info = m.info ?? {};
-  const f = [info.id, info.role, info.time?.completed, info.finish, info.summary === true, !!info.error, info.tokens?.output];
-  for (const part of m.parts ?? []) {
-    if (!part || !part.id) return null;
-    const st = part.state;
-    if (part.type === "tool" && st) f.push(part.id, st.status, st.time?.end, st.time?.compacted, (st.output ?? st.error ?? "").length);
-    else if (typeof part.text === "string") f.push(part.id, part.type, part.text.length, part.time?.end, part.ignored);
-    else f.push(part.id, part.type, 0, 0, 0);
-  }
-  return f;
-}
-
-/** Whether `m` still has fingerprint `f`, read without building anything: this runs over
- * the whole history on every request. */
-function matches(m, f) {
-  if (!f) return false;
-  const info = m.info ?? {};
+/** A message's version (see above). */
+export function version(m) {
   const parts = m.parts ?? [];
-  if (f.length !== 7 + 5 * parts.length) return false;
-  if (f[0] !== info.id || f[1] !== info.role || f[2] !== info.time?.completed || f[3] !== info.finish) return false;
-  if (f[4] !== (info.summary === true) || f[5] !== !!info.error || f[6] !== info.tokens?.output) return false;
-  let i = 7;
-  for (const part of parts) {
-    if (!part || part.id !== f[i]) return false;
-    const st = part.state;
-    if (part.type === "tool" && st) {
-      if (f[i + 1] !== st.status || f[i + 2] !== st.time?.end || f[i + 3] !== st.time?.compacted) return false;
-      if (f[i + 4] !== (st.output ?? st.error ?? "").length) return false;
-    } else if (typeof part.text === "string") {
-      if (f[i + 1] !== part.type || f[i + 2] !== part.text.length || f[i + 3] !== part.time?.end || f[i + 4] !== part.ignored) return false;
-    } else if (f[i + 1] !== part.type) return false;
-    i += 5;
-  }
+  const v = new Array(INFO + PART * parts.length);
+  putInfo(v, 0, m.info ?? {});
+  for (let k = 0; k < parts.length; k++) putPart(v, INFO + PART * k, parts[k]);
+  return v;
+}
+
+/** Whether `n` slots of `a` from `i` equal those of `b` from `j`. */
+function sameSlots(a, i, b, j, n) {
+  for (let k = 0; k < n; k++) if (a[i + k] !== b[j + k]) return false;
+  return true;
+}
+
+const scratch = new Array(INFO);
+
+/** Whether `part` still has the slots of `f` at `at`, read without building anything. */
+function partIs(part, f, at) {
+  putPart(scratch, 0, part);
+  return scratch[0] !== null && sameSlots(scratch, 0, f, at, PART);
+}
+
+/** What the cache keeps of a message's version to compare the next request's with: the
+ * version, or `null` when a part has no id, so that the message is always re-sent. */
+function print(v) {
+  for (let at = INFO; at < v.length; at += PART) if (v[at] === null) return null;
+  return v;
+}
+
+/** Whether `m` still has version `f`: every slot. This runs only from where the quick
+ * checks stopped, a few messages a request. */
+function matches(m, f) {
+  const parts = m.parts ?? [];
+  if (!f || f.length !== INFO + PART * parts.length) return false;
+  putInfo(scratch, 0, m.info ?? {});
+  if (!sameSlots(scratch, 0, f, 0, INFO)) return false;
+  for (let k = 0; k < parts.length; k++) if (!partIs(parts[k], f, INFO + PART * k)) return false;
   return true;
 }
 
 /** The quick form of `matches` for messages well behind the newest: a finished message
- * keeps its info and its text; what OpenCode still changes there is a tool part's status and
- * its compaction, so only those (and every id and part count) are compared. */
+ * keeps its info and its text; what OpenCode still changes there is a tool part (its status,
+ * its compaction), so only tool parts (and every part count) are compared. The messages are
+ * fresh objects, each field read a cache miss: the others are not read. */
 function settled(m, f) {
-  if (!f) return false;
   const parts = m.parts ?? [];
-  if (f.length !== 7 + 5 * parts.length || f[0] !== m.info?.id) return false;
-  let i = 7;
-  for (const part of parts) {
-    if (part?.type === "tool") {
-      const st = part.state;
-      if (part.id !== f[i] || f[i + 1] !== st?.status || f[i + 3] !== st?.time?.compacted) return false;
-    }
-    i += 5;
+  if (!f || f.length !== INFO + PART * parts.length || f[0] !== m.info?.id) return false;
+  for (let k = 0; k < parts.length; k++) {
+    if (parts[k]?.type === "tool" && !partIs(parts[k], f, INFO + PART * k)) return false;
   }
   return true;
 }
 
 /** The quickest check: same id, same number of parts. */
 function same(m, f) {
-  return f !== null && f !== undefined && f[0] === m.info?.id && f.length === 7 + 5 * (m.parts?.length ?? 0);
+  return f !== null && f !== undefined && f[0] === m.info?.id && f.length === INFO + PART * (m.parts?.length ?? 0);
 }
 
 /** How many settled messages each request checks with `settled`: a window that moves on
@@ -141,29 +168,45 @@ export function encode(messages, cache) {
     }
     while (base < messages.length && base < previous.length && matches(messages[base], previous[base])) base++;
     previous.length = base;
-    for (let i = base; i < messages.length; i++) previous.push(fingerprint(messages[i]));
   }
   const wire = [];
   for (let i = base; i < messages.length; i++) {
     const m = messages[i];
-    const info = m.info ?? {};
-    const entry = { id: info.id, parts: [] };
-    const ik = infoKey(info);
-    if (cache && info.id && cache.infos.get(info.id) === ik) {
-      // Sent before and unchanged: the sidecar has it.
-    } else {
-      entry.info = info;
-      if (cache && info.id) cache.infos.set(info.id, ik);
+    if (!cache) {
+      wire.push({ id: m.info?.id, parts: [...(m.parts ?? [])], info: m.info ?? {} });
+      continue;
     }
-    for (const part of m.parts ?? []) {
-      const key = part && part.id ? partKey(part) : null;
-      if (cache && key && cache.parts.get(part.id) === key) entry.parts.push({ ref: part.id });
-      else {
-        entry.parts.push(part);
-        if (cache && key) cache.parts.set(part.id, key);
-      }
-    }
-    wire.push(entry);
+    const v = version(m);
+    cache.prints.push(print(v));
+    wire.push(delta(m, v, cache));
   }
   return { base, messages: wire };
+}
+
+/** One message in wire form: its info and parts in full, or by reference where `cache`
+ * holds the same slots for them from an earlier request (the sidecar has them). */
+function delta(m, v, cache) {
+  const info = m.info ?? {};
+  const entry = { id: info.id, parts: [] };
+  const sent = info.id ? cache.infos.get(info.id) : undefined;
+  // Sent before and unchanged, the info is left out.
+  if (!sent || !sameSlots(sent, 0, v, 0, INFO)) {
+    entry.info = info;
+    if (info.id) cache.infos.set(info.id, v);
+  }
+  const parts = m.parts ?? [];
+  for (let k = 0, at = INFO; k < parts.length; k++, at += PART) {
+    const part = parts[k];
+    if (v[at] === null) {
+      entry.parts.push(part);
+      continue;
+    }
+    const before = cache.parts.get(part.id);
+    if (before && sameSlots(before.v, before.at, v, at, PART)) entry.parts.push({ ref: part.id });
+    else {
+      entry.parts.push(part);
+      cache.parts.set(part.id, { v, at });
+    }
+  }
+  return entry;
 }

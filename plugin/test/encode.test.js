@@ -1,7 +1,7 @@
 // Unit tests of the delta encoder: what is sent in full, by reference, or not at all.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SentCache, encode } from "../encode.js";
+import { SentCache, encode, version } from "../encode.js";
 
 const tool = (id, output, status = "completed") => ({
   id,
@@ -126,4 +126,58 @@ test("a new sidecar generation forgets what was sent", () => {
   assert.equal(fresh.messages.length, 6);
   sent.forget("ses_1");
   assert.equal(encode(copy(messages), sent.session("ses_1", 2)).base, 0);
+});
+
+test("a message's version: its id and info slots, then each part's id and slots", () => {
+  const m = message("a0", "assistant", [tool("pt0", "out"), text("px0", "hello")]);
+  const v = version(m);
+  assert.equal(v.length, 7 + 5 * 2);
+  assert.deepEqual([v[0], v[7], v[12]], ["a0", "pt0", "px0"]);
+  assert.deepEqual(v.slice(7), ["pt0", "completed", 2, undefined, 3, "px0", "text", 5, undefined, undefined]);
+  // Every field that changes changes the version; the rest (a tool's input) does not.
+  const changes = [
+    (c) => (c.info.time.completed = 5),
+    (c) => (c.info.finish = "stop"),
+    (c) => (c.info.summary = true),
+    (c) => (c.info.error = { name: "x" }),
+    (c) => (c.info.tokens = { output: 3 }),
+    (c) => (c.parts[0].state.status = "error"),
+    (c) => (c.parts[0].state.time.end = 9),
+    (c) => (c.parts[0].state.time.compacted = 9),
+    (c) => (c.parts[0].state.output = "longer output"),
+    (c) => (c.parts[1].text = "hello, world"),
+    (c) => (c.parts[1].ignored = true),
+    (c) => c.parts.push(text("px1", "more")),
+  ];
+  for (const change of changes) {
+    const c = copy([m])[0];
+    change(c);
+    assert.notDeepEqual(version(c), v, change.toString());
+  }
+  const same = copy([m])[0];
+  same.parts[0].state.input = { filePath: "/elsewhere" };
+  assert.deepEqual(version(same), v);
+});
+
+test("a part without an id stands as null in the version; its message is re-sent, its other parts by reference", () => {
+  const cache = new SentCache().session("ses_1", 0);
+  const messages = [message("u0", "user", [text("pu0", "with id"), { type: "text", text: "no id" }])];
+  assert.deepEqual(version(messages[0]).slice(7), ["pu0", "text", 7, undefined, undefined, null, null, null, null, null]);
+  encode(copy(messages), cache);
+  const again = encode(copy(messages), cache);
+  assert.equal(again.base, 0);
+  assert.deepEqual(again.messages[0].parts[0], { ref: "pu0" });
+  assert.equal(again.messages[0].parts[1].text, "no id");
+  assert.equal(again.messages[0].info, undefined);
+});
+
+test("a settled tool output that changed length is re-sent from its message", () => {
+  const cache = new SentCache().session("ses_1", 0);
+  const messages = history(10);
+  encode(copy(messages), cache);
+  const changed = copy(messages);
+  changed[5].parts[0].state.output = "output 2, rewritten";
+  let base = null;
+  for (let i = 0; i < 3 && base !== 5; i++) base = encode(copy(changed), cache).base;
+  assert.equal(base, 5);
 });
