@@ -1,12 +1,14 @@
 //! The CLI on the fixtures: stdout, stderr and the exit status, snapshotted together.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Sandbox, DB_SESSION, TREE_SESSION};
+use dcp::state::persist::{self, LoadOutcome};
+use serde_json::Value;
 
-/// Runs `dcp ARGS --data-dir <sandbox data>` with a private home and config, and renders the
-/// result with the sandbox's paths filtered.
+use crate::persistence::{bad_states, HUGE_HEAD, OVER_LIMIT};
+use crate::support::{self, assert_error, bad_ids, clone_session, stderr, tree, Sandbox, DB_SESSION, TREE_SESSION};
+
 /// `dcp ARGS` on the sandbox's data dir (see [`crate::support::dcp`]): stdout, stderr and
 /// the exit status, with the sandbox's path filtered out.
 fn dcp(sandbox: &Sandbox, args: &[&str]) -> String {
@@ -133,13 +135,7 @@ fn an_empty_data_dir_is_an_error() {
     let s = Sandbox::new();
     let empty = s.dir.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["sessions", "--data-dir"])
-        .arg(&empty)
-        .env("HOME", s.dir.path().join("home"))
-        .env_remove("XDG_CONFIG_HOME")
-        .output()
-        .unwrap();
+    let out = support::dcp_in(&s, &empty, &["sessions"], std::time::Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("dcp: no OpenCode data in "), "{stderr}");
@@ -275,13 +271,7 @@ fn replay_all_gives_the_ratios_over_every_session() {
 #[test]
 fn replay_json_has_the_documented_fields() {
     let s = Sandbox::new();
-    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["replay", "--json", "--mode", "all", "--data-dir"])
-        .arg(s.data())
-        .env("HOME", s.dir.path().join("home"))
-        .env("XDG_CONFIG_HOME", s.dir.path().join("home/.config"))
-        .output()
-        .unwrap();
+    let out = support::dcp(&s, &["replay", "--json", "--mode", "all"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let session = &v["sessions"][0];
@@ -309,4 +299,80 @@ fn replay_refuses_a_bad_ttl_and_an_unknown_mode() {
     let s = Sandbox::new();
     insta::assert_snapshot!(dcp(&s, &["replay", "--cache-ttl", "soon"]));
     insta::assert_snapshot!(dcp(&s, &["replay", "--mode", "aggressive"]));
+}
+
+#[test]
+fn dcp_stats_warns_about_each_hostile_state_file_by_name() {
+    let s = Sandbox::new();
+    for bad in bad_states() {
+        (bad.write)(&s.state_dir().join(format!("{}.json", bad.id)));
+    }
+    let out = support::dcp(&s, &["stats"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for bad in bad_states() {
+        let file = s.state_dir().join(format!("{}.json", bad.id));
+        let line = err
+            .lines()
+            .find(|l| l.contains(&file.display().to_string()))
+            .unwrap_or_else(|| panic!("no warning names {}: {err}", file.display()));
+        assert!(line.contains("warning") && line.contains(bad.reason), "{line}");
+    }
+    let out = support::dcp(&s, &["stats", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The fixtures' two corrupt files, and ours.
+    assert_eq!(v["all_time"]["corrupt"].as_array().unwrap().len(), 2 + bad_states().len());
+}
+
+#[test]
+fn dcp_sweep_sets_each_hostile_state_file_aside_byte_for_byte() {
+    let s = Sandbox::new();
+    for bad in bad_states() {
+        let path = s.state_dir().join(format!("{}.json", bad.id));
+        (bad.write)(&path);
+        let small = std::fs::metadata(&path).unwrap().len() < OVER_LIMIT;
+        let original = if small { std::fs::read(&path).unwrap() } else { Vec::new() };
+        clone_session(&s, bad.id);
+        let out = support::dcp(&s, &["sweep", "--session", bad.id, "2"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{}: {err}", bad.id);
+        assert!(err.contains(&path.display().to_string()), "{}: the warning does not name the file: {err}", bad.id);
+        let aside: Vec<PathBuf> = std::fs::read_dir(s.state_dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{}.json.corrupt-", bad.id)))
+            .collect();
+        assert_eq!(aside.len(), 1, "{}: {aside:?} {err}", bad.id);
+        if small {
+            assert!(std::fs::read(&aside[0]).unwrap() == original, "{}: the set-aside bytes differ", bad.id);
+        } else {
+            assert_eq!(std::fs::metadata(&aside[0]).unwrap().len(), OVER_LIMIT);
+            let mut head = vec![0; HUGE_HEAD.len()];
+            std::io::Read::read_exact(&mut std::fs::File::open(&aside[0]).unwrap(), &mut head).unwrap();
+            assert_eq!(head, HUGE_HEAD);
+        }
+        // The new state file is a good one.
+        assert!(matches!(persist::load_path(&path), LoadOutcome::Loaded(_)), "{}", bad.id);
+    }
+}
+
+/// Session ids that must never reach a file name. A NUL byte cannot be passed on a command
+/// line, so the CLI gets the others and the sidecar gets all of them.
+#[test]
+fn odd_session_ids_are_refused_by_the_cli_and_nothing_is_written() {
+    let s = Sandbox::new();
+    let before = tree(s.dir.path());
+    for id in bad_ids().iter().filter(|id| !id.contains('\0')) {
+        for args in [
+            vec!["context", "--session", id],
+            vec!["sweep", "--session", id],
+            vec!["sweep", "--session", id, "1"],
+            vec!["stats", "--session", id],
+        ] {
+            let out = support::dcp(&s, &args);
+            assert_error(&out, &["invalid session id"]);
+            assert!(stderr(&out).len() < 400, "{}", stderr(&out));
+        }
+    }
+    assert!(tree(s.dir.path()) == before, "something was written");
 }

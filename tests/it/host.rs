@@ -4,10 +4,12 @@ use dcp::host::paths::Env;
 use dcp::host::{DataDir, HostError, Source};
 use dcp::session::{tool_calls, visible_history, Role, ToolStatus};
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use crate::support::{assert_error, dcp, dcp_in, fixtures, stderr, Sandbox, DB_SESSION, TREE_SESSION};
+use crate::support::{assert_error, dcp, dcp_in, fixtures, stderr, tree, Sandbox, DB_SESSION, TREE_SESSION};
 
 fn data() -> DataDir {
     DataDir::new(&fixtures().join("data"), &Env::default())
@@ -263,4 +265,48 @@ fn a_missing_db_or_data_dir_is_an_error() {
         assert_error(&out, &["no OpenCode data in", &bare.display().to_string()]);
     }
     assert!(std::fs::read_dir(&bare).unwrap().next().is_none(), "something was written in {}", bare.display());
+}
+
+#[test]
+fn opencode_data_stays_untouched_by_every_command() {
+    let s = Sandbox::new();
+    let data = s.data();
+    let is_dcp = |p: &Path| p.starts_with("storage/plugin/dcp");
+    let opencode = |t: &BTreeMap<PathBuf, Vec<u8>>| -> BTreeMap<PathBuf, Vec<u8>> {
+        t.iter().filter(|(p, _)| !is_dcp(p)).map(|(p, b)| (p.clone(), b.clone())).collect()
+    };
+    let original = tree(&data);
+    assert!(original.contains_key(Path::new("opencode.db")));
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["sessions"],
+        vec!["sessions", "--json"],
+        vec!["context"],
+        vec!["context", "--session", TREE_SESSION],
+        vec!["context", "--json"],
+        vec!["sweep", "--session", DB_SESSION, "--dry-run"],
+        vec!["sweep", "--session", DB_SESSION],
+        vec!["sweep", "--session", TREE_SESSION, "3"],
+        vec!["stats"],
+        vec!["stats", "--session", DB_SESSION],
+        vec!["stats", "--json", "--session", TREE_SESSION],
+    ];
+    for args in commands {
+        let before = tree(&data);
+        let out = dcp(&s, &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let after = tree(&data);
+        assert!(opencode(&after) == opencode(&before), "{args:?} changed OpenCode's data");
+        let new: Vec<&PathBuf> = after.keys().filter(|p| !before.contains_key(*p) && !is_dcp(p)).collect();
+        assert!(new.is_empty(), "{args:?} created {new:?}");
+        let sidecars: Vec<&PathBuf> = after
+            .keys()
+            .filter(|p| {
+                p.to_string_lossy().ends_with("-wal")
+                    || p.to_string_lossy().ends_with("-shm")
+                    || p.to_string_lossy().ends_with("-journal")
+            })
+            .collect();
+        assert!(sidecars.is_empty(), "{args:?} left {sidecars:?}");
+    }
+    assert!(opencode(&tree(&data)) == opencode(&original));
 }

@@ -6,13 +6,13 @@
 mod cli;
 mod compress;
 mod concurrency;
+mod config;
 mod crash;
 mod doctor;
 mod e2e;
 mod engine;
 mod gen;
 mod host;
-mod hostile;
 mod index;
 mod masking;
 mod package;

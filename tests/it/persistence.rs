@@ -1,4 +1,11 @@
-//! State files: every DCP layout reads, dcp's layout round-trips, corrupt files survive.
+//! State files: every DCP layout reads, dcp's layout round-trips, corrupt files survive;
+//! hostile ones (truncated, not UTF-8, huge, too deep, wrongly typed, a FIFO) load as corrupt
+//! with a reason.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use dcp::state::persist::{self, LoadOutcome};
 use dcp::state::store::SessionStore;
@@ -6,7 +13,7 @@ use dcp::state::{Action, PruneRecord, SessionState, Strategy};
 use dcp::tokens::EstimatorChoice;
 use serde_json::{json, Value};
 
-use crate::support::{fixtures, DB_SESSION, TREE_SESSION};
+use crate::support::{dcp_in, fixtures, stderr, Sandbox, DB_SESSION, TREE_SESSION};
 
 fn fixture_state(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join("data/storage/plugin/dcp").join(name)).unwrap()
@@ -246,4 +253,89 @@ fn a_repeated_all_time_report_sees_an_in_place_rewrite_that_keeps_size_and_time(
     write(222);
     std::fs::File::options().append(true).open(&path).unwrap().set_modified(modified).unwrap();
     assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().tokens_saved, 222);
+}
+
+/// The largest state file dcp reads, plus one byte.
+pub const OVER_LIMIT: u64 = persist::MAX_STATE_BYTES + 1;
+
+/// A hostile state file: its session id, how to write it, and what the reason must say.
+pub struct BadState {
+    pub id: &'static str,
+    pub write: fn(&Path),
+    pub reason: &'static str,
+}
+
+/// The first bytes of the oversized state file, so a set-aside copy can be recognised.
+pub const HUGE_HEAD: &[u8] = b"{\"sessionName\": \"huge\", \"pad\": \"";
+
+/// Hostile state files: truncated, not UTF-8, over the size limit, nested too deep, wrongly
+/// typed. The CLI's tests (`cli.rs`) give them to `dcp stats` and `dcp sweep`.
+pub fn bad_states() -> Vec<BadState> {
+    vec![
+        BadState {
+            id: "ses_hostileTruncatedState",
+            write: |p| std::fs::write(p, br#"{"prune": {"toolIds": ["call_1", "ca"#).unwrap(),
+            reason: "not valid JSON",
+        },
+        BadState {
+            id: "ses_hostileNotUtf8State",
+            write: |p| std::fs::write(p, b"{\"sessionName\": \"caf\xe9 \xff\xfe\"}").unwrap(),
+            reason: "not UTF-8",
+        },
+        BadState {
+            id: "ses_hostileHugeState",
+            write: |p| {
+                // A sparse file: it claims more than the limit but costs no disk.
+                let mut file = std::fs::File::create(p).unwrap();
+                file.write_all(HUGE_HEAD).unwrap();
+                file.set_len(OVER_LIMIT).unwrap();
+            },
+            reason: "larger than the",
+        },
+        BadState {
+            id: "ses_hostileDeepState",
+            write: |p| std::fs::write(p, "[".repeat(100_000)).unwrap(),
+            reason: "not valid JSON",
+        },
+        BadState {
+            id: "ses_hostileWrongTypes",
+            write: |p| std::fs::write(p, br#"{"prune": {"toolIds": ["call_1"]}, "dcp": {"pruned": [1, 2]}}"#).unwrap(),
+            reason: "`dcp.pruned` must be an object",
+        },
+    ]
+}
+
+#[test]
+fn hostile_state_files_load_as_corrupt_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in bad_states() {
+        let path = dir.path().join(format!("{}.json", bad.id));
+        (bad.write)(&path);
+        match persist::load(dir.path(), bad.id).unwrap() {
+            LoadOutcome::Corrupt { path: named, reason } => {
+                assert_eq!(named, path);
+                assert!(reason.contains(bad.reason), "{}: {reason}", bad.id);
+                assert!(reason.len() < 400, "{}: an unreadably long reason: {reason}", bad.id);
+            }
+            other => panic!("{}: {other:?}", bad.id),
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_state_file_that_is_a_fifo_does_not_hang() {
+    let s = Sandbox::new();
+    let id = "ses_hostileFifoState";
+    let path = s.state_dir().join(format!("{id}.json"));
+    let made = Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success());
+    match persist::load_path(&path) {
+        LoadOutcome::Corrupt { reason, .. } => assert!(reason.contains("not a regular file"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let out = dcp_in(&s, &s.data(), &["stats"], Duration::from_secs(10));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&path.display().to_string()) && err.contains("not a regular file"), "{err}");
 }

@@ -263,4 +263,26 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(parse(deep.as_bytes()).is_err());
     }
+
+    #[test]
+    fn a_wrongly_typed_state_field_with_multibyte_text_names_the_key() {
+        // The value is cut for the message at byte 60, which falls inside an `é`.
+        let text = format!("{{\"prune\": \"{}\"}}", "é".repeat(40));
+        let error = parse(text.as_bytes()).unwrap_err();
+        assert_eq!(error.key(), Some("prune"));
+        let reason = error.to_string();
+        assert!(reason.starts_with("`prune` must be an object, not \"éé"), "{reason}");
+        assert!(reason.ends_with('…') && reason.len() < 120, "{reason}");
+    }
+
+    #[test]
+    fn a_state_file_with_the_largest_id_does_not_overflow() {
+        let bytes = format!(r#"{{"dcp": {{"ids": {{"call_1": {max}}}, "nextId": {max}}}}}"#, max = u32::MAX);
+        let mut state = parse(bytes.as_bytes()).unwrap();
+        assert_eq!(state.next_id, u32::MAX);
+        assert_eq!(state.id_for("call_1"), u32::MAX);
+        // No id is left to hand out: the next one is clamped rather than overflowing.
+        assert_eq!(state.id_for("call_2"), u32::MAX);
+        assert_eq!(state.next_id, u32::MAX);
+    }
 }

@@ -269,4 +269,35 @@ mod tests {
         // A file written before the ledger existed starts a fresh one.
         assert_eq!(parse(br#"{"dcp": {}}"#).unwrap().ledger, crate::state::Ledger::default());
     }
+
+    #[test]
+    fn rendering_a_state_file_twice_gives_the_same_bytes() {
+        // Found by the `state_file` fuzz target on the fixtures' 0.3 layout: `Map::remove` swapped
+        // the last key into the removed one's place, so every save reordered the file.
+        const WHEN: &str = "2026-01-01T00:00:00.000Z";
+        for file in
+            std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/data/storage/plugin/dcp"))
+                .unwrap()
+        {
+            let bytes = std::fs::read(file.unwrap().path()).unwrap();
+            let Ok(state) = parse(&bytes) else {
+                continue;
+            };
+            let once = render(&state, WHEN);
+            let twice = render(&parse(&once).unwrap(), WHEN);
+            assert_eq!(String::from_utf8(twice).unwrap(), String::from_utf8(once).unwrap());
+        }
+    }
+
+    #[test]
+    fn an_unknown_float_field_survives_saves_exactly() {
+        // Found by the `state_file` fuzz target: without serde_json's `float_roundtrip`, a float
+        // kept from an unknown field lost its last digit on every save.
+        const WHEN: &str = "2026-01-01T00:00:00.000Z";
+        let state = parse(br#"{"theirs": 2.2222222001722586e28}"#).unwrap();
+        let once = render(&state, WHEN);
+        let twice = render(&parse(&once).unwrap(), WHEN);
+        assert_eq!(String::from_utf8(twice).unwrap(), String::from_utf8(once.clone()).unwrap());
+        assert!(String::from_utf8(once).unwrap().contains("2.2222222001722586e+28"));
+    }
 }
