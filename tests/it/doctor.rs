@@ -3,7 +3,7 @@
 //! OpenCode): stdout, stderr and the exit status, snapshotted together.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Duration;
 
 use crate::support::copy_dir;
 
@@ -66,18 +66,15 @@ impl Install {
     /// Runs `dcp doctor ARGS` as the user would, and renders the result with paths filtered.
     fn doctor(&self, args: &[&str]) -> String {
         let root = self.root();
-        let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
-            .arg("doctor")
-            .args(args)
-            .current_dir(root.join("project"))
-            .env_clear()
-            .env("HOME", root.join("home"))
-            .env("XDG_CONFIG_HOME", root.join("config"))
-            .env("XDG_CACHE_HOME", root.join("cache"))
-            .env("XDG_DATA_HOME", root.join("data"))
-            .env("PATH", root.join("empty-path"))
-            .output()
-            .unwrap();
+        let env = [
+            ("HOME", root.join("home")),
+            ("XDG_CONFIG_HOME", root.join("config")),
+            ("XDG_CACHE_HOME", root.join("cache")),
+            ("XDG_DATA_HOME", root.join("data")),
+            ("PATH", root.join("empty-path")),
+        ];
+        let args = std::iter::once("doctor").chain(args.iter().copied());
+        let out = crate::support::run_dcp(args, &root.join("project"), &env, Duration::from_secs(120));
         let text = crate::support::rendered(&out);
         let platform = dcp::doctor::platform().unwrap_or("?");
         text.replace(&root.display().to_string(), "[HOME]")

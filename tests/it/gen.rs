@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::Command;
 
 use dcp::session::{tool_calls, Message, ToolStatus};
 use dcp_testkit::gen::{self, SessionSpec};
@@ -17,16 +16,9 @@ fn testkit(args: &[&str]) -> Value {
 }
 
 fn dcp(args: &[&str], home: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(args)
-        .arg("--json")
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("OPENCODE_CONFIG_DIR")
-        .current_dir(home)
-        .output()
-        .unwrap();
+    let env = [("HOME", home.to_path_buf()), ("XDG_CONFIG_HOME", home.join(".config"))];
+    let args = args.iter().chain(&["--json"]);
+    let out = crate::support::run_dcp(args, home, &env, std::time::Duration::from_secs(60));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -150,13 +150,7 @@ fn replay_all_names_a_session_it_cannot_replay_and_goes_on() {
     )
     .unwrap();
     drop(db);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["replay", "--all", "--json", "--data-dir"])
-        .arg(s.data())
-        .env("HOME", s.dir.path().join("home"))
-        .env("XDG_CONFIG_HOME", s.dir.path().join("home/.config"))
-        .output()
-        .unwrap();
+    let out = crate::support::dcp(&s, &["replay", "--all", "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("cannot replay session ses bad/id") && stderr.contains("left out"), "{stderr}");
@@ -164,11 +158,6 @@ fn replay_all_names_a_session_it_cannot_replay_and_goes_on() {
     let ids: Vec<&str> = v["sessions"].as_array().unwrap().iter().map(|s| s["session_id"].as_str().unwrap()).collect();
     assert!(ids.contains(&DB_SESSION) && !ids.contains(&"ses bad/id"), "{ids:?}");
     // Alone, the same session is an error, exit 1.
-    let alone = std::process::Command::new(env!("CARGO_BIN_EXE_dcp"))
-        .args(["replay", "--session", "ses bad/id", "--data-dir"])
-        .arg(s.data())
-        .env("HOME", s.dir.path().join("home"))
-        .output()
-        .unwrap();
+    let alone = crate::support::dcp(&s, &["replay", "--session", "ses bad/id"]);
     assert_eq!(alone.status.code(), Some(1));
 }

@@ -251,23 +251,29 @@ fn save_loop_child() {
     }
 }
 
-// The one CLI runner: `dcp` in a sandbox, with a private home and config.
+// The one CLI runner: `dcp` with an environment of the test's choosing.
+
+/// Runs `dcp ARGS` in `cwd` with none of the test's environment but `PATH` and `env` (which may
+/// set `PATH` too), failing the test if it takes longer than `limit`.
+pub fn run_dcp<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    cwd: &Path,
+    env: &[(&str, PathBuf)],
+    limit: Duration,
+) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dcp"));
+    command.args(args).current_dir(cwd).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    run_with_limit(command, limit)
+}
 
 /// Runs `dcp ARGS --data-dir DATA` in the sandbox with a private home and config, and fails
 /// the test if it takes longer than `limit`.
 pub fn dcp_in(sandbox: &Sandbox, data: &Path, args: &[&str], limit: Duration) -> Output {
     let root = sandbox.dir.path();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_dcp"));
-    command
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .current_dir(root.join("project"))
-        .env_clear()
-        .env("HOME", root.join("home"))
-        .env("XDG_CONFIG_HOME", root.join("home/.config"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    run_with_limit(command, limit)
+    let args = args.iter().map(std::ffi::OsStr::new).chain([std::ffi::OsStr::new("--data-dir"), data.as_os_str()]);
+    let env = [("HOME", root.join("home")), ("XDG_CONFIG_HOME", root.join("home/.config"))];
+    run_dcp(args, &root.join("project"), &env, limit)
 }
 
 /// `dcp ARGS` on the sandbox's data dir, within 20 s.

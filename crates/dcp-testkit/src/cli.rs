@@ -83,7 +83,7 @@ where
 {
     let cli = Cli::try_parse_from(std::iter::once("dcp-testkit".into()).chain(args.into_iter().map(Into::into)))?;
     match &cli.command {
-        Command::Gen { what } => gen(what, cli.json, out),
+        Command::Gen { what } => gen(what, if cli.json { Format::Json } else { Format::Sentence }, out),
         Command::SaveLoop { session, count, prefix, data_dir } => crate::save_loop(data_dir, session, *count, prefix),
     }
 }
@@ -94,8 +94,15 @@ fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
+/// How `gen` says what it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Sentence,
+    Json,
+}
+
 /// `gen`: writes what was asked for and says what it wrote.
-fn gen(what: &Gen, json: bool, out: &mut dyn Write) -> Result<()> {
+fn gen(what: &Gen, format: Format, out: &mut dyn Write) -> Result<()> {
     match what {
         Gen::Session { messages, seed, steps, out: file } => {
             let spec = crate::gen::SessionSpec { messages: *messages, steps: *steps, seed: *seed };
@@ -106,7 +113,7 @@ fn gen(what: &Gen, json: bool, out: &mut dyn Write) -> Result<()> {
                 "file": file, "session_id": session.session_id, "messages": session.messages.len(),
                 "steps": session.steps.len(), "bytes": bytes,
             });
-            if json {
+            if format == Format::Json {
                 return print_json(out, &summary);
             }
             writeln!(
@@ -122,7 +129,7 @@ fn gen(what: &Gen, json: bool, out: &mut dyn Write) -> Result<()> {
         Gen::States { count, dir, seed } => {
             let summary = crate::gen::write_states(*count, *seed, dir)
                 .with_context(|| format!("cannot write state files in {}", dir.display()))?;
-            if json {
+            if format == Format::Json {
                 return print_json(out, &summary);
             }
             writeln!(

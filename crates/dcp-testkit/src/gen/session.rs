@@ -84,7 +84,7 @@ pub fn session(spec: &SessionSpec) -> GeneratedSession {
             }
             let calls = [1, 1, 1, 1, 1, 1, 2, 2, 2, 3];
             let n = *g.rng.pick(&calls).unwrap_or(&1);
-            messages.push(g.assistant_tools(n, true, false));
+            messages.push(g.assistant_tools(n, Mistakes::Made, FirstCall::Any));
         }
         if messages.len() < spec.messages {
             messages.push(g.assistant_answer());
@@ -93,8 +93,8 @@ pub fn session(spec: &SessionSpec) -> GeneratedSession {
     let steps = (0..spec.steps)
         .map(|_| {
             let n = g.rng.range(1, 2) as usize;
-            let dup = g.rng.percent(40);
-            vec![g.assistant_tools(n, false, dup)]
+            let first = if g.rng.percent(40) { FirstCall::Reread } else { FirstCall::Any };
+            vec![g.assistant_tools(n, Mistakes::Never, first)]
         })
         .collect();
     GeneratedSession { session_id: g.session_id.clone(), messages, steps }
@@ -104,6 +104,22 @@ pub fn session(spec: &SessionSpec) -> GeneratedSession {
 pub fn write_session(session: &GeneratedSession, path: &Path) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
     session.write_to(&mut file)
+}
+
+/// Whether a generated step's tool calls may fail: the history's agent makes mistakes (4% of
+/// its calls fail), the steady steps' never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mistakes {
+    Made,
+    Never,
+}
+
+/// What a generated step's first tool call is: any call of the mix, or a read of a file read
+/// before (a duplicate, for deduplication to prune).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstCall {
+    Any,
+    Reread,
 }
 
 pub(crate) const MODELS: &[(&str, &str)] =
@@ -249,9 +265,9 @@ impl Generator {
         (info, tokens)
     }
 
-    /// An assistant step: `calls` tool calls (errored ones only when `errors`), and a repeated
-    /// read first when `dup_read`.
-    pub(crate) fn assistant_tools(&mut self, calls: usize, errors: bool, dup_read: bool) -> Message {
+    /// An assistant step: `calls` tool calls, some of them failed when `mistakes` says so,
+    /// the first a read of a file read before when `first` says so.
+    pub(crate) fn assistant_tools(&mut self, calls: usize, mistakes: Mistakes, first: FirstCall) -> Message {
         let created = self.tick(500, 20_000);
         let id = self.id("msg");
         let mut parts = vec![self.part(&id, json!({"type": "step-start", "snapshot": self.snapshot}))];
@@ -270,11 +286,11 @@ impl Generator {
         }
         let mut changed = Vec::new();
         for i in 0..calls {
-            let body = if i == 0 && dup_read && !self.read.is_empty() {
+            let body = if i == 0 && first == FirstCall::Reread && !self.read.is_empty() {
                 let file = self.read[self.rng.below(self.read.len() as u64) as usize];
                 self.read_call(file)
             } else {
-                self.tool_call(errors, &mut changed)
+                self.tool_call(mistakes, &mut changed)
             };
             let part = self.part(&id, body);
             self.context_bytes += part.pointer("/state/output").and_then(Value::as_str).map_or(0, str::len) as u64;
@@ -319,12 +335,12 @@ impl Generator {
     }
 
     /// A tool part's body (everything but the ids), chosen by the mix described above.
-    pub(crate) fn tool_call(&mut self, errors: bool, changed: &mut Vec<String>) -> Value {
+    pub(crate) fn tool_call(&mut self, mistakes: Mistakes, changed: &mut Vec<String>) -> Value {
         if !self.written.is_empty() && self.rng.percent(50) {
             let file = self.written.remove(0);
             return self.read_call(file);
         }
-        if errors && self.rng.percent(4) {
+        if mistakes == Mistakes::Made && self.rng.percent(4) {
             return self.errored_call();
         }
         match self.rng.weighted(&[40, 12, 6, 17, 13, 7, 3]) {
