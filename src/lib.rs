@@ -8,8 +8,10 @@
 //!   one module per strategy, the `<prunable-tools>` list ([`strategies::prunable`]) and the
 //!   sidecar's incremental engine ([`strategies::incremental`]); [`policy`] decides when a
 //!   recorded prune's rewrite reaches the model;
-//! * [`state`] remembers the decisions per session ([`state::store`]), saves them
-//!   ([`state::saver`]) and reads and writes state files ([`state::persist`]);
+//! * [`state`] remembers the decisions and the compressed ranges ([`state::blocks`]) per
+//!   session ([`state::store`]), saves them ([`state::saver`]; a save that would change only
+//!   the time writes nothing) and reads and writes state files ([`state::persist`]: parse,
+//!   render, atomic writes and locks, merging two processes' states);
 //! * [`stats`], [`context`] and [`replay`] report what that saves, [`report`] draws it;
 //! * the surfaces: [`cli`] (the terminal), [`sidecar`] (`dcp serve`, for the plugin in
 //!   `plugin/`), [`doctor`] (checks an install). [`texts`] holds every word the model or the

@@ -2,7 +2,9 @@
 //!
 //! One sidecar serves every session of one OpenCode process; each session has its own
 //! state (through the [`SessionStore`]) and a [`Session`] here: its mirror of the history, its
-//! index of tool calls, what the plugin holds of its edits and when it was last saved.
+//! index of tool calls, what the plugin holds of its edits and when it was last saved. The
+//! line between the two: what the state file keeps, and saving it, is the store's `Slot`
+//! (the CLI uses it too); what only a live request needs is the `Session`.
 //! Requests are handled one at a time on one thread: they are short and CPU-bound. State
 //! files are saved by the [`Saver`] task, off the request path. Nothing is ever written to
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.

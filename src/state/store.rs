@@ -13,6 +13,12 @@
 //! lost, and before each request [`SessionStore::observe`] checks the file's stamp and merges in
 //! what another process wrote. A slot keeps a journal of the prunes it recorded since its
 //! last save, which is what a merge adds to the file's stats.
+//!
+//! Who owns what of a session: a [`Slot`] holds what the state file keeps and what saving it
+//! needs (the state, its token counts, the journal, the stamps); the CLI uses it as the sidecar
+//! does. What only a live session in `dcp serve` needs (the mirror of the history, the index
+//! of tool calls, what the plugin holds of the edits, when its next save is due) is the
+//! sidecar's `Session`, keyed by the same id; the store never sees it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
