@@ -1,10 +1,14 @@
 //! Token counting: an offline o200k BPE tokenizer, with a per-part cache.
 //!
 //! Savings are reported in tokens, so every pruned output is counted once with the o200k
-//! byte-pair encoder (compiled into the binary by `bpe-openai`; nothing is downloaded). Counts
-//! are cached by part id and field, because a completed tool part never changes. When the
-//! tokenizer cannot run, counting falls back to characters / 4 and says so through
-//! [`Estimator`].
+//! byte-pair encoder (`o200k.rs`: tiktoken's vocabulary compiled into the binary as compact
+//! tables, `vocab.rs`; nothing is downloaded). Counts are cached by part id and field, because
+//! a completed tool part never changes. When the tokenizer cannot run, counting falls back to
+//! characters / 4 and says so through [`Estimator`].
+
+mod merge;
+mod o200k;
+mod vocab;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::OnceLock;
@@ -35,14 +39,16 @@ pub enum EstimatorChoice {
     CharsDiv4,
 }
 
-static BPE_STATE: OnceLock<Option<&'static bpe_openai::Tokenizer>> = OnceLock::new();
+static BPE_STATE: OnceLock<Option<o200k::Tokenizer>> = OnceLock::new();
 
-fn bpe() -> Option<&'static bpe_openai::Tokenizer> {
-    *BPE_STATE.get_or_init(|| {
-        // Loading deserialises tables built into the binary; guard against a panic in the
-        // dependency so that counting degrades to chars/4 instead of taking dcp down.
-        std::panic::catch_unwind(bpe_openai::o200k_base).ok()
-    })
+fn bpe() -> Option<&'static o200k::Tokenizer> {
+    BPE_STATE
+        .get_or_init(|| {
+            // Only the pre-tokenizer's pattern compiles; should it fail (or panic in the
+            // dependency), counting degrades to chars/4 instead of taking dcp down.
+            std::panic::catch_unwind(o200k::Tokenizer::new).ok().and_then(Result::ok)
+        })
+        .as_ref()
 }
 
 /// The estimator `Auto` will use, without waiting for the tables to load: the tokenizer,
@@ -54,7 +60,7 @@ pub fn expected_estimator() -> Estimator {
     }
 }
 
-/// Starts loading the BPE tables on a background thread, so that the first count is fast.
+/// Starts compiling the pre-tokenizer on a background thread, so that the first count is fast.
 pub fn preload() {
     std::thread::spawn(|| {
         let _ = bpe();

@@ -25,3 +25,4 @@ mod slim;
 mod state_store;
 mod storage_failures;
 mod support;
+mod tokens;
