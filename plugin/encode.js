@@ -46,7 +46,16 @@ function putInfo(v, at, info) {
   v[at + 6] = info.tokens?.output;
 }
 
-/** Writes `part`'s slots into `v` at `at`: its id, then a tool's status, end, compaction and
+/** Writes the first TOOL_LIVE slots of a tool part with a state: its id, status and
+ * compaction, what OpenCode still changes in a finished message (see `settled`). */
+function putToolLive(v, at, part) {
+  v[at] = part.id;
+  v[at + 1] = part.state.status;
+  v[at + 2] = part.state.time?.compacted;
+}
+const TOOL_LIVE = 3;
+
+/** Writes `part`'s slots into `v` at `at`: its id, then a tool's status, compaction, end and
  * output length; a text's type, length, end and whether it is ignored; for anything else
  * (step markers, patches, files: written once, never changed) its type. A part without an
  * id gets `null` slots: it is always sent in full. */
@@ -54,10 +63,8 @@ function putPart(v, at, part) {
   const st = part?.state;
   if (!part || !part.id) v.fill(null, at, at + PART);
   else if (part.type === "tool" && st) {
-    v[at] = part.id;
-    v[at + 1] = st.status;
-    v[at + 2] = st.time?.end;
-    v[at + 3] = st.time?.compacted;
+    putToolLive(v, at, part);
+    v[at + 3] = st.time?.end;
     v[at + 4] = (st.output ?? st.error ?? "").length;
   } else if (typeof part.text === "string") {
     v[at] = part.id;
@@ -114,14 +121,17 @@ function matches(m, f) {
 }
 
 /** The quick form of `matches` for messages well behind the newest: a finished message
- * keeps its info and its text; what OpenCode still changes there is a tool part (its status,
- * its compaction), so only tool parts (and every part count) are compared. The messages are
+ * keeps its info and its text; what OpenCode still changes there is a tool part's status and
+ * compaction, so only those slots (and every part count) are compared. The messages are
  * fresh objects, each field read a cache miss: the others are not read. */
 function settled(m, f) {
   const parts = m.parts ?? [];
   if (!f || f.length !== INFO + PART * parts.length || f[0] !== m.info?.id) return false;
   for (let k = 0; k < parts.length; k++) {
-    if (parts[k]?.type === "tool" && !partIs(parts[k], f, INFO + PART * k)) return false;
+    const part = parts[k];
+    if (part?.type !== "tool" || !part.state) continue;
+    putToolLive(scratch, 0, part);
+    if (!sameSlots(scratch, 0, f, INFO + PART * k, TOOL_LIVE)) return false;
   }
   return true;
 }

@@ -133,7 +133,7 @@ test("a message's version: its id and info slots, then each part's id and slots"
   const v = version(m);
   assert.equal(v.length, 7 + 5 * 2);
   assert.deepEqual([v[0], v[7], v[12]], ["a0", "pt0", "px0"]);
-  assert.deepEqual(v.slice(7), ["pt0", "completed", 2, undefined, 3, "px0", "text", 5, undefined, undefined]);
+  assert.deepEqual(v.slice(7), ["pt0", "completed", undefined, 2, 3, "px0", "text", 5, undefined, undefined]);
   // Every field that changes changes the version; the rest (a tool's input) does not.
   const changes = [
     (c) => (c.info.time.completed = 5),
@@ -171,12 +171,12 @@ test("a part without an id stands as null in the version; its message is re-sent
   assert.equal(again.messages[0].info, undefined);
 });
 
-test("a settled tool output that changed length is re-sent from its message", () => {
+test("a settled tool part whose status changed is noticed by the moving window", () => {
   const cache = new SentCache().session("ses_1", 0);
   const messages = history(10);
   encode(copy(messages), cache);
   const changed = copy(messages);
-  changed[5].parts[0].state.output = "output 2, rewritten";
+  changed[5].parts[0].state.status = "error";
   let base = null;
   for (let i = 0; i < 3 && base !== 5; i++) base = encode(copy(changed), cache).base;
   assert.equal(base, 5);
