@@ -1,12 +1,14 @@
 //! `dcp serve` over its stdio protocol, on the recorded session.
 
+use std::time::Duration;
+
 use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::session::visible_history;
 use dcp::strategies::OUTPUT_PLACEHOLDER;
 use serde_json::{json, Value};
 
-use crate::support::{Sandbox, Sidecar, DB_SESSION};
+use crate::support::{poll, Sandbox, Sidecar, DB_SESSION};
 
 pub(crate) fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
     let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();
@@ -88,6 +90,27 @@ fn transform_prunes_duplicates_and_lists_the_rest() {
     assert!(ids.contains(&json!("call_12_0_5abbdb74")));
     assert!(file["stats"]["totalPruneTokens"].as_u64().unwrap() > 907);
     assert_eq!(file["dcp"]["pruned"]["call_12_0_5abbdb74"]["strategy"], "deduplication");
+}
+
+/// The bug: as it stopped, the sidecar saved every session it had served again, and a state
+/// nothing had changed since its last write was rewritten with only a new `lastUpdated` (the
+/// pass-through end-to-end tests saw the file change after OpenCode had exited).
+#[test]
+fn a_sidecar_that_stops_does_not_rewrite_a_state_it_already_saved() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": recorded_messages(&s)}));
+    // The prune is saved off the request path: wait for it, and for the file to settle.
+    let path = s.state_dir().join(format!("{DB_SESSION}.json"));
+    let pruned = || {
+        let file: Value = serde_json::from_slice(&std::fs::read(&path).unwrap_or_default()).unwrap_or_default();
+        file["dcp"]["pruned"].get("call_12_0_5abbdb74").is_some()
+    };
+    assert!(poll(pruned, Duration::from_secs(10)), "the prune was not saved");
+    std::thread::sleep(Duration::from_millis(200));
+    let saved = std::fs::read_to_string(&path).unwrap();
+    sidecar.shutdown();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), saved, "the state file was written again");
 }
 
 #[test]
