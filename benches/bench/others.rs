@@ -1,5 +1,5 @@
 //! The other groups: all-time stats over 10,000 state files, the agent tools in process,
-//! the sidecar's start-up, and the tokenizer.
+//! and the sidecar's start-up.
 
 use super::*;
 
@@ -179,6 +179,44 @@ pub(crate) fn startup_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
         Row::new("sidecar start to first answer (initialize), p50", p(&times, 0.5), "ms", Some(20.0))
             .note(format!("20 spawns; p99 {}", p(&times, 0.99).map(|v| fmt_value(v, "ms")).unwrap_or_default())),
     );
+    match peak_rss_after_start(&home) {
+        Ok(kb) => rows.push(
+            Row::new("sidecar peak RSS (VmHWM) after start, tokenizer ready", Some(kb as f64 / 1024.0), "MB", None)
+                .note("`initialize` answered, then 300 ms for the tokenizer to load in the background; no session"),
+        ),
+        Err(e) => notes.push(format!("Sidecar RSS after start: {e}.")),
+    }
+}
+
+/// The peak RSS of a `dcp serve` that answered `initialize` and had 300 ms to load the
+/// tokenizer, before any session, in kB.
+fn peak_rss_after_start(home: &Path) -> Result<u64, String> {
+    let mut child = Command::new(dcp_bin())
+        .arg("serve")
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("OPENCODE_CONFIG_DIR")
+        .env_remove("OPENCODE_DB")
+        .current_dir(home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot spawn dcp serve: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let request = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol":1}}"#;
+    writeln!(stdin, "{request}").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).map_err(|e| e.to_string());
+    drop(stdin);
+    let _ = child.wait();
+    let status = status?;
+    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).ok_or("no VmHWM in /proc/<pid>/status")?;
+    hwm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad line {hwm:?}"))
 }
 
 fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
@@ -212,44 +250,4 @@ fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
         return Err(format!("initialize failed: {line}"));
     }
     Ok(elapsed)
-}
-
-/// o200k counting over a few MB of generated tool outputs, after the tables are loaded.
-pub(crate) fn tokenizer_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
-    use dcp::tokens::{EstimatorChoice, TokenCounter};
-    eprintln!("bench: tokenizer");
-    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
-    let mut corpus: Vec<&str> = Vec::new();
-    let mut bytes = 0;
-    for out in session.tool_outputs() {
-        if bytes >= 4_000_000 {
-            break;
-        }
-        bytes += out.len();
-        corpus.push(out);
-    }
-    let counter = TokenCounter::new(EstimatorChoice::Auto);
-    let t = Instant::now();
-    let _ = counter.count("warm up: load the tables");
-    let load = ms(t.elapsed());
-    if counter.estimator() != dcp::tokens::Estimator::O200k {
-        notes.push("The o200k tokenizer is unavailable: the tokenizer row measures chars/4.".into());
-    }
-    let mut tokens = 0;
-    let passes: Vec<f64> = (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            tokens = corpus.iter().map(|s| counter.count(s)).sum::<u64>();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    let secs = p(&sorted(passes), 0.5).unwrap_or(0.0);
-    let mbps = if secs > 0.0 { bytes as f64 / 1e6 / secs } else { 0.0 };
-    rows.push(Row::new("tokenizer (o200k) throughput", Some(mbps), "MB/s", None).note(format!(
-        "{} outputs, {:.1} MB, {} tokens, median of 3 passes; loading the tables took {}",
-        corpus.len(),
-        bytes as f64 / 1e6,
-        tokens,
-        fmt_value(load, "ms")
-    )));
 }

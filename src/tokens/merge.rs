@@ -72,47 +72,49 @@ fn count_short(piece: &[u8], parts: &mut Vec<(u32, Rank)>) -> usize {
 }
 
 /// The heap merge. Parts are a linked list over their start offsets; the heap holds candidate
-/// merges `(rank, start, end)`, the lowest rank and then the leftmost start on top. A candidate
-/// is stale once its left part was merged into another or its right neighbour grew; it is
-/// skipped then, since the merge that made it stale pushed the candidates that replace it.
+/// merges as `rank << 32 | start`, the lowest rank and then the leftmost start on top.
+/// `pair[start]` is the rank of the part at `start` merged with the next one (`NONE` if that
+/// is no token, or if no part starts there any more): a candidate whose rank is not its
+/// start's current one is stale and skipped. (Both parts only grow, so a start's pair never
+/// has the same bytes twice, and ranks are unique per bytes.)
 fn count_long(piece: &[u8]) -> usize {
     let n = piece.len();
     // `next[i]`: the start of the part after the part starting at `i` (n for the last);
-    // `prev[i]`: the start of the part before it. `alive[i]`: a part starts at `i`.
+    // `prev[i]`: the start of the part before it (`u32::MAX` for the first).
     let mut next: Vec<u32> = (1..=n as u32).collect();
     let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
-    let mut alive = vec![true; n];
-    let mut heap: BinaryHeap<Reverse<(Rank, u32, u32)>> = BinaryHeap::with_capacity(n);
-    let candidate = |start: u32, end: u32| {
-        let rank = rank_of(&piece[start as usize..end as usize]);
-        (rank != NONE).then_some(Reverse((rank, start, end)))
-    };
-    for i in 0..n - 1 {
-        heap.extend(candidate(i as u32, i as u32 + 2));
-    }
+    let mut pair: Vec<Rank> = (0..n).map(|i| if i + 2 <= n { rank_of(&piece[i..i + 2]) } else { NONE }).collect();
+    let key = |rank: Rank, start: u32| Reverse(u64::from(rank) << 32 | u64::from(start));
+    let mut heap: BinaryHeap<Reverse<u64>> =
+        pair.iter().enumerate().filter(|(_, &r)| r != NONE).map(|(i, &r)| key(r, i as u32)).collect();
     let mut parts = n;
-    while let Some(Reverse((_, start, end))) = heap.pop() {
-        let s = start as usize;
-        if !alive[s] {
+    while let Some(Reverse(top)) = heap.pop() {
+        let (rank, start) = ((top >> 32) as Rank, top as u32 as usize);
+        if pair[start] != rank {
             continue;
         }
-        let right = next[s];
-        if right as usize >= n || next[right as usize] != end {
-            continue;
-        }
-        // Merge the part at `start` with the one at `right`.
-        alive[right as usize] = false;
-        next[s] = end;
+        // Merge the part at `start` with the next one, which ends at `end`.
+        let right = next[start] as usize;
+        let end = next[right];
+        pair[right] = NONE;
+        next[start] = end;
         if (end as usize) < n {
-            prev[end as usize] = start;
+            prev[end as usize] = start as u32;
         }
         parts -= 1;
-        let p = prev[s];
-        if p != u32::MAX {
-            heap.extend(candidate(p, end));
+        pair[start] = match next.get(end as usize) {
+            Some(&after) => rank_of(&piece[start..after as usize]),
+            None => NONE,
+        };
+        if pair[start] != NONE {
+            heap.push(key(pair[start], start as u32));
         }
-        if (end as usize) < n {
-            heap.extend(candidate(start, next[end as usize]));
+        let p = prev[start];
+        if p != u32::MAX {
+            pair[p as usize] = rank_of(&piece[p as usize..end as usize]);
+            if pair[p as usize] != NONE {
+                heap.push(key(pair[p as usize], p));
+            }
         }
     }
     parts
