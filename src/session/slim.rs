@@ -12,7 +12,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::tokens::{Field, TokenCounter};
 
@@ -107,13 +107,15 @@ fn push_identity(identity: &str, out: &mut String) {
 }
 
 /// Slims a message's info in place: keeps what the session model and the synthetic messages
-/// read (ids, role, agent, model, creation time, whether it finished, and a compaction
-/// summary's flag).
+/// read (id, session, role, agent, model, creation time) and, of a compaction summary, its
+/// flag, parent and finish.
 pub fn slim_info(info: &mut Value) {
     let Some(map) = info.as_object_mut() else { return };
+    let before = map.len();
+    let summary = map.get("summary") == Some(&Value::Bool(true));
     map.retain(|k, v| match k.as_str() {
-        "id" | "sessionID" | "parentID" | "role" | "agent" | "model" | "finish" => true,
-        "summary" => v.is_boolean(),
+        "id" | "sessionID" | "role" | "agent" | "model" => true,
+        "summary" | "parentID" | "finish" => summary,
         "time" => {
             if let Value::Object(time) = v {
                 time.retain(|k, _| k == "created");
@@ -122,6 +124,46 @@ pub fn slim_info(info: &mut Value) {
         }
         _ => false,
     });
+    if map.len() < before {
+        compact(info);
+    }
+}
+
+/// Rebuilds the maps and lists of `value` at their length: a parsed map keeps the room of
+/// the fields slimming dropped (a tool part's state had its metadata, title and timings), and
+/// a parsed list grows by doubling. Over a long history that room is a third of the mirror.
+pub fn compact(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            *map = std::mem::take(map).into_iter().collect();
+            map.values_mut().for_each(compact);
+        }
+        Value::Array(items) => {
+            items.shrink_to_fit();
+            items.iter_mut().for_each(compact);
+        }
+        _ => {}
+    }
+}
+
+/// The parts nothing reads but by their place and id: a step's start and finish, a patch.
+const OPAQUE: &[&str] = &["step-start", "step-finish", "patch", "snapshot"];
+
+/// Replaces a part nothing reads (see [`OPAQUE`]) by its id, a string: the mirror keeps it
+/// only to resolve a reference to it and to keep the places of the others. Every reader takes
+/// a string for a part of no type.
+pub fn make_opaque(part: &mut Value) {
+    let opaque = part.get("type").and_then(Value::as_str).is_some_and(|t| OPAQUE.contains(&t));
+    if let Some(id) = part.get_mut("id").filter(|_| opaque).map(Value::take) {
+        if id.is_string() {
+            *part = id;
+        }
+    }
+}
+
+/// The id of a part, or of what [`make_opaque`] left of one.
+pub fn part_id(part: &Value) -> Option<&str> {
+    part.get("id").and_then(Value::as_str).or_else(|| part.as_str())
 }
 
 /// Drops the fields of a part nothing reads after it was indexed: the ids every part repeats,
@@ -129,21 +171,38 @@ pub fn slim_info(info: &mut Value) {
 /// OpenCode compacted it). Cheap: the mirror does it as a part arrives.
 pub fn strip_part(part: &mut Value) {
     let Some(map) = part.as_object_mut() else { return };
+    let fields = |map: &Map<String, Value>| {
+        let state = map.get("state").and_then(Value::as_object);
+        map.len() + state.map_or(0, |s| s.len() + s.get("time").and_then(Value::as_object).map_or(0, Map::len))
+    };
+    let before = fields(map);
     map.shift_remove("sessionID");
     map.shift_remove("messageID");
     match map.get("type").and_then(Value::as_str) {
-        Some("step-start" | "step-finish" | "patch" | "snapshot") => map.retain(|k, _| k == "id" || k == "type"),
+        Some(t) if OPAQUE.contains(&t) => map.retain(|k, _| k == "id" || k == "type"),
+        Some("text" | "reasoning") => {
+            map.shift_remove("time");
+            map.shift_remove("metadata");
+        }
         Some("tool") => {
-            let Some(Value::Object(state)) = map.get_mut("state") else { return };
-            state.retain(|k, _| matches!(k.as_str(), "status" | "input" | "output" | "error" | "time"));
-            if let Some(Value::Object(time)) = state.get_mut("time") {
-                time.retain(|k, _| k == "compacted");
-                if time.is_empty() {
-                    state.shift_remove("time");
-                }
+            if let Some(Value::Object(state)) = map.get_mut("state") {
+                strip_state(state);
             }
         }
         _ => {}
+    }
+    if fields(map) < before {
+        compact(part);
+    }
+}
+
+fn strip_state(state: &mut Map<String, Value>) {
+    state.retain(|k, _| matches!(k.as_str(), "status" | "input" | "output" | "error" | "time"));
+    if let Some(Value::Object(time)) = state.get_mut("time") {
+        time.retain(|k, _| k == "compacted");
+        if time.is_empty() {
+            state.shift_remove("time");
+        }
     }
 }
 
@@ -251,5 +310,28 @@ mod tests {
         let again = part.clone();
         slim_part(&mut part, &mut counter);
         assert_eq!(part, again);
+    }
+
+    #[test]
+    fn a_step_part_is_kept_as_its_id_and_an_info_as_what_is_read_of_it() {
+        let mut step = json!({"id": "prt_s", "sessionID": "ses_1", "type": "step-finish", "tokens": {"input": 1}});
+        strip_part(&mut step);
+        make_opaque(&mut step);
+        assert_eq!((step.clone(), part_id(&step)), (json!("prt_s"), Some("prt_s")));
+        let mut tool = json!({"id": "prt_t", "type": "tool"});
+        make_opaque(&mut tool);
+        assert_eq!(part_id(&tool), Some("prt_t"));
+        let mut info = json!({"id": "msg_1", "sessionID": "ses_1", "parentID": "msg_0", "role": "assistant",
+            "agent": "build", "cost": 1, "time": {"created": 5, "completed": 6}, "finish": "stop"});
+        slim_info(&mut info);
+        assert_eq!(
+            info,
+            json!({"id": "msg_1", "sessionID": "ses_1", "role": "assistant", "agent": "build", "time": {"created": 5}})
+        );
+        let mut summary =
+            json!({"id": "msg_2", "parentID": "msg_1", "role": "assistant", "summary": true, "finish": "stop"});
+        let kept = summary.clone();
+        slim_info(&mut summary);
+        assert_eq!(summary, kept);
     }
 }

@@ -91,6 +91,7 @@ impl Mirror {
             slim::slim_info(&mut m.info);
             for part in &mut m.parts {
                 slim::strip_part(part);
+                slim::make_opaque(part);
             }
             let m = &*m;
             if m.is_compaction_summary() {
@@ -189,7 +190,7 @@ impl<'a> Previous<'a> {
         for (mi, m) in old.iter().enumerate() {
             infos.insert(m.id().to_string(), mi);
             for (pi, p) in m.parts.iter().enumerate() {
-                if let Some(id) = p.get("id").and_then(Value::as_str) {
+                if let Some(id) = slim::part_id(p) {
                     parts.insert(id.to_string(), (mi, pi));
                 }
             }

@@ -110,6 +110,18 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, e.to_string())
 }
 
+/// The params of a `transform`. The messages are moved out of the request as they are:
+/// decoding them again would rebuild every node of a long history.
+fn transform_params(mut params: Value) -> Result<protocol::TransformParams, RpcError> {
+    let messages = match params.get_mut("messages") {
+        Some(Value::Array(messages)) => std::mem::take(messages),
+        _ => Vec::new(),
+    };
+    let mut p: protocol::TransformParams = protocol::params("transform", params)?;
+    p.messages = messages;
+    Ok(p)
+}
+
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
     crate::state::persist::validate_session_id(sid).map_err(|e| RpcError::params(e.to_string()))
 }
@@ -175,7 +187,7 @@ impl Server {
     fn dispatch(&mut self, method: &str, params: Value) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(protocol::params(method, params)?).map(Answer::Transformed),
+            "transform" => self.transform(transform_params(params)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
             "command" => self.command(protocol::params(method, params)?).map(Answer::Command),

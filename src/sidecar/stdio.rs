@@ -113,6 +113,10 @@ fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>) -> st
                 }
                 early.is_none()
             });
+            if !server.has_precount() {
+                // The parts counted since the last request were slimmed: what they held is free.
+                release_memory();
+            }
         }
         if let Some(line) = early.take() {
             return line;
@@ -128,12 +132,26 @@ fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>) -> st
     }
 }
 
+/// Hands the memory freed since the last call back to the system (glibc keeps it otherwise:
+/// after a long first request, the line's buffers and what slimming dropped stay resident).
+fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The answer to a line, if it gets one; `None` for the end of the input as well.
 fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
     let e = match line {
         Line::Eof | Line::Head(_) => return None,
         Line::Text(line) => return server.handle_line(&line),
-        Line::Parsed(request) => return server.handle_decoded(*request),
+        Line::Parsed(request) => {
+            let answer = server.handle_decoded(*request);
+            release_memory();
+            return answer;
+        }
         Line::TooLong(n) => {
             RpcError::new(code::LINE_TOO_LONG, format!("line of {n} bytes is over the {max_line}-byte limit; skipped"))
         }
