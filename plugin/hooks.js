@@ -145,6 +145,25 @@ function systemTransform(ctx) {
   };
 }
 
+/** A user message is being created: OpenCode decides its turn's tools now. Until the sidecar
+ * says the session's ledger has paid for dcp's head (PROTOCOL.md, `turn`), the message's
+ * `tools` map leaves dcp's tools out, so the turn's requests do not carry their definitions. */
+function chatMessage(ctx, names) {
+  return async (input, output) => {
+    try {
+      const sessionID = input?.sessionID;
+      if (!sessionID || !output?.message || !names.length) return;
+      const params = { sessionID };
+      const parentID = await ctx.parentOf(sessionID);
+      if (parentID !== undefined) params.parentID = parentID;
+      const result = await ctx.sidecar.call("turn", params);
+      if (result?.offer !== false) return;
+      const off = Object.fromEntries(names.map((name) => [name, false]));
+      output.message.tools = { ...(output.message.tools ?? {}), ...off };
+    } catch {}
+  };
+}
+
 function eventHook(ctx) {
   return async ({ event }) => {
     try {
@@ -255,7 +274,10 @@ export const DcpPlugin = async ({ client, directory }) => {
     event: eventHook(ctx),
   };
   const tools = agentTools(ctx, init);
-  if (Object.keys(tools).length) hooks.tool = tools;
+  if (Object.keys(tools).length) {
+    hooks.tool = tools;
+    hooks["chat.message"] = chatMessage(ctx, Object.keys(tools));
+  }
   // `/dcp` stays registered while the sidecar is down, and answers with the reason.
   if (init?.commands !== false) {
     hooks.config = async (cfg) => {

@@ -33,10 +33,30 @@
 //! by request: `0.1 x` the tokens of prunes in force on a warm request, `1.25 x` on a cold
 //! one, minus each rewrite's extra and what dcp itself adds: its instructions and tool
 //! definitions at the head, the prunable list at the tail, never cached). A rewrite's extra
-//! must be covered by that balance plus one cached read of the prompt (`0.1 x context`), so a
-//! rewrite that never pays back leaves the session at most one cheap request behind no
-//! pruning. `rewrite.mode = "immediate"` applies every decision on the next request, as the
+//! must be covered by that balance: were the session to end right after it, it would still
+//! have cost no more than no pruning. (An allowance of one cached read of the prompt beyond
+//! the balance let a deep masking at request 10 of 10 cost 2.8% more than no pruning.)
+//!
+//! Sizes: every figure the policy weighs (the tails, what a rewrite removes, what is in
+//! force) is in the same unit, characters / 4 of what the model is sent, as the sidecar's
+//! mirror counts it. A prune's recorded tokens are the tokenizer's; for dense text (code,
+//! CSV) they run well above characters / 4, and weighing them against a tail in characters
+//! made deep rewrites look cheaper than they were. `rewrite.mode = "immediate"` applies every decision on the next request, as the
 //! published DCP does.
+//!
+//! What dcp adds to every request is held to the same rule ([`offer`]). Its head (the agent
+//! tools' definitions and their instructions) sits in front of the whole prompt, so adding it
+//! to a session whose cache is warm re-bills everything; and once there it costs `0.1 x head`
+//! on every request, plus the prunable list and the message id tags, whether or not the agent
+//! ever prunes. A session that never pays that back (a short one, where nothing was old
+//! enough to mask) would cost more than no pruning. So with `tools.settings.offer = "paid"`
+//! a session starts without them, and they come at the start of a user turn (OpenCode
+//! decides a turn's tools when its user message is created) on a cold cache (the whole
+//! prompt is written again anyway), once the ledger has banked their cost: `1.25 x head`,
+//! plus `0.1 x head` over the horizon of `expectedRequests`. Offered, they stay. On a warm
+//! cache they would re-bill everything, OpenCode's own system prompt and tools included,
+//! which dcp cannot see: in the lab (`long`), tools that came at a warm turn paid from the
+//! bank took the session from 0.72 to 0.81 of no pruning's cost.
 //!
 //! Observation masking (`crate::strategies::masking`) is timed by the same rule: outputs that
 //! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
@@ -163,11 +183,39 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: its
-/// extra cost, were the session to end right after it, is covered by what dcp has banked
-/// plus one cached read of the prompt. So a rewrite that never pays back leaves the session
-/// at most one cheap request behind no pruning.
+/// extra cost, were the session to end right after it, is covered by what dcp has banked.
 fn affordable(saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    rewrite_extra(saved, tail) <= inputs.banked.max(0.0) + CACHE_READ * inputs.context as f64
+    rewrite_extra(saved, tail) <= inputs.banked.max(0.0)
+}
+
+/// What the start of a user turn looks like to [`offer`], in approximate tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Turn {
+    /// dcp's head: its instructions and its tools' definitions.
+    pub head: u64,
+    /// The cache is cold: the whole prompt is written again anyway.
+    pub cold: bool,
+    /// What dcp has gained on no pruning in this session so far.
+    pub banked: f64,
+}
+
+/// What offering dcp's head from a cold turn on costs beyond not offering it: [`offer_charge`],
+/// and its cached reads over the horizon of `expectedRequests` (charged request by request
+/// by [`balance`]).
+pub fn offer_cost(config: &Rewrite, turn: &Turn) -> f64 {
+    offer_charge(turn) + CACHE_READ * turn.head as f64 * f64::from(config.expected_requests)
+}
+
+/// What the turn that starts offering dcp's head costs at once: the head's first write.
+pub fn offer_charge(turn: &Turn) -> f64 {
+    CACHE_WRITE * turn.head as f64
+}
+
+/// Whether a session not yet offered dcp's tools gets them from this turn on: on a cold cache,
+/// once what it has banked covers their cost ([`offer_cost`]), so no session pays for them
+/// before dcp has saved it as much.
+pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
+    turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
 /// The verdict: apply every pending rewrite now, or wait.
@@ -216,7 +264,15 @@ mod tests {
 
     #[test]
     fn a_deep_prune_pays_only_within_half_the_warm_run() {
-        let deep = Inputs { context: 50_000, tail: 10_000, pending: 6_000, requests: 42, warm: 4, ..Inputs::default() };
+        let deep = Inputs {
+            context: 50_000,
+            tail: 10_000,
+            pending: 6_000,
+            requests: 42,
+            warm: 4,
+            banked: 5_000.0,
+            ..Inputs::default()
+        };
         // Two requests since the cache was last cold: it would need seven to pay back.
         assert_eq!(horizon(&batched(), &deep), 2.0);
         assert_eq!(decide(&batched(), &deep), None);
@@ -253,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
-        let base = Inputs { context: 50_000, requests: 10, warm: 10, ..Inputs::default() };
+        let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 5_000.0, ..Inputs::default() };
         // An old small prune (its tail is almost the whole prompt), then a big recent one.
         let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 7_000 }];
         assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
@@ -263,6 +319,19 @@ mod tests {
         // Under pressure everything goes.
         let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
         assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
+    }
+
+    #[test]
+    fn the_tools_are_offered_once_the_bank_covers_them() {
+        let turn = Turn { head: 600, cold: true, banked: 0.0 };
+        // Nothing banked: a session that never prunes never pays for the tools.
+        assert!(!offer(&batched(), &turn));
+        // The head's first write (750) and its cached reads over the horizon (8 x 60).
+        assert!((offer_cost(&batched(), &turn) - 1_230.0).abs() < 1e-9);
+        assert!(!offer(&batched(), &Turn { banked: 1_229.0, ..turn }));
+        assert!(offer(&batched(), &Turn { banked: 1_230.0, ..turn }));
+        // On a warm cache the whole prompt would be written again: never, whatever is banked.
+        assert!(!offer(&batched(), &Turn { cold: false, banked: 1e9, ..turn }));
     }
 
     #[test]

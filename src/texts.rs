@@ -286,3 +286,93 @@ mod tests {
         );
     }
 }
+
+/// What the agent is told when part of a `discard`, `extract` or `compress` call cannot be
+/// applied: one phrase per problem, gathered into the answer's "Not pruned:" or "Not
+/// applied:" line ([`tool_done`], [`compress_answer`]).
+pub mod refusals {
+    pub fn no_such_id(name: &str) -> String {
+        format!("{name}: no tool call has this id")
+    }
+    pub fn gone(name: &str) -> String {
+        format!("{name}: the call is no longer in the conversation")
+    }
+    pub fn no_tool_calls(name: &str) -> String {
+        format!("{name}: that message has no tool calls")
+    }
+    pub const EMPTY_ID: &str = "an empty id";
+    pub const ALREADY_PRUNED: &str = "already pruned";
+    pub const IN_A_RANGE: &str = "inside a compressed range";
+    pub const CLEARED: &str = "already cleared by OpenCode";
+    pub const NO_OUTPUT: &str = "has no output to prune (it failed or has not finished)";
+    pub const PROTECTED_TOOL: &str = "a protected tool";
+    pub const PROTECTED_FILE: &str = "a protected file";
+    /// `name` stands for a call of `tool` that may not be pruned, `why`.
+    pub fn refused(name: &str, tool: &str, why: &str) -> String {
+        format!("{name} ({tool}): {why}")
+    }
+    pub const NO_IDS: &str = "no ids were given";
+    pub fn unpaired(ids: usize, distillations: usize) -> String {
+        format!(
+            "got {ids} ids but {distillations} distillations: only the first {} pairs were used",
+            ids.min(distillations)
+        )
+    }
+    pub fn empty_distillation(name: &str) -> String {
+        format!("{name}: the distillation is empty")
+    }
+    pub fn many_calls(name: &str, calls: usize) -> String {
+        format!("{name}: names {calls} calls; name one call per distillation")
+    }
+    pub const NO_RANGES: &str = "No ranges were given: pass content: [{startId, endId, summary}].";
+    /// How a compress answer names range `n` (from 0) of `of`.
+    pub fn range_label(n: usize, of: usize) -> String {
+        if of == 1 {
+            "The range".to_string()
+        } else {
+            format!("Range {}", n + 1)
+        }
+    }
+    pub fn range_problem(label: &str, start: &str, end: &str, problem: &str) -> String {
+        format!("{label} ({start}..{end}): {problem}")
+    }
+    pub fn widened(label: &str, from: &str, to: &str) -> String {
+        format!("{label} was widened to {from}..{to} so that it holds whole compressed blocks.")
+    }
+}
+
+/// The answer the agent reads after `compress`: the ranges made, the notes on them, and what
+/// was not applied and why.
+pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::strategies::compress::Outcome) -> String {
+    let mut text = String::new();
+    for id in &outcome.made {
+        let Some(b) = state.blocks.by_id.get(id) else { continue };
+        let _ = write!(
+            text,
+            "Compressed {} message{} into b{id} ({} -> {} tokens)",
+            b.effective_messages.len(),
+            if b.effective_messages.len() == 1 { "" } else { "s" },
+            format::tokens(b.compressed_tokens),
+            format::tokens(b.summary_tokens),
+        );
+        if !b.consumed.is_empty() {
+            let names: Vec<String> = b.consumed.iter().map(|c| format!("b{c}")).collect();
+            let _ = write!(text, ", covering {}", names.join(", "));
+        }
+        text.push_str(".\n");
+    }
+    for note in &outcome.notes {
+        text.push_str(note);
+        text.push('\n');
+    }
+    if !outcome.problems.is_empty() {
+        if outcome.made.is_empty() {
+            text.push_str("Nothing was compressed.\n");
+        }
+        for p in &outcome.problems {
+            let _ = writeln!(text, "Not applied: {p}.");
+        }
+        text.push_str("Name ranges by the id tags at the end of messages (<m1>) or of summaries (<b1>).\n");
+    }
+    text.trim_end().to_string()
+}

@@ -44,9 +44,12 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "gen.py"), db_path, "--seed", "14", "--sessions", "30"],
                    check=True)
     db = sqlite3.connect(db_path)
+    # The `-always` runs were recorded with a non-default config (the agent tools offered
+    # from the first request); the suite replays dcp's defaults, so they stay out.
     recorded = sorted(os.path.join(ROOT, "fixtures", "replay", d, "opencode.db")
                       for d in os.listdir(os.path.join(ROOT, "fixtures", "replay"))
-                      if os.path.isfile(os.path.join(ROOT, "fixtures", "replay", d, "opencode.db")))
+                      if os.path.isfile(os.path.join(ROOT, "fixtures", "replay", d, "opencode.db"))
+                      and not d.endswith("-always"))
     for path in recorded + [os.path.join(ROOT, "fixtures", "data", "opencode.db")]:
         copy_sessions(db, path)
     db.commit()

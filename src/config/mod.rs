@@ -87,6 +87,20 @@ pub struct ToolSettings {
     pub protected_tools: Vec<String>,
     /// dcp's own: outputs smaller than this many tokens are not offered to the agent.
     pub min_tokens: u32,
+    /// dcp's own: from when a session is offered the agent tools (see [`Offer`]).
+    pub offer: Offer,
+}
+
+/// From when a session's requests carry the agent tools, their instructions, the prunable
+/// list and the message id tags (see `crate::policy::offer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Offer {
+    /// From the first request, as the published DCP does.
+    Always,
+    /// From the first user turn at which the session's ledger has banked what offering them
+    /// costs: until then the session pays nothing for tools it has not used.
+    Paid,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +135,10 @@ pub struct Masking {
     /// Outputs from before the last this many user prompts are masked even among the most
     /// recent (0: user turns do not count).
     pub keep_user_turns: u32,
+    /// Approximate tokens (characters / 4) of the kept outputs: an output is masked once the
+    /// newer outputs masking could take reach this many, even among the last `keepLast`
+    /// (0: no budget). The newest output always stays.
+    pub keep_tokens: u32,
     pub protected_tools: Vec<String>,
 }
 
@@ -182,7 +200,13 @@ impl Default for TurnProtection {
 
 impl Default for ToolSettings {
     fn default() -> Self {
-        ToolSettings { nudge_enabled: true, nudge_frequency: 10, protected_tools: Vec::new(), min_tokens: 200 }
+        ToolSettings {
+            nudge_enabled: true,
+            nudge_frequency: 10,
+            protected_tools: Vec::new(),
+            min_tokens: 200,
+            offer: Offer::Paid,
+        }
     }
 }
 
@@ -210,9 +234,19 @@ impl Default for PurgeErrors {
     }
 }
 
+/// Masking's default budget of kept outputs (`strategies.masking.keepTokens`), see BENCHMARKS.md
+/// "Choosing masking's defaults".
+pub const KEEP_TOKENS: u32 = 10_000;
+
 impl Default for Masking {
     fn default() -> Self {
-        Masking { enabled: true, keep_last: 10, keep_user_turns: 1, protected_tools: Vec::new() }
+        Masking {
+            enabled: true,
+            keep_last: 10,
+            keep_user_turns: 1,
+            keep_tokens: KEEP_TOKENS,
+            protected_tools: Vec::new(),
+        }
     }
 }
 

@@ -142,9 +142,10 @@ impl Engine {
     }
 
     /// What the engine adds to the system prompt, and the descriptions of the tools it
-    /// offers.
+    /// offers, on the requests that carry them ([`Engine::turn`]).
     pub fn additions(&mut self) -> Result<Vec<String>, EngineError> {
-        let system = self.call("system", json!({"sessionID": self.session_id}))?;
+        // Asked for no session: the head a session gets once it is offered the tools.
+        let system = self.call("system", json!({}))?;
         let init = &self.initialized;
         let mut out: Vec<String> = system["system"]
             .as_array()
@@ -156,6 +157,12 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// A user turn starts before request `r`: whether its requests carry dcp's head.
+    pub fn turn(&mut self, r: &Request) -> Result<bool, EngineError> {
+        let params = json!({"sessionID": self.session_id, "parentID": self.parent_id, "now": r.time});
+        Ok(self.call("turn", params)?["offer"] == Value::Bool(true))
     }
 
     /// Sends request `r`'s history and returns the engine's answer.

@@ -199,6 +199,8 @@ pub struct Step<'a> {
     pub append: &'a [Message],
     /// Why the engine applied pending rewrites on this request, if it did.
     pub applied: Option<&'a str>,
+    /// The request carries dcp's head (its instructions and tool definitions).
+    pub offered: bool,
 }
 
 /// Runs every request of `session` in `mode` through the engine (none for [`Mode::None`]),
@@ -223,14 +225,17 @@ fn drive(
         })
         .transpose()?
     else {
-        for request in timeline.requests() {
-            visit(&Step { timeline: &timeline, request, edits: &[], replace: &[], append: &[], applied: None });
-        }
+        visit_plain(&timeline, visit);
         return Ok((Vec::new(), (0, 0)));
     };
     let additions = engine.additions()?;
     let mut calls = (0, 0);
+    let (mut offered, mut after) = (false, None);
     for request in timeline.requests() {
+        if turn_starts(&timeline, after, request) {
+            offered = engine.turn(request)?;
+        }
+        after = Some(request.message);
         let answer = engine.transform(&timeline, request)?;
         let append: Vec<Message> =
             answer.append.iter().filter_map(|m| serde_json::from_value(m.clone()).ok()).collect();
@@ -240,16 +245,40 @@ fn drive(
             .filter_map(|(f, t, m)| Some((*f, *t, serde_json::from_value(m.clone()).ok()?)))
             .collect();
         let applied = answer.applied.as_deref();
-        let step =
-            Step { timeline: &timeline, request, edits: answer.edits, replace: &replace, append: &append, applied };
+        let step = Step {
+            timeline: &timeline,
+            request,
+            edits: answer.edits,
+            replace: &replace,
+            append: &append,
+            applied,
+            offered,
+        };
         visit(&step);
-        for call in &request.agent_calls {
+        // A call the model made when the engine would not have offered the tools could not
+        // have been made: it prunes nothing (OpenCode answers it as an unavailable tool).
+        for call in request.agent_calls.iter().filter(|_| offered) {
             let answer = engine.agent_call(call)?;
             calls.0 += 1;
             calls.1 += u64::from(call.answer.as_deref().map(outcome) == Some(outcome(&answer)));
         }
     }
     Ok((additions, calls))
+}
+
+/// Hands every request of `timeline` to `visit` as sent without dcp.
+fn visit_plain(timeline: &Timeline, mut visit: impl FnMut(&Step<'_>)) {
+    for request in timeline.requests() {
+        let (edits, replace, append) = (&[], &[], &[]);
+        visit(&Step { timeline, request, edits, replace, append, applied: None, offered: false });
+    }
+}
+
+/// Whether `request` starts a user turn, after the request that produced message `after`:
+/// OpenCode decides a turn's tools when the user's message is created (see `Engine::turn`).
+fn turn_starts(timeline: &Timeline, after: Option<usize>, request: &Request) -> bool {
+    let since = after.map_or(0, |m| m + 1);
+    after.is_none() || timeline.messages()[since..request.message].iter().any(crate::strategies::masking::is_prompt)
 }
 
 /// What an agent tool's answer says was done, without its token figures and ids: "Discarded
@@ -271,6 +300,7 @@ struct Counted {
     history: usize,
     message_id: String,
     applied: Option<String>,
+    offered: bool,
 }
 
 /// One run: every request of the session in `mode`, counted and billed.
@@ -289,15 +319,15 @@ fn run(session: &Session<'_>, mode: Mode, options: &Options, pieces: &mut Pieces
         }
         let id = step.timeline.messages()[step.request.message].id().to_string();
         let applied = step.applied.map(str::to_string);
-        counted.push(Counted { time: step.request.time, pieces: request, history, message_id: id, applied });
+        let offered = step.offered;
+        counted.push(Counted { time: step.request.time, pieces: request, history, message_id: id, applied, offered });
     })?;
-    let mut fixed = vec![pieces.fixed("opencode", options.overhead)];
+    let opencode = pieces.fixed("opencode", options.overhead);
     let tools = additions.len().saturating_sub(1) as u64;
     let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum::<u64>() + tools * TOOL_SCHEMA;
-    if dcp > 0 {
-        fixed.push(pieces.fixed("dcp", dcp));
-    }
-    for Counted { time, pieces: request, history, message_id, applied } in counted {
+    let head = (dcp > 0).then(|| pieces.fixed("dcp", dcp));
+    for Counted { time, pieces: request, history, message_id, applied, offered } in counted {
+        let fixed: Vec<Piece> = std::iter::once(opencode).chain(head.filter(|_| offered)).collect();
         let pieces: Vec<Piece> = fixed.iter().copied().chain(request).collect();
         let bill = meter.bill(time, pieces, history + fixed.len());
         // A rewrite the engine did not make is OpenCode's: a compaction, or outputs it cleared.

@@ -157,7 +157,7 @@ impl Timeline {
 fn agent_calls(m: &Message) -> Vec<AgentCall> {
     m.parts
         .iter()
-        .filter(|p| is_agent_call(p))
+        .filter(|p| is_agent_call(p) && !unavailable(p))
         .map(|p| {
             let state = p.get("state").unwrap_or(&Value::Null);
             AgentCall {
@@ -169,8 +169,19 @@ fn agent_calls(m: &Message) -> Vec<AgentCall> {
         .collect()
 }
 
+/// A call of one of dcp's agent tools, made or attempted: a session not offered them records
+/// the model's call as OpenCode's `invalid` tool naming it (see [`unavailable`]).
 fn is_agent_call(part: &Value) -> bool {
-    str_field(part, "type") == Some("tool") && str_field(part, "tool").is_some_and(|t| AGENT_TOOLS.contains(&t))
+    str_field(part, "type") == Some("tool")
+        && (str_field(part, "tool").is_some_and(|t| AGENT_TOOLS.contains(&t)) || unavailable(part))
+}
+
+/// A call of a dcp tool the session was not offered: OpenCode turned it into its `invalid`
+/// tool, with the name the model used in the input. A run without dcp would not have it, and
+/// a replay does not send it (it pruned nothing).
+fn unavailable(part: &Value) -> bool {
+    let named = part.get("state").and_then(|s| s.get("input")).and_then(|i| str_field(i, "tool"));
+    str_field(part, "tool") == Some("invalid") && named.is_some_and(|t| AGENT_TOOLS.contains(&t))
 }
 
 /// An assistant message whose tool calls are all dcp agent tools.
@@ -255,5 +266,22 @@ mod tests {
         assert_eq!(rs.iter().map(|r| r.message).collect::<Vec<_>>(), vec![1, 4]);
         assert_eq!(t.range(&rs[0]), 0..1);
         assert_eq!(t.range(&rs[1]), 2..4);
+    }
+
+    #[test]
+    fn a_call_to_a_dcp_tool_the_session_was_not_offered_is_no_request_without_dcp() {
+        let invalid = json!({"type": "tool", "callID": "c9", "tool": "invalid", "state": {"status": "completed",
+            "input": {"tool": "discard", "error": "Model tried to call unavailable tool 'discard'."}, "output": "x"}});
+        let messages = vec![
+            msg("m1", "user", 10, vec![json!({"type": "text", "text": "go"})]),
+            msg("m2", "assistant", 20, vec![tool("read", None)]),
+            msg("m3", "assistant", 30, vec![invalid]),
+            msg("m4", "assistant", 40, vec![json!({"type": "text", "text": "done"})]),
+        ];
+        let t = Timeline::new(&messages, AgentTools::Offered);
+        assert_eq!(t.requests().len(), 3);
+        assert!(t.requests()[1].agent_calls.is_empty(), "it pruned nothing: not sent again");
+        let t = Timeline::new(&messages, AgentTools::Absent);
+        assert_eq!(t.messages().iter().map(Message::id).collect::<Vec<_>>(), vec!["m1", "m2", "m4"]);
     }
 }

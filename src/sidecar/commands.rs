@@ -95,6 +95,10 @@ impl Server {
         let Some(restored) = n.and_then(|n| slot.state.blocks.decompress(n)) else {
             return Ok(texts::not_a_range(id, &slot.state.blocks));
         };
+        if let Some(block) = n.and_then(|n| slot.state.blocks.by_id.get(&n)) {
+            let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
+            slot.unrecord_block(block.id, tools, tokens);
+        }
         slot.revision += 1;
         slot.dirty = true;
         self.save_now(sid);

@@ -14,6 +14,7 @@
 //! `discard` and `extract`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
 
 mod commands;
+mod head;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
@@ -68,6 +69,8 @@ struct Session {
     /// What dcp has gained on no pruning in this session so far, by the policy's cost model.
     banked: f64,
     last_request_ms: Option<i64>,
+    /// Whether the session's requests carry dcp's agent tools (see `crate::policy::offer`).
+    offered: bool,
     /// Whether the session has a parent (a subagent), once known.
     parent: Option<bool>,
     title: Option<String>,
@@ -189,6 +192,7 @@ impl Server {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
             "transform" => self.transform(transform_params(params)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
+            "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
             "command" => self.command(protocol::params(method, params)?).map(Answer::Command),
             "event" => {
@@ -225,6 +229,7 @@ impl Server {
                 tracing::warn!("{w}");
             }
             self.rules = Rules::new(loaded.config).map_err(internal)?;
+            self.head = None;
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {
                 session.index = Index::default();

@@ -168,6 +168,18 @@ pub struct SessionParams {
     pub session_id: Option<String>,
 }
 
+/// `turn`: a user message is being created in a session.
+#[derive(Deserialize)]
+pub struct TurnParams {
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    #[serde(rename = "parentID", default)]
+    pub parent_id: Option<Option<String>>,
+    /// Milliseconds since the epoch; the sidecar's clock when absent.
+    #[serde(default)]
+    pub now: Option<i64>,
+}
+
 /// `tool`: an agent tool call.
 #[derive(Deserialize)]
 pub struct ToolParams {
@@ -199,6 +211,7 @@ pub enum Answer {
     Initialized(Initialized),
     Transformed(Transformed),
     System(System),
+    Turn(TurnAnswer),
     Tool(ToolOutput),
     Command(CommandOutput),
     /// `{}`: for `event` and `shutdown`.
@@ -381,6 +394,12 @@ pub struct SyntheticPart {
 #[derive(Debug, Serialize)]
 pub struct System {
     pub system: Vec<String>,
+}
+
+/// The answer to `turn`: whether the turn's requests carry dcp's agent tools.
+#[derive(Debug, Serialize)]
+pub struct TurnAnswer {
+    pub offer: bool,
 }
 
 /// The answer to `tool`: what the agent reads.

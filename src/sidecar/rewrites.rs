@@ -3,6 +3,8 @@
 //! rewrites that are recorded only when the policy applies them, and the tokens of the
 //! prunes in force, for the session's balance against no pruning (`crate::policy::balance`).
 
+use serde_json::Value;
+
 use super::mirror::Mirror;
 use crate::policy;
 use crate::state::store::Slot;
@@ -10,9 +12,11 @@ use crate::state::{Action, PruneRecord, Strategy};
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 
-/// Tokens of the prunes in force: applied, of calls still in the history.
-pub(super) fn in_force(slot: &Slot, index: &Index) -> u64 {
-    slot.state.pruned.iter().filter(|(id, r)| r.applied && index.position(id).is_some()).map(|(_, r)| r.tokens).sum()
+/// What the prunes in force remove (applied, of calls still in the history), in the unit of
+/// the mirror's sizes ([`approx_saving`]).
+pub(super) fn in_force(slot: &Slot, index: &Index, mirror: &Mirror) -> u64 {
+    let applied = slot.state.pruned.iter().filter(|(_, r)| r.applied);
+    applied.filter_map(|(id, r)| Some(approx_saving(mirror, index.position(id)?, &r.action))).sum()
 }
 
 /// The calls masking would take now, with where they are, the record to make when one is
@@ -36,7 +40,29 @@ pub(super) fn mask_pending(
                 tool: tool.to_string(),
                 applied: false,
             };
-            (at, id.to_string(), record, policy::Pending { tokens: c.tokens, tail: tails[at.0] })
+            let tokens = approx_saving(mirror, at, &record.action);
+            (at, id.to_string(), record, policy::Pending { tokens, tail: tails[at.0] })
         })
         .collect()
+}
+
+/// What the rewrite of the part at `at` by `action` removes, in the unit of the mirror's sizes
+/// (characters / 4), which the policy weighs it against: a prune's recorded tokens are the
+/// tokenizer's, and for dense text (code, CSV) they run well above characters / 4, so a rewrite
+/// would look cheaper than it is.
+pub(super) fn approx_saving(mirror: &Mirror, at: (usize, usize), action: &Action) -> u64 {
+    let Some(part) = mirror.messages().get(at.0).and_then(|m| m.parts.get(at.1)) else { return 0 };
+    let (mut before, mut after) = (0usize, 0usize);
+    for edit in crate::strategies::field_edits(part, action) {
+        let old = edit.path.iter().try_fold(part, |v, key| v.get(key.as_str()));
+        before += old.map_or(0, chars);
+        after += chars(&edit.value);
+    }
+    (before.saturating_sub(after) as u64).div_ceil(4)
+}
+
+/// Bytes of a field as the mirror counts it: a string's length (or that of the string a slim
+/// marker stands for), 8 for anything else.
+fn chars(v: &Value) -> usize {
+    v.as_str().map_or(8, crate::session::slim::bytes)
 }

@@ -105,7 +105,7 @@ impl Server {
             let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
             slot.record_block(*id, &tools, tokens);
         }
-        let text = compress::answer(&slot.state, &outcome);
+        let text = texts::compress_answer(&slot.state, &outcome);
         if !outcome.made.is_empty() {
             self.save_now(sid);
         }

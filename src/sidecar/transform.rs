@@ -1,4 +1,4 @@
-//! `transform` and `system`: what the model sees on a request.
+//! `transform`: what the model sees on a request.
 //!
 //! A transform records what the automatic strategies decided, applies the pending rewrites
 //! when the cache-aware [`policy`] says they pay, answers with the edits the plugin does not
@@ -11,11 +11,10 @@ use rustc_hash::FxHashSet as HashSet;
 
 use super::mirror::Mirror;
 use super::protocol::{
-    Applied, Created, Edit, Edits, RpcError, SessionParams, Synthetic, SyntheticInfo, SyntheticPart, System,
-    TransformParams, Transformed,
+    Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
-use super::{internal, now_ms, rewrites, validate_session_id, Server, Session};
+use super::{head, internal, now_ms, rewrites, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Role};
@@ -166,28 +165,28 @@ impl Server {
                 recorded_now.push(d.call_id);
             }
         }
-        let in_force = rewrites::in_force(slot, &session.index);
+        let in_force = rewrites::in_force(slot, &session.index, mirror);
         let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
         let applied =
             applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
-        let tags = self.rules.config().tools.compress.enabled;
+        let offered = head::offered(&self.rules, session);
+        let tags = offered && self.rules.config().tools.compress.enabled;
         let (seq, edits) = answer_edits(session, slot, mirror, request.have, tags);
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let append = tail_message(&self.rules, project, session, slot, sid, messages);
+        let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
         let cut = applied_now.as_ref().map_or((0, 0), |a| (a.tokens, a.tail));
         session.banked += policy::balance(&policy::Request {
             cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
             in_force,
             applied: cut.0,
             tail: cut.1,
-            head: head_tokens(&mut self.head, &self.rules, &slot.tokens),
+            head: if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 },
             appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
         });
         // The ledger goes to the state file with the next save (see `Server::save_dirty`).
-        slot.state.ledger =
-            Ledger { banked: session.banked, warm: session.warm, last_request: session.last_request_ms };
+        slot.state.ledger = ledger(session);
         let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
         if dirty {
             slot.dirty = true;
@@ -198,51 +197,26 @@ impl Server {
 
     /// Picks up the policy's ledger where the session's state file left it: a restarted
     /// sidecar goes on with the same warm run and balance.
-    fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
+    pub(super) fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
         if self.skips(Some(session)) {
             return;
         }
         if let Ok((slot, _)) = self.store.slot(sid) {
             let l = slot.state.ledger;
             (session.banked, session.warm, session.last_request_ms) = (l.banked, l.warm, l.last_request);
+            session.offered = l.offered;
         }
-    }
-
-    pub(super) fn system(&mut self, p: SessionParams) -> System {
-        let skip = match p.session_id.as_deref() {
-            Some(sid) => self.with_session(sid, |server, session| {
-                server.look_up_session(session, sid);
-                server.skips(Some(session))
-            }),
-            None => false,
-        };
-        let tools = &self.rules.config().tools;
-        let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
-        if !self.rules.config().enabled || skip || !any {
-            return System { system: Vec::new() };
-        }
-        System { system: vec![texts::system(tools)] }
     }
 }
 
-/// Tokens dcp adds at the head of every request: its instructions and its tools'
-/// definitions (descriptions, and about 60 tokens of argument schema each). Counted once.
-fn head_tokens(head: &mut Option<u64>, rules: &Rules, counter: &crate::tokens::TokenCounter) -> u64 {
-    const SCHEMA: u64 = 60;
-    let tools = &rules.config().tools;
-    *head.get_or_insert_with(|| {
-        let mut n = 0;
-        if tools.discard.enabled || tools.extract.enabled {
-            n += counter.count(&texts::system(tools));
-        }
-        if tools.discard.enabled {
-            n += counter.count(texts::DISCARD_DESCRIPTION) + SCHEMA;
-        }
-        if tools.extract.enabled {
-            n += counter.count(texts::EXTRACT_DESCRIPTION) + SCHEMA;
-        }
-        n
-    })
+/// The session's ledger as the state file keeps it.
+pub(super) fn ledger(session: &Session) -> Ledger {
+    Ledger {
+        banked: session.banked,
+        warm: session.warm,
+        last_request: session.last_request_ms,
+        offered: session.offered,
+    }
 }
 
 /// The synthetic message appended after the history: the prunable list and any nudge.
@@ -253,10 +227,11 @@ fn tail_message(
     slot: &mut Slot,
     sid: &str,
     messages: &[Message],
+    offered: bool,
 ) -> Vec<Synthetic> {
     let recorded = slot.take_recorded();
     let tools = &rules.config().tools;
-    if !tools.discard.enabled && !tools.extract.enabled {
+    if !offered || (!tools.discard.enabled && !tools.extract.enabled) {
         return Vec::new();
     }
     let listing = prunable::Listing { project, min_tokens: tools.settings.min_tokens.into() };
@@ -313,7 +288,8 @@ fn apply_pending(
         .filter(|(_, r)| !r.applied)
         .filter_map(|(id, r)| {
             let at = index.position(id)?;
-            Some((at, Target::Call(id.clone()), policy::Pending { tokens: r.tokens, tail: tails[at.0] }))
+            let tokens = rewrites::approx_saving(mirror, at, &r.action);
+            Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0] }))
         })
         .collect();
     let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);

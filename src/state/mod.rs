@@ -129,7 +129,19 @@ impl Stats {
     pub fn tokens(&self) -> u64 {
         self.total_prune_tokens + self.prune_token_counter
     }
+
+    /// Takes `tokens` back out of the session's total (a prune undone), from the counter
+    /// first, then from what earlier saves folded in.
+    pub fn unrecord(&mut self, tokens: u64) {
+        let from_counter = tokens.min(self.prune_token_counter);
+        self.prune_token_counter -= from_counter;
+        self.total_prune_tokens = self.total_prune_tokens.saturating_sub(tokens - from_counter);
+    }
 }
+
+/// The journal key prefix of a compressed block the user undid (`/dcp decompress`): a merge
+/// takes its tokens back out of the stats instead of adding them.
+pub const UNBLOCK: &str = "unblock:";
 
 /// The rewrite policy's running figures for a session, kept in the state file so that a
 /// restarted sidecar (or `dcp replay`) goes on where the last one stopped.
@@ -141,6 +153,8 @@ pub struct Ledger {
     pub warm: u32,
     /// When the session's last request was made (ms), if dcp saw one.
     pub last_request: Option<i64>,
+    /// Whether the session's requests carry the agent tools (`crate::policy::offer`).
+    pub offered: bool,
 }
 
 /// Everything dcp remembers about one session.

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::persist::{self, LoadOutcome, Stamp, StateError, Synced, Written};
-use super::{Ledger, PruneRecord, SessionState};
+use super::{Ledger, PruneRecord, SessionState, UNBLOCK};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -99,6 +99,29 @@ impl Slot {
         }
         for (k, call) in tools.iter().enumerate() {
             self.journal.push(entry(format!("block:{id}:{call}"), if k == 0 { tokens } else { 0 }));
+        }
+        self.dirty = true;
+    }
+
+    /// Takes compressed block `id` back out of the stats when the user undoes it (`/dcp
+    /// decompress`): what it took out of each request is sent again, so the stats say what
+    /// is applied. Journalled as `unblock:ID`, which a merge subtracts.
+    pub fn unrecord_block(&mut self, id: u32, tools: usize, tokens: u64) {
+        use super::{Action, Strategy};
+        let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
+        tally.tokens = tally.tokens.saturating_sub(tokens);
+        tally.tools = tally.tools.saturating_sub(tools.max(1) as u64);
+        self.state.stats.unrecord(tokens);
+        let record = PruneRecord {
+            strategy: Strategy::Compress,
+            action: Action::Output,
+            tokens,
+            tool: String::new(),
+            applied: true,
+        };
+        for k in 0..tools.max(1) {
+            let tokens = if k == 0 { tokens } else { 0 };
+            self.journal.push((format!("{UNBLOCK}{id}:{k}"), PruneRecord { tokens, ..record.clone() }));
         }
         self.dirty = true;
     }

@@ -18,8 +18,6 @@
 //! Everything here is a pure function of the history and the state; the sidecar applies the
 //! result: [`tag_sites`] are appended to the message fields, [`spans`] replace whole messages.
 
-use std::fmt::Write as _;
-
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
@@ -27,6 +25,7 @@ use crate::context;
 use crate::session::{str_field, tool_calls, Message, Role};
 use crate::state::blocks::{Block, Blocks};
 use crate::state::SessionState;
+use crate::texts::refusals;
 use crate::tokens::TokenCounter;
 
 /// The agent-facing id of the message at `index` of the history.
@@ -278,19 +277,17 @@ pub fn compress(
 ) -> Outcome {
     let mut out = Outcome::default();
     if ranges.is_empty() {
-        out.problems.push("No ranges were given: pass content: [{startId, endId, summary}].".into());
+        out.problems.push(refusals::NO_RANGES.into());
     }
     for (n, range) in ranges.iter().enumerate() {
-        let label = if ranges.len() == 1 { "The range".to_string() } else { format!("Range {}", n + 1) };
+        let label = refusals::range_label(n, ranges.len());
         match resolve(messages, &state.blocks, range) {
-            Err(problem) => out.problems.push(format!("{label} ({}..{}): {problem}", range.start, range.end)),
+            Err(problem) => out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem)),
             Ok(resolved) => {
                 if resolved.grown {
-                    out.notes.push(format!(
-                        "{label} was widened to {}..{} so that it holds whole compressed blocks.",
-                        ref_of(messages, &state.blocks, resolved.from),
-                        ref_of(messages, &state.blocks, resolved.to)
-                    ));
+                    let (from, to) =
+                        (ref_of(messages, &state.blocks, resolved.from), ref_of(messages, &state.blocks, resolved.to));
+                    out.notes.push(refusals::widened(&label, &from, &to));
                 }
                 let id = make_block(messages, state, request, range, &resolved, counter);
                 out.made.push(id);
@@ -426,39 +423,4 @@ fn make_block(
         covered.iter().zip(&tokens).map(|(m, t)| (m.id().to_string(), *t)).collect();
     state.blocks.insert(block, message_tokens);
     id
-}
-
-/// The answer the agent reads after `compress`.
-pub fn answer(state: &SessionState, outcome: &Outcome) -> String {
-    let mut text = String::new();
-    for id in &outcome.made {
-        let Some(b) = state.blocks.by_id.get(id) else { continue };
-        let _ = write!(
-            text,
-            "Compressed {} message{} into b{id} ({} -> {} tokens)",
-            b.effective_messages.len(),
-            if b.effective_messages.len() == 1 { "" } else { "s" },
-            crate::format::tokens(b.compressed_tokens),
-            crate::format::tokens(b.summary_tokens),
-        );
-        if !b.consumed.is_empty() {
-            let names: Vec<String> = b.consumed.iter().map(|c| format!("b{c}")).collect();
-            let _ = write!(text, ", covering {}", names.join(", "));
-        }
-        text.push_str(".\n");
-    }
-    for note in &outcome.notes {
-        text.push_str(note);
-        text.push('\n');
-    }
-    if !outcome.problems.is_empty() {
-        if outcome.made.is_empty() {
-            text.push_str("Nothing was compressed.\n");
-        }
-        for p in &outcome.problems {
-            let _ = writeln!(text, "Not applied: {p}.");
-        }
-        text.push_str("Name ranges by the id tags at the end of messages (<m1>) or of summaries (<b1>).\n");
-    }
-    text.trim_end().to_string()
 }

@@ -38,6 +38,8 @@ struct Call {
     turn: u32,
     /// User prompts up to the call's message.
     prompts: u32,
+    /// What its output weighs against masking's `keepTokens` ([`masking::weight`]), read once.
+    weight: u64,
 }
 
 /// A call masking would take, waiting for the policy to say the rewrite pays.
@@ -72,6 +74,8 @@ pub struct Index {
     prompts: u32,
     /// Calls before this one are beyond the masking window.
     window: usize,
+    /// The weight of the calls from `window` on.
+    kept_weight: u64,
     /// Calls before this one were considered for masking.
     mask_cursor: usize,
     /// Calls beyond the masking window not masked yet.
@@ -110,9 +114,12 @@ impl Index {
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };
                 let at = self.calls.len();
-                self.add(at, &ToolCall::from_facts(mi, &facts, part, self.current), rules);
+                let call = ToolCall::from_facts(mi, &facts, part, self.current);
+                self.add(at, &call, rules);
+                let weight = masking::weight(&call, rules);
+                self.kept_weight += weight;
                 self.by_call_id.insert(facts.call_id.clone(), at);
-                self.calls.push(Call { facts, message: mi, turn: self.current, prompts: self.prompts });
+                self.calls.push(Call { facts, message: mi, turn: self.current, prompts: self.prompts, weight });
             }
         }
         self.messages = messages.len();
@@ -239,11 +246,13 @@ impl Index {
             let age = masking::Age {
                 newer_calls: self.calls.len() - 1 - self.window,
                 newer_prompts: self.prompts - call.prompts,
+                newer_tokens: self.kept_weight - call.weight,
                 steps: self.current.saturating_sub(call.turn),
             };
             if !masking::beyond_window(age, rules) {
                 break;
             }
+            self.kept_weight -= call.weight;
             self.window += 1;
         }
     }

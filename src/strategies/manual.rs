@@ -9,6 +9,7 @@
 use super::{finished, open_for_pruning, output_tokens, Decision, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
+use crate::texts::refusals;
 use crate::tokens::TokenCounter;
 
 /// Why the agent discards outputs.
@@ -55,10 +56,8 @@ fn named_calls(ctx: &Ctx<'_>, raw: &str) -> Result<Vec<usize>, String> {
     let calls = &ctx.history.calls;
     let by_id = |call_id: &str| calls.iter().position(|c| c.call_id == call_id);
     if let Ok(n) = name.parse::<u32>() {
-        let call_id = ctx.state.call_for(n).ok_or_else(|| format!("{name}: no tool call has this id"))?;
-        return by_id(call_id)
-            .map(|i| vec![i])
-            .ok_or_else(|| format!("{name}: the call is no longer in the conversation"));
+        let call_id = ctx.state.call_for(n).ok_or_else(|| refusals::no_such_id(name))?;
+        return by_id(call_id).map(|i| vec![i]).ok_or_else(|| refusals::gone(name));
     }
     if let Some(i) = by_id(name) {
         return Ok(vec![i]);
@@ -71,13 +70,13 @@ fn named_calls(ctx: &Ctx<'_>, raw: &str) -> Result<Vec<usize>, String> {
         Some(n) => {
             let found: Vec<usize> = (0..calls.len()).filter(|i| calls[*i].message == n - 1).collect();
             if found.is_empty() {
-                Err(format!("{name}: that message has no tool calls"))
+                Err(refusals::no_tool_calls(name))
             } else {
                 Ok(found)
             }
         }
-        None if name.is_empty() => Err("an empty id".to_string()),
-        None => Err(format!("{name}: no tool call has this id")),
+        None if name.is_empty() => Err(refusals::EMPTY_ID.to_string()),
+        None => Err(refusals::no_such_id(name)),
     }
 }
 
@@ -85,17 +84,17 @@ fn named_calls(ctx: &Ctx<'_>, raw: &str) -> Result<Vec<usize>, String> {
 /// list's size threshold do not apply: the agent asked for this call by name.
 fn refuse(ctx: &Ctx<'_>, call: &ToolCall<'_>) -> Option<&'static str> {
     if ctx.state.pruned.contains_key(call.call_id) {
-        Some("already pruned")
+        Some(refusals::ALREADY_PRUNED)
     } else if ctx.state.blocks.active().any(|b| b.applied && b.effective_tools.iter().any(|t| t == call.call_id)) {
-        Some("inside a compressed range")
+        Some(refusals::IN_A_RANGE)
     } else if call.compacted {
-        Some("already cleared by OpenCode")
+        Some(refusals::CLEARED)
     } else if call.status != ToolStatus::Completed {
-        Some("has no output to prune (it failed or has not finished)")
+        Some(refusals::NO_OUTPUT)
     } else if ctx.rules.config().tools_protect(call.tool) {
-        Some("a protected tool")
+        Some(refusals::PROTECTED_TOOL)
     } else if ctx.rules.protects_file(call) {
-        Some("a protected file")
+        Some(refusals::PROTECTED_FILE)
     } else {
         None
     }
@@ -115,7 +114,7 @@ fn resolve<'c>(ctx: &'c Ctx<'_>, names: &[String], problems: &mut Vec<String>) -
                         continue;
                     }
                     match refuse(ctx, call) {
-                        Some(why) => problems.push(format!("{} ({}): {why}", raw.trim(), call.tool)),
+                        Some(why) => problems.push(refusals::refused(raw.trim(), call.tool, why)),
                         None => out.push((raw.trim().to_string(), call)),
                     }
                 }
@@ -147,7 +146,7 @@ pub fn split_reason(ids: &[String], reason: Option<DiscardReason>) -> (Vec<Strin
 pub fn discard(ctx: &Ctx<'_>, ids: &[String], counter: &mut TokenCounter) -> Applied {
     let mut out = Applied::default();
     if ids.is_empty() {
-        out.problems.push("no ids were given".to_string());
+        out.problems.push(refusals::NO_IDS.to_string());
     }
     for (name, call) in resolve(ctx, ids, &mut out.problems) {
         let removed = output_tokens(call, counter);
@@ -164,28 +163,19 @@ pub fn discard(ctx: &Ctx<'_>, ids: &[String], counter: &mut TokenCounter) -> App
 pub fn extract(ctx: &Ctx<'_>, ids: &[String], distillation: &[String], counter: &mut TokenCounter) -> Applied {
     let mut out = Applied::default();
     if ids.is_empty() {
-        out.problems.push("no ids were given".to_string());
+        out.problems.push(refusals::NO_IDS.to_string());
     }
     if ids.len() != distillation.len() {
-        out.problems.push(format!(
-            "got {} ids but {} distillations: only the first {} pairs were used",
-            ids.len(),
-            distillation.len(),
-            ids.len().min(distillation.len())
-        ));
+        out.problems.push(refusals::unpaired(ids.len(), distillation.len()));
     }
     for (raw, text) in ids.iter().zip(distillation) {
         if text.trim().is_empty() {
-            out.problems.push(format!("{}: the distillation is empty", raw.trim()));
+            out.problems.push(refusals::empty_distillation(raw.trim()));
             continue;
         }
         let resolved = resolve(ctx, std::slice::from_ref(raw), &mut out.problems);
         if resolved.len() > 1 {
-            out.problems.push(format!(
-                "{}: names {} calls; name one call per distillation",
-                raw.trim(),
-                resolved.len()
-            ));
+            out.problems.push(refusals::many_calls(raw.trim(), resolved.len()));
             continue;
         }
         for (name, call) in resolved {

@@ -7,8 +7,11 @@
 //! half the cost, solve rate unchanged): keep the last few observations whole, replace older
 //! ones by a line that says what they were.
 //!
-//! A call is *beyond the window* once `strategies.masking.keepLast` newer tool calls exist and
-//! `keepUserTurns` user prompts came after it. Calls of protected tools (the default list and
+//! A call is *beyond the window* once `strategies.masking.keepLast` newer tool calls exist, or
+//! `keepUserTurns` user prompts came after it, or the newer outputs masking could take weigh
+//! `keepTokens` (characters / 4): ten observations are the paper's window, but one OpenCode
+//! `read` of a long file weighs as much as a hundred of SWE-agent's windowed views, so the
+//! window is also held to what ten ordinary observations weigh. Calls of protected tools (the default list and
 //! `strategies.masking.protectedTools`), of protected files, young calls under turn
 //! protection, and outputs no longer than their placeholder are never masked.
 //!
@@ -66,15 +69,28 @@ pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
 pub struct Age {
     pub newer_calls: usize,
     pub newer_prompts: u32,
+    /// Approximate tokens of the newer outputs masking could take ([`weight`]).
+    pub newer_tokens: u64,
     pub steps: u32,
 }
 
 /// Whether a call of this age is beyond the window of recent calls that stay whole.
 pub fn beyond_window(age: Age, rules: &Rules) -> bool {
     let m = &rules.config().strategies.masking;
-    let old =
-        age.newer_calls >= m.keep_last as usize || (m.keep_user_turns > 0 && age.newer_prompts >= m.keep_user_turns);
+    let old = age.newer_calls >= m.keep_last as usize
+        || (m.keep_user_turns > 0 && age.newer_prompts >= m.keep_user_turns)
+        || (m.keep_tokens > 0 && age.newer_tokens >= u64::from(m.keep_tokens));
     m.enabled && old && (rules.turns() == 0 || age.steps >= rules.turns())
+}
+
+/// What `call`'s output weighs against `keepTokens`: its approximate tokens if masking could
+/// take it, else nothing (a protected output stays whatever the budget).
+pub fn weight(call: &ToolCall<'_>, rules: &Rules) -> u64 {
+    if eligible(call, rules) {
+        super::prunable::approx_tokens(call.output())
+    } else {
+        0
+    }
 }
 
 /// Whether `message` is a prompt the user typed: a user message with text that is neither
@@ -98,10 +114,17 @@ pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Option<Decision
 pub fn window_start(history: &History<'_>, rules: &Rules) -> usize {
     let prompts = prompts_from(history.messages);
     let calls = &history.calls;
+    // Tokens of the outputs after each call, counted from the end.
+    let mut newer = vec![0u64; calls.len()];
+    let mut sum = 0u64;
+    for (i, call) in calls.iter().enumerate().rev() {
+        newer[i] = sum;
+        sum += weight(call, rules);
+    }
     calls
         .iter()
         .enumerate()
-        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call), rules))
+        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules))
         .unwrap_or(calls.len())
 }
 
@@ -114,10 +137,11 @@ fn prompts_from(messages: &[Message]) -> Vec<u32> {
     out
 }
 
-fn age_of(history: &History<'_>, prompts: &[u32], i: usize, call: &ToolCall<'_>) -> Age {
+fn age_of(history: &History<'_>, prompts: &[u32], i: usize, call: &ToolCall<'_>, newer_tokens: u64) -> Age {
     Age {
         newer_calls: history.calls.len() - 1 - i,
         newer_prompts: prompts[call.message + 1],
+        newer_tokens,
         steps: history.current.saturating_sub(call.turn),
     }
 }

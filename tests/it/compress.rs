@@ -93,7 +93,7 @@ fn a_range_becomes_one_summary_message_and_waits_for_the_policy() {
     assert_eq!(out[0]["info"]["role"], "user");
     assert!(out[0]["parts"][0]["text"].as_str().unwrap().contains("explored: a.py is big"));
     assert!(texts(&out[1..]).contains("<m5>"), "later messages keep their ids");
-    let answer = compress::answer(&state, &outcome);
+    let answer = dcp::texts::compress_answer(&state, &outcome);
     assert!(answer.starts_with("Compressed 4 messages into b1"), "{answer}");
 }
 
@@ -114,7 +114,7 @@ fn one_bad_range_does_not_void_the_others() {
             "Range 3 (m6..m7): the summary is empty"
         ]
     );
-    let answer = compress::answer(&state, &outcome);
+    let answer = dcp::texts::compress_answer(&state, &outcome);
     assert!(answer.contains("Not applied: Range 2"), "{answer}");
 }
 

@@ -15,6 +15,7 @@ mod gen;
 mod host;
 mod index;
 mod masking;
+mod offer;
 mod package;
 mod persistence;
 mod protocol;

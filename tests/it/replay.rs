@@ -5,14 +5,17 @@ use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::replay::steps::{AgentTools, Timeline};
 use dcp::replay::{self, Mode, Options, Session};
+use dcp::strategies::masking;
 use serde_json::{json, Value};
 
 use crate::sidecar::{apply, IMMEDIATE};
 use crate::support::Sidecar;
 use crate::support::{fixtures, Sandbox, DB_SESSION};
 
-/// The lab runs recorded with the plugin loaded, in `fixtures/replay/` (see its README).
-const LAB_RUNS: [&str; 4] = ["long", "own-steps", "shared", "compress"];
+/// The lab runs recorded with the plugin loaded, in `fixtures/replay/` (see its README): with
+/// dcp's defaults, and two with `tools.settings.offer: "always"` (the agent's tools from the
+/// first request, so that its discard, extract and compress calls are replayed too).
+const LAB_RUNS: [&str; 6] = ["long", "own-steps", "shared", "compress", "own-steps-always", "compress-always"];
 
 fn lab_session(name: &str) -> (dcp::host::SessionInfo, Vec<dcp::session::Message>) {
     let data = DataDir::new(&fixtures().join("replay").join(name), &Env::default());
@@ -29,12 +32,16 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
                 .unwrap();
         let (info, messages) = lab_session(name);
         // As the lab ran: dcp's defaults, a 128K window, summarize.py's unit and no TTL.
+        let mut config = dcp::config::Config::default();
+        if name.ends_with("-always") {
+            config.tools.settings.offer = dcp::config::Offer::Always;
+        }
         let options = Options {
             modes: Vec::new(),
             ttl: replay::cost::Ttl::Never,
             context_limit: Some(128_000),
             overhead: replay::OPENCODE_OVERHEAD_CHARS,
-            config: dcp::config::Config::default(),
+            config,
             estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
         };
         let directory = std::path::Path::new(&info.directory);
@@ -48,18 +55,14 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             ("final_context", dcp.final_context as f64 / none.final_context as f64),
         ] {
             let theirs = lab["ratios"][figure].as_f64().unwrap();
-            if name == "own-steps" {
-                // Recorded when a wrong id voided the whole discard; dcp now prunes the valid
-                // ids of that call, so replay is cheaper than that lab run. To be recorded again.
-                continue;
-            }
             assert!((ours - theirs).abs() <= 0.03, "{name} {figure}: replay {ours:.3}, lab {theirs:.3}");
         }
         // The engine decided as the live sidecar did: every agent call did what the recorded
-        // one did, but in own-steps the discard that also names a wrong id ("99"): that voided
-        // the whole call then, and prunes the valid ids now (issue 15, forgiving tools).
-        let differ = if name == "own-steps" { 1 } else { 0 };
-        assert_eq!(run(Mode::Dcp).agent_calls_same + differ, run(Mode::Dcp).agent_calls, "{name}");
+        // one did. With the defaults no lab session was offered the tools (no idle gap lets
+        // them in for free), so its scripted calls met an unavailable tool and none is replayed.
+        let calls = run(Mode::Dcp).agent_calls;
+        assert_eq!(run(Mode::Dcp).agent_calls_same, calls, "{name}");
+        assert_eq!(calls > 0, name.ends_with("-always"), "{name}: {calls} agent calls replayed");
         assert_eq!(replayed.requests as u64, lab["plugin"]["main_requests"].as_u64().unwrap(), "{name}");
     }
 }
@@ -85,7 +88,15 @@ fn served(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::
     let mut sidecar = Sidecar::spawn(sandbox, config);
     let timeline = Timeline::new(messages, AgentTools::Offered);
     let mut out = Vec::new();
+    let (mut offered, mut after) = (false, None);
     for r in timeline.requests() {
+        // As the plugin does: `turn` when a user message is created.
+        let since = after.map_or(0, |m| m + 1);
+        if after.is_none() || timeline.messages()[since..r.message].iter().any(masking::is_prompt) {
+            let turn = sidecar.result("turn", json!({"sessionID": sid, "parentID": null, "now": r.time}));
+            offered = turn["offer"] == json!(true);
+        }
+        after = Some(r.message);
         let mut history: Vec<Value> =
             timeline.range(r).map(|i| serde_json::to_value(&*timeline.message_at(i, r.time)).unwrap()).collect();
         let params = json!({"sessionID": sid, "parentID": null, "now": r.time,
@@ -94,7 +105,7 @@ fn served(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::
         apply(&mut history, &result);
         history.extend(result["append"].as_array().unwrap().iter().cloned());
         out.push(history);
-        for call in &r.agent_calls {
+        for call in r.agent_calls.iter().filter(|_| offered) {
             sidecar.result("tool", json!({"sessionID": sid, "name": call.tool, "args": call.args}));
         }
     }

@@ -4,7 +4,8 @@ use serde_json::{json, Value};
 
 use crate::sidecar::{apply, prunes, recorded_messages, state_file, IMMEDIATE};
 use crate::support::Sidecar;
-use crate::support::{Sandbox, DB_SESSION};
+use crate::support::{poll, Sandbox, DB_SESSION};
+use std::time::Duration;
 
 fn text_of(message: &Value) -> String {
     serde_json::to_string(message).unwrap()
@@ -70,6 +71,8 @@ fn compress_replaces_a_range_and_decompress_restores_it() {
 
     let list = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress"}));
     assert!(list["text"].as_str().unwrap().contains("b1  6 messages"), "{list}");
+    let compressed = |file: Value| file["dcp"]["byStrategy"]["compress"]["tokens"].as_u64().unwrap_or(0);
+    assert!(poll(|| compressed(state_file(&s)) > 0, Duration::from_secs(10)), "the range is in the stats");
     let undo = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress b1"}));
     assert!(undo["text"].as_str().unwrap().starts_with("Restored b1"), "{undo}");
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
@@ -80,7 +83,9 @@ fn compress_replaces_a_range_and_decompress_restores_it() {
     let file = state_file(&s);
     let block = &file["prune"]["messages"]["blocksById"]["1"];
     assert_eq!((block["startId"].as_str(), block["compressCallId"].as_str()), (Some("m0001"), Some("call_c")));
-    assert!(file["dcp"]["byStrategy"]["compress"]["tokens"].as_u64().unwrap() > 0, "{file}");
+    // The stats say what is applied: the range is sent again, so its tokens are no saving.
+    assert_eq!(file["dcp"]["byStrategy"]["compress"]["tokens"], 0, "{file}");
+    assert_eq!(file["dcp"]["byStrategy"]["compress"]["tools"], 0, "{file}");
 
     assert_eq!(block["deactivatedByUser"], true);
     assert_eq!(file["prune"]["messages"]["activeBlockIds"], json!([]));

@@ -8,20 +8,12 @@ use crate::state::{PruneRecord, SessionState};
 /// for calls the file already has (another process pruned them too, and counted them).
 ///
 /// The newer compaction wins the prune list: prunes from before it name calls the model no
-/// longer sees. Stats only ever add up. Agent-facing ids keep the file's numbering; an id of
+/// longer sees. Stats add up, but for a compressed block the user undid (`unblock:` entries). Agent-facing ids keep the file's numbering; an id of
 /// `mine` that another call took on disk is renumbered.
 pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneRecord)]) -> SessionState {
     let mut out = disk;
     out.fold_counter();
-    for (id, record) in journal {
-        if out.pruned.contains_key(id) {
-            continue;
-        }
-        let tally = out.stats.by_strategy.entry(record.strategy).or_default();
-        tally.tokens += record.tokens;
-        tally.tools += 1;
-        out.stats.total_prune_tokens += record.tokens;
-    }
+    add_journal(&mut out, journal);
     // The ledger of the process that made the latest request goes on.
     if mine.ledger.last_request >= out.ledger.last_request {
         out.ledger = mine.ledger;
@@ -66,6 +58,28 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     out
 }
 
+/// Adds the stats of `journal`'s prunes to `out`'s, but for calls `out` already has, and takes
+/// out those of compressed blocks the user undid.
+fn add_journal(out: &mut SessionState, journal: &[(String, PruneRecord)]) {
+    for (id, record) in journal {
+        if id.starts_with(crate::state::UNBLOCK) {
+            // A compressed block undone: its tokens leave the stats as they came in.
+            let tally = out.stats.by_strategy.entry(record.strategy).or_default();
+            tally.tokens = tally.tokens.saturating_sub(record.tokens);
+            tally.tools = tally.tools.saturating_sub(1);
+            out.stats.unrecord(record.tokens);
+            continue;
+        }
+        if out.pruned.contains_key(id) {
+            continue;
+        }
+        let tally = out.stats.by_strategy.entry(record.strategy).or_default();
+        tally.tokens += record.tokens;
+        tally.tools += 1;
+        out.stats.total_prune_tokens += record.tokens;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +87,19 @@ mod tests {
 
     fn rec(strategy: Strategy, tokens: u64, applied: bool) -> PruneRecord {
         PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied }
+    }
+
+    #[test]
+    fn an_undone_compressed_block_leaves_the_merged_stats() {
+        let mut disk = SessionState::default();
+        disk.stats.total_prune_tokens = 500;
+        disk.stats.by_strategy.insert(Strategy::Compress, crate::state::Tally { tokens: 500, tools: 2 });
+        let undone = rec(Strategy::Compress, 500, true);
+        let journal =
+            [("unblock:1:0".to_string(), undone), ("unblock:1:1".to_string(), rec(Strategy::Compress, 0, true))];
+        let out = merge(disk, &SessionState::default(), &journal);
+        assert_eq!(out.stats.tokens(), 0);
+        assert_eq!(out.stats.by_strategy[&Strategy::Compress], crate::state::Tally { tokens: 0, tools: 0 });
     }
 
     #[test]

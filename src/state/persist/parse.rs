@@ -52,6 +52,10 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
         return Err(FormatError::NotAnObject);
     };
     let mut state = SessionState { raw: raw.clone(), ..SessionState::default() };
+    // A file written before `offered` existed is of a session whose requests carried the
+    // agent tools from the start (so did the published DCP's): taking them away now would
+    // re-bill its cached prompt.
+    state.ledger.offered = true;
     state.session_name = opt_string(&raw, "sessionName")?;
     state.last_updated = opt_string(&raw, "lastUpdated")?;
     let legacy = legacy_ids(&raw)?;
@@ -206,6 +210,9 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
         if let Some(v) = number("lastRequest") {
             let t = v.as_i64().ok_or_else(|| type_error("dcp.ledger.lastRequest", "a number", v))?;
             state.ledger.last_request = Some(t);
+        }
+        if let Some(v) = number("offered") {
+            state.ledger.offered = v.as_bool().ok_or_else(|| type_error("dcp.ledger.offered", "true or false", v))?;
         }
     }
     Ok(())

@@ -141,7 +141,12 @@ pub fn now_iso() -> String {
 
 /// The policy's ledger as the state file holds it.
 fn ledger(l: &crate::state::Ledger) -> Value {
-    json!({"banked": (l.banked * 10.0).round() / 10.0, "warm": l.warm, "lastRequest": l.last_request})
+    json!({
+        "banked": (l.banked * 10.0).round() / 10.0,
+        "warm": l.warm,
+        "lastRequest": l.last_request,
+        "offered": l.offered,
+    })
 }
 
 #[cfg(test)]
@@ -249,7 +254,8 @@ mod tests {
             state.next_id = 8;
             state.last_compaction = 1_790_000_000_000;
             state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
-            state.ledger = crate::state::Ledger { banked: 1234.5, warm: 9, last_request: Some(1_790_000_001_000) };
+            state.ledger =
+                crate::state::Ledger { banked: 1234.5, warm: 9, last_request: Some(1_790_000_001_000), offered: true };
             assert_eq!(
                 render(&state, "2026-11-22T00:00:00.000Z"),
                 render_via_value(&state, "2026-11-22T00:00:00.000Z")
@@ -261,13 +267,16 @@ mod tests {
     fn the_policy_ledger_and_masking_survive_a_round_trip() {
         let mut state = SessionState::default();
         state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
-        state.ledger = crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000) };
+        state.ledger =
+            crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000), offered: false };
         let back = parse(&render(&state, "2026-11-22T00:00:00.000Z")).unwrap();
         assert_eq!(back.ledger, state.ledger);
         assert_eq!(back.pruned["call_m"], state.pruned["call_m"]);
         assert_eq!(back.stats.by_strategy[&Strategy::Masking].tokens, 40);
-        // A file written before the ledger existed starts a fresh one.
-        assert_eq!(parse(br#"{"dcp": {}}"#).unwrap().ledger, crate::state::Ledger::default());
+        // A file written before the ledger existed starts a fresh one, of a session whose
+        // requests carried the agent tools from the start.
+        let fresh = crate::state::Ledger { offered: true, ..crate::state::Ledger::default() };
+        assert_eq!(parse(br#"{"dcp": {}}"#).unwrap().ledger, fresh);
     }
 
     #[test]

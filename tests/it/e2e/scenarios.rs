@@ -80,8 +80,10 @@ pub const IMMEDIATE: &str = r#"{
   // Apply every decision on the next request, so each step can be checked at once.
   "rewrite": {"mode": "immediate"},
   "pruneNotification": "minimal",
-  // List every output, small ones included, so the small config file can be extracted.
-  "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}},
+  // List every output, small ones included, so the small config file can be extracted; and
+  // offer the agent's tools from the first request (by default they come once the session's
+  // ledger has paid for them, which a scripted run of a few requests never does).
+  "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0, "offer": "always"}},
   // Masking would take the first prompt's outputs at the second prompt; this run checks the
   // other strategies and the agent's tools (the lab sessions of fixtures/replay run masking
   // in the real OpenCode).
