@@ -146,13 +146,18 @@ async function waitGone(pids, ms) {
   while (pids.some(running) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
 }
 
-function peakRssKb(pid) {
+function statusKb(pid, field) {
   try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
     return m ? Number(m[1]) : null;
   } catch {
     return null;
   }
+}
+
+/** Peak RSS. */
+function peakRssKb(pid) {
+  return statusKb(pid, "VmHWM");
 }
 
 async function main() {
@@ -265,6 +270,11 @@ async function main() {
   });
   gcObserver.observe({ entryTypes: ["gc"] });
   const cpuBefore = sidecar ? cpuMs(sidecar) : null;
+  // Resident memory once the first request is answered and counted ahead, to see what the
+  // steps add to it: it should grow with what is new, not with the history.
+  if (sidecar) await new Promise((r) => setTimeout(r, 2000));
+  const rssBefore = sidecar ? statusKb(sidecar, "VmRSS") : null;
+  const peakFirst = sidecar ? peakRssKb(sidecar) : null;
   let prunedLast = prunedFirst;
   let lastOutput = null;
   let appendedLast = 0;
@@ -304,6 +314,8 @@ async function main() {
   const firstSorted = [...firstRuns].sort((a, b) => a - b);
   const peak = sidecar ? peakRssKb(sidecar) : null;
   const cpuAfter = sidecar ? cpuMs(sidecar) : null;
+  if (sidecar) await new Promise((r) => setTimeout(r, 2000));
+  const rssAfter = sidecar ? statusKb(sidecar, "VmRSS") : null;
   const result = {
     plugin: args.plugin,
     messages: history.length,
@@ -332,6 +344,9 @@ async function main() {
   if (args.plugin === "ours") {
     result.sidecar_pid = sidecar;
     result.sidecar_peak_rss_kb = peak;
+    result.sidecar_peak_rss_first_kb = peakFirst;
+    result.sidecar_rss_before_steps_kb = rssBefore;
+    result.sidecar_rss_after_steps_kb = rssAfter;
     // How much of a step is the sidecar's own work (the rest is node: encoding, JSON, edits).
     result.sidecar_cpu_ms_per_step =
       cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null;

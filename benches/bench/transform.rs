@@ -221,16 +221,36 @@ fn ours_rows(size: usize, label: &str, r: &Value, rows: &mut Vec<Row>, notes: &m
         Row::new(format!("transform, dcp, {label}: steady p99"), num(r, "steady_p99_ms"), "ms", two_k.then_some(5.0))
             .note(p99_note),
     );
-    if size == 20_000 {
-        let rss = num(r, "sidecar_peak_rss_kb").map(|kb| kb / 1024.0);
-        rows.push(
-            Row::new("sidecar peak RSS (VmHWM), 20,000 msgs", rss, "MB", Some(50.0))
-                .note("over the first request and every step"),
-        );
-    }
+    memory_rows(size, label, r, rows);
     if pruned_nothing(r) {
         notes.push(format!("dcp pruned nothing at {size} messages: the transform may have passed through."));
     }
+}
+
+/// The sidecar's memory at 2,000 messages and more: its peak over the first request and the
+/// steps (issue 17's targets), and what the steps added to it once the first request was
+/// counted ahead.
+fn memory_rows(size: usize, label: &str, r: &Value, rows: &mut Vec<Row>) {
+    let target = match size {
+        2_000 => Some(60.0),
+        20_000 => Some(100.0),
+        _ => None,
+    };
+    if size < 2_000 {
+        return;
+    }
+    let mb = |key: &str| num(r, key).map(|kb| kb / 1024.0);
+    let first = mb("sidecar_peak_rss_first_kb").map(|v| format!("; {} after the first request", fmt_value(v, "MB")));
+    rows.push(
+        Row::new(format!("sidecar peak RSS (VmHWM), {label}"), mb("sidecar_peak_rss_kb"), "MB", target)
+            .note(format!("over the first request and every step{}", first.unwrap_or_default())),
+    );
+    let grown = mb("sidecar_rss_after_steps_kb").zip(mb("sidecar_rss_before_steps_kb")).map(|(a, b)| a - b);
+    let note = match (mb("sidecar_rss_before_steps_kb"), mb("sidecar_rss_after_steps_kb")) {
+        (Some(b), Some(a)) => format!("VmRSS {} before the steps, {} after", fmt_value(b, "MB"), fmt_value(a, "MB")),
+        _ => String::new(),
+    };
+    rows.push(Row::new(format!("sidecar RSS growth over {} steps, {label}", r["steps"]), grown, "MB", None).note(note));
 }
 
 fn pruned_nothing(r: &Value) -> bool {
