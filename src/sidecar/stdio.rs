@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::protocol::{self, code, Request, RpcError};
-use super::stream::{self, Streamed};
+use super::stream::{self, Chunk, Streamed};
 use super::{Options, Server};
 use crate::state::saver::Saver;
 
@@ -42,25 +42,16 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std:
     let mut buf = Vec::new();
     let mut skipped = 0usize;
     loop {
-        let available = match reader.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
+        let Some(Chunk { bytes, newline: found }) = stream::next_chunk(reader)? else {
             return Ok(match (buf.is_empty(), skipped) {
                 (true, 0) => Line::Eof,
                 (_, 0) => text_line(buf),
                 (_, n) => Line::TooLong(n),
             });
-        }
-        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
         };
-        let n = chunk.len();
+        let n = bytes.len() + usize::from(found);
         if !found && skipped == 0 && buf.len() + n > stream_from && buf.len() + n <= max {
-            buf.extend_from_slice(chunk);
+            buf.extend_from_slice(bytes);
             reader.consume(n);
             return Ok(Line::Head(buf));
         }
@@ -68,7 +59,11 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std:
             skipped += buf.len() + n;
             buf.clear();
         } else {
-            buf.extend_from_slice(chunk);
+            // The line keeps its newline, as `BufRead::read_line` would.
+            buf.extend_from_slice(bytes);
+            if found {
+                buf.push(b'\n');
+            }
         }
         reader.consume(n);
         if found {

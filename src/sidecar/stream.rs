@@ -309,6 +309,35 @@ fn slim_message(message: &mut Value, counter: &mut TokenCounter) {
     }
 }
 
+/// What the reader holds of the current line: its bytes up to the newline, and whether the
+/// newline (not part of `bytes`) ends them. The caller consumes what it used.
+pub(super) struct Chunk<'a> {
+    pub bytes: &'a [u8],
+    pub newline: bool,
+}
+
+/// The next bytes of the current line, or `None` at the end of the input. Reading goes on
+/// after an interrupted read.
+pub(super) fn next_chunk<R: BufRead>(reader: &mut R) -> std::io::Result<Option<Chunk<'_>>> {
+    loop {
+        match reader.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    // The buffer is filled now, so this returns it without reading (at the end of the input
+    // it asks once more and gets nothing again).
+    let available = reader.fill_buf()?;
+    if available.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match available.iter().position(|b| *b == b'\n') {
+        Some(i) => Chunk { bytes: &available[..i], newline: true },
+        None => Chunk { bytes: available, newline: false },
+    }))
+}
+
 /// Reads the rest of a long line whose first bytes are `head`, as a stream, refusing it
 /// past `max` bytes. The line ends at its newline, or at the end of the input.
 pub fn read_rest<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize) -> std::io::Result<Streamed> {
@@ -316,19 +345,7 @@ pub fn read_rest<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize) -> std::
     let mut total = head.len();
     scanner.scan(&head);
     drop(head);
-    loop {
-        let available = match reader.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            break;
-        }
-        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (&available[..i], true),
-            None => (available, false),
-        };
+    while let Some(Chunk { bytes: chunk, newline: found }) = next_chunk(reader)? {
         let n = chunk.len() + usize::from(found);
         total += n;
         if total > max {
@@ -347,21 +364,9 @@ pub fn read_rest<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize) -> std::
 /// Skips to the end of an over-long line; `total` bytes were read so far.
 fn skip_rest<R: BufRead>(reader: &mut R, mut total: usize, mut found: bool) -> std::io::Result<Streamed> {
     while !found {
-        let available = match reader.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            break;
-        }
-        let n = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => {
-                found = true;
-                i + 1
-            }
-            None => available.len(),
-        };
+        let Some(chunk) = next_chunk(reader)? else { break };
+        let n = chunk.bytes.len() + usize::from(chunk.newline);
+        found = chunk.newline;
         total += n;
         reader.consume(n);
     }
