@@ -182,45 +182,14 @@ pub(crate) fn startup_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     match peak_rss_after_start(&home) {
         Ok(kb) => rows.push(
             Row::new("sidecar peak RSS (VmHWM) after start, tokenizer ready", Some(kb as f64 / 1024.0), "MB", None)
-                .note("`initialize` answered, then 300 ms for the tokenizer to load in the background; no session"),
+                .note("`initialize` answered, then 300 ms; no session"),
         ),
         Err(e) => notes.push(format!("Sidecar RSS after start: {e}.")),
     }
 }
 
-/// The peak RSS of a `dcp serve` that answered `initialize` and had 300 ms to load the
-/// tokenizer, before any session, in kB.
-fn peak_rss_after_start(home: &Path) -> Result<u64, String> {
-    let mut child = Command::new(dcp_bin())
-        .arg("serve")
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("OPENCODE_CONFIG_DIR")
-        .env_remove("OPENCODE_DB")
-        .current_dir(home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot spawn dcp serve: {e}"))?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-    let request = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol":1}}"#;
-    writeln!(stdin, "{request}").map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    stdout.read_line(&mut line).map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(300));
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).map_err(|e| e.to_string());
-    drop(stdin);
-    let _ = child.wait();
-    let status = status?;
-    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).ok_or("no VmHWM in /proc/<pid>/status")?;
-    hwm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad line {hwm:?}"))
-}
-
-fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
-    let started = Instant::now();
+/// A `dcp serve` with a private HOME, its stdin, and the answer line of its `initialize`.
+fn spawn_initialized(home: &Path) -> Result<(std::process::Child, std::process::ChildStdin, String), String> {
     let mut child = Command::new(dcp_bin())
         .arg("serve")
         .env("HOME", home)
@@ -241,6 +210,25 @@ fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
     stdin.flush().map_err(|e| e.to_string())?;
     let mut line = String::new();
     stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+    Ok((child, stdin, line))
+}
+
+/// The peak RSS of a `dcp serve` 300 ms after it answered `initialize`, before any session,
+/// in kB.
+fn peak_rss_after_start(home: &Path) -> Result<u64, String> {
+    let (mut child, stdin, _) = spawn_initialized(home)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).map_err(|e| e.to_string());
+    drop(stdin);
+    let _ = child.wait();
+    let status = status?;
+    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).ok_or("no VmHWM in /proc/<pid>/status")?;
+    hwm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad line {hwm:?}"))
+}
+
+fn spawn_and_initialize(home: &Path) -> Result<f64, String> {
+    let started = Instant::now();
+    let (mut child, stdin, line) = spawn_initialized(home)?;
     let elapsed = ms(started.elapsed());
     // Closing stdin makes the sidecar save and exit.
     drop(stdin);

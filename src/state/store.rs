@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::persist::{self, LoadOutcome, Stamp, StateError, Synced, Written};
-use super::{Ledger, PruneRecord, SessionState, UNBLOCK};
+use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -79,21 +79,11 @@ impl Slot {
     /// call (the tokens on the first), so a merge with another process's file counts it as
     /// this process does.
     pub fn record_block(&mut self, id: u32, tools: &[String], tokens: u64) {
-        use super::{Action, Strategy};
         let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
         tally.tokens += tokens;
         tally.tools += tools.len().max(1) as u64;
         self.state.stats.prune_token_counter += tokens;
-        let entry = |key: String, tokens: u64| {
-            let record = PruneRecord {
-                strategy: Strategy::Compress,
-                action: Action::Output,
-                tokens,
-                tool: String::new(),
-                applied: true,
-            };
-            (key, record)
-        };
+        let entry = |key: String, tokens: u64| (key, block_record(tokens));
         if tools.is_empty() {
             self.journal.push(entry(format!("block:{id}"), tokens));
         }
@@ -107,21 +97,13 @@ impl Slot {
     /// decompress`): what it took out of each request is sent again, so the stats say what
     /// is applied. Journalled as `unblock:ID`, which a merge subtracts.
     pub fn unrecord_block(&mut self, id: u32, tools: usize, tokens: u64) {
-        use super::{Action, Strategy};
         let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
         tally.tokens = tally.tokens.saturating_sub(tokens);
         tally.tools = tally.tools.saturating_sub(tools.max(1) as u64);
         self.state.stats.unrecord(tokens);
-        let record = PruneRecord {
-            strategy: Strategy::Compress,
-            action: Action::Output,
-            tokens,
-            tool: String::new(),
-            applied: true,
-        };
         for k in 0..tools.max(1) {
             let tokens = if k == 0 { tokens } else { 0 };
-            self.journal.push((format!("{UNBLOCK}{id}:{k}"), PruneRecord { tokens, ..record.clone() }));
+            self.journal.push((format!("{UNBLOCK}{id}:{k}"), block_record(tokens)));
         }
         self.dirty = true;
     }
@@ -144,6 +126,11 @@ impl Slot {
     pub fn take_recorded(&mut self) -> Vec<String> {
         std::mem::take(&mut self.recorded)
     }
+}
+
+/// The journal's record of `tokens` taken out (or given back) by a compressed block.
+fn block_record(tokens: u64) -> PruneRecord {
+    PruneRecord { strategy: Strategy::Compress, action: Action::Output, tokens, tool: String::new(), applied: true }
 }
 
 /// What [`SessionStore::observe`] noticed.
