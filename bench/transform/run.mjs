@@ -160,11 +160,9 @@ function peakRssKb(pid) {
   return statusKb(pid, "VmHWM");
 }
 
-async function main() {
-  const args = parseArgs(process.argv.slice(2));
-
-  // A private HOME and XDG tree, set before either plugin is imported: the published one
-  // computes its paths when its module loads.
+/** A private HOME and XDG tree, set before either plugin is imported: the published one
+ * computes its paths when its module loads. Returns the sandbox and the project directory. */
+function setUpSandbox(args) {
   const sandbox = mkdtempSync(join(tmpdir(), "dcp-bench-"));
   const project = join(sandbox, "project");
   for (const d of ["home", "data", "config/opencode", "project"]) mkdirSync(join(sandbox, d), { recursive: true });
@@ -180,147 +178,167 @@ async function main() {
     // Its auto-update would query the registry and could replace the installed package.
     writeFileSync(join(sandbox, "config/opencode/dcp.jsonc"), JSON.stringify({ autoUpdate: false }) + "\n");
   }
+  return { sandbox, project };
+}
 
-  // The context OpenCode hands a plugin, with cheap no-op stubs. Each instance gets its own,
-  // so the warnings reported are those of the instance measured last.
-  let warnings = [];
-  const newContext = () => {
-    const logged = (warnings = []);
-    const ok = async () => ({ data: {} });
-    const client = {
-      app: {
-        log: async (opts) => {
-          if (opts?.body?.level === "warn" || opts?.body?.level === "error") logged.push(opts.body.message);
-          return {};
-        },
+/** The context OpenCode hands a plugin, with cheap no-op stubs. The warnings and errors the
+ * plugin logs go to a fresh `log.warnings`, so those reported are the last instance's. */
+function newContext(project, log) {
+  const logged = (log.warnings = []);
+  const ok = async () => ({ data: {} });
+  const client = {
+    app: {
+      log: async (opts) => {
+        if (opts?.body?.level === "warn" || opts?.body?.level === "error") logged.push(opts.body.message);
+        return {};
       },
-      session: {
-        get: async () => ({ data: { parentID: null } }),
-        prompt: ok,
-        abort: ok,
-        messages: async () => ({ data: [] }),
-      },
-      tui: { showToast: ok },
-    };
-    return {
-      client,
-      project: { id: "bench", worktree: project, time: { created: 0 } },
-      directory: project,
-      worktree: project,
-      experimental_workspace: { register() {} },
-      serverUrl: new URL("http://127.0.0.1:4096"),
-      $: () => {
-        throw new Error("no shell in the bench");
-      },
-    };
+    },
+    session: {
+      get: async () => ({ data: { parentID: null } }),
+      prompt: ok,
+      abort: ok,
+      messages: async () => ({ data: [] }),
+    },
+    tui: { showToast: ok },
   };
+  return {
+    client,
+    project: { id: "bench", worktree: project, time: { created: 0 } },
+    directory: project,
+    worktree: project,
+    experimental_workspace: { register() {} },
+    serverUrl: new URL("http://127.0.0.1:4096"),
+    $: () => {
+      throw new Error("no shell in the bench");
+    },
+  };
+}
 
+/** Imports the plugin and returns a function that makes a fresh instance of it and returns
+ * that instance's transform hook. */
+async function loadPlugin(args, project, log) {
   const entry = args.plugin === "ours" ? pathToFileURL(join(repo, "plugin", "index.js")).href : "@tarquinen/opencode-dcp";
   const mod = await import(entry);
   // As OpenCode does: call every exported plugin function once and merge the hooks.
   const plugins = [...new Set(Object.values(mod).filter((f) => typeof f === "function"))];
-  const instance = async () => {
-    const ctx = newContext();
+  return async () => {
+    const ctx = newContext(project, log);
     const hooks = {};
     for (const plugin of plugins) Object.assign(hooks, await plugin(ctx));
     const transform = hooks["experimental.chat.messages.transform"];
     if (!transform) throw new Error(`${args.plugin}: no experimental.chat.messages.transform hook`);
     return transform;
   };
+}
 
-  const session = JSON.parse(readFileSync(args.session, "utf8"));
-  const history = session.messages;
-  const steps = session.steps.slice(0, Number.isFinite(args.steps) ? args.steps : undefined);
-
-  // First request: a fresh plugin instance on a fresh session, several times.
-  const firstRuns = [];
-  let transform;
-  let sidecar = null;
-  let prunedFirst = 0;
-  let sessionID = session.sessionID;
+/** First request: a fresh plugin instance on a fresh session, `--first-runs` times. Only the
+ * last instance goes on to the steady state; its transform, sidecar and session are returned. */
+async function firstRequests(args, instance, session) {
+  const first = { runs: [], transform: null, sidecar: null, pruned: 0, sessionID: session.sessionID };
   for (let run = 0; run < args.firstRuns; run++) {
     const before = sidecarPids();
-    transform = await instance();
+    first.transform = await instance();
     const started = [...sidecarPids()].filter((p) => !before.has(p));
-    sessionID = `${session.sessionID.slice(0, -3)}r${String(run).padStart(2, "0")}`;
-    const output = { messages: withSession(structuredClone(history), sessionID) };
+    first.sessionID = `${session.sessionID.slice(0, -3)}r${String(run).padStart(2, "0")}`;
+    const output = { messages: withSession(structuredClone(session.messages), first.sessionID) };
     collectCopy();
     const t0 = performance.now();
-    await transform({}, output);
-    firstRuns.push(performance.now() - t0);
-    prunedFirst = countPruned(output.messages);
-    const last = run === args.firstRuns - 1;
-    if (!last) {
-      // Only the last instance goes on to the steady state: stop the others' sidecars.
+    await first.transform({}, output);
+    first.runs.push(performance.now() - t0);
+    first.pruned = countPruned(output.messages);
+    if (run < args.firstRuns - 1) {
+      // Stop the sidecars of the instances that do not go on.
       for (const pid of started) try { process.kill(pid, "SIGTERM"); } catch {}
     } else {
-      sidecar = started[0] ?? null;
+      first.sidecar = started[0] ?? null;
     }
   }
+  return first;
+}
 
-  // Steady state: the steps appended one by one, the hook called after each.
-  const current = withSession(structuredClone(history), sessionID);
-  const times = [];
-  // Where each timed call ran, to match node's garbage collections against it afterwards.
-  const windows = [];
-  const copies = [];
+/** Node's garbage collections from now on, as [start, end] pairs; `stop()` returns them once
+ * the observer has seen the last ones. */
+function watchGc() {
   const gcs = [];
-  const gcObserver = new PerformanceObserver((list) => {
+  const observer = new PerformanceObserver((list) => {
     for (const e of list.getEntries()) gcs.push([e.startTime, e.startTime + e.duration]);
   });
-  gcObserver.observe({ entryTypes: ["gc"] });
-  const cpuBefore = sidecar ? cpuMs(sidecar) : null;
+  observer.observe({ entryTypes: ["gc"] });
+  return {
+    stop: async () => {
+      await new Promise((r) => setTimeout(r, 50));
+      observer.disconnect();
+      return gcs;
+    },
+  };
+}
+
+/** The sidecar's CPU time and peak RSS now, then its RSS and peak again `settleMs` later (all
+ * null without a sidecar). */
+async function sidecarProbe(pid, settleMs) {
+  if (!pid) return { cpu: null, peak: null, rss: null, settledPeak: null };
+  const cpu = cpuMs(pid);
+  const peak = peakRssKb(pid);
+  await new Promise((r) => setTimeout(r, settleMs));
+  return { cpu, peak, rss: statusKb(pid, "VmRSS"), settledPeak: peakRssKb(pid) };
+}
+
+/** Steady state: the steps appended one by one, the hook called after each, until `--steps`
+ * ran out or `--budget-s` is spent (after at least `--min-steps`). */
+async function steadyState(args, first, session) {
+  const steps = session.steps.slice(0, Number.isFinite(args.steps) ? args.steps : undefined);
+  const current = withSession(structuredClone(session.messages), first.sessionID);
+  // Where each timed call ran, to match node's garbage collections against it afterwards.
+  const steady = { times: [], windows: [], copies: [], stopped: false, pruned: first.pruned, appended: 0 };
+  const gc = watchGc();
   // Resident memory once the first request is answered and counted ahead, to see what the
   // steps add to it: it should grow with what is new, not with the history.
-  if (sidecar) await new Promise((r) => setTimeout(r, 2000));
-  const rssBefore = sidecar ? statusKb(sidecar, "VmRSS") : null;
-  const peakFirst = sidecar ? peakRssKb(sidecar) : null;
-  let prunedLast = prunedFirst;
+  const before = await sidecarProbe(first.sidecar, 2000);
   let lastOutput = null;
-  let appendedLast = 0;
-  const steadyStart = performance.now();
-  let stopped = false;
+  const start = performance.now();
   for (let i = 0; i < steps.length; i++) {
-    if (i >= args.minSteps && performance.now() - steadyStart > args.budgetS * 1000) {
-      stopped = true;
+    if (i >= args.minSteps && performance.now() - start > args.budgetS * 1000) {
+      steady.stopped = true;
       break;
     }
     // Only the last step's result is kept, to count its placeholders after the loop.
     lastOutput = null;
-    current.push(...withSession(structuredClone(steps[i]), sessionID));
+    current.push(...withSession(structuredClone(steps[i]), first.sessionID));
     const c0 = performance.now();
     const output = { messages: structuredClone(current) };
-    copies.push(performance.now() - c0);
+    steady.copies.push(performance.now() - c0);
     collectCopy();
     const sent = output.messages.length;
     const t0 = performance.now();
-    await transform({}, output);
+    await first.transform({}, output);
     const t1 = performance.now();
-    times.push(t1 - t0);
-    windows.push([t0, t1]);
-    appendedLast = output.messages.length - sent;
+    steady.times.push(t1 - t0);
+    steady.windows.push([t0, t1]);
+    steady.appended = output.messages.length - sent;
     lastOutput = output;
   }
-  if (lastOutput) prunedLast = countPruned(lastOutput.messages);
+  if (lastOutput) steady.pruned = countPruned(lastOutput.messages);
   lastOutput = null;
+  const gcs = await gc.stop();
+  // The steps a collection ran inside.
+  steady.withGc = steady.windows.map(([a, b]) => gcs.some(([s, e]) => s < b && e > a));
+  const after = await sidecarProbe(first.sidecar, 2000);
+  Object.assign(steady, { cpuBefore: before.cpu, peakFirst: before.settledPeak, rssBefore: before.rss });
+  Object.assign(steady, { cpuAfter: after.cpu, peak: after.peak, rssAfter: after.rss });
+  return steady;
+}
 
-  // Let the observer see the last collections, then mark the steps a collection ran inside.
-  await new Promise((r) => setTimeout(r, 50));
-  gcObserver.disconnect();
-  const withGc = windows.map(([a, b]) => gcs.some(([s, e]) => s < b && e > a));
+/** The one JSON line of results. */
+function report(args, session, first, steady, log) {
+  const { times, withGc } = steady;
   const sorted = [...times].sort((a, b) => a - b);
   const clean = times.filter((_, i) => !withGc[i]).sort((a, b) => a - b);
   const slow = times.map((t, i) => [t, withGc[i]]).filter(([t]) => t > 5);
-  const firstSorted = [...firstRuns].sort((a, b) => a - b);
-  const peak = sidecar ? peakRssKb(sidecar) : null;
-  const cpuAfter = sidecar ? cpuMs(sidecar) : null;
-  if (sidecar) await new Promise((r) => setTimeout(r, 2000));
-  const rssAfter = sidecar ? statusKb(sidecar, "VmRSS") : null;
   const result = {
     plugin: args.plugin,
-    messages: history.length,
-    first_ms: round(quantile(firstSorted, 0.5)),
-    first_runs_ms: firstRuns.map(round),
+    messages: session.messages.length,
+    first_ms: round(quantile([...first.runs].sort((a, b) => a - b), 0.5)),
+    first_runs_ms: first.runs.map(round),
     steady_p50_ms: round(quantile(sorted, 0.5)),
     steady_p99_ms: round(quantile(sorted, 0.99)),
     steady_max_ms: round(sorted[sorted.length - 1] ?? null),
@@ -333,25 +351,35 @@ async function main() {
     steady_p99_without_gc_ms: round(quantile(clean, 0.99)),
     // What it takes node to copy the history once: a floor for what OpenCode spends handing
     // the hook fresh objects on every request.
-    copy_p50_ms: round(quantile([...copies].sort((a, b) => a - b), 0.5)),
+    copy_p50_ms: round(quantile([...steady.copies].sort((a, b) => a - b), 0.5)),
     steps: times.length,
-    steps_stopped_by_budget: stopped,
-    pruned_first: prunedFirst,
-    pruned_last: prunedLast,
-    appended_last: appendedLast,
-    warnings: [...new Set(warnings)].slice(0, 5),
+    steps_stopped_by_budget: steady.stopped,
+    pruned_first: first.pruned,
+    pruned_last: steady.pruned,
+    appended_last: steady.appended,
+    warnings: [...new Set(log.warnings)].slice(0, 5),
   };
-  if (args.plugin === "ours") {
-    result.sidecar_pid = sidecar;
-    result.sidecar_peak_rss_kb = peak;
-    result.sidecar_peak_rss_first_kb = peakFirst;
-    result.sidecar_rss_before_steps_kb = rssBefore;
-    result.sidecar_rss_after_steps_kb = rssAfter;
+  if (args.plugin === "ours") Object.assign(result, sidecarReport(first.sidecar, steady));
+  return result;
+}
+
+/** The sidecar's fields of the results (dcp's plugin only). */
+function sidecarReport(pid, steady) {
+  const { cpuBefore, cpuAfter, times } = steady;
+  return {
+    sidecar_pid: pid,
+    sidecar_peak_rss_kb: steady.peak,
+    sidecar_peak_rss_first_kb: steady.peakFirst,
+    sidecar_rss_before_steps_kb: steady.rssBefore,
+    sidecar_rss_after_steps_kb: steady.rssAfter,
     // How much of a step is the sidecar's own work (the rest is node: encoding, JSON, edits).
-    result.sidecar_cpu_ms_per_step =
-      cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null;
-  }
-  process.stdout.write(JSON.stringify(result) + "\n");
+    sidecar_cpu_ms_per_step:
+      cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null,
+  };
+}
+
+/** Stops the sidecars still running and removes the sandbox. */
+async function cleanUp(sandbox) {
   const left = [...sidecarPids()];
   for (const pid of left) try { process.kill(pid, "SIGTERM"); } catch {}
   // Wait for them to be gone, or a late state save would recreate the temp dir after it is removed.
@@ -359,6 +387,18 @@ async function main() {
   try {
     rmSync(sandbox, { recursive: true, force: true });
   } catch {}
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const session = JSON.parse(readFileSync(args.session, "utf8"));
+  const { sandbox, project } = setUpSandbox(args);
+  const log = { warnings: [] };
+  const instance = await loadPlugin(args, project, log);
+  const first = await firstRequests(args, instance, session);
+  const steady = await steadyState(args, first, session);
+  process.stdout.write(JSON.stringify(report(args, session, first, steady, log)) + "\n");
+  await cleanUp(sandbox);
   process.exit(0);
 }
 
