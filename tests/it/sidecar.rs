@@ -107,10 +107,29 @@ fn a_sidecar_that_stops_does_not_rewrite_a_state_it_already_saved() {
         file["dcp"]["pruned"].get("call_12_0_5abbdb74").is_some()
     };
     assert!(poll(pruned, Duration::from_secs(10)), "the prune was not saved");
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(settled(&path, Duration::from_secs(10)), "the state file kept changing");
     let saved = std::fs::read_to_string(&path).unwrap();
     sidecar.shutdown();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), saved, "the state file was written again");
+}
+
+/// Waits until `path`'s stamp (inode, length, modification time) has stayed the same over two
+/// checks 100 ms apart, or `limit` passes; returns whether it settled.
+fn settled(path: &std::path::Path, limit: Duration) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = || std::fs::metadata(path).ok().map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec()));
+    let start = std::time::Instant::now();
+    let (mut last, mut same) = (stamp(), 0);
+    while start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = stamp();
+        same = if now == last { same + 1 } else { 0 };
+        if same == 2 {
+            return true;
+        }
+        last = now;
+    }
+    false
 }
 
 #[test]

@@ -71,8 +71,11 @@ fn a_slimmed_mirror_changes_no_answer() {
     assert!(held_slim * 3 < held_full, "slim {held_slim} bytes, full {held_full}");
 }
 
-#[test]
-fn the_mirror_holds_no_large_output_after_it_was_counted() {
+/// A session with one large tool output, sent to a fresh server; with `precount`, the server
+/// counts ahead (and so slims the output) after the first request. The next request sends
+/// the part by reference. Returns the answers and what the mirror held before and after
+/// counting ahead.
+fn big_output_session(precount: bool) -> (Vec<String>, usize, usize) {
     let sandbox = Sandbox::new();
     let mut server = dcp::sidecar::Server::new(options(&sandbox), None).unwrap();
     let output = "a line of a long tool output\n".repeat(2_000);
@@ -84,21 +87,44 @@ fn the_mirror_holds_no_large_output_after_it_was_counted() {
          "parts": [{"id": "prt_1", "type": "text", "text": "look"}]},
         {"info": {"id": "msg_2", "sessionID": "ses_big", "role": "assistant", "time": {"created": 2}}, "parts": [part]},
     ]);
-    server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
-    server.handle_line(&line(1, "transform", json!({"sessionID": "ses_big", "now": NOW, "messages": messages})));
-    // Until it is counted, the mirror holds the output (but not OpenCode's second copy).
+    let next = json!([
+        {"id": "msg_2", "parts": [{"ref": "prt_big"}]},
+        {"info": {"id": "msg_3", "sessionID": "ses_big", "role": "user", "time": {"created": 3}},
+         "parts": [{"id": "prt_3", "type": "text", "text": "and now?"}]},
+    ]);
+    let mut answers = Vec::new();
+    let mut send = |server: &mut dcp::sidecar::Server, l: String| answers.push(server.handle_line(&l).unwrap());
+    send(&mut server, line(0, "initialize", json!({"protocol": 1})));
+    send(&mut server, line(1, "transform", json!({"sessionID": "ses_big", "now": NOW, "messages": messages})));
     let before = server.mirror_bytes("ses_big").unwrap();
-    assert!(before > output.len() && before < 2 * output.len(), "{before}");
-    server.precount(|| true);
+    if precount {
+        server.precount(|| true);
+    }
     let after = server.mirror_bytes("ses_big").unwrap();
-    assert!(after < 1_000, "the mirror holds {after} bytes after counting a {}-byte output", output.len());
-    // The next request finds the part by reference, with its count.
-    let answer = server.handle_line(&line(
-        2,
-        "command",
-        json!({"sessionID": "ses_big", "command": "dcp", "arguments": "context"}),
-    ));
-    assert!(answer.unwrap().contains("tool outputs"));
+    let params = json!({"sessionID": "ses_big", "now": NOW + 1000, "base": 1, "messages": next});
+    send(&mut server, line(2, "transform", params));
+    send(&mut server, line(3, "command", json!({"sessionID": "ses_big", "command": "dcp", "arguments": "context"})));
+    (answers, before, after)
+}
+
+#[test]
+fn the_mirror_holds_no_large_output_after_it_was_counted() {
+    let output_len = "a line of a long tool output\n".len() * 2_000;
+    let (counted, before, after) = big_output_session(true);
+    // Until it is counted, the mirror holds the output (but not OpenCode's second copy).
+    assert!(before > output_len && before < 2 * output_len, "{before}");
+    assert!(after < 1_000, "the mirror holds {after} bytes after counting a {output_len}-byte output");
+    // The next request finds the slimmed part by reference, and every answer, `/dcp context`'s
+    // count of the output included, is the one of a server that never slimmed it.
+    let (uncounted, _, kept) = big_output_session(false);
+    assert!(kept > output_len, "the server that never counted ahead holds {kept} bytes");
+    for (i, (a, b)) in counted.iter().zip(&uncounted).enumerate() {
+        assert_eq!(a, b, "answer {i}");
+    }
+    assert!(!counted[2].contains("\"error\""), "{}", counted[2]);
+    // 2,000 lines of 8 tokens: the count the marker holds.
+    let outputs = counted[3].split("\\n").find(|l| l.trim_start().starts_with("tool outputs"));
+    assert!(outputs.is_some_and(|l| l.contains("16,000")), "{}", counted[3]);
 }
 
 #[test]

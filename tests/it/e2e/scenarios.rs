@@ -287,17 +287,8 @@ pub fn compact(lab: &Lab, session: &str) {
 #[test]
 fn killing_the_sidecar_mid_session_does_not_break_the_run() {
     let mut lab = Lab::new(IMMEDIATE);
-    // A wrapper records each sidecar's pid, so the fake model can kill it mid-session.
-    let pidfile = lab.root().join("sidecar.pids");
-    let wrapper = lab.root().join("dcp-wrapper.sh");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n", pidfile.display(), lab.dcp_bin.display()),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    lab.dcp_bin = wrapper;
+    // The fake model kills the sidecar mid-session, by the pid the wrapper records.
+    let pidfile = record_sidecar_pids(&mut lab);
     // The kill comes after the request that pruned the first read, so there is saved state.
     lab.llm.push(vec![
         read("k.parser", "src/parser.py"),
@@ -340,6 +331,33 @@ fn a_missing_sidecar_passes_messages_through() {
     assert!(!answer.text().contains("<prunable-tools>"));
 }
 
+/// Puts a wrapper in front of the lab's `dcp` that appends each sidecar's pid to the file
+/// returned (the wrapper `exec`s it, so the pid is the sidecar's own).
+fn record_sidecar_pids(lab: &mut Lab) -> std::path::PathBuf {
+    let pidfile = lab.root().join("sidecar.pids");
+    let wrapper = fake_sidecar(
+        lab,
+        "dcp-wrapper.sh",
+        &format!("echo $$ >> '{}'\nexec '{}' \"$@\"", pidfile.display(), lab.dcp_bin.display()),
+    );
+    lab.dcp_bin = wrapper;
+    pidfile
+}
+
+/// Waits until every sidecar `pidfile` names has exited (gone, or a zombie no one reaped):
+/// OpenCode does not wait for its sidecar, which saves as it stops.
+fn wait_for_sidecars(pidfile: &Path) {
+    let pids = std::fs::read_to_string(pidfile).expect("a sidecar was started");
+    for pid in pids.split_whitespace() {
+        let exited = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state is the field after the parenthesised command name.
+            Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+            Err(_) => true,
+        };
+        assert!(crate::support::poll(exited, std::time::Duration::from_secs(30)), "sidecar {pid} did not exit");
+    }
+}
+
 /// A stand-in for `dcp` that misbehaves as `script` says.
 fn fake_sidecar(lab: &Lab, name: &str, script: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -353,6 +371,7 @@ fn fake_sidecar(lab: &Lab, name: &str, script: &str) -> std::path::PathBuf {
 /// misbehaving `fake` passes the messages through and leaves that state byte for byte.
 fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::path::PathBuf) {
     let label = |s: &str| format!("{prefix}.{s}");
+    let pidfile = record_sidecar_pids(&mut lab);
     lab.llm.push(vec![
         read(&label("one"), "src/parser.py"),
         read(&label("two"), "src/parser.py"),
@@ -362,6 +381,8 @@ fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::pat
     assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
     let session = lab.session_id();
     let file = lab.state_dir().join(format!("{session}.json"));
+    // The first run's sidecar may still be stopping (and saving) after OpenCode exited.
+    wait_for_sidecars(&pidfile);
     let saved = std::fs::read(&file).expect("the first run saved state");
     assert!(lab.state(&session)["dcp"]["pruned"].get(call_id_of(&lab, &label("one"))).is_some());
 
@@ -372,8 +393,7 @@ fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::pat
     let answer = lab.llm.request_for(&label("answer"));
     assert!(result(&answer, &call_id_of(&lab, &label("one"))).contains("def parse_section_1"), "passed through");
     assert!(!answer.text().contains("<prunable-tools>"));
-    // Byte for byte, `lastUpdated` included: the first run's sidecar, stopping after OpenCode,
-    // writes nothing when the file already says the same (`state::saver`).
+    // Byte for byte, `lastUpdated` included: the state as the first run's sidecar left it.
     assert_eq!(std::fs::read(&file).unwrap(), saved, "the state saved before the failure changed");
 }
 
