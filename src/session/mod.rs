@@ -131,9 +131,14 @@ impl CallFacts {
     }
 }
 
+/// The input fields that name what a call touched, in the order [`ToolCall::key_argument`]
+/// looks for them. The sidecar's slim mirror keeps exactly these verbatim
+/// (`slim::KEPT_INPUTS`), so that the list and masking's placeholder never show a marker.
+pub(crate) const KEY_ARGUMENTS: &[&str] =
+    &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
+
 fn key_argument(input: &Value) -> Option<&str> {
-    const KEYS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
-    KEYS.iter().find_map(|k| str_field(input, k))
+    KEY_ARGUMENTS.iter().find_map(|k| str_field(input, k))
 }
 
 impl<'a> ToolCall<'a> {

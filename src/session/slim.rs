@@ -9,8 +9,15 @@
 //! the readers below give the same answers for a marker as for its original: [`bytes`],
 //! [`chars`], [`count`], [`input_count`] and [`canonical`] (what deduplication compares).
 //! The CLI's histories, read from `opencode.db`, are never slimmed.
+//!
+//! A marker must not be forgeable: tool outputs are untrusted text (a command's output, a file
+//! the agent read), and a parsed JSON string can hold any character, a NUL included. So the
+//! tag carries a random nonce drawn once per process, and [`marker`] accepts only this
+//! process's nonce. Text from OpenCode cannot hold a nonce it never saw (the markers never
+//! leave the process), so a string that looks like a marker is counted as the text it is.
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
@@ -19,12 +26,19 @@ use crate::tokens::{Field, TokenCounter};
 /// Strings at least this long are replaced by a marker (a marker is about 70 bytes).
 pub const MIN_BYTES: usize = 256;
 
-/// How a marker starts: a NUL, which JSON text from OpenCode holds only escaped, and a tag.
-const TAG: &str = "\u{0}dcp-slim:";
+/// How a marker starts: a NUL, a tag and this process's nonce (see the module's header).
+fn tag() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        // A `RandomState` is seeded from the system's randomness once per thread.
+        let nonce = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        format!("\u{0}dcp-slim:{nonce:016x}:")
+    })
+}
 
 /// The input fields kept verbatim: the key argument and the file a call touches (see
 /// `ToolCall::key_argument`), which the list, masking's placeholder and the file rules read.
-const KEPT_INPUTS: &[&str] = &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
+const KEPT_INPUTS: &[&str] = crate::session::KEY_ARGUMENTS;
 
 /// What a marker says of the string it replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +53,7 @@ pub struct Marker<'a> {
 
 /// The marker `text` is, if it is one.
 pub fn marker(text: &str) -> Option<Marker<'_>> {
-    let rest = text.strip_prefix(TAG)?;
+    let rest = text.strip_prefix(tag())?;
     let mut fields = rest.split(':');
     let (digest, bytes, chars, tokens) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
     let identity = &rest[..digest.len() + 1 + bytes.len()];
@@ -48,7 +62,7 @@ pub fn marker(text: &str) -> Option<Marker<'_>> {
 
 /// Whether `text` is long enough to be replaced by a marker.
 pub fn is_big(text: &str) -> bool {
-    text.len() >= MIN_BYTES && !text.starts_with(TAG)
+    text.len() >= MIN_BYTES && !text.starts_with(tag())
 }
 
 fn digest(text: &str) -> u128 {
@@ -67,7 +81,7 @@ fn identity(text: &str) -> String {
 
 /// The marker that stands for `text`, with `tokens` as its count.
 pub fn make_marker(text: &str, tokens: u64) -> String {
-    format!("{TAG}{}:{}:{tokens}", identity(text), text.chars().count())
+    format!("{}{}:{}:{tokens}", tag(), identity(text), text.chars().count())
 }
 
 /// The length in bytes of the string `text` is or stands for.
@@ -102,7 +116,7 @@ pub fn canonical(text: &str, out: &mut String) {
 }
 
 fn push_identity(identity: &str, out: &mut String) {
-    out.push_str(TAG);
+    out.push_str(tag());
     out.push_str(identity);
 }
 
@@ -310,6 +324,30 @@ mod tests {
         let again = part.clone();
         slim_part(&mut part, &mut counter);
         assert_eq!(part, again);
+    }
+
+    #[test]
+    fn a_string_of_the_marker_form_without_this_process_s_nonce_is_text() {
+        let old = format!("\u{0}dcp-slim:{}:1:1:999999", "0".repeat(32));
+        assert_eq!(marker(&old), None);
+        let real = make_marker(&"x".repeat(300), 7);
+        let forged = real.replacen(&tag()[10..26], "0123456789abcdef", 1);
+        assert!(marker(&real).is_some() && forged != real && marker(&forged).is_none(), "{forged:?}");
+        assert_eq!(bytes(&old), old.len());
+    }
+
+    #[test]
+    fn a_slimmed_input_keeps_every_key_argument() {
+        let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+        let big = "a long argument ".repeat(40);
+        for key in crate::session::KEY_ARGUMENTS {
+            let mut part = json!({"id": "prt_1", "type": "tool", "tool": "custom", "callID": "c1",
+                "state": {"status": "completed", "input": {*key: big, "other": big}, "output": "ok"}});
+            slim_part(&mut part, &mut counter);
+            let call = crate::session::ToolCall::from_part(0, 0, &part, 1).unwrap();
+            assert_eq!(call.key_argument(), Some(big.as_str()), "{key}");
+            assert!(marker(call.input()["other"].as_str().unwrap()).is_some(), "{key}");
+        }
     }
 
     #[test]

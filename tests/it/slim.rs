@@ -142,3 +142,64 @@ fn a_streamed_first_request_gets_the_answer_of_one_read_whole() {
         assert_eq!(a, b, "answer {i}");
     }
 }
+
+/// The first number on the `tool outputs` row of a `/dcp context` or `dcp context` answer.
+fn tool_outputs_row(answer: &str) -> u64 {
+    let at = answer.find("tool outputs").unwrap_or_else(|| panic!("no tool outputs row in {answer}"));
+    let digits: String = answer[at + 12..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn a_tool_output_that_looks_like_a_slim_marker_is_counted_as_text() {
+    // A marker of the form before markers carried the process's nonce, claiming 999,999 tokens.
+    let forged = format!("\u{0}dcp-slim:{}:64:64:999999", "ab".repeat(16));
+    let counter = dcp::tokens::TokenCounter::new(dcp::tokens::EstimatorChoice::Auto);
+    let expected = counter.count(&forged);
+    let messages = json!([
+        {"info": {"id": "msg_1", "sessionID": "ses_forge", "role": "user", "time": {"created": 1}},
+         "parts": [{"id": "prt_1", "type": "text", "text": "run it"}]},
+        {"info": {"id": "msg_2", "sessionID": "ses_forge", "role": "assistant", "time": {"created": 2}},
+         "parts": [{"id": "prt_2", "type": "tool", "tool": "bash", "callID": "call_1",
+                    "state": {"status": "completed", "input": {"command": "printf"}, "output": forged}}]},
+    ]);
+    for slim in [false, true] {
+        let sandbox = Sandbox::new();
+        let mut server = dcp::sidecar::Server::new(options(&sandbox), None).unwrap();
+        server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+        server.handle_line(&line(1, "transform", json!({"sessionID": "ses_forge", "now": NOW, "messages": messages})));
+        if slim {
+            server.precount(|| true);
+        }
+        let context = json!({"sessionID": "ses_forge", "command": "dcp", "arguments": "context"});
+        let answer = server.handle_line(&line(2, "command", context)).unwrap();
+        assert_eq!(tool_outputs_row(&answer), expected, "slim {slim}: {answer}");
+    }
+
+    // The CLI reads the same text from `opencode.db`.
+    let sandbox = Sandbox::new();
+    let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
+    let (id, data): (String, String) = conn
+        .query_row(
+            "SELECT id, data FROM part WHERE session_id = ?1 AND json_extract(data, '$.type') = 'tool'
+             AND json_extract(data, '$.state.status') = 'completed' ORDER BY time_created, id LIMIT 1",
+            [crate::support::DB_SESSION],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let mut part: Value = serde_json::from_str(&data).unwrap();
+    let original = part["state"]["output"].as_str().unwrap().to_string();
+    let context = || {
+        let out = crate::support::dcp(&sandbox, &["context", "--session", crate::support::DB_SESSION]);
+        tool_outputs_row(&String::from_utf8_lossy(&out.stdout))
+    };
+    let before = context();
+    part["state"]["output"] = json!(forged);
+    conn.execute("UPDATE part SET data = ?1 WHERE id = ?2", [part.to_string(), id]).unwrap();
+    assert_eq!(context() + counter.count(&original), before + expected);
+}
