@@ -51,8 +51,9 @@ fn bpe() -> Option<&'static o200k::Tokenizer> {
         .as_ref()
 }
 
-/// The estimator `Auto` will use, without waiting for the tables to load: the tokenizer,
-/// unless it already failed to load.
+/// The estimator `Auto` will use, without waiting for the pre-tokenizer's pattern to compile
+/// (a few milliseconds, on the thread [`preload`] starts; the tables are in the binary): the
+/// tokenizer, unless it already failed to build.
 pub fn expected_estimator() -> Estimator {
     match BPE_STATE.get() {
         Some(None) => Estimator::CharsDiv4,

@@ -96,7 +96,7 @@ static NULL: Value = Value::Null;
 
 /// What a tool part says about itself, owned, so that it can be kept across requests: a
 /// completed part never changes, so the sidecar reads each part once (see
-/// `crate::sidecar::index`) instead of on every request.
+/// `crate::strategies::incremental`) instead of on every request.
 #[derive(Debug, Clone)]
 pub struct CallFacts {
     pub part: usize,

@@ -240,8 +240,8 @@ impl Server {
             protocol: protocol::PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION"),
             enabled: self.rules.config().enabled,
-            // Not `TokenCounter::estimator`: that would wait for the tables, which load in
-            // the background while the first requests are served.
+            // Not `TokenCounter::estimator`: that would wait for the pre-tokenizer's pattern,
+            // which compiles in the background (a few ms) while `initialize` is answered.
             estimator: crate::tokens::expected_estimator().name(),
             tools: ToolsOffered {
                 discard: tools.discard.enabled,

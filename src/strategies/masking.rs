@@ -148,7 +148,7 @@ fn age_of(history: &History<'_>, prompts: &[u32], i: usize, call: &ToolCall<'_>,
 
 /// Every call of `history` that masking would take now, ignoring when the rewrite pays: what
 /// `dcp context` shows. The sidecar keeps the same rule incrementally
-/// (`crate::sidecar::index`) and leaves the timing to the policy.
+/// (`crate::strategies::incremental`) and leaves the timing to the policy.
 pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
     if !rules.config().strategies.masking.enabled {
         return Vec::new();
