@@ -42,7 +42,7 @@ fn rank_of(bytes: &[u8]) -> Rank {
 
 /// The vector merge. `parts[i]` is the start of part `i` and the rank of part `i` merged with
 /// part `i + 1`; a last entry marks the end of the piece.
-pub(super) fn count_short(piece: &[u8], parts: &mut Vec<(u32, Rank)>) -> usize {
+fn count_short(piece: &[u8], parts: &mut Vec<(u32, Rank)>) -> usize {
     parts.clear();
     parts.extend((0..piece.len() - 1).map(|i| (i as u32, rank_of(&piece[i..i + 2]))));
     parts.push((piece.len() as u32 - 1, NONE));
