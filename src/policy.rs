@@ -142,16 +142,21 @@ pub enum Trigger {
 
 /// One pending rewrite, in history order: the tokens it saves and the re-billed tail if the
 /// rewrite started at its part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pending {
     pub tokens: u64,
     pub tail: u64,
+    /// It only rides along: it goes with a rewrite that re-bills its part anyway (one that
+    /// starts before it, or the whole set), never starts one (masking's narrower window, see
+    /// `crate::strategies::masking`).
+    pub rider: bool,
 }
 
 /// Which pending rewrites to apply now: those from index `cut` on (in history order), and why.
 /// The whole set goes when pressure, a cold cache or immediate mode says so; otherwise the
 /// suffix that gains the most, if any suffix pays (a small old prune must not hold back newer
-/// ones that pay on their own, nor drag their tail back to its position).
+/// ones that pay on their own, nor drag their tail back to its position). A suffix starts at
+/// a pending rewrite that is no rider; the riders after its start count in its gain.
 pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Trigger)> {
     let total: u64 = pending.iter().map(|p| p.tokens).sum();
     let first_tail = pending.first().map_or(0, |p| p.tail);
@@ -167,6 +172,9 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
     let mut gain_tokens = 0u64;
     for (k, p) in pending.iter().enumerate().rev() {
         gain_tokens += p.tokens;
+        if p.rider {
+            continue;
+        }
         let net =
             gain_tokens as f64 * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
         if net >= 0.0 && affordable(gain_tokens as f64, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
@@ -311,14 +319,37 @@ mod tests {
     fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
         let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 5_000.0, ..Inputs::default() };
         // An old small prune (its tail is almost the whole prompt), then a big recent one.
-        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 5_000, tail: 7_000 }];
+        let pending = [
+            Pending { tokens: 300, tail: 45_000, ..Pending::default() },
+            Pending { tokens: 5_000, tail: 7_000, ..Pending::default() },
+        ];
         assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
         // Nothing pays: nothing goes.
-        let pending = [Pending { tokens: 300, tail: 45_000 }, Pending { tokens: 200, tail: 30_000 }];
+        let pending = [
+            Pending { tokens: 300, tail: 45_000, ..Pending::default() },
+            Pending { tokens: 200, tail: 30_000, ..Pending::default() },
+        ];
         assert_eq!(choose(&batched(), &base, &pending), None);
         // Under pressure everything goes.
         let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
         assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
+    }
+
+    #[test]
+    fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
+        let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 6_000.0, ..Inputs::default() };
+        let deep = Pending { tokens: 10_000, tail: 20_000, rider: false };
+        let rider = Pending { tokens: 4_000, tail: 6_000, rider: true };
+        // Alone, the deep masking does not pay back; with the rider inside its tail it does.
+        assert_eq!(choose(&batched(), &base, &[deep]), None);
+        assert_eq!(choose(&batched(), &base, &[deep, rider]), Some((0, Trigger::Pays)));
+        // A rider near the tail would pay on its own, but only rides along.
+        assert_eq!(choose(&batched(), &base, &[rider]), None);
+        let small = Pending { tokens: 100, tail: 45_000, rider: false };
+        assert_eq!(choose(&batched(), &base, &[small, rider]), None);
+        // When the whole prompt is written again, riders go too.
+        let cold = Inputs { idle_seconds: Some(600), ..base };
+        assert_eq!(choose(&batched(), &cold, &[rider]), Some((0, Trigger::ColdCache)));
     }
 
     #[test]

@@ -48,6 +48,8 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.keepLast", Kind::Count),
     ("strategies.masking.keepUserTurns", Kind::Count),
     ("strategies.masking.keepTokens", Kind::Count),
+    ("strategies.masking.onRewrite.keepLast", Kind::Count),
+    ("strategies.masking.onRewrite.keepTokens", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),

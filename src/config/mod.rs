@@ -139,7 +139,20 @@ pub struct Masking {
     /// newer outputs masking could take reach this many, even among the last `keepLast`
     /// (0: no budget). The newest output always stays.
     pub keep_tokens: u32,
+    /// The narrower window a rewrite masks down to when it goes anyway (see
+    /// `crate::strategies::masking`, "Deeper when the prompt is written again").
+    pub on_rewrite: Window,
     pub protected_tools: Vec<String>,
+}
+
+/// A window of recent outputs masking leaves whole, beside `keepUserTurns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Window {
+    /// The most recent tool outputs kept.
+    pub keep_last: u32,
+    /// Approximate tokens (characters / 4) of the kept outputs (0: no budget).
+    pub keep_tokens: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,8 +258,15 @@ impl Default for Masking {
             keep_last: 10,
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
+            on_rewrite: Window::default(),
             protected_tools: Vec::new(),
         }
+    }
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window { keep_last: 5, keep_tokens: KEEP_TOKENS / 2 }
     }
 }
 

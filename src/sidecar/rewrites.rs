@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::mirror::Mirror;
+use crate::config::RewriteMode;
 use crate::policy;
 use crate::state::store::Slot;
 use crate::state::{Action, PruneRecord, Strategy};
@@ -20,7 +21,9 @@ pub(super) fn in_force(slot: &Slot, index: &Index, mirror: &Mirror) -> u64 {
 }
 
 /// The calls masking would take now, with where they are, the record to make when one is
-/// applied, and its cost to the policy (`tails[m]`: the history from message `m` on).
+/// applied, and its cost to the policy (`tails[m]`: the history from message `m` on); then, in
+/// batched mode, the calls a rewrite that goes anyway also masks (riders, see
+/// `crate::strategies::masking`).
 pub(super) fn mask_pending(
     rules: &Rules,
     slot: &mut Slot,
@@ -28,10 +31,15 @@ pub(super) fn mask_pending(
     mirror: &Mirror,
     tails: &[u64],
 ) -> Vec<((usize, usize), String, PruneRecord, policy::Pending)> {
-    let candidates = index.mask_candidates(mirror.messages(), &slot.state, rules, &mut slot.tokens).to_vec();
-    candidates
-        .iter()
-        .map(|c| {
+    let messages = mirror.messages();
+    let candidates = index.mask_candidates(messages, &slot.state, rules, &mut slot.tokens).to_vec();
+    let riders = match rules.config().rewrite.mode {
+        RewriteMode::Batched => index.mask_riders(messages, &slot.state, rules, &mut slot.tokens),
+        RewriteMode::Immediate => Vec::new(),
+    };
+    let flagged = candidates.iter().map(|c| (c, false)).chain(riders.iter().map(|c| (c, true)));
+    flagged
+        .map(|(c, rider)| {
             let (id, tool, at) = index.candidate(c);
             let record = PruneRecord {
                 strategy: Strategy::Masking,
@@ -41,7 +49,7 @@ pub(super) fn mask_pending(
                 applied: false,
             };
             let tokens = approx_saving(mirror, at, &record.action);
-            (at, id.to_string(), record, policy::Pending { tokens, tail: tails[at.0] })
+            (at, id.to_string(), record, policy::Pending { tokens, tail: tails[at.0], rider })
         })
         .collect()
 }

@@ -51,6 +51,14 @@ pub struct MaskCandidate {
     pub tokens: u64,
 }
 
+/// The start of a masking window: calls before `start` are beyond it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cursor {
+    start: usize,
+    /// The weight of the calls from `start` on.
+    kept_weight: u64,
+}
+
 /// A line of the prunable list.
 #[derive(Debug)]
 struct Listed {
@@ -72,10 +80,10 @@ pub struct Index {
     current: u32,
     /// User prompts read.
     prompts: u32,
-    /// Calls before this one are beyond the masking window.
-    window: usize,
-    /// The weight of the calls from `window` on.
-    kept_weight: u64,
+    /// Where masking's window starts ([`masking::Window::Kept`]).
+    window: Cursor,
+    /// Where the narrower window a rewrite masks down to starts ([`masking::Window::OnRewrite`]).
+    deep: Cursor,
     /// Calls before this one were considered for masking.
     mask_cursor: usize,
     /// Calls beyond the masking window not masked yet.
@@ -117,7 +125,8 @@ impl Index {
                 let call = ToolCall::from_facts(mi, &facts, part, self.current);
                 self.add(at, &call, rules);
                 let weight = masking::weight(&call, rules);
-                self.kept_weight += weight;
+                self.window.kept_weight += weight;
+                self.deep.kept_weight += weight;
                 self.by_call_id.insert(facts.call_id.clone(), at);
                 self.calls.push(Call { facts, message: mi, turn: self.current, prompts: self.prompts, weight });
             }
@@ -223,7 +232,7 @@ impl Index {
         counter: &mut TokenCounter,
     ) -> &[MaskCandidate] {
         self.advance_window(rules);
-        while self.mask_cursor < self.window {
+        while self.mask_cursor < self.window.start {
             let at = self.mask_cursor;
             self.mask_cursor += 1;
             let Some(view) = view(&self.calls, messages, at) else { continue };
@@ -239,22 +248,53 @@ impl Index {
         &self.masking
     }
 
-    /// Moves the start of the masking window past the calls that left it.
+    /// The calls a rewrite that goes anyway also masks, oldest first: inside masking's window
+    /// but beyond the narrower one ([`masking::Window::OnRewrite`]), open, and longer than their
+    /// placeholder.
+    pub fn mask_riders(
+        &mut self,
+        messages: &[Message],
+        state: &SessionState,
+        rules: &Rules,
+        counter: &mut TokenCounter,
+    ) -> Vec<MaskCandidate> {
+        self.advance_window(rules);
+        let mut riders = Vec::new();
+        for at in self.window.start..self.deep.start {
+            let Some(view) = view(&self.calls, messages, at) else { continue };
+            if !masking::eligible(&view, rules) || state.pruned.contains_key(view.call_id) {
+                continue;
+            }
+            if let Some(d) = masking::prune(&view, counter) {
+                riders.push(MaskCandidate { call: at, tokens: d.record.tokens });
+            }
+        }
+        riders
+    }
+
+    /// Moves the start of both masking windows past the calls that left them.
     fn advance_window(&mut self, rules: &Rules) {
-        while self.window < self.calls.len() {
-            let call = &self.calls[self.window];
+        self.window = self.advance(self.window, rules, masking::Window::Kept);
+        self.deep = self.advance(self.deep.max_start(self.window), rules, masking::Window::OnRewrite);
+    }
+
+    /// `cursor` moved past the calls that left `window`.
+    fn advance(&self, mut cursor: Cursor, rules: &Rules, window: masking::Window) -> Cursor {
+        while cursor.start < self.calls.len() {
+            let call = &self.calls[cursor.start];
             let age = masking::Age {
-                newer_calls: self.calls.len() - 1 - self.window,
+                newer_calls: self.calls.len() - 1 - cursor.start,
                 newer_prompts: self.prompts - call.prompts,
-                newer_tokens: self.kept_weight - call.weight,
+                newer_tokens: cursor.kept_weight - call.weight,
                 steps: self.current.saturating_sub(call.turn),
             };
-            if !masking::beyond_window(age, rules) {
+            if !masking::beyond_window(age, rules, window) {
                 break;
             }
-            self.kept_weight -= call.weight;
-            self.window += 1;
+            cursor.kept_weight -= call.weight;
+            cursor.start += 1;
         }
+        cursor
     }
 
     /// The call id and tool of a masking candidate, and where it is: its message and part.
@@ -309,7 +349,7 @@ impl Index {
                 break;
             }
             self.cursor += 1;
-            if at < self.window {
+            if at < self.window.start {
                 continue;
             }
             let Some(view) = view(&self.calls, messages, at) else { continue };
@@ -321,7 +361,7 @@ impl Index {
             self.listed.push(Listed { call: at, line, approx });
             self.text = None;
         }
-        let window = self.window;
+        let window = self.window.start;
         let before = self.listed.len();
         self.listed.retain(|l| l.call >= window);
         if self.listed.len() != before {
@@ -337,6 +377,18 @@ impl Index {
     /// The number of calls on the list, and their approximate output tokens.
     pub fn listed(&self) -> (usize, u64) {
         (self.listed.len(), self.listed.iter().map(|l| l.approx).sum())
+    }
+}
+
+impl Cursor {
+    /// This cursor, or `other` if it starts later: a narrower window never starts before a
+    /// wider one.
+    fn max_start(self, other: Cursor) -> Cursor {
+        if other.start > self.start {
+            other
+        } else {
+            self
+        }
     }
 }
 

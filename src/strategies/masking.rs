@@ -15,6 +15,14 @@
 //! `strategies.masking.protectedTools`), of protected files, young calls under turn
 //! protection, and outputs no longer than their placeholder are never masked.
 //!
+//! **Deeper when the prompt is written again.** A rewrite re-bills the prompt from its first
+//! changed part on (all of it when the cache is cold); masking more outputs inside that tail
+//! costs nothing extra on that request and saves on every later one. So when a rewrite goes,
+//! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 5 outputs,
+//! 5,000 tokens): between rewrites the model sees the paper's window and more, right after one
+//! at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
+//! start a rewrite of their own (`crate::policy::choose`).
+//!
 //! Unlike the other strategies, masking does not record a decision as soon as a call leaves
 //! the window: a masked call is recorded only when the cache-aware policy applies it (see
 //! `crate::policy`), so the rewrites come in batches that pay for the prompt tail they
@@ -74,12 +82,27 @@ pub struct Age {
     pub steps: u32,
 }
 
-/// Whether a call of this age is beyond the window of recent calls that stay whole.
-pub fn beyond_window(age: Age, rules: &Rules) -> bool {
+/// Which window of recent outputs a call is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// The outputs that stay whole between rewrites: `keepLast`, `keepTokens`.
+    Kept,
+    /// The narrower window a rewrite masks down to when it goes anyway: beyond the kept window
+    /// or beyond `onRewrite`'s.
+    OnRewrite,
+}
+
+/// Whether a call of this age is beyond `window`.
+pub fn beyond_window(age: Age, rules: &Rules, window: Window) -> bool {
     let m = &rules.config().strategies.masking;
-    let old = age.newer_calls >= m.keep_last as usize
-        || (m.keep_user_turns > 0 && age.newer_prompts >= m.keep_user_turns)
-        || (m.keep_tokens > 0 && age.newer_tokens >= u64::from(m.keep_tokens));
+    let beyond = |keep_last: u32, keep_tokens: u32| {
+        age.newer_calls >= keep_last as usize || (keep_tokens > 0 && age.newer_tokens >= u64::from(keep_tokens))
+    };
+    let mut old =
+        beyond(m.keep_last, m.keep_tokens) || (m.keep_user_turns > 0 && age.newer_prompts >= m.keep_user_turns);
+    if window == Window::OnRewrite {
+        old = old || beyond(m.on_rewrite.keep_last, m.on_rewrite.keep_tokens);
+    }
     m.enabled && old && (rules.turns() == 0 || age.steps >= rules.turns())
 }
 
@@ -124,7 +147,7 @@ pub fn window_start(history: &History<'_>, rules: &Rules) -> usize {
     calls
         .iter()
         .enumerate()
-        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules))
+        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules, Window::Kept))
         .unwrap_or(calls.len())
 }
 

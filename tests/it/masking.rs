@@ -10,7 +10,7 @@ use dcp::strategies::{self, masking, Rules, ERROR_INPUT_PLACEHOLDER};
 use dcp::tokens::{EstimatorChoice, TokenCounter};
 use serde_json::json;
 
-use crate::support::{input_of, output_of, SessionBuilder};
+use crate::support::{input_of, output_of, Sandbox, SessionBuilder, Sidecar};
 
 fn long(head: &str) -> String {
     format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16))
@@ -139,6 +139,48 @@ fn recorded_tokens_add_up_to_what_leaves_the_context() {
     let recorded: u64 = state.pruned.values().map(|r| r.tokens).sum();
     assert_eq!(recorded, removed);
     assert_eq!(state.stats.tokens(), removed);
+}
+
+/// The calls whose outputs `transformed`'s edits mask, in history order.
+fn masked_by(transformed: &serde_json::Value, messages: &[serde_json::Value]) -> Vec<String> {
+    let edits = transformed["edits"].as_array().unwrap();
+    let masks = edits.iter().filter(|e| e["value"].as_str().is_some_and(|v| v.contains("masked to save context")));
+    let ids = masks.map(|e| {
+        let part = &messages[e["m"].as_u64().unwrap() as usize]["parts"][e["p"].as_u64().unwrap() as usize];
+        part["callID"].as_str().unwrap().to_string()
+    });
+    ids.collect()
+}
+
+#[test]
+fn a_rewrite_that_goes_anyway_masks_down_to_the_narrower_window() {
+    let sandbox = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let mut b = SessionBuilder::new().user("one task");
+    for i in 0..14 {
+        b = b.tool(&format!("c{i}"), "grep", json!({"pattern": format!("fn c{i}")}), &long("hit"));
+    }
+    let messages: Vec<serde_json::Value> = b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect();
+    let t0 = 1_800_000_000_000i64;
+    let request = |now: i64| json!({"sessionID": "ses_test", "now": now, "messages": messages.clone()});
+    // Four outputs are beyond the last 10, and masking them would re-bill the other ten:
+    // nothing is banked, so the rewrite waits.
+    let first = sidecar.result("transform", request(t0));
+    assert!(masked_by(&first, &messages).is_empty(), "{first}");
+    // The cache has gone cold: the whole prompt is written again, so the rewrite goes, and
+    // masks down to the last 5 outputs, not the last 10.
+    let cold = sidecar.result("transform", request(t0 + 600_000));
+    assert_eq!(masked_by(&cold, &messages), ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"]);
+    assert_eq!(cold["applied"]["reason"], "cold-cache", "{cold}");
+    // With the narrower window as wide as the kept one, the rewrite keeps the last 10.
+    let sandbox = Sandbox::new();
+    let config = r#"{"strategies": {"masking": {"onRewrite": {"keepLast": 10}}}}"#;
+    let mut sidecar_wide = Sidecar::spawn(&sandbox, config);
+    sidecar_wide.result("transform", request(t0));
+    let cold = sidecar_wide.result("transform", request(t0 + 600_000));
+    assert_eq!(masked_by(&cold, &messages), ["c0", "c1", "c2", "c3"]);
+    sidecar.shutdown();
+    sidecar_wide.shutdown();
 }
 
 /// A small seeded generator (xorshift), so the test depends on no generator it does not own.
