@@ -44,10 +44,7 @@ fn malformed_protocol_lines_get_errors_and_the_sidecar_goes_on() {
             assert!(answer.get("result").is_some(), "{what}: {answer}");
             continue;
         }
-        let (got, message) = sidecar.error(&line);
-        assert_eq!(got, code, "{what}: {message}");
-        assert!(message.contains(needle), "{what}: no {needle:?} in {message}");
-        sidecar.still_serves();
+        sidecar.refuses(&line, code, needle);
     }
     // A notification with bad params gets no answer, and the next request still works.
     sidecar.write(b"{\"jsonrpc\":\"2.0\",\"method\":\"transform\",\"params\":5}");
@@ -147,10 +144,7 @@ fn a_part_that_is_a_number_is_an_invalid_params_error() {
         "transform",
         json!({"sessionID": "ses_a", "messages": [{"info": {"id": "msg_1", "role": "user"}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}, 7]}]}),
     );
-    let (code, message) = sidecar.error(&line);
-    assert_eq!(code, -32602, "{message}");
-    assert!(message.contains("messages[0].parts[1] is not an object"), "{message}");
-    sidecar.still_serves();
+    sidecar.refuses(&line, -32602, "messages[0].parts[1] is not an object");
     sidecar.shutdown();
 }
 
@@ -159,12 +153,8 @@ fn a_json_array_line_is_not_a_request() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::bare(&s, &[]);
     // serde would read a struct from a list by position: this must not run `system`.
-    let (code, message) = sidecar.error(br#"["2.0", 1, "system", {}]"#);
-    assert_eq!(code, -32600, "{message}");
-    assert!(message.contains("must be a JSON object, not a list"), "{message}");
-    let (code, message) = sidecar.error(b"[]");
-    assert_eq!(code, -32600, "{message}");
-    sidecar.still_serves();
+    sidecar.refuses(br#"["2.0", 1, "system", {}]"#, -32600, "must be a JSON object, not a list");
+    sidecar.refuses(b"[]", -32600, "");
     sidecar.shutdown();
 }
 
@@ -173,11 +163,8 @@ fn a_line_that_is_not_utf8_is_a_parse_error() {
     let s = Sandbox::new();
     let mut sidecar = Sidecar::bare(&s, &[]);
     // The bytes sit inside a JSON string, where a lossy decoding would hide them.
-    let (code, message) = sidecar
-        .error(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"command\",\"params\":{\"sessionID\":\"ses_a\",\"arguments\":\"st\xffats\"}}");
-    assert_eq!(code, -32700, "{message}");
-    assert!(message.contains("UTF-8"), "{message}");
-    sidecar.still_serves();
+    let line = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"command\",\"params\":{\"sessionID\":\"ses_a\",\"arguments\":\"st\xffats\"}}";
+    sidecar.refuses(line, -32700, "UTF-8");
     sidecar.shutdown();
 }
 
@@ -216,9 +203,7 @@ fn a_long_malformed_message_is_cut_in_the_error() {
     let mut sidecar = Sidecar::bare(&s, &[]);
     let info = "é".repeat(100_000);
     let line = request(1, "transform", json!({"sessionID": "ses_a", "messages": [{"info": info}]}));
-    let (code, message) = sidecar.error(&line);
-    assert_eq!(code, -32602, "{message}");
-    assert!(message.contains("messages[0].info is not an object") && message.len() < 200, "{message}");
-    sidecar.still_serves();
+    let message = sidecar.refuses(&line, -32602, "messages[0].info is not an object");
+    assert!(message.len() < 200, "{message}");
     sidecar.shutdown();
 }

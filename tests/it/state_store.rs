@@ -1,5 +1,8 @@
 //! The session store: many sessions at once, loading on first sight, compaction.
 
+use std::path::Path;
+
+use dcp::session::Message;
 use dcp::state::persist;
 use dcp::state::store::SessionStore;
 use dcp::state::{Action, PruneRecord, Strategy};
@@ -10,6 +13,19 @@ use crate::support::SessionBuilder;
 
 fn record(tokens: u64) -> PruneRecord {
     PruneRecord { strategy: Strategy::Discard, action: Action::Output, tokens, tool: "read".into(), applied: true }
+}
+
+/// A store in `dir` that saw `session`, one read `c1`, pruned it for `tokens` (giving it an
+/// agent id) and saved it. Returns the store and the messages.
+fn one_saved_prune(dir: &Path, session: &str, tokens: u64) -> (SessionStore, Vec<Message>) {
+    let mut m = SessionStore::new(dir, EstimatorChoice::CharsDiv4);
+    let messages = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
+    m.observe(session, &messages).unwrap();
+    let (slot, _) = m.slot(session).unwrap();
+    slot.record("c1", record(tokens));
+    slot.state.id_for("c1");
+    m.save_now(session).unwrap();
+    (m, messages)
 }
 
 #[test]
@@ -46,13 +62,7 @@ fn each_session_keeps_its_own_state_across_switches() {
 #[test]
 fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
-    m.observe("ses_c", &before).unwrap();
-    let (slot, _) = m.slot("ses_c").unwrap();
-    slot.record("c1", record(25));
-    slot.state.id_for("c1");
-    m.save_now("ses_c").unwrap();
+    let (mut m, before) = one_saved_prune(dir.path(), "ses_c", 25);
 
     let after = SessionBuilder::continuing(before).compaction("summary of work").user("next").build();
     let seen = m.observe("ses_c", &after).unwrap();
@@ -78,11 +88,7 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
 #[test]
 fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    let before = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
-    m.observe("ses_d", &before).unwrap();
-    m.slot("ses_d").unwrap().0.record("c1", record(5));
-    m.save_now("ses_d").unwrap();
+    let (m, before) = one_saved_prune(dir.path(), "ses_d", 5);
     drop(m);
     let after = SessionBuilder::continuing(before).compaction("s").build();
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);

@@ -445,6 +445,17 @@ impl Sidecar {
         (e["code"].as_i64().unwrap(), e["message"].as_str().unwrap().to_string())
     }
 
+    /// Sends a line that must be refused: checks its error's code, that the message holds
+    /// `needle`, and that the sidecar still serves afterwards. Returns the message.
+    pub fn refuses(&mut self, line: &[u8], code: i64, needle: &str) -> String {
+        let shown: String = String::from_utf8_lossy(line).chars().take(100).collect();
+        let (got, message) = self.error(line);
+        assert_eq!(got, code, "{shown}: {message}");
+        assert!(message.contains(needle), "{shown}: no {needle:?} in {message}");
+        self.still_serves();
+        message
+    }
+
     /// Checks the sidecar still serves: a valid request afterwards works.
     pub fn still_serves(&mut self) {
         let answer = self.send(br#"{"jsonrpc":"2.0","id":"alive","method":"system","params":{}}"#);

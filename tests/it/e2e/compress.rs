@@ -19,13 +19,15 @@ fn the_agent_compresses_a_range_and_prunes_with_a_wrong_id_in_steps_of_their_own
 /// The first prompt: two reads and an answer; every message the model saw carries its id.
 /// Returns the session and the call id of the records read.
 fn explore(lab: &Lab) -> (String, String) {
-    lab.llm.push(vec![
-        read("p1.parser", "src/parser.py"),
-        read("p1.records", "data/records.csv"),
-        Turn::text("p1.answer", "A parser with 12 sections and 150 records."),
-    ]);
-    let out = lab.run(None, "Explore the project.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        None,
+        "Explore the project.",
+        vec![
+            read("p1.parser", "src/parser.py"),
+            read("p1.records", "data/records.csv"),
+            Turn::text("p1.answer", "A parser with 12 sections and 150 records."),
+        ],
+    );
     let session = lab.session_id();
     let records = call_id_of(lab, "p1.records");
     // Messages: m1 the prompt, m2 and m3 the reads, m4 the answer, m5 the
@@ -45,21 +47,23 @@ fn explore(lab: &Lab) -> (String, String) {
 /// then discards with one good and one wrong id in another.
 fn compress_and_discard(lab: &Lab, session: &str, records: &str) {
     let summary = "Explored: src/parser.py has parse_section_1..12; data/records.csv has 150 rows.";
-    lab.llm.push(vec![
-        Turn::tool(
-            "p2.compress",
-            "compress",
-            json!({"topic": "exploration", "content": [
-                {"startId": "m0001", "endId": "m0004", "summary": summary},
-                {"startId": "m42", "endId": "m50", "summary": "not there"},
-            ]}),
-        ),
-        read("p2.config", "config.txt"),
-        Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:config.txt}}", "999"], "reason": "completion"})),
-        Turn::text("p2.answer", "Done."),
-    ]);
-    let out = lab.run(Some(session), "Compress what you explored, then check the config.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        Some(session),
+        "Compress what you explored, then check the config.",
+        vec![
+            Turn::tool(
+                "p2.compress",
+                "compress",
+                json!({"topic": "exploration", "content": [
+                    {"startId": "m0001", "endId": "m0004", "summary": summary},
+                    {"startId": "m42", "endId": "m50", "summary": "not there"},
+                ]}),
+            ),
+            read("p2.config", "config.txt"),
+            Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:config.txt}}", "999"], "reason": "completion"})),
+            Turn::text("p2.answer", "Done."),
+        ],
+    );
     let after = lab.llm.request_for("p2.config");
     let compressed = result(&after, &call_id_of(lab, "p2.compress"));
     assert!(compressed.starts_with("Compressed 4 messages into b1"), "{compressed}");
@@ -86,8 +90,7 @@ fn undo_the_range(lab: &Lab, session: &str, records: &str) {
     let undo = lab.opencode(&["run", "--session", session, "--command", "dcp", "decompress", "b1"]);
     let stdout = String::from_utf8_lossy(&undo.stdout);
     assert!(stdout.contains("Restored b1"), "stdout: {stdout}\n{}", tail(&undo.stderr));
-    lab.llm.push(vec![Turn::text("p3.answer", "The records are back.")]);
-    lab.run(Some(session), "Go on.");
+    lab.prompt(Some(session), "Go on.", vec![Turn::text("p3.answer", "The records are back.")]);
     let restored = lab.llm.request_for("p3.answer");
     assert!(result(&restored, records).contains("150,item-150"), "the range's messages are back");
     assert!(!restored.text().contains("\n<b1>"));
@@ -97,8 +100,7 @@ fn undo_the_range(lab: &Lab, session: &str, records: &str) {
 /// A compaction forgets the ranges, and no id tag ever reached OpenCode's stored history.
 fn a_compaction_forgets_the_ranges(lab: &Lab, session: &str) {
     compact(lab, session);
-    lab.llm.push(vec![Turn::text("p4.answer", "After the summary.")]);
-    lab.run(Some(session), "Carry on.");
+    lab.prompt(Some(session), "Carry on.", vec![Turn::text("p4.answer", "After the summary.")]);
     let state = lab.state(session);
     assert_eq!(state["prune"]["messages"]["blocksById"], json!({}), "{state}");
     assert!(lab.stored_parts(session).iter().all(|p| !p.contains("\\n<m1>")), "no tag reached opencode.db");

@@ -227,6 +227,14 @@ impl Lab {
         out
     }
 
+    /// One prompt the fake model answers with `turns`: `opencode run` of `prompt`, continuing
+    /// `session` if given; asserts success and that the model was asked for every turn.
+    pub fn prompt(&self, session: Option<&str>, prompt: &str, turns: Vec<fake_llm::Turn>) {
+        self.llm.push(turns);
+        let out = self.run(session, prompt);
+        assert_eq!(self.llm.remaining(), 0, "{}", tail(&out.stderr));
+    }
+
     /// `opencode run` of one prompt, continuing `session` if given; asserts success.
     pub fn run(&self, session: Option<&str>, prompt: &str) -> Output {
         let mut args = vec!["run", "--print-logs", "--model", "fake/fake-model"];

@@ -100,8 +100,7 @@ fn plugin_prunes_the_requests_remembers_across_restarts_and_clears_on_compaction
     let FirstPrompt { session, records, .. } = &calls;
     // A compaction clears the session's prune list and keeps its stats.
     compact(&lab, &session);
-    lab.llm.push(vec![Turn::text("p5.answer", "Continuing after the summary.")]);
-    lab.run(Some(&session), "Carry on.");
+    lab.prompt(Some(&session), "Carry on.", vec![Turn::text("p5.answer", "Continuing after the summary.")]);
     let after = lab.llm.request_for("p5.answer");
     assert!(after.tool_result(&records).is_none(), "old calls are gone after the summary");
     let state = lab.state(&session);
@@ -120,14 +119,16 @@ struct FirstPrompt {
 /// Prompt 1: parser.py is read twice; the first read reaches the model as the placeholder,
 /// the list and the tools are offered, and the notification is shown in the session.
 fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
-    lab.llm.push(vec![
-        read("p1.parser", "src/parser.py"),
-        read("p1.records", "data/records.csv"),
-        read("p1.parser_again", "src/parser.py"),
-        Turn::text("p1.answer", "Explored: a parser with 12 sections and 150 records."),
-    ]);
-    let out = lab.run(None, "Explore the project.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        None,
+        "Explore the project.",
+        vec![
+            read("p1.parser", "src/parser.py"),
+            read("p1.records", "data/records.csv"),
+            read("p1.parser_again", "src/parser.py"),
+            Turn::text("p1.answer", "Explored: a parser with 12 sections and 150 records."),
+        ],
+    );
     let session = lab.session_id();
     let parser_first = call_id_of(&lab, "p1.parser");
     let records = call_id_of(&lab, "p1.records");
@@ -162,12 +163,15 @@ fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
 fn discard_and_extract(lab: &Lab, calls: &FirstPrompt) -> String {
     let FirstPrompt { session, records, .. } = calls;
     // Discard by list id: the records output goes.
-    lab.llm.push(vec![
-        Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:records.csv}}"], "reason": "completion"})),
-        read("p2.config", "config.txt"),
-        Turn::text("p2.answer", "Config read."),
-    ]);
-    lab.run(Some(&session), "Clean up, then check the config.");
+    lab.prompt(
+        Some(&session),
+        "Clean up, then check the config.",
+        vec![
+            Turn::tool("p2.discard", "discard", json!({"ids": ["{{list:records.csv}}"], "reason": "completion"})),
+            read("p2.config", "config.txt"),
+            Turn::text("p2.answer", "Config read."),
+        ],
+    );
     let after_discard = lab.llm.request_for("p2.config");
     assert_eq!(result(&after_discard, &records), OUTPUT_PLACEHOLDER);
     let discard_call = call_id_of(&lab, "p2.discard");
@@ -179,7 +183,7 @@ fn discard_and_extract(lab: &Lab, calls: &FirstPrompt) -> String {
     let config = call_id_of(&lab, "p2.config");
 
     // Extract: the config output becomes the distillation.
-    lab.llm.push(vec![
+    lab.prompt(Some(&session), "Keep only the essentials of the config.", vec![
         Turn::tool(
             "p3.extract",
             "extract",
@@ -187,7 +191,6 @@ fn discard_and_extract(lab: &Lab, calls: &FirstPrompt) -> String {
         ),
         Turn::text("p3.answer", "Kept the essentials."),
     ]);
-    lab.run(Some(&session), "Keep only the essentials of the config.");
     let after_extract = lab.llm.request_for("p3.answer");
     assert_eq!(result(&after_extract, &config), "config.txt: mode=fast, retries=3, timeout=30");
     assert_eq!(result(&after_extract, &records), OUTPUT_PLACEHOLDER);
@@ -224,8 +227,7 @@ fn state_and_stats_command(lab: &Lab, calls: &FirstPrompt, config: &str) -> u64 
 fn restart_keeps_the_state_and_history_is_untouched(lab: &Lab, calls: &FirstPrompt, config: &str) {
     let FirstPrompt { session, parser_first, records } = calls;
     // After OpenCode restarts (every `opencode run` is a new process), the state is in force.
-    lab.llm.push(vec![Turn::text("p4.answer", "Nothing else.")]);
-    lab.run(Some(&session), "Anything else?");
+    lab.prompt(Some(&session), "Anything else?", vec![Turn::text("p4.answer", "Nothing else.")]);
     let restarted = lab.llm.request_for("p4.answer");
     assert_eq!(result(&restarted, &parser_first), OUTPUT_PLACEHOLDER);
     assert_eq!(result(&restarted, &records), OUTPUT_PLACEHOLDER);
@@ -290,15 +292,17 @@ fn killing_the_sidecar_mid_session_does_not_break_the_run() {
     // The fake model kills the sidecar mid-session, by the pid the wrapper records.
     let pidfile = record_sidecar_pids(&mut lab);
     // The kill comes after the request that pruned the first read, so there is saved state.
-    lab.llm.push(vec![
-        read("k.parser", "src/parser.py"),
-        read("k.parser_again", "src/parser.py"),
-        read("k.records", "data/records.csv").killing(&pidfile),
-        read("k.parser_third", "src/parser.py"),
-        Turn::text("k.answer", "Done despite the crash."),
-    ]);
-    let out = lab.run(None, "Read things while dcp crashes.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        None,
+        "Read things while dcp crashes.",
+        vec![
+            read("k.parser", "src/parser.py"),
+            read("k.parser_again", "src/parser.py"),
+            read("k.records", "data/records.csv").killing(&pidfile),
+            read("k.parser_third", "src/parser.py"),
+            Turn::text("k.answer", "Done despite the crash."),
+        ],
+    );
     let pids = std::fs::read_to_string(&pidfile).unwrap();
     assert!(pids.lines().count() >= 2, "the sidecar was restarted: {pids:?}");
     // After the restart, pruning is back: both earlier reads of parser.py are placeholders.
@@ -323,9 +327,11 @@ fn killing_the_sidecar_mid_session_does_not_break_the_run() {
 fn a_missing_sidecar_passes_messages_through() {
     let mut lab = Lab::new(IMMEDIATE);
     lab.dcp_bin = lab.root().join("no-such-dcp");
-    lab.llm.push(vec![read("m.one", "src/parser.py"), read("m.two", "src/parser.py"), Turn::text("m.answer", "ok")]);
-    let out = lab.run(None, "Read twice without dcp.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        None,
+        "Read twice without dcp.",
+        vec![read("m.one", "src/parser.py"), read("m.two", "src/parser.py"), Turn::text("m.answer", "ok")],
+    );
     let answer = lab.llm.request_for("m.answer");
     assert!(result(&answer, &call_id_of(&lab, "m.one")).contains("def parse_section_1"), "unchanged");
     assert!(!answer.text().contains("<prunable-tools>"));
@@ -372,13 +378,15 @@ fn fake_sidecar(lab: &Lab, name: &str, script: &str) -> std::path::PathBuf {
 fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::path::PathBuf) {
     let label = |s: &str| format!("{prefix}.{s}");
     let pidfile = record_sidecar_pids(&mut lab);
-    lab.llm.push(vec![
-        read(&label("one"), "src/parser.py"),
-        read(&label("two"), "src/parser.py"),
-        Turn::text(&label("first"), "ok"),
-    ]);
-    let out = lab.run(None, "Read twice with dcp.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        None,
+        "Read twice with dcp.",
+        vec![
+            read(&label("one"), "src/parser.py"),
+            read(&label("two"), "src/parser.py"),
+            Turn::text(&label("first"), "ok"),
+        ],
+    );
     let session = lab.session_id();
     let file = lab.state_dir().join(format!("{session}.json"));
     // The first run's sidecar may still be stopping (and saving) after OpenCode exited.
@@ -387,9 +395,11 @@ fn passes_through_and_keeps_the_state(mut lab: Lab, prefix: &str, fake: std::pat
     assert!(lab.state(&session)["dcp"]["pruned"].get(call_id_of(&lab, &label("one"))).is_some());
 
     lab.dcp_bin = fake;
-    lab.llm.push(vec![read(&label("three"), "src/parser.py"), Turn::text(&label("answer"), "ok")]);
-    let out = lab.run(Some(&session), "Read again while dcp misbehaves.");
-    assert_eq!(lab.llm.remaining(), 0, "{}", tail(&out.stderr));
+    lab.prompt(
+        Some(&session),
+        "Read again while dcp misbehaves.",
+        vec![read(&label("three"), "src/parser.py"), Turn::text(&label("answer"), "ok")],
+    );
     let answer = lab.llm.request_for(&label("answer"));
     assert!(result(&answer, &call_id_of(&lab, &label("one"))).contains("def parse_section_1"), "passed through");
     assert!(!answer.text().contains("<prunable-tools>"));
