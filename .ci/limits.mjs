@@ -1,15 +1,16 @@
 #!/usr/bin/env node
 // The size limits of issue 16: no source file over 500 lines, no function over 60 lines, in
-// every Rust and JavaScript source the repository holds: src/, plugin/, tests/, crates/, benches/
-// (the Rust benches), bench/ (the JavaScript ones), fuzz/, .ci/ and the root build.rs. (bench/'s
-// and fixtures/' Python scripts are not scanned.) Prints each breach as
+// every Rust, JavaScript and Python source the repository holds: src/, plugin/, tests/, crates/,
+// benches/ (the Rust benches), bench/ (the JavaScript benches and the suite's Python), fuzz/,
+// fixtures/ (the Python that records them), .ci/ and the root build.rs. Prints each breach as
 // `path:line: what` and exits 1 if there is one. Run it from anywhere:
 //
 //     node .ci/limits.mjs            # the limits
 //     FILE_LIMIT=400 FN_LIMIT=40 node .ci/limits.mjs   # to see what comes next
 //
 // A function is counted from the line of its `fn`/`function` to the line of its closing brace,
-// both included, doc comments not. Braces inside strings, chars and comments are ignored; the
+// both included, doc comments not; a Python `def`, to its last line before the next statement
+// indented no deeper than the `def`. Braces inside strings, chars and comments are ignored; the
 // scan is lexical, not a parser, so a function it cannot see (a closure, an arrow function
 // passed as an argument) is not measured. `.ci/run` runs it.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
@@ -19,9 +20,9 @@ import { fileURLToPath } from "node:url";
 const root = join(fileURLToPath(import.meta.url), "..", "..");
 const FILE_LIMIT = Number(process.env.FILE_LIMIT || 500);
 const FN_LIMIT = Number(process.env.FN_LIMIT || 60);
-const ROOTS = ["src", "plugin", "tests", "crates", "benches", "bench", "fuzz", ".ci", "build.rs"];
+const ROOTS = ["src", "plugin", "tests", "crates", "benches", "bench", "fuzz", "fixtures", ".ci", "build.rs"];
 const SKIP = new Set(["node_modules", "target", "snapshots"]);
-const SOURCE = /\.(rs|js|mjs)$/;
+const SOURCE = /\.(rs|js|mjs|py)$/;
 
 // The sources under `dir`, or `dir` itself when it is a source file.
 function* sources(dir) {
@@ -114,6 +115,51 @@ function functions(lines, rust) {
   return found;
 }
 
+// Python's functions. A line starts a statement unless it is blank, a comment, or inside
+// brackets or a string that an earlier line opened.
+const PY_FN = /^(\s*)(async\s+)?def\s+(\w+)/;
+
+function pythonStatements(lines) {
+  let depth = 0;
+  let quote = null;
+  return lines.map((line) => {
+    const trimmed = line.trim();
+    const starts = depth === 0 && quote === null && trimmed !== "" && !trimmed.startsWith("#");
+    for (let i = 0; i < line.length; i++) {
+      const c = line[i];
+      if (quote) {
+        if (c === "\\") i++;
+        else if (line.startsWith(quote, i)) (i += quote.length - 1), (quote = null);
+      } else if (c === "#") break;
+      else if (c === '"' || c === "'") {
+        quote = line.startsWith(c.repeat(3), i) ? c.repeat(3) : c;
+        i += quote.length - 1;
+      } else if ("([{".includes(c)) depth++;
+      else if (")]}".includes(c)) depth--;
+    }
+    if (quote?.length === 1) quote = null; // a short string ends with its line
+    return starts;
+  });
+}
+
+function pythonFunctions(lines) {
+  const starts = pythonStatements(lines);
+  const indent = (line) => line.length - line.trimStart().length;
+  const found = [];
+  lines.forEach((line, start) => {
+    const m = starts[start] && PY_FN.exec(line);
+    if (!m) return;
+    let end = start;
+    for (let j = start + 1; j < lines.length; j++) {
+      if (starts[j] && indent(lines[j]) <= m[1].length) break;
+      const comment = lines[j].trim().startsWith("#") && indent(lines[j]) <= m[1].length;
+      if (lines[j].trim() !== "" && !comment) end = j;
+    }
+    found.push({ name: m[3], line: start + 1, length: end - start + 1 });
+  });
+  return found;
+}
+
 let breaches = 0;
 for (const dir of ROOTS) {
   for (const path of sources(join(root, dir))) {
@@ -126,7 +172,8 @@ for (const dir of ROOTS) {
       breaches++;
     }
     const rust = path.endsWith(".rs");
-    for (const f of functions(blank(text, rust).split("\n"), rust)) {
+    const found = path.endsWith(".py") ? pythonFunctions(lines) : functions(blank(text, rust).split("\n"), rust);
+    for (const f of found) {
       if (f.length > FN_LIMIT) {
         console.log(`${shown}:${f.line}: fn ${f.name} is ${f.length} lines (limit ${FN_LIMIT})`);
         breaches++;
