@@ -135,7 +135,9 @@ fn a_streamed_first_request_gets_the_answer_of_one_read_whole() {
     let sandbox = Sandbox::new();
     let input = lines.join("\n") + "\n";
     let mut output = Vec::new();
-    dcp::sidecar::serve_on(options(&sandbox), std::io::Cursor::new(input), &mut output, 1 << 30).unwrap();
+    // Every line over 1 KiB is streamed: the steps and commands too.
+    let limits = dcp::sidecar::stream::LineLimits { max: 1 << 30, stream_from: 1024 };
+    dcp::sidecar::serve_on(options(&sandbox), std::io::Cursor::new(input), &mut output, limits).unwrap();
     let streamed: Vec<&str> = std::str::from_utf8(&output).unwrap().lines().collect();
     assert_eq!(streamed.len(), whole.len());
     for (i, (a, b)) in streamed.iter().zip(&whole).enumerate() {
@@ -202,4 +204,54 @@ fn a_tool_output_that_looks_like_a_slim_marker_is_counted_as_text() {
     part["state"]["output"] = json!(forged);
     conn.execute("UPDATE part SET data = ?1 WHERE id = ?2", [part.to_string(), id]).unwrap();
     assert_eq!(context() + counter.count(&original), before + expected);
+}
+
+/// Review item 6: a slimmed input holds the whole input's count in each of its markers, which
+/// is right only while every action that rewrites an input replaces every slimmed field. Every
+/// action on an `edit` and a `write`, errored and completed, saves what it saves on the part
+/// as OpenCode sent it.
+#[test]
+fn every_action_saves_as_much_on_a_slimmed_part_as_on_the_part_itself() {
+    use dcp::session::{slim, ToolCall};
+    use dcp::state::Action;
+    use dcp::tokens::{EstimatorChoice, TokenCounter};
+    let text = |what: &str| format!("{what}: fn step() {{ let x = compute(1, 2); }}\n").repeat(40);
+    let inputs = [
+        ("edit", json!({"filePath": "/p/src/a.rs", "oldString": text("old"), "newString": text("new")})),
+        ("write", json!({"filePath": "/p/src/b.rs", "content": text("content")})),
+    ];
+    let actions = [
+        Action::Output,
+        Action::WriteContent,
+        Action::ErrorInputs,
+        Action::Distill { distillation: "the file defines step()".into() },
+        Action::Mask,
+    ];
+    let mut saving = 0;
+    for (tool, input) in inputs {
+        let errored = json!({"status": "error", "input": input, "error": "Error: oldString not found in content"});
+        let completed = json!({"status": "completed", "input": input, "output": text("output"), "title": "t"});
+        for state in [errored, completed] {
+            let part = json!({"id": format!("prt_{tool}"), "sessionID": "ses_s", "messageID": "msg_1",
+                "type": "tool", "tool": tool, "callID": format!("call_{tool}"), "state": state});
+            let mut slimmed = part.clone();
+            slim::slim_part(&mut slimmed, &mut TokenCounter::new(EstimatorChoice::Auto));
+            let marked = slimmed["state"]["input"].as_object().unwrap().values();
+            assert!(marked.filter_map(Value::as_str).any(|s| slim::marker(s).is_some()), "{slimmed}");
+            for action in &actions {
+                // Fresh counters: what a slimmed part saves comes from its markers alone.
+                let saved = |part: &Value| {
+                    let call = ToolCall::from_part(0, 0, part, 0).unwrap();
+                    dcp::strategies::saved_tokens(&call, action, &mut TokenCounter::new(EstimatorChoice::Auto))
+                };
+                let full = saved(&part);
+                assert_eq!(saved(&slimmed), full, "{tool}, {}, {action:?}", part["state"]["status"]);
+                saving += usize::from(full > 0);
+            }
+        }
+    }
+    // Inputs and outputs were saved on, so the comparison means something: ErrorInputs on
+    // both tools in both states, WriteContent on both writes, the three output actions on
+    // both completed parts.
+    assert_eq!(saving, 4 + 2 + 6, "actions that saved tokens");
 }
