@@ -20,7 +20,7 @@ pub mod protocol;
 mod ranges;
 mod rewrites;
 mod stdio;
-mod stream;
+pub mod stream;
 mod tools;
 mod transform;
 

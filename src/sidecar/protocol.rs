@@ -67,8 +67,17 @@ struct RawRequest {
 
 /// Decodes one line. On error, returns the id to answer (if one could be read) with the error.
 pub fn decode(line: &str) -> Result<Request, (Option<Value>, RpcError)> {
-    let value: Value = serde_json::from_str(line)
-        .map_err(|e| (None, RpcError::new(code::PARSE, format!("line is not a JSON-RPC object: {e}"))))?;
+    let value: Value = serde_json::from_str(line).map_err(|e| (None, not_json(e)))?;
+    decode_value(value)
+}
+
+/// The error for a line that is not JSON.
+pub fn not_json(e: impl std::fmt::Display) -> RpcError {
+    RpcError::new(code::PARSE, format!("line is not a JSON-RPC object: {e}"))
+}
+
+/// Decodes the JSON value of a line (see [`decode`]).
+pub fn decode_value(value: Value) -> Result<Request, (Option<Value>, RpcError)> {
     // Checked before decoding: serde would read the request from a list, field by position.
     if !value.is_object() {
         let kind = match value {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::protocol::{self, code, Request, RpcError};
-use super::stream::{self, Chunk, Streamed};
+use super::stream::{self, LineLimits, Streamed};
 use super::{Options, Server};
 use crate::state::saver::Saver;
 
@@ -21,12 +21,43 @@ enum Line {
     Text(String),
     /// A long line, read as a stream (see [`stream`]).
     Parsed(Box<Result<Request, (Option<Value>, RpcError)>>),
-    /// The first bytes of a line longer than [`stream::STREAM_FROM`], to be read as a stream.
+    /// The first bytes of a line longer than [`LineLimits::stream_from`], to be read as a stream.
     Head(Vec<u8>),
     TooLong(usize),
     /// Not UTF-8: the offset of the first invalid byte.
     NotUtf8(usize),
+    /// A long line of white space.
+    Blank,
     Eof,
+}
+
+/// What the reader holds of the current line: its bytes up to the newline, and whether the
+/// newline (not part of `bytes`) ends them. The caller consumes what it used.
+pub(super) struct Chunk<'a> {
+    pub bytes: &'a [u8],
+    pub newline: bool,
+}
+
+/// The next bytes of the current line, or `None` at the end of the input. Reading goes on
+/// after an interrupted read.
+pub(super) fn next_chunk<R: BufRead>(reader: &mut R) -> std::io::Result<Option<Chunk<'_>>> {
+    loop {
+        match reader.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    // The buffer is filled now, so this returns it without reading (at the end of the input
+    // it asks once more and gets nothing again).
+    let available = reader.fill_buf()?;
+    if available.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match available.iter().position(|b| *b == b'\n') {
+        Some(i) => Chunk { bytes: &available[..i], newline: true },
+        None => Chunk { bytes: available, newline: false },
+    }))
 }
 
 fn text_line(buf: Vec<u8>) -> Line {
@@ -42,7 +73,7 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std:
     let mut buf = Vec::new();
     let mut skipped = 0usize;
     loop {
-        let Some(Chunk { bytes, newline: found }) = stream::next_chunk(reader)? else {
+        let Some(Chunk { bytes, newline: found }) = next_chunk(reader)? else {
             return Ok(match (buf.is_empty(), skipped) {
                 (true, 0) => Line::Eof,
                 (_, 0) => text_line(buf),
@@ -74,16 +105,17 @@ fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std:
 
 /// Reads `input`'s lines on their own thread, so that waiting for one can give way to a save
 /// that falls due.
-fn spawn_reader(input: impl Read + Send + 'static, max_line: usize) -> Receiver<std::io::Result<Line>> {
+fn spawn_reader(input: impl Read + Send + 'static, limits: LineLimits) -> Receiver<std::io::Result<Line>> {
     let (tx, lines) = std::sync::mpsc::sync_channel(16);
     std::thread::spawn(move || {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
         loop {
-            let line = match read_line(&mut reader, max_line, stream::STREAM_FROM) {
-                Ok(Line::Head(head)) => stream::read_rest(head, &mut reader, max_line).map(|s| match s {
+            let line = match read_line(&mut reader, limits.max, limits.stream_from) {
+                Ok(Line::Head(head)) => stream::read_rest(head, &mut reader, limits.max).map(|s| match s {
                     Streamed::Request(r) => Line::Parsed(r),
                     Streamed::TooLong(n) => Line::TooLong(n),
                     Streamed::NotUtf8(at) => Line::NotUtf8(at),
+                    Streamed::Blank => Line::Blank,
                 }),
                 other => other,
             };
@@ -140,7 +172,7 @@ fn release_memory() {
 /// The answer to a line, if it gets one; `None` for the end of the input as well.
 fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
     let e = match line {
-        Line::Eof | Line::Head(_) => return None,
+        Line::Eof | Line::Head(_) | Line::Blank => return None,
         Line::Text(line) => return server.handle_line(&line),
         Line::Parsed(request) => {
             let answer = server.handle_decoded(*request);
@@ -158,16 +190,16 @@ fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
 
 /// Runs the sidecar on stdin and stdout until stdin closes or `shutdown` arrives.
 pub fn serve(options: Options) -> anyhow::Result<()> {
-    serve_on(options, std::io::stdin(), std::io::stdout().lock(), protocol::MAX_LINE_BYTES)
+    serve_on(options, std::io::stdin(), std::io::stdout().lock(), LineLimits::default())
 }
 
 /// Runs the sidecar on `input` and `output` until `input` ends or `shutdown` arrives,
-/// refusing lines over `max_line` bytes. The saver's writes run on a one-worker tokio runtime.
+/// with `limits` on its lines. The saver's writes run on a one-worker tokio runtime.
 pub fn serve_on(
     options: Options,
     input: impl Read + Send + 'static,
     mut output: impl Write,
-    max_line: usize,
+    limits: LineLimits,
 ) -> anyhow::Result<()> {
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
@@ -176,13 +208,13 @@ pub fn serve_on(
         Saver::spawn()
     };
     let mut server = Server::new(options, Some(saver.clone()))?;
-    let lines = spawn_reader(input, max_line);
+    let lines = spawn_reader(input, limits);
     loop {
         let line = next_line(&mut server, &lines)?;
         if matches!(line, Line::Eof) {
             break;
         }
-        if let Some(mut response) = answer(&mut server, line, max_line) {
+        if let Some(mut response) = answer(&mut server, line, limits.max) {
             response.push('\n');
             if output.write_all(response.as_bytes()).is_err() || output.flush().is_err() {
                 break;

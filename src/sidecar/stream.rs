@@ -2,31 +2,56 @@
 //!
 //! A first `transform` carries the whole history: 16 MB at 2,000 messages, 150 MB at 20,000.
 //! Read whole and parsed whole, it costs the line plus its value tree (over three times the
-//! JSON) before the mirror can slim a single part. So a line longer than [`STREAM_FROM`] is
-//! scanned as it arrives: the elements of `params.messages` are cut out one at a time,
-//! parsed and slimmed ([`crate::session::slim`], their big strings counted here, on the
-//! reader's thread), and the rest of the line (its *skeleton*: id, method, the other params)
-//! is parsed at the end with the messages put back in. The scanner only tracks strings and
-//! nesting; JSON errors are found by the parser, in a message or in the skeleton. A line over
-//! the size limit or not in UTF-8 gets the same errors as a line read whole.
+//! JSON) before the mirror can slim a single part. So a line longer than
+//! [`LineLimits::stream_from`] is scanned as it arrives: the elements of `params.messages` are
+//! cut out one at a time, parsed and slimmed ([`slim_message`], their big strings counted
+//! here, on the reader's thread), and the rest of the line (its *skeleton*: id, method, the
+//! other params) is parsed at the end with the messages put back in.
+//!
+//! The answer is the one the line read whole would get ([`protocol::decode`], then
+//! [`slim_message`] on each message): the same request, or an error of the same code. The
+//! scanner tracks strings and nesting, and checks what stands between the messages (one `,`,
+//! JSON whitespace); the parser finds every other JSON error, in a message or in the
+//! skeleton, and its position is given in the line. As a whole read, the last `params` and
+//! the last `messages` key count, a line that is not UTF-8 is refused before anything else
+//! (at its first invalid byte), and a line of white space gets no answer.
+
+mod utf8;
 
 use std::io::BufRead;
 
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use super::protocol::{self, code, Request, RpcError};
+use super::protocol::{self, Request, RpcError, MAX_LINE_BYTES};
+use super::stdio::{next_chunk, Chunk};
 use crate::session::slim;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
-/// Lines longer than this are read as a stream.
-pub const STREAM_FROM: usize = 1 << 20;
+/// How long a request line may be, and from what length it is read as a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineLimits {
+    /// Longer lines are refused (and skipped).
+    pub max: usize,
+    /// Longer lines are read as a stream.
+    pub stream_from: usize,
+}
+
+impl Default for LineLimits {
+    fn default() -> LineLimits {
+        LineLimits { max: MAX_LINE_BYTES, stream_from: 1 << 20 }
+    }
+}
 
 /// What a streamed line came to.
+#[derive(Debug, PartialEq)]
 pub enum Streamed {
     Request(Box<Result<Request, (Option<Value>, RpcError)>>),
     TooLong(usize),
     /// Not UTF-8: the offset of the first invalid byte.
     NotUtf8(usize),
+    /// Only white space: no request.
+    Blank,
 }
 
 /// Where the bytes being scanned go.
@@ -38,6 +63,17 @@ enum Dest {
     Message,
 }
 
+/// What may come next between the messages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sep {
+    /// After the `[`: a message or the `]`.
+    First,
+    /// After a message: a `,` or the `]`.
+    Message,
+    /// After a `,`: a message.
+    Comma,
+}
+
 /// What a key names, as far as the scanner cares.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
@@ -45,6 +81,31 @@ enum Key {
     Messages,
     Other,
 }
+
+impl Key {
+    /// The key whose string (quotes left out) is `raw`; escapes are decoded.
+    fn of(raw: &[u8]) -> Key {
+        let decoded;
+        let name = if raw.contains(&b'\\') {
+            let quoted = [b"\"", raw, b"\""].concat();
+            decoded = serde_json::from_slice::<String>(&quoted).unwrap_or_default();
+            decoded.as_bytes()
+        } else {
+            raw
+        };
+        match name {
+            b"params" => Key::Params,
+            b"messages" => Key::Messages,
+            _ => Key::Other,
+        }
+    }
+}
+
+/// The longest key read: `"messages"` with every character escaped is 48 bytes.
+const KEY_BYTES: usize = 64;
+
+/// The nesting at which serde_json's parser gives up (`recursion limit exceeded`).
+const MAX_DEPTH: usize = 128;
 
 struct Frame {
     object: bool,
@@ -57,24 +118,31 @@ struct Scanner {
     stack: Vec<Frame>,
     in_string: bool,
     escaped: bool,
-    /// The bytes of the key being read, when a string is in key position.
+    /// The bytes of the key being read, when a string is in key position at the first two
+    /// levels (where `params` and `messages` are).
     key: Option<Vec<u8>>,
     /// The depth of `params.messages` while inside it.
     target: Option<usize>,
-    /// Whether `params.messages` was found.
+    /// Whether the last `params.messages` of the line so far is the list streamed.
     found: bool,
+    /// Whether a list was streamed at all (then the skeleton is not the line).
+    cut: bool,
+    sep: Sep,
     /// A message that is not an object or a list: its end is a delimiter, or its closing quote.
     scalar: bool,
     dest: Dest,
     skeleton: Vec<u8>,
     message: Vec<u8>,
-    /// The line offset where the current message starts, and the bytes left out of the
-    /// skeleton so far (for the offsets of errors).
+    /// The line offset where the current message starts, the bytes left out of the skeleton
+    /// so far, and where they were left out: (skeleton offset, bytes left out before it).
     message_at: usize,
     removed: usize,
+    cuts: Vec<(usize, usize)>,
     offset: usize,
     messages: Vec<Value>,
-    error: Option<Streamed>,
+    /// The first error the scan found, and its line offset; scanning stops there.
+    error: Option<(usize, RpcError)>,
+    utf8: utf8::Utf8,
     counter: TokenCounter,
 }
 
@@ -87,15 +155,19 @@ impl Scanner {
             key: None,
             target: None,
             found: false,
+            cut: false,
+            sep: Sep::First,
             scalar: false,
             dest: Dest::Skeleton,
             skeleton: Vec::new(),
             message: Vec::new(),
             message_at: 0,
             removed: 0,
+            cuts: Vec::new(),
             offset: 0,
             messages: Vec::new(),
             error: None,
+            utf8: utf8::Utf8::default(),
             counter: TokenCounter::new(EstimatorChoice::Auto),
         }
     }
@@ -111,45 +183,81 @@ impl Scanner {
         }
     }
 
+    /// Records a syntax error at line offset `at`, in serde's words; scanning stops.
+    fn fail(&mut self, at: usize, what: &str) {
+        let e = protocol::not_json(format!("{what} at line 1 column {}", at + 1));
+        self.error.get_or_insert((at, e));
+    }
+
     /// Scans `chunk` (no newline in it), sending each run of bytes where it belongs.
     fn scan(&mut self, chunk: &[u8]) {
+        self.utf8.feed(chunk);
         let mut mark = 0;
         let mut i = 0;
-        while i < chunk.len() {
+        while i < chunk.len() && self.error.is_none() {
             if self.in_string {
                 i = self.scan_string(chunk, i, &mut mark);
                 continue;
             }
             let b = chunk[i];
-            if self.scalar && matches!(b, b',' | b']' | b' ' | b'\t' | b'\r') {
+            if self.scalar && matches!(b, b',' | b']' | b'}' | b' ' | b'\t' | b'\r') {
                 self.emit(&chunk[mark..i]);
                 mark = i;
                 self.end_message();
             }
-            let in_target = self.target == Some(self.stack.len());
-            if in_target && self.dest == Dest::Drop && !matches!(b, b',' | b']' | b' ' | b'\t' | b'\r') {
-                // A message starts.
-                self.emit(&chunk[mark..i]);
-                mark = i;
-                self.dest = Dest::Message;
-                self.message_at = self.offset + i;
-                self.scalar = !matches!(b, b'{' | b'[');
+            if self.target == Some(self.stack.len()) && self.dest == Dest::Drop && self.separator(chunk, i, &mut mark) {
+                i += 1;
+                continue;
             }
-            self.punctuation(chunk, i, &mut mark, in_target);
+            self.punctuation(chunk, i, &mut mark);
             i += 1;
         }
-        self.emit(&chunk[mark..]);
+        if self.error.is_none() {
+            self.emit(&chunk[mark..]);
+        }
         self.offset += chunk.len();
     }
 
-    /// Handles the byte at `i` outside strings: strings open, containers open and close,
-    /// keys end; `params.messages` starts and ends and its messages end here.
-    fn punctuation(&mut self, chunk: &[u8], i: usize, mark: &mut usize, in_target: bool) {
+    /// Handles the byte at `i` between two messages of `params.messages`; returns whether it
+    /// was a separator (or an error), `false` when a message starts there.
+    fn separator(&mut self, chunk: &[u8], i: usize, mark: &mut usize) -> bool {
+        let at = self.offset + i;
+        match (chunk[i], self.sep) {
+            (b' ' | b'\t' | b'\r', _) => {}
+            (b',', Sep::Message) => self.sep = Sep::Comma,
+            (b',', _) => self.fail(at, "expected value"),
+            (b']', Sep::Comma) => self.fail(at, "trailing comma"),
+            (b']', _) => {
+                // The end of `params.messages`.
+                self.emit(&chunk[*mark..i]);
+                *mark = i;
+                self.target = None;
+                self.dest = Dest::Skeleton;
+                self.cuts.push((self.skeleton.len(), self.removed));
+                self.stack.pop();
+            }
+            (_, Sep::Message) => self.fail(at, "expected `,` or `]`"),
+            (b, _) => {
+                // A message starts.
+                self.emit(&chunk[*mark..i]);
+                *mark = i;
+                self.dest = Dest::Message;
+                self.message_at = at;
+                self.scalar = !matches!(b, b'{' | b'[');
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Handles the byte at `i` outside strings and separators: strings open, containers open
+    /// and close, keys end; `params.messages` starts here and its messages end here.
+    fn punctuation(&mut self, chunk: &[u8], i: usize, mark: &mut usize) {
         let b = chunk[i];
         match b {
             b'"' => {
                 self.in_string = true;
-                if self.stack.last().is_some_and(|f| f.object && f.expect_key) {
+                if self.stack.len() <= 2 && self.stack.last().is_some_and(|f| f.object && f.expect_key) {
                     self.key = Some(Vec::new());
                 }
             }
@@ -158,25 +266,21 @@ impl Scanner {
                     && self.stack.len() == 2
                     && self.stack[0].key == Key::Params
                     && self.stack[1].object
-                    && self.stack[1].key == Key::Messages
-                    && !self.found;
+                    && self.stack[1].key == Key::Messages;
                 self.stack.push(Frame { object: b == b'{', expect_key: b == b'{', key: Key::Other });
-                if opens_target {
+                if self.stack.len() >= MAX_DEPTH {
+                    // As the whole line's parse would: the messages are nested in it.
+                    self.fail(self.offset + i, "recursion limit exceeded");
+                } else if opens_target {
                     self.emit(&chunk[*mark..=i]);
                     *mark = i + 1;
                     self.target = Some(self.stack.len());
-                    self.found = true;
+                    (self.found, self.cut, self.sep) = (true, true, Sep::First);
+                    self.messages.clear();
                     self.dest = Dest::Drop;
                 }
             }
             b'}' | b']' => {
-                if in_target && self.dest == Dest::Drop {
-                    // The end of `params.messages`.
-                    self.emit(&chunk[*mark..i]);
-                    *mark = i;
-                    self.target = None;
-                    self.dest = Dest::Skeleton;
-                }
                 self.stack.pop();
                 if self.dest == Dest::Message && !self.scalar && self.target == Some(self.stack.len()) {
                     self.emit(&chunk[*mark..=i]);
@@ -184,14 +288,9 @@ impl Scanner {
                     self.end_message();
                 }
             }
-            b':' => {
+            b':' | b',' => {
                 if let Some(f) = self.stack.last_mut().filter(|f| f.object) {
-                    f.expect_key = false;
-                }
-            }
-            b',' => {
-                if let Some(f) = self.stack.last_mut().filter(|f| f.object) {
-                    f.expect_key = true;
+                    f.expect_key = b == b',';
                 }
             }
             _ => {}
@@ -209,14 +308,7 @@ impl Scanner {
             } else if b == b'"' {
                 self.in_string = false;
                 if let Some(key) = self.key.take() {
-                    let kind = match key.as_slice() {
-                        b"params" => Key::Params,
-                        b"messages" => Key::Messages,
-                        _ => Key::Other,
-                    };
-                    if let Some(f) = self.stack.last_mut() {
-                        f.key = kind;
-                    }
+                    self.end_key(&key);
                 }
                 if self.scalar && self.dest == Dest::Message {
                     self.emit(&chunk[*mark..=i]);
@@ -224,12 +316,9 @@ impl Scanner {
                     self.end_message();
                 }
                 return i + 1;
-            } else if let Some(key) = self.key.as_mut().filter(|k| k.len() < 16) {
-                key.push(b);
             } else if self.key.is_none() {
                 // Skip ahead to the next quote or backslash.
-                let rest = &chunk[i..];
-                match rest.iter().position(|c| *c == b'"' || *c == b'\\') {
+                match chunk[i..].iter().position(|c| *c == b'"' || *c == b'\\') {
                     Some(n) => {
                         i += n;
                         continue;
@@ -237,23 +326,34 @@ impl Scanner {
                     None => return chunk.len(),
                 }
             }
+            if let Some(key) = self.key.as_mut().filter(|k| k.len() <= KEY_BYTES) {
+                key.push(b);
+            }
             i += 1;
         }
         i
+    }
+
+    /// A key of the first two levels was read: a later `params`, or `messages` in it, stands
+    /// for the list streamed before (as the last key counts in a whole read).
+    fn end_key(&mut self, raw: &[u8]) {
+        let kind = if raw.len() > KEY_BYTES { Key::Other } else { Key::of(raw) };
+        let depth = self.stack.len();
+        let in_params = depth == 2 && self.stack[0].key == Key::Params;
+        if (depth == 1 && kind == Key::Params) || (in_params && kind == Key::Messages) {
+            self.found = false;
+        }
+        if let Some(f) = self.stack.last_mut() {
+            f.key = kind;
+        }
     }
 
     /// Parses and slims the message just read.
     fn end_message(&mut self) {
         self.scalar = false;
         self.dest = Dest::Drop;
+        self.sep = Sep::Message;
         let bytes = std::mem::take(&mut self.message);
-        if self.error.is_some() {
-            return;
-        }
-        if let Err(e) = std::str::from_utf8(&bytes) {
-            self.error = Some(Streamed::NotUtf8(self.message_at + e.valid_up_to()));
-            return;
-        }
         let index = self.messages.len();
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(mut message) => {
@@ -262,34 +362,50 @@ impl Scanner {
                 self.messages.push(message);
             }
             Err(e) => {
-                let e = RpcError::new(
-                    code::PARSE,
-                    format!("line is not a JSON-RPC object: {e} (in params.messages[{index}])"),
-                );
-                self.error = Some(Streamed::Request(Box::new(Err((None, e)))));
+                let at = self.message_at + e.column().saturating_sub(1);
+                let e = protocol::not_json(format!("{} (in params.messages[{index}])", at_column(&e, at + 1)));
+                self.error = Some((at, e));
             }
         }
     }
 
+    /// The line offset of skeleton offset `at`.
+    fn line_offset(&self, at: usize) -> usize {
+        at + self.cuts.iter().rev().find(|(cut, _)| *cut <= at).map_or(0, |(_, removed)| *removed)
+    }
+
     /// The request, once the whole line was scanned.
     fn finish(mut self) -> Streamed {
-        if self.dest == Dest::Message && self.scalar {
+        if let Some(at) = self.utf8.finish() {
+            return Streamed::NotUtf8(at);
+        }
+        if self.error.is_none() && self.dest == Dest::Message && self.scalar {
             self.end_message();
         }
-        if let Some(e) = self.error {
-            return e;
-        }
-        let skeleton = match String::from_utf8(self.skeleton) {
-            Ok(s) => s,
-            Err(e) => {
-                let at = e.utf8_error().valid_up_to();
-                // Past the messages, the skeleton's offsets are short of what was cut out.
-                return Streamed::NotUtf8(if self.found { at + self.removed } else { at });
-            }
+        let Ok(skeleton) = std::str::from_utf8(&self.skeleton) else {
+            // Cut at ASCII bytes, the skeleton of a UTF-8 line is UTF-8.
+            return Streamed::NotUtf8(0);
         };
-        let request = protocol::decode(&skeleton).map(|mut request| {
+        if !self.cut && skeleton.trim().is_empty() {
+            return Streamed::Blank;
+        }
+        // The first error of the line: one the scan found, unless the skeleton has one before.
+        if let Some((at, e)) = self.error.take() {
+            let earlier = serde_json::from_str::<IgnoredAny>(skeleton).err().filter(|e| !e.is_eof()).and_then(|e| {
+                let at_line = self.line_offset(e.column().saturating_sub(1));
+                (at_line < at).then(|| protocol::not_json(at_column(&e, at_line + 1)))
+            });
+            return Streamed::Request(Box::new(Err((None, earlier.unwrap_or(e)))));
+        }
+        let value = serde_json::from_str::<Value>(skeleton).map_err(|e| {
+            // The end of the skeleton is the end of the line.
+            let column = if e.is_eof() { self.offset } else { self.line_offset(e.column().saturating_sub(1)) + 1 };
+            (None, protocol::not_json(at_column(&e, column)))
+        });
+        let messages = std::mem::take(&mut self.messages);
+        let request = value.and_then(protocol::decode_value).map(|mut request| {
             if let Some(slot) = self.found.then(|| request.params.get_mut("messages")).flatten() {
-                *slot = Value::Array(self.messages);
+                *slot = Value::Array(messages);
             }
             request
         });
@@ -297,8 +413,15 @@ impl Scanner {
     }
 }
 
+/// Serde's message for `e`, at `column` of line 1 instead of where serde saw it.
+fn at_column(e: &serde_json::Error, column: usize) -> String {
+    let text = e.to_string();
+    let what = text.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&text);
+    format!("{what} at line 1 column {column}")
+}
+
 /// Slims a message as the mirror would keep it: its info and every part.
-fn slim_message(message: &mut Value, counter: &mut TokenCounter) {
+pub fn slim_message(message: &mut Value, counter: &mut TokenCounter) {
     if let Some(info) = message.get_mut("info") {
         slim::slim_info(info);
     }
@@ -307,35 +430,6 @@ fn slim_message(message: &mut Value, counter: &mut TokenCounter) {
             slim::slim_part(part, counter);
         }
     }
-}
-
-/// What the reader holds of the current line: its bytes up to the newline, and whether the
-/// newline (not part of `bytes`) ends them. The caller consumes what it used.
-pub(super) struct Chunk<'a> {
-    pub bytes: &'a [u8],
-    pub newline: bool,
-}
-
-/// The next bytes of the current line, or `None` at the end of the input. Reading goes on
-/// after an interrupted read.
-pub(super) fn next_chunk<R: BufRead>(reader: &mut R) -> std::io::Result<Option<Chunk<'_>>> {
-    loop {
-        match reader.fill_buf() {
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    // The buffer is filled now, so this returns it without reading (at the end of the input
-    // it asks once more and gets nothing again).
-    let available = reader.fill_buf()?;
-    if available.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(match available.iter().position(|b| *b == b'\n') {
-        Some(i) => Chunk { bytes: &available[..i], newline: true },
-        None => Chunk { bytes: available, newline: false },
-    }))
 }
 
 /// Reads the rest of a long line whose first bytes are `head`, as a stream, refusing it
@@ -374,56 +468,4 @@ fn skip_rest<R: BufRead>(reader: &mut R, mut total: usize, mut found: bool) -> s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn stream(line: &str, head: usize, max: usize) -> Streamed {
-        let bytes = line.as_bytes();
-        let mut rest = std::io::BufReader::with_capacity(7, &bytes[head..]);
-        read_rest(bytes[..head].to_vec(), &mut rest, max).unwrap()
-    }
-
-    #[test]
-    fn a_streamed_request_is_the_request_read_whole_with_its_parts_slimmed() {
-        let output = "line of output\n".repeat(100);
-        let params = json!({"sessionID": "ses_a", "base": 0, "messages": [
-            {"info": {"id": "msg_1", "role": "user", "tokens": {"input": 1}}, "parts": [
-                {"id": "prt_1", "type": "text", "text": "say \"hi\" [{,}]", "sessionID": "ses_a"}]},
-            {"id": "msg_2", "parts": [{"ref": "prt_2"}, {"id": "prt_3", "type": "tool", "tool": "bash",
-                "callID": "c1", "state": {"status": "completed", "input": {"command": "ls"}, "output": output}}]},
-            7, "odd", [1]
-        ], "now": 5});
-        let line = json!({"jsonrpc": "2.0", "id": 3, "method": "transform", "params": params}).to_string();
-        let mut whole = protocol::decode(&line).unwrap();
-        let counter = &mut TokenCounter::new(EstimatorChoice::Auto);
-        for m in whole.params["messages"].as_array_mut().unwrap() {
-            slim_message(m, counter);
-        }
-        for head in [1, 40, 200, line.len()] {
-            let Streamed::Request(got) = stream(&line, head, 1 << 20) else { panic!("not a request") };
-            let got = got.unwrap();
-            assert_eq!(got, whole, "head {head}");
-        }
-        let out = whole.params["messages"][1]["parts"][1]["state"]["output"].as_str().unwrap();
-        assert_eq!(slim::bytes(out), output.len());
-        assert!(out.len() < 100);
-    }
-
-    #[test]
-    fn a_streamed_line_over_the_limit_or_malformed_gets_the_errors_of_a_whole_one() {
-        let line = format!("{{\"id\":1,\"method\":\"transform\",\"params\":{{\"messages\":[{}]}}}}\n", "1,".repeat(50));
-        assert!(matches!(stream(&line, 10, 60), Streamed::TooLong(n) if n == line.len()));
-        let bad = "{\"id\":1,\"method\":\"transform\",\"params\":{\"messages\":[{\"info\":{]}}\n";
-        let Streamed::Request(got) = stream(bad, 5, 1000) else { panic!("not a request") };
-        let (_, e) = got.unwrap_err();
-        assert_eq!(e.code, code::PARSE);
-        assert!(e.message.contains("params.messages[0]"), "{}", e.message);
-        let mut not_utf8 = b"{\"id\":1,\"method\":\"transform\",\"params\":{\"messages\":[{\"a\":\"".to_vec();
-        let at = not_utf8.len();
-        not_utf8.extend(b"\xff\"}]}}\n");
-        let mut rest = std::io::BufReader::new(&not_utf8[4..]);
-        let got = read_rest(not_utf8[..4].to_vec(), &mut rest, 1000).unwrap();
-        assert!(matches!(got, Streamed::NotUtf8(n) if n == at));
-    }
-}
+mod tests;

@@ -25,5 +25,6 @@ mod sidecar_compress;
 mod slim;
 mod state_store;
 mod storage_failures;
+mod stream;
 mod support;
 mod tokens;

@@ -185,7 +185,8 @@ fn an_oversized_line_is_skipped_and_the_sidecar_goes_on() {
     input.extend(b"\"}}\n");
     input.extend(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"system\",\"params\":{}}\n");
     let mut output = Vec::new();
-    dcp::sidecar::serve_on(options, std::io::Cursor::new(input), &mut output, 4096).unwrap();
+    let limits = dcp::sidecar::stream::LineLimits { max: 4096, ..Default::default() };
+    dcp::sidecar::serve_on(options, std::io::Cursor::new(input), &mut output, limits).unwrap();
     let answers: Vec<Value> =
         output.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
     assert_eq!(answers.len(), 2, "{answers:?}");

@@ -1,0 +1,141 @@
+//! The stream against a whole read of the same line: the same request, the same error.
+
+use serde_json::json;
+
+use super::*;
+use crate::sidecar::protocol::code;
+
+/// `line` read as a stream: its first `head` bytes, then the rest through a buffer of 7.
+fn stream(line: &str, head: usize, max: usize) -> Streamed {
+    let bytes = line.as_bytes();
+    let mut rest = std::io::BufReader::with_capacity(7, &bytes[head..]);
+    read_rest(bytes[..head].to_vec(), &mut rest, max).unwrap()
+}
+
+/// `line` read whole, as the sidecar reads a short line, its messages slimmed as the stream
+/// slims them.
+fn whole(line: &[u8]) -> Streamed {
+    let line = match std::str::from_utf8(line) {
+        Ok(line) if line.trim().is_empty() => return Streamed::Blank,
+        Ok(line) => line,
+        Err(e) => return Streamed::NotUtf8(e.valid_up_to()),
+    };
+    let mut request = protocol::decode(line);
+    if let Ok(Some(Value::Array(messages))) = request.as_mut().map(|r| r.params.get_mut("messages")) {
+        for m in messages {
+            let counter = &mut TokenCounter::new(EstimatorChoice::Auto);
+            slim_message(m, counter);
+        }
+    }
+    Streamed::Request(Box::new(request))
+}
+
+/// Checks that every split of `line` streams to what a whole read gives.
+fn same_as_whole(line: &str) {
+    let expected = whole(line.as_bytes());
+    for head in [0, 1, line.len() / 2, line.len()] {
+        assert_eq!(stream(line, head, 1 << 20), expected, "{line}");
+    }
+}
+
+fn transform(messages: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":3,"method":"transform","params":{{"sessionID":"s","messages":{messages}}}}}"#)
+}
+
+#[test]
+fn a_streamed_request_is_the_request_read_whole_with_its_parts_slimmed() {
+    let output = "line of output\n".repeat(100);
+    let params = json!({"sessionID": "ses_a", "base": 0, "messages": [
+        {"info": {"id": "msg_1", "role": "user", "tokens": {"input": 1}}, "parts": [
+            {"id": "prt_1", "type": "text", "text": "say \"hi\" [{,}]", "sessionID": "ses_a"}]},
+        {"id": "msg_2", "parts": [{"ref": "prt_2"}, {"id": "prt_3", "type": "tool", "tool": "bash",
+            "callID": "c1", "state": {"status": "completed", "input": {"command": "ls"}, "output": output}}]},
+        7, "odd", [1], "é", -0.5e3, null
+    ], "now": 5});
+    let line = json!({"jsonrpc": "2.0", "id": 3, "method": "transform", "params": params}).to_string();
+    same_as_whole(&line);
+    let Streamed::Request(got) = stream(&line, 40, 1 << 20) else { panic!("not a request") };
+    let got = got.unwrap();
+    let out = got.params["messages"][1]["parts"][1]["state"]["output"].as_str().unwrap();
+    assert_eq!(slim::bytes(out), output.len());
+    assert!(out.len() < 100);
+}
+
+#[test]
+fn a_line_over_the_limit_is_skipped_whole() {
+    let line = format!("{{\"id\":1,\"method\":\"transform\",\"params\":{{\"messages\":[{}]}}}}\n", "1,".repeat(50));
+    assert!(matches!(stream(&line, 10, 60), Streamed::TooLong(n) if n == line.len()));
+}
+
+#[test]
+fn a_malformed_message_gets_the_error_of_a_whole_read_with_its_index() {
+    let bad = transform(r#"[{"a":1},{"info":{]}]"#);
+    let Streamed::Request(whole) = whole(bad.as_bytes()) else { panic!("not a request") };
+    let Err((None, e)) = *whole else { panic!("no error") };
+    let got = stream(&bad, 5, 1000);
+    let expected = RpcError::new(code::PARSE, format!("{} (in params.messages[1])", e.message));
+    assert_eq!(got, Streamed::Request(Box::new(Err((None, expected)))));
+}
+
+/// Review item 4: `[A,,B]`, `[,A]`, `[A,]` and `[A B]` were accepted as message lists.
+#[test]
+fn what_stands_between_messages_is_checked_as_a_whole_read_checks_it() {
+    for messages in ["[1,,2]", "[,1]", "[1,]", "[{} {}]", "[{}{}]", "[\"a\"\"b\"]", "[1}", "[ 1 , 2 ]", "[]", "[ ]"] {
+        same_as_whole(&transform(messages));
+    }
+}
+
+/// Review item 4: the stream kept the first `messages` list, a whole read the last one.
+#[test]
+fn the_last_params_and_the_last_messages_count_as_in_a_whole_read() {
+    let lines = [
+        transform(r#"[1],"messages":[2]"#),
+        transform(r#"[1],"messages":5"#),
+        transform(r#"[1],"mess\u0061ges":[2,3]"#),
+        r#"{"id":1,"method":"transform","params":{"messages":[1]},"params":{"messages":[2]}}"#.to_string(),
+        r#"{"id":1,"method":"transform","params":{"messages":[1]},"params":{"sessionID":"s"}}"#.to_string(),
+        r#"{"id":1,"method":"transform","params":{"messages":[1]},"params":7}"#.to_string(),
+        r#"{"id":1,"method":"transform","params":[{"messages":[1]}]}"#.to_string(),
+    ];
+    for line in &lines {
+        same_as_whole(line);
+    }
+}
+
+/// Review item 4: errors in the skeleton were placed in the skeleton, not in the line.
+#[test]
+fn an_error_outside_the_messages_is_placed_in_the_line() {
+    let after = format!("{}x", transform(r#"[{"a":"long enough to move the column"}]"#));
+    let before = r#"{"id":1 "params":{"messages":[1,2]}}"#;
+    let both = r#"{"id":1 "params":{"messages":[1,,2]}}"#;
+    let open = r#"{"id":1,"params":{"messages":[{"a":1},2"#;
+    for line in [after.as_str(), before, both, open] {
+        same_as_whole(line);
+    }
+}
+
+#[test]
+fn a_line_not_in_utf8_is_refused_at_its_first_invalid_byte() {
+    let valid = transform(r#"[{"a":"é"},"b"]"#);
+    for at in [5, valid.find("é").unwrap() + 1, valid.find("b\"").unwrap(), valid.len() - 1] {
+        let mut line = valid.as_bytes().to_vec();
+        line[at] = 0xff;
+        // In the middle of `é`, the character is invalid from its first byte.
+        let first = if valid.as_bytes()[at - 1] == 0xc3 { at - 1 } else { at };
+        assert_eq!(whole(&line), Streamed::NotUtf8(first));
+        for head in [0, at, line.len()] {
+            let mut rest = std::io::BufReader::with_capacity(3, &line[head..]);
+            let got = read_rest(line[..head].to_vec(), &mut rest, 1000).unwrap();
+            assert_eq!(got, Streamed::NotUtf8(first), "{at}");
+        }
+    }
+}
+
+#[test]
+fn deep_messages_and_blank_lines_are_read_as_a_whole_read_reads_them() {
+    let deep = |n: usize| transform(&format!("[{}{}]", "[".repeat(n), "]".repeat(n)));
+    for n in [120, 124, 125, 126, 130] {
+        same_as_whole(&deep(n));
+    }
+    same_as_whole(" \t \u{3000} ");
+}
