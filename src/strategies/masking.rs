@@ -132,9 +132,9 @@ pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Option<Decision
     Decision::honest(call, Strategy::Masking, Action::Mask, counter)
 }
 
-/// The index of the first call of `history` inside the masking window: calls before it are
-/// beyond it (none when masking is off).
-pub fn window_start(history: &History<'_>, rules: &Rules) -> usize {
+/// The index of the first call of `history` inside `window`: calls before it are beyond it
+/// (none when masking is off).
+pub fn window_start(history: &History<'_>, rules: &Rules, window: Window) -> usize {
     let prompts = prompts_from(history.messages);
     let calls = &history.calls;
     // Tokens of the outputs after each call, counted from the end.
@@ -147,7 +147,7 @@ pub fn window_start(history: &History<'_>, rules: &Rules) -> usize {
     calls
         .iter()
         .enumerate()
-        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules, Window::Kept))
+        .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules, window))
         .unwrap_or(calls.len())
 }
 
@@ -177,7 +177,7 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
         return Vec::new();
     }
     let pruned = pruned_ids(state);
-    let window = window_start(history, rules);
+    let window = window_start(history, rules, Window::Kept);
     // Younger calls are younger by every measure: the window is a suffix.
     history.calls[..window]
         .iter()

@@ -94,7 +94,7 @@ pub fn prunable(
 ) -> Vec<Prunable> {
     let current = history.current;
     // Calls beyond the masking window are left to masking, as in the sidecar's list.
-    let window = masking::window_start(history, rules);
+    let window = masking::window_start(history, rules, masking::Window::Kept);
     let listed: Vec<&ToolCall<'_>> = {
         let pruned = pruned_ids(state);
         history.calls[window..]

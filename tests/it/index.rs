@@ -1,12 +1,14 @@
 //! The sidecar's incremental index against the batch strategies: fed the same generated
 //! session one step at a time, both must decide the same prunes and show the same
-//! `<prunable-tools>` list after every step, with and without turn protection, and after the
-//! index has had to start over.
+//! `<prunable-tools>` list after every step, and the same calls for masking to take (and to
+//! take along on a rewrite), with and without turn protection, and after the index has had to
+//! start over.
 
 use dcp::config::Config;
 use dcp::session::{History, Message};
 use dcp::state::SessionState;
 use dcp::strategies::incremental::Index;
+use dcp::strategies::masking::{self, Window};
 use dcp::strategies::{self, prunable, Decision, Rules};
 use dcp::texts;
 use dcp::tokens::{EstimatorChoice, TokenCounter};
@@ -53,6 +55,7 @@ fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> us
     let mut index = Index::default();
     let mut indexed = 0usize;
     let mut pruning_steps = 0;
+    let mut masked_steps = 0;
     for step in 0..=session.steps.len() {
         if step > 0 {
             messages.extend(session.steps[step - 1].iter().cloned());
@@ -69,6 +72,9 @@ fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> us
         let got = incremental.record(decisions);
         assert_eq!(got, expected, "step {step}: decisions");
         pruning_steps += usize::from(!got.is_empty());
+        let got = masks(&mut index, &messages, &mut incremental, &rules);
+        assert_eq!(got, batch_masks(&history, &mut batch, &rules), "step {step}: masking");
+        masked_steps += usize::from(!got.1.is_empty());
 
         let list = prunable::prunable(&history, &mut batch.state, &rules, &listing);
         let lines: Vec<String> = list.iter().map(|p| p.line()).collect();
@@ -78,7 +84,30 @@ fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> us
         assert_eq!(got, expected, "step {step}: prunable list");
         assert_eq!(incremental.state.ids, batch.state.ids, "step {step}: ids");
     }
+    assert!(masked_steps > 0, "no step had a call to take along on a rewrite");
     pruning_steps
+}
+
+/// The calls the index would mask now, and those it would take along on a rewrite.
+fn masks(index: &mut Index, messages: &[Message], side: &mut Side, rules: &Rules) -> (Vec<String>, Vec<String>) {
+    let candidates = index.mask_candidates(messages, &side.state, rules, &mut side.counter).to_vec();
+    let riders = index.mask_riders(messages, &side.state, rules, &mut side.counter);
+    let ids = |list: &[_]| list.iter().map(|c| index.candidate(c).0.to_string()).collect();
+    (ids(&candidates), ids(&riders))
+}
+
+/// The same by the batch functions: masking's decisions, and the calls between the kept window
+/// and the narrower one that masking could take.
+fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<String>, Vec<String>) {
+    let decided = masking::decide(history, &side.state, rules, &mut side.counter);
+    let (kept, narrow) =
+        (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
+    let riders = history.calls[kept..narrow]
+        .iter()
+        .filter(|c| masking::eligible(c, rules) && !c.compacted && !side.state.pruned.contains_key(c.call_id))
+        .filter_map(|c| masking::prune(c, &mut side.counter))
+        .map(|d| d.call_id);
+    (decided.into_iter().map(|d| d.call_id).collect(), riders.collect())
 }
 
 fn spec(messages: usize, steps: usize, seed: u64) -> SessionSpec {
