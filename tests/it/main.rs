@@ -26,5 +26,6 @@ mod slim;
 mod state_store;
 mod storage_failures;
 mod stream;
+mod stripped;
 mod support;
 mod tokens;
