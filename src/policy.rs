@@ -62,7 +62,10 @@
 //! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
 //! batch pays for its tail, when the cache is cold, or under pressure. That is the hysteresis
 //! masking needs: keep the last `keepLast`, and once the older unmasked outputs outweigh the
-//! tail a rewrite re-bills, mask down to `keepLast` at once.
+//! tail a rewrite re-bills, mask them at once. A rewrite that goes re-bills its tail anyway, so
+//! the outputs inside that tail beyond masking's narrower window (`onRewrite`) ride along
+//! ([`Pending::rider`]): they count in the gain of a rewrite that starts before them and go
+//! with the whole set, but never start a rewrite of their own.
 
 use crate::config::{Rewrite, RewriteMode};
 
