@@ -382,9 +382,11 @@ impl Scanner {
         if self.error.is_none() && self.dest == Dest::Message && self.scalar {
             self.end_message();
         }
-        let Ok(skeleton) = std::str::from_utf8(&self.skeleton) else {
-            // Cut at ASCII bytes, the skeleton of a UTF-8 line is UTF-8.
-            return Streamed::NotUtf8(0);
+        // Cut at ASCII bytes, the skeleton of a UTF-8 line is UTF-8; but a scan stopped by an
+        // error may have left the skeleton in the middle of a character.
+        let skeleton = match std::str::from_utf8(&self.skeleton) {
+            Ok(skeleton) => skeleton,
+            Err(e) => std::str::from_utf8(&self.skeleton[..e.valid_up_to()]).unwrap_or_default(),
         };
         if !self.cut && skeleton.trim().is_empty() {
             return Streamed::Blank;

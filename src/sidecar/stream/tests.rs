@@ -139,3 +139,15 @@ fn deep_messages_and_blank_lines_are_read_as_a_whole_read_reads_them() {
     }
     same_as_whole(" \t \u{3000} ");
 }
+
+/// Found by the `stream_line` fuzz target: a scan stopped by an error (here, nesting too deep)
+/// in the chunk that held the end of a character of the skeleton left the skeleton cut inside
+/// that character, and the line was refused as not UTF-8.
+#[test]
+fn an_error_after_a_character_split_between_chunks_is_a_parse_error_not_one_of_utf8() {
+    let line = format!(r#"{{"id":"é","deep":{}"#, "[".repeat(130));
+    let split = line.find('é').unwrap() + 1;
+    let mut rest = std::io::BufReader::with_capacity(1000, &line.as_bytes()[split..]);
+    let got = read_rest(line.as_bytes()[..split].to_vec(), &mut rest, 1000).unwrap();
+    assert_eq!(got, whole(line.as_bytes()));
+}
