@@ -223,48 +223,55 @@ fn strip_state(state: &mut Map<String, Value>) {
 /// Slims one part in place: [`strip_part`], then its big strings (a tool's output, its big
 /// inputs) become markers, their tokens counted with `counter` (and cached there by part id,
 /// as [`crate::strategies::output_tokens`] would). A part slimmed before is left as it is.
-/// Text and reasoning parts keep their text (the compress tags read it).
-pub fn slim_part(part: &mut Value, counter: &mut TokenCounter) {
+/// Text and reasoning parts keep their text (the compress tags read it). Returns the bytes of
+/// the strings replaced (what the caller may hand back to the system).
+pub fn slim_part(part: &mut Value, counter: &mut TokenCounter) -> usize {
     strip_part(part);
-    let Some(map) = part.as_object_mut() else { return };
+    let Some(map) = part.as_object_mut() else { return 0 };
     if map.get("type").and_then(Value::as_str) != Some("tool") {
-        return;
+        return 0;
     }
     let id = map.get("id").and_then(Value::as_str).unwrap_or("").to_string();
     let tool = map.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
-    let Some(Value::Object(state)) = map.get_mut("state") else { return };
+    let Some(Value::Object(state)) = map.get_mut("state") else { return 0 };
+    let mut dropped = 0;
     if let Some(Value::String(output)) = state.get_mut("output") {
         if is_big(output) {
             let tokens = counter.count_part_with(&id, Field::Output, || output.as_str());
+            dropped += output.len();
             *output = make_marker(output, tokens);
         }
     }
     if let Some(input @ Value::Object(_)) = state.get_mut("input") {
-        slim_input(input, &id, &tool, counter);
+        dropped += slim_input(input, &id, &tool, counter);
     }
+    dropped
 }
 
 /// Replaces an input's big top-level strings, except the ones [`KEPT_INPUTS`] names (and of a
 /// `write`, all but `content`), by markers that hold the whole input's tokens. Nested values
 /// stay: a purge of an errored call's inputs replaces only the top-level strings, and what is
-/// left of them is counted as it is.
-fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounter) {
+/// left of them is counted as it is. Returns the bytes replaced.
+fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounter) -> usize {
     let slims = |k: &str, v: &Value| {
         v.as_str().is_some_and(is_big) && if tool == "write" { k == "content" } else { !KEPT_INPUTS.contains(&k) }
     };
-    let Some(map) = input.as_object() else { return };
+    let Some(map) = input.as_object() else { return 0 };
     if !map.iter().any(|(k, v)| slims(k, v)) {
-        return;
+        return 0;
     }
     let tokens = counter.count_part(id, Field::Input, &input.to_string());
-    let Some(map) = input.as_object_mut() else { return };
+    let Some(map) = input.as_object_mut() else { return 0 };
+    let mut dropped = 0;
     for (k, v) in map.iter_mut() {
         if slims(k, v) {
             if let Value::String(s) = v {
+                dropped += s.len();
                 *s = make_marker(s, tokens);
             }
         }
     }
+    dropped
 }
 
 /// The bytes of the strings `value` holds (keys included): what a slimmed part costs beyond

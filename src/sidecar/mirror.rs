@@ -59,11 +59,10 @@ impl Mirror {
     }
 
     /// Slims part `pi` of message `mi` (see [`slim::slim_part`]), counting its big strings
-    /// with `counter`. Nothing that reads the mirror needs their text once counted.
-    pub fn slim_part(&mut self, mi: usize, pi: usize, counter: &mut crate::tokens::TokenCounter) {
-        if let Some(part) = self.messages.get_mut(mi).and_then(|m| m.parts.get_mut(pi)) {
-            slim::slim_part(part, counter);
-        }
+    /// with `counter`. Nothing that reads the mirror needs their text once counted. Returns
+    /// the bytes of text dropped.
+    pub fn slim_part(&mut self, mi: usize, pi: usize, counter: &mut crate::tokens::TokenCounter) -> usize {
+        self.messages.get_mut(mi).and_then(|m| m.parts.get_mut(pi)).map_or(0, |part| slim::slim_part(part, counter))
     }
 
     /// The bytes of the strings the mirror holds (keys included), for tests and measurements.

@@ -128,21 +128,47 @@ fn spawn_reader(input: impl Read + Send + 'static, limits: LineLimits) -> Receiv
     lines
 }
 
+/// When the memory freed since the last trim is handed back to the system: after counting
+/// ahead dropped this much text, or this long after the last trim. A trim walks the whole heap
+/// (0.1 ms at 2,000 messages, 0.3-1 ms at 20,000, on the server's thread), which a step's few
+/// new parts do not pay for on every request; but the steps' own garbage, never trimmed, grows
+/// the resident set (7 MB over 20 steps at 20,000 messages).
+const TRIM_AFTER_BYTES: usize = 4 << 20;
+const TRIM_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What was freed since the memory was last handed back.
+struct Freed {
+    dropped: usize,
+    trimmed: Instant,
+}
+
+impl Freed {
+    fn due(&self) -> bool {
+        self.dropped >= TRIM_AFTER_BYTES || self.trimmed.elapsed() >= TRIM_AFTER
+    }
+
+    fn release(&mut self) {
+        release_memory();
+        *self = Freed { dropped: 0, trimmed: Instant::now() };
+    }
+}
+
 /// The next line, counting ahead while none waits and handing out the saves that fall due.
-fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>) -> std::io::Result<Line> {
+/// `freed` is what was freed since the memory was last handed back.
+fn next_line(server: &mut Server, lines: &Receiver<std::io::Result<Line>>, freed: &mut Freed) -> std::io::Result<Line> {
     // A line that came in while the server counted ahead.
     let mut early = None;
     loop {
         if early.is_none() && !server.save_is_due() && server.has_precount() {
-            server.precount(|| {
+            freed.dropped += server.precount(|| {
                 if early.is_none() {
                     early = lines.try_recv().ok();
                 }
                 early.is_none()
             });
-            if !server.has_precount() {
+            if !server.has_precount() && freed.due() {
                 // The parts counted since the last request were slimmed: what they held is free.
-                release_memory();
+                freed.release();
             }
         }
         if let Some(line) = early.take() {
@@ -166,6 +192,19 @@ fn release_memory() {
     // SAFETY: malloc_trim only releases free memory; it is safe to call at any time.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Has glibc serve every thread from one arena. By default a thread gets an arena of its
+/// own: the reader thread parses a long first request in one, the server thread resolves,
+/// indexes and answers it in another, and what each frees stays in its arena, out of the
+/// other's reach (at 20,000 messages the peak was 18 MB higher). Called before the threads
+/// start; the sidecar's threads rarely allocate at the same time, so they seldom contend.
+fn one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocation parameters.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
@@ -201,6 +240,7 @@ pub fn serve_on(
     mut output: impl Write,
     limits: LineLimits,
 ) -> anyhow::Result<()> {
+    one_arena();
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let saver = {
@@ -209,8 +249,9 @@ pub fn serve_on(
     };
     let mut server = Server::new(options, Some(saver.clone()))?;
     let lines = spawn_reader(input, limits);
+    let mut freed = Freed { dropped: 0, trimmed: Instant::now() };
     loop {
-        let line = next_line(&mut server, &lines)?;
+        let line = next_line(&mut server, &lines, &mut freed)?;
         if matches!(line, Line::Eof) {
             break;
         }
