@@ -255,3 +255,30 @@ fn every_action_saves_as_much_on_a_slimmed_part_as_on_the_part_itself() {
     // both completed parts.
     assert_eq!(saving, 4 + 2 + 6, "actions that saved tokens");
 }
+
+#[test]
+fn counting_ahead_leaves_a_session_dcp_skips_alone() {
+    // A subagent's session, with `pruneSubagents` off: nothing reads its counts, so counting
+    // ahead spends no CPU on it and its mirror keeps the output as sent.
+    let sandbox = Sandbox::new();
+    let cfg = sandbox.dir.path().join("home/.config/opencode");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("dcp.jsonc"), r#"{"pruneSubagents": false}"#).unwrap();
+    let mut server = dcp::sidecar::Server::new(options(&sandbox), None).unwrap();
+    let output = "a line of a long tool output\n".repeat(2_000);
+    let messages = json!([
+        {"info": {"id": "msg_1", "sessionID": "ses_sub", "role": "user", "time": {"created": 1}},
+         "parts": [{"id": "prt_1", "type": "text", "text": "look"}]},
+        {"info": {"id": "msg_2", "sessionID": "ses_sub", "role": "assistant", "time": {"created": 2}},
+         "parts": [{"id": "prt_2", "type": "tool", "tool": "bash", "callID": "call_1",
+                    "state": {"status": "completed", "input": {"command": "cat log"}, "output": output}}]},
+    ]);
+    server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+    let params = json!({"sessionID": "ses_sub", "parentID": "ses_parent", "now": NOW, "messages": messages});
+    let answer = server.handle_line(&line(1, "transform", params)).unwrap();
+    assert!(answer.contains("\"edits\":[]"), "{answer}");
+    assert!(server.has_precount());
+    assert_eq!(server.precount(|| true), 0);
+    assert!(!server.has_precount());
+    assert!(server.mirror_bytes("ses_sub").unwrap() > output.len());
+}
