@@ -287,6 +287,15 @@ mod tests {
     }
 }
 
+/// The first line of what the model sees in place of a compressed range, naming its topic.
+pub fn summary_head(topic: &str) -> String {
+    if topic.is_empty() {
+        "[Earlier messages, summarised by the agent]".to_string()
+    } else {
+        format!("[Earlier messages, summarised by the agent: {topic}]")
+    }
+}
+
 /// What the agent is told when part of a `discard`, `extract` or `compress` call cannot be
 /// applied: one phrase per problem, gathered into the answer's "Not pruned:" or "Not
 /// applied:" line ([`tool_done`], [`compress_answer`]).
@@ -335,6 +344,21 @@ pub mod refusals {
     }
     pub fn range_problem(label: &str, start: &str, end: &str, problem: &str) -> String {
         format!("{label} ({start}..{end}): {problem}")
+    }
+    pub const EMPTY_SUMMARY: &str = "the summary is empty";
+    pub const EMPTY_HISTORY: &str = "the history is empty";
+    /// A range whose `startId` or `endId` (`which`) is missing.
+    pub fn no_range_end(which: &str) -> String {
+        format!("no {which} id")
+    }
+    pub fn not_a_message_id(raw: &str) -> String {
+        format!("{raw:?} is not a message id (m1) or a block id (b1)")
+    }
+    pub fn past_the_newest(raw: &str, newest: &str) -> String {
+        format!("{raw} is not in the conversation (the newest message is {newest})")
+    }
+    pub fn not_a_block(raw: &str) -> String {
+        format!("{raw} is not a compressed block in the conversation")
     }
     pub fn widened(label: &str, from: &str, to: &str) -> String {
         format!("{label} was widened to {from}..{to} so that it holds whole compressed blocks.")

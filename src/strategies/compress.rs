@@ -174,12 +174,7 @@ pub fn replace_spans(messages: &mut Vec<Message>, blocks: &Blocks, include: impl
 /// The text the model sees in place of a compressed range.
 pub fn summary_text(id: u32, topic: &str, summary: &str) -> String {
     let topic = topic.trim();
-    let head = if topic.is_empty() {
-        "[Earlier messages, summarised by the agent]".to_string()
-    } else {
-        format!("[Earlier messages, summarised by the agent: {topic}]")
-    };
-    format!("{head}\n{}\n{}", summary.trim(), tag(&format!("b{id}")))
+    format!("{}\n{}\n{}", crate::texts::summary_head(topic), summary.trim(), tag(&format!("b{id}")))
 }
 
 /// One range the agent asked for.
@@ -308,23 +303,21 @@ struct Resolved {
 
 fn resolve(messages: &[Message], blocks: &Blocks, range: &RangeRequest) -> Result<Resolved, String> {
     if range.summary.trim().is_empty() {
-        return Err("the summary is empty".into());
+        return Err(refusals::EMPTY_SUMMARY.into());
     }
     let spans = spans(messages, blocks, |_| true);
-    let newest = messages.len().checked_sub(1).ok_or("the history is empty")?;
+    let newest = messages.len().checked_sub(1).ok_or(refusals::EMPTY_HISTORY)?;
     let position = |raw: &str, end: bool| -> Result<usize, String> {
         if raw.trim().is_empty() {
-            return Err(format!("no {} id", if end { "endId" } else { "startId" }));
+            return Err(refusals::no_range_end(if end { "endId" } else { "startId" }));
         }
         match parse_ref(raw) {
-            None => Err(format!("{raw:?} is not a message id (m1) or a block id (b1)")),
-            Some(Named::Message(i)) if i > newest => {
-                Err(format!("{raw} is not in the conversation (the newest message is {})", message_ref(newest)))
-            }
+            None => Err(refusals::not_a_message_id(raw)),
+            Some(Named::Message(i)) if i > newest => Err(refusals::past_the_newest(raw, &message_ref(newest))),
             Some(Named::Message(i)) => Ok(i),
             Some(Named::Block(b)) => match spans.iter().find(|s| s.block == b) {
                 Some(s) => Ok(if end { s.to } else { s.from }),
-                None => Err(format!("{raw} is not a compressed block in the conversation")),
+                None => Err(refusals::not_a_block(raw)),
             },
         }
     };

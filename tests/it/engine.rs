@@ -163,6 +163,22 @@ fn listed(messages: &[Message], state: &mut SessionState, rules: &Rules) -> Vec<
     prunable::prunable(&History::new(messages), state, rules, &prunable::Listing::default())
 }
 
+/// The manual session with every call listed, as the agent's tools find it.
+struct Listed {
+    messages: Vec<Message>,
+    rules: Rules,
+    state: SessionState,
+    counter: TokenCounter,
+}
+
+fn listed_session() -> Listed {
+    let messages = manual_session();
+    let rules = Rules::new(Config::default()).unwrap();
+    let mut state = SessionState::default();
+    listed(&messages, &mut state, &rules);
+    Listed { messages, rules, state, counter: TokenCounter::new(EstimatorChoice::Auto) }
+}
+
 fn manual_session() -> Vec<Message> {
     SessionBuilder::new()
         .user("explore")
@@ -212,11 +228,7 @@ fn names(ids: &[&str]) -> Vec<String> {
 
 #[test]
 fn one_bad_id_no_longer_voids_a_discard() {
-    let messages = manual_session();
-    let rules = Rules::new(Config::default()).unwrap();
-    let mut state = SessionState::default();
-    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    listed(&messages, &mut state, &rules);
+    let Listed { messages, rules, mut state, mut counter } = listed_session();
     let history = History::new(&messages);
     let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
 
@@ -268,11 +280,7 @@ fn the_agent_may_name_a_call_left_out_of_the_list() {
 
 #[test]
 fn extract_replaces_each_output_with_its_distillation() {
-    let messages = manual_session();
-    let rules = Rules::new(Config::default()).unwrap();
-    let mut state = SessionState::default();
-    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    listed(&messages, &mut state, &rules);
+    let Listed { messages, rules, mut state, mut counter } = listed_session();
     let history = History::new(&messages);
     let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
     // Three ids, two distillations, one of them empty: the one good pair is applied.
