@@ -192,7 +192,7 @@ pub fn blocks(blocks: &Blocks) -> String {
     for b in &active {
         let _ = write!(
             text,
-            "\n  b{}  {}, -{} tokens{}{}",
+            "\n  b{}  {}, saves {} tokens{}{}",
             b.id,
             format::count(b.effective_messages.len() as u64, "message"),
             format::tokens(b.net_tokens()),

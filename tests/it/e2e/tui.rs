@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
 use super::fake_llm::Turn;
-use super::scenarios::read;
+use super::scenarios::{read, IMMEDIATE};
 use super::{opencode, Lab, PLUGIN_DEPS};
 
 /// Wide enough for dcp's tables, narrow enough that OpenCode hides its sidebar.
@@ -341,6 +343,43 @@ fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
     });
     assert!(!text.contains("interrupted"), "{text}");
     assert!(no_new_request(&lab, requests), "a /dcp command sent a model request");
+}
+
+/// The agent compresses a range in a step of its own; the user lists it and restores it with
+/// `/dcp decompress`, reading both answers on screen, and no model request is made for them.
+#[test]
+fn tui_lists_a_compressed_range_and_restores_it() {
+    let lab = Lab::new(IMMEDIATE);
+    lab.llm.push(vec![
+        read("p1.parser", "src/parser.py"),
+        read("p1.records", "data/records.csv"),
+        Turn::text("p1.answer", "Explored: a parser with 12 sections and 150 records."),
+    ]);
+    let summary = "src/parser.py has parse_section_1..12; data/records.csv has 150 rows.";
+    let range = json!({"startId": "m1", "endId": "m4", "summary": summary});
+    lab.llm.push(vec![
+        Turn::tool("p2.compress", "compress", json!({"topic": "exploration", "content": [range]})),
+        Turn::text("p2.answer", "Compressed the exploration."),
+    ]);
+    let screen = Screen::start(&lab, &[]);
+    screen.submit("Explore the project.");
+    screen.wait_until("the first answer", TURN_TIMEOUT, |s| s.contains("Explored: a parser"));
+    screen.submit("Compress what you explored.");
+    screen.wait_until("the second answer", TURN_TIMEOUT, |s| s.contains("Compressed the exploration."));
+    assert!(lab.llm.request_for("p2.answer").text().contains(summary), "the summary reached the model");
+
+    let requests = lab.llm.log().len();
+    screen.submit("/dcp decompress");
+    let text = wait_answer(&screen, "/dcp decompress", "b1");
+    println!("--- the pane's answer to /dcp decompress ---\n{}", screen.filtered(&block(&text, "/dcp decompress")));
+    insta::assert_snapshot!("tui_dcp_decompress_lists_b1", answer(&screen, &text, "/dcp decompress"));
+    screen.submit("/dcp decompress b1");
+    let text = wait_answer(&screen, "/dcp decompress b1", "Restored b1");
+    assert!(!text.contains("interrupted"), "{text}");
+    insta::assert_snapshot!("tui_dcp_decompress_b1", answer(&screen, &text, "/dcp decompress b1"));
+    assert!(no_new_request(&lab, requests), "a /dcp command sent a model request");
+    let session = lab.session_id();
+    assert_eq!(lab.state(&session)["prune"]["messages"]["blocksById"]["1"]["deactivatedByUser"], true);
 }
 
 #[test]
