@@ -376,3 +376,19 @@ fn odd_session_ids_are_refused_by_the_cli_and_nothing_is_written() {
     }
     assert!(tree(s.dir.path()) == before, "something was written");
 }
+
+/// README's first command shows what `dcp context` prints on the fixtures: its block is a run
+/// of the command's lines, so a change of the figures fails here until README says it too.
+#[test]
+fn readme_shows_what_the_first_command_prints() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme.split("## What the first command shows").nth(1).expect("README has the section");
+    let block = section.split("```").nth(1).expect("the section has a code block").trim_matches('\n');
+    let out = dcp(&Sandbox::new(), &["context"]);
+    let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
+    let want: Vec<&str> = block.lines().map(str::trim_end).collect();
+    assert!(
+        lines.windows(want.len()).any(|w| w == want.as_slice()),
+        "README's block:\n{block}\n\nis not a run of what `dcp context` prints:\n{out}"
+    );
+}
