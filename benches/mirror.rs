@@ -97,7 +97,7 @@ fn heap(node: &Node) -> (usize, usize) {
     let add = |a: (usize, usize), b: (usize, usize)| (a.0 + b.0, a.1 + b.1);
     match node.kind() {
         Kind::String(s) => string(s),
-        Kind::Array(items) if items.is_empty() => (0, 0),
+        Kind::Array([]) => (0, 0),
         Kind::Array(items) => items.iter().map(heap).fold((chunk(24 * items.len()), 1), add),
         Kind::Object(map) if map.is_empty() => (0, 0),
         Kind::Object(map) => map.iter().map(|(k, v)| add(string(k), heap(v))).fold((chunk(48 * map.len()), 1), add),
