@@ -7,9 +7,9 @@
 //! after every step, so the report says what each strategy saves on its own.
 
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::session::{slim, str_field, History, Message, Role, ToolCall};
+use crate::session::node::NULL;
+use crate::session::{slim, str_field, History, Message, Node, Role, ToolCall};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
@@ -44,8 +44,8 @@ impl Breakdown {
 }
 
 /// Whether `part` is text the model is never sent.
-fn is_ignored(part: &Value) -> bool {
-    part.get("ignored") == Some(&Value::Bool(true))
+fn is_ignored(part: &Node) -> bool {
+    part.get("ignored").and_then(Node::as_bool) == Some(true)
 }
 
 /// Counts what the model would be sent for `messages`.
@@ -56,7 +56,7 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
         for part in &message.parts {
             match str_field(part, "type") {
                 Some("text") => {
-                    if part.get("ignored") == Some(&Value::Bool(true)) {
+                    if part.get("ignored").and_then(Node::as_bool) == Some(true) {
                         continue;
                     }
                     let n = slim::count(str_field(part, "text").unwrap_or(""), counter);
@@ -68,7 +68,7 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
                 }
                 Some("reasoning") => b.reasoning += slim::count(str_field(part, "text").unwrap_or(""), counter),
                 Some("tool") => {
-                    let state = part.get("state").unwrap_or(&Value::Null);
+                    let state = part.get("state").unwrap_or(&NULL);
                     if let Some(input) = state.get("input") {
                         b.tool_inputs += slim::input_count(input).unwrap_or_else(|| counter.count(&input.to_string()));
                     }

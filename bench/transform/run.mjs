@@ -11,12 +11,15 @@
 // copy's garbage is not collected inside the timed call); only the hook call is timed.
 //
 //   node run.mjs --plugin ours|published --session FILE [--steps N] [--budget-s S] [--min-steps M]
-//                [--first-runs F] [--bin PATH]
+//                [--first-runs F] [--bin PATH] [--digests]
 //
+// --digests adds `digests` to the result: a digest of what each call handed on (the first
+// request's, then each step's), to check that two binaries answer alike.
 // --steps caps the steady-state steps; --budget-s stops the steady state once it has run that
 // long, after at least --min-steps steps (default 20), so a slow plugin does not hold a
 // benchmark run for hours.
 
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -49,6 +52,7 @@ function parseArgs(argv) {
       case "--min-steps": args.minSteps = Number(value()); break;
       case "--first-runs": args.firstRuns = Math.max(1, Number(value())); break;
       case "--bin": args.bin = resolve(value()); break;
+      case "--digests": args.digests = true; break;
       default: throw new Error(`unknown argument ${argv[i]}`);
     }
   }
@@ -73,6 +77,12 @@ function countPruned(messages) {
 }
 
 /** The history with every session id replaced, so each fresh instance sees a new session. */
+/** A short digest of what the model would be sent, for `--digests`: two binaries that answer
+ * alike give the same digests. */
+function digest(messages) {
+  return createHash("sha256").update(JSON.stringify(messages)).digest("hex").slice(0, 16);
+}
+
 function withSession(messages, id) {
   for (const m of messages) {
     if (m.info) m.info.sessionID = id;
@@ -246,6 +256,7 @@ async function firstRequests(args, instance, session) {
     await first.transform({}, output);
     first.runs.push(performance.now() - t0);
     first.pruned = countPruned(output.messages);
+    if (args.digests) first.digests = [digest(output.messages)];
     if (run < args.firstRuns - 1) {
       // Stop the sidecars of the instances that do not go on.
       for (const pid of started) try { process.kill(pid, "SIGTERM"); } catch {}
@@ -315,6 +326,7 @@ async function steadyState(args, first, session) {
     steady.times.push(t1 - t0);
     steady.windows.push([t0, t1]);
     steady.appended = output.messages.length - sent;
+    if (args.digests) first.digests.push(digest(output.messages));
     lastOutput = output;
   }
   if (lastOutput) steady.pruned = countPruned(lastOutput.messages);
@@ -397,7 +409,9 @@ async function main() {
   const instance = await loadPlugin(args, project, log);
   const first = await firstRequests(args, instance, session);
   const steady = await steadyState(args, first, session);
-  process.stdout.write(JSON.stringify(report(args, session, first, steady, log)) + "\n");
+  const result = report(args, session, first, steady, log);
+  if (args.digests) result.digests = first.digests;
+  process.stdout.write(JSON.stringify(result) + "\n");
   await cleanUp(sandbox);
   process.exit(0);
 }

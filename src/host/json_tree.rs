@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{with_ids, LoadedSession, SessionInfo, Source};
-use crate::session::{str_field, Message};
+use crate::session::{str_field, Message, Node};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JsonTreeError {
@@ -130,11 +130,11 @@ pub fn load(storage: &Path, id: &str) -> Result<Option<LoadedSession>, JsonTreeE
             let pid = stem(&pfile);
             match read_object(&pfile).and_then(|v| with_ids(v, &[("id", &pid), ("sessionID", id), ("messageID", &mid)]))
             {
-                Ok(v) => parts.push(v),
+                Ok(v) => parts.push(Node::from(v)),
                 Err(e) => warnings.push(format!("{e}; skipped")),
             }
         }
-        messages.push(Message { info, parts });
+        messages.push(Message { info: Node::from(info), parts });
     }
     messages.sort_by(|a, b| (a.time_created(), a.id()).cmp(&(b.time_created(), b.id())));
     let info = session_info(&session_value, id, messages.len());

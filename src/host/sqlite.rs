@@ -12,7 +12,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use super::{with_ids, LoadedSession, SessionInfo, Source};
-use crate::session::Message;
+use crate::session::{Message, Node};
 
 /// How long a read waits for OpenCode's writer before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -149,7 +149,7 @@ impl Db {
             match data.and_then(|data| parse_row(&data, &[("id", &mid), ("sessionID", id)])) {
                 Ok(info) => {
                     index.insert(mid, messages.len());
-                    messages.push(Message { info, parts: Vec::new() });
+                    messages.push(Message { info: Node::from(info), parts: Vec::new() });
                 }
                 Err(e) => warnings.push(format!("{}: message {mid}: {e}; skipped", self.path.display())),
             }
@@ -189,7 +189,7 @@ impl Db {
                 continue;
             };
             match data.and_then(|data| parse_row(&data, &[("id", &pid), ("sessionID", id), ("messageID", &mid)])) {
-                Ok(part) => messages[at].parts.push(part),
+                Ok(part) => messages[at].parts.push(Node::from(part)),
                 Err(e) => warnings.push(format!("{}: part {pid}: {e}; skipped", self.path.display())),
             }
         }

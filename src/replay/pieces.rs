@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::cost::Piece;
 use crate::context::OPENCODE_CLEARED;
-use crate::session::{str_field, Message};
+use crate::session::node::NULL;
+use crate::session::{str_field, Message, Node};
 use crate::tokens::TokenCounter;
 
 /// Tokens a request spends around each piece besides its text: the role, the tool call's id
@@ -44,7 +45,7 @@ pub struct Edit {
 
 impl Edit {
     /// Applies the edit to `part`, as the plugin does: a missing step of the path is a no-op.
-    pub fn apply(&self, part: &mut Value) {
+    pub fn apply(&self, part: &mut Node) {
         let Some((last, steps)) = self.path.split_last() else { return };
         let mut target = part;
         for step in steps {
@@ -53,14 +54,14 @@ impl Edit {
                 None => return,
             }
         }
-        let Value::Object(map) = target else { return };
+        let Some(map) = target.as_object_mut() else { return };
         match (&self.value, &self.append) {
-            (Some(value), _) => {
-                map.insert(last.clone(), value.clone());
-            }
+            (Some(value), _) => map.insert(last, Node::from(value)),
             (None, Some(tail)) => {
-                if let Some(Value::String(text)) = map.get_mut(last.as_str()) {
-                    text.push_str(tail);
+                if let Some(slot) = map.get_mut(last.as_str()) {
+                    if let Some(text) = slot.as_str() {
+                        *slot = Node::from_string(format!("{text}{tail}"));
+                    }
                 }
             }
             (None, None) => {}
@@ -137,9 +138,9 @@ impl Pieces {
     }
 
     /// The pieces of one part: text and inputs into `out`, the result into `results`.
-    fn part(&mut self, part: &Value, salt: Salt, out: &mut Vec<Piece>, results: &mut Vec<Piece>) {
+    fn part(&mut self, part: &Node, salt: Salt, out: &mut Vec<Piece>, results: &mut Vec<Piece>) {
         match str_field(part, "type") {
-            Some("text") if part.get("ignored") != Some(&Value::Bool(true)) => {
+            Some("text") if part.get("ignored").and_then(Node::as_bool) != Some(true) => {
                 let text = str_field(part, "text").unwrap_or("");
                 out.push(self.piece(id_of(Kind::Text, text, &[]), FRAME_TEXT, || text.to_string()));
             }
@@ -148,9 +149,9 @@ impl Pieces {
                 out.push(self.piece(id_of(Kind::Text, text, &[]), FRAME_TEXT, || text.to_string()));
             }
             Some("tool") => {
-                let state = part.get("state").unwrap_or(&Value::Null);
+                let state = part.get("state").unwrap_or(&NULL);
                 let id = str_field(part, "id").or_else(|| str_field(part, "callID")).unwrap_or("");
-                let input = state.get("input").unwrap_or(&Value::Null);
+                let input = state.get("input").unwrap_or(&NULL);
                 out.push(self.piece(id_of(Kind::Input, id, &[&salt.input]), FRAME_CALL, || input.to_string()));
                 let result = tool_result(state);
                 let cleared = if result == OPENCODE_CLEARED { "cleared" } else { "" };
@@ -183,7 +184,7 @@ impl Salt {
 }
 
 /// What the model reads as a tool call's result.
-fn tool_result(state: &Value) -> &str {
+fn tool_result(state: &Node) -> &str {
     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
     match str_field(state, "status") {
         Some("completed") if compacted => OPENCODE_CLEARED,
@@ -199,17 +200,20 @@ mod tests {
     use crate::tokens::EstimatorChoice;
     use serde_json::json;
 
-    fn read(output: &str) -> Value {
-        json!({"id": "prt_1", "type": "tool", "callID": "c1", "tool": "read",
-               "state": {"status": "completed", "input": {"filePath": "/a.py"}, "output": output, "time": {}}})
+    fn read(output: &str) -> Node {
+        Node::from(json!({"id": "prt_1", "type": "tool", "callID": "c1", "tool": "read",
+               "state": {"status": "completed", "input": {"filePath": "/a.py"}, "output": output, "time": {}}}))
     }
 
     #[test]
     fn a_message_is_its_inputs_then_its_results_and_an_edit_makes_new_pieces() {
         let mut pieces = Pieces::new(TokenCounter::new(EstimatorChoice::CharsDiv4));
-        let text = json!({"id": "prt_0", "type": "text", "text": "let me look"});
-        let ignored = json!({"id": "prt_2", "type": "text", "text": "not sent", "ignored": true});
-        let m = Message { info: json!({"role": "assistant"}), parts: vec![read(&"x".repeat(400)), text, ignored] };
+        let text = Node::from(json!({"id": "prt_0", "type": "text", "text": "let me look"}));
+        let ignored = Node::from(json!({"id": "prt_2", "type": "text", "text": "not sent", "ignored": true}));
+        let m = Message {
+            info: Node::from(json!({"role": "assistant"})),
+            parts: vec![read(&"x".repeat(400)), text, ignored],
+        };
         let mut plain = Vec::new();
         pieces.message(&m, &[], &mut plain);
         let tokens: Vec<u64> = plain.iter().map(|p| p.tokens).collect();

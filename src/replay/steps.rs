@@ -20,7 +20,8 @@ use std::ops::Range;
 
 use serde_json::Value;
 
-use crate::session::{str_field, visible_start, Message, Role};
+use crate::session::node::NULL;
+use crate::session::{str_field, visible_start, Message, Node, Role};
 
 /// The tools dcp gives the agent.
 pub const AGENT_TOOLS: [&str; 3] = ["discard", "extract", "compress"];
@@ -35,9 +36,9 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    fn of(info: &Value) -> Option<Recorded> {
+    fn of(info: &Node) -> Option<Recorded> {
         let tokens = info.get("tokens")?;
-        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let n = |v: Option<&Node>| v.and_then(Node::as_u64).unwrap_or(0);
         let cache = tokens.get("cache");
         let r = Recorded {
             input: n(tokens.get("input")),
@@ -146,8 +147,9 @@ impl Timeline {
         }
         let mut m = m.clone();
         for (p, at) in self.cleared[i].iter().filter(|(_, at)| *at <= time) {
-            if let Some(t) = m.parts[*p].get_mut("state").and_then(|s| s.get_mut("time")) {
-                t["compacted"] = Value::from(*at);
+            let time = m.parts[*p].get_mut("state").and_then(|s| s.get_mut("time")).and_then(Node::as_object_mut);
+            if let Some(t) = time {
+                t.insert("compacted", Node::from(*at));
             }
         }
         Cow::Owned(m)
@@ -159,10 +161,10 @@ fn agent_calls(m: &Message) -> Vec<AgentCall> {
         .iter()
         .filter(|p| is_agent_call(p) && !unavailable(p))
         .map(|p| {
-            let state = p.get("state").unwrap_or(&Value::Null);
+            let state = p.get("state").unwrap_or(&NULL);
             AgentCall {
                 tool: str_field(p, "tool").unwrap_or("").to_string(),
-                args: state.get("input").cloned().unwrap_or(Value::Null),
+                args: state.get("input").map_or(Value::Null, Node::to_value),
                 answer: str_field(state, "output").or_else(|| str_field(state, "error")).map(str::to_string),
             }
         })
@@ -171,7 +173,7 @@ fn agent_calls(m: &Message) -> Vec<AgentCall> {
 
 /// A call of one of dcp's agent tools, made or attempted: a session not offered them records
 /// the model's call as OpenCode's `invalid` tool naming it (see [`unavailable`]).
-fn is_agent_call(part: &Value) -> bool {
+fn is_agent_call(part: &Node) -> bool {
     str_field(part, "type") == Some("tool")
         && (str_field(part, "tool").is_some_and(|t| AGENT_TOOLS.contains(&t)) || unavailable(part))
 }
@@ -179,7 +181,7 @@ fn is_agent_call(part: &Value) -> bool {
 /// A call of a dcp tool the session was not offered: OpenCode turned it into its `invalid`
 /// tool, with the name the model used in the input. A run without dcp would not have it, and
 /// a replay does not send it (it pruned nothing).
-fn unavailable(part: &Value) -> bool {
+fn unavailable(part: &Node) -> bool {
     let named = part.get("state").and_then(|s| s.get("input")).and_then(|i| str_field(i, "tool"));
     str_field(part, "tool") == Some("invalid") && named.is_some_and(|t| AGENT_TOOLS.contains(&t))
 }
@@ -195,10 +197,10 @@ fn agent_only(m: &Message) -> bool {
 fn take_cleared(m: &mut Message) -> Vec<(usize, i64)> {
     let mut out = Vec::new();
     for (i, p) in m.parts.iter_mut().enumerate() {
-        let Some(t) = p.get_mut("state").and_then(|s| s.get_mut("time")).and_then(Value::as_object_mut) else {
+        let Some(t) = p.get_mut("state").and_then(|s| s.get_mut("time")).and_then(Node::as_object_mut) else {
             continue;
         };
-        if let Some(at) = t.get("compacted").and_then(Value::as_i64) {
+        if let Some(at) = t.get("compacted").and_then(Node::as_i64) {
             t.remove("compacted");
             out.push((i, at));
         }
@@ -212,7 +214,8 @@ mod tests {
     use serde_json::json;
 
     fn msg(id: &str, role: &str, created: i64, parts: Vec<Value>) -> Message {
-        Message { info: json!({"id": id, "role": role, "time": {"created": created}}), parts }
+        let info = Node::from(json!({"id": id, "role": role, "time": {"created": created}}));
+        Message { info, parts: parts.into_iter().map(Node::from).collect() }
     }
 
     fn tool(name: &str, compacted: Option<i64>) -> Value {
@@ -238,7 +241,7 @@ mod tests {
         assert_eq!(rs[1].agent_calls[0].tool, "discard");
         assert_eq!(t.range(&rs[2]), 0..3);
         // At 30 ms the read's output was not cleared yet; at 40 it was.
-        let compacted = |time| t.message_at(1, time).parts[0]["state"]["time"].get("compacted").cloned();
+        let compacted = |time| t.message_at(1, time).parts[0]["state"]["time"].get("compacted").map(Node::to_value);
         assert_eq!((compacted(30), compacted(40)), (None, Some(json!(35))));
         assert_eq!((t.version(1, 30), t.version(1, 40)), (0, 1));
         // Without dcp's tools, the discard-only step is gone.
@@ -251,9 +254,10 @@ mod tests {
     #[test]
     fn after_a_compaction_a_request_starts_at_the_compaction_and_its_summary_is_no_request() {
         let mut summary = msg("m4", "assistant", 40, vec![json!({"type": "text", "text": "summary"})]);
-        summary.info["summary"] = json!(true);
-        summary.info["finish"] = json!("stop");
-        summary.info["parentID"] = json!("m3");
+        let info = summary.info.as_object_mut().unwrap();
+        info.insert("summary", Node::from(true));
+        info.insert("finish", Node::from("stop"));
+        info.insert("parentID", Node::from("m3"));
         let messages = vec![
             msg("m1", "user", 10, vec![json!({"type": "text", "text": "hi"})]),
             msg("m2", "assistant", 20, vec![tool("read", None)]),

@@ -5,8 +5,7 @@
 //! newest summary and what follows it reach the model; the CLI uses [`visible_history`] to see
 //! the same messages the plugin would be handed.
 
-use super::{str_field, Message, Role};
-use serde_json::Value;
+use super::{str_field, Message, Node, Role};
 
 /// The suffix of `messages` (already in history order) that OpenCode sends to the model: from
 /// the user message that asked for the newest completed compaction, onwards. A compaction part
@@ -28,7 +27,7 @@ pub fn visible_start(messages: &[Message]) -> usize {
         return 0;
     };
     let tail_start = messages[request].parts.iter().find_map(|p| {
-        (str_field(p, "type") == Some("compaction")).then(|| p.get("tail_start_id").and_then(Value::as_str)).flatten()
+        (str_field(p, "type") == Some("compaction")).then(|| p.get("tail_start_id").and_then(Node::as_str)).flatten()
     });
     tail_start.and_then(|id| messages[..request].iter().position(|m| m.id() == id)).unwrap_or(request)
 }

@@ -3,23 +3,26 @@
 //! This is exactly the shape OpenCode hands to plugins in
 //! `experimental.chat.messages.transform`, so one engine serves both the CLI (which builds it
 //! from `opencode.db` or the JSON tree) and the sidecar (which receives it from the plugin).
-//! Messages and parts stay `serde_json::Value`s so that unknown part types and fields survive a
-//! round trip untouched; this module only adds typed, borrowing views over them.
+//! Messages and parts stay JSON values, compact [`Node`]s, so that unknown part types and fields
+//! survive a round trip untouched; this module only adds typed, borrowing views over them.
 
 mod history;
+pub mod node;
 pub mod slim;
 
 pub use history::{visible_history, visible_start};
+pub use node::{Kind, Node, Object};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use self::node::NULL;
 
 /// One message of a session: OpenCode's message info plus its parts, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    pub info: Value,
+    pub info: Node,
     #[serde(default)]
-    pub parts: Vec<Value>,
+    pub parts: Vec<Node>,
 }
 
 /// Who wrote a message.
@@ -31,6 +34,11 @@ pub enum Role {
 }
 
 impl Message {
+    /// The message of `info` and `parts`, as `serde_json::Value`s.
+    pub fn from_values(info: serde_json::Value, parts: Vec<serde_json::Value>) -> Message {
+        Message { info: Node::from(info), parts: parts.into_iter().map(Node::from).collect() }
+    }
+
     pub fn id(&self) -> &str {
         str_field(&self.info, "id").unwrap_or("")
     }
@@ -46,12 +54,12 @@ impl Message {
     /// An assistant message with `summary: true` holds a compaction summary. (A user message's
     /// `summary` is an object of diffs, which is not a compaction.)
     pub fn is_compaction_summary(&self) -> bool {
-        self.role() == Role::Assistant && self.info.get("summary") == Some(&Value::Bool(true))
+        self.role() == Role::Assistant && self.info.get("summary").and_then(Node::as_bool) == Some(true)
     }
 
     /// `time.created` in milliseconds, or 0 when missing.
     pub fn time_created(&self) -> i64 {
-        self.info.get("time").and_then(|t| t.get("created")).and_then(Value::as_i64).unwrap_or(0)
+        self.info.get("time").and_then(|t| t.get("created")).and_then(Node::as_i64).unwrap_or(0)
     }
 
     pub fn session_id(&self) -> Option<&str> {
@@ -87,12 +95,10 @@ pub struct ToolCall<'a> {
     /// including the call's message, starting at 1.
     pub turn: u32,
     /// The part itself; input, output and error are read from it when asked for.
-    value: &'a Value,
+    value: &'a Node,
     key: Option<&'a str>,
     file_path: Option<&'a str>,
 }
-
-static NULL: Value = Value::Null;
 
 /// What a tool part says about itself, owned, so that it can be kept across requests: a
 /// completed part never changes, so the sidecar reads each part once (see
@@ -137,14 +143,14 @@ impl CallFacts {
 pub(crate) const KEY_ARGUMENTS: &[&str] =
     &["filePath", "command", "pattern", "path", "url", "query", "description", "prompt"];
 
-fn key_argument(input: &Value) -> Option<&str> {
+fn key_argument(input: &Node) -> Option<&str> {
     KEY_ARGUMENTS.iter().find_map(|k| str_field(input, k))
 }
 
 impl<'a> ToolCall<'a> {
     /// Builds a view of `part` if it is a tool part with a call id. Returns `None` for any
     /// other part, including malformed tool parts, which are left alone.
-    pub fn from_part(message: usize, part_index: usize, part: &'a Value, turn: u32) -> Option<Self> {
+    pub fn from_part(message: usize, part_index: usize, part: &'a Node, turn: u32) -> Option<Self> {
         if str_field(part, "type") != Some("tool") {
             return None;
         }
@@ -176,7 +182,7 @@ impl<'a> ToolCall<'a> {
     }
 
     /// The view of a part whose facts were read before.
-    pub fn from_facts(message: usize, facts: &'a CallFacts, part: &'a Value, turn: u32) -> Self {
+    pub fn from_facts(message: usize, facts: &'a CallFacts, part: &'a Node, turn: u32) -> Self {
         ToolCall {
             message,
             part: facts.part,
@@ -193,16 +199,16 @@ impl<'a> ToolCall<'a> {
     }
 
     /// The tool part itself.
-    pub fn part(&self) -> &'a Value {
+    pub fn part(&self) -> &'a Node {
         self.value
     }
 
-    fn state(&self) -> &'a Value {
+    fn state(&self) -> &'a Node {
         self.value.get("state").unwrap_or(&NULL)
     }
 
     /// The call's arguments (`state.input`), or `null`.
-    pub fn input(&self) -> &'a Value {
+    pub fn input(&self) -> &'a Node {
         self.state().get("input").unwrap_or(&NULL)
     }
 
@@ -274,13 +280,37 @@ pub fn last_user_prompt(messages: &[Message]) -> Option<usize> {
         m.role() == Role::User
             && m.parts.iter().any(|p| {
                 str_field(p, "type") == Some("text")
-                    && p.get("ignored") != Some(&Value::Bool(true))
-                    && p.get("synthetic") != Some(&Value::Bool(true))
+                    && p.get("ignored").and_then(Node::as_bool) != Some(true)
+                    && p.get("synthetic").and_then(Node::as_bool) != Some(true)
             })
     })
 }
 
 /// A string field of a JSON object, if present and a string.
-pub fn str_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
-    value.get(key).and_then(Value::as_str)
+pub fn str_field<'a, V: Fields + ?Sized>(value: &'a V, key: &str) -> Option<&'a str> {
+    value.str_field(key)
+}
+
+/// A JSON object's string fields, read the same from a [`Node`] and a `serde_json::Value`
+/// (the CLI reads both: a session's messages and its other records).
+pub trait Fields {
+    fn str_field(&self, key: &str) -> Option<&str>;
+}
+
+impl Fields for Node {
+    fn str_field(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Node::as_str)
+    }
+}
+
+impl<T: Fields + ?Sized> Fields for &T {
+    fn str_field(&self, key: &str) -> Option<&str> {
+        (**self).str_field(key)
+    }
+}
+
+impl Fields for serde_json::Value {
+    fn str_field(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(serde_json::Value::as_str)
+    }
 }

@@ -19,7 +19,9 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::OnceLock;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use super::{Node, Object};
 
 use crate::tokens::{Field, TokenCounter};
 
@@ -102,7 +104,7 @@ pub fn count(text: &str, counter: &TokenCounter) -> u64 {
 /// The tokens of a tool input's JSON, as `counter.count(&input.to_string())` counts them before
 /// it was slimmed: a slimmed input holds its count in its markers. `None` when the input holds
 /// no marker and must be counted.
-pub fn input_count(input: &Value) -> Option<u64> {
+pub fn input_count(input: &Node) -> Option<u64> {
     input.as_object()?.values().find_map(|v| v.as_str().and_then(marker)).map(|m| m.tokens)
 }
 
@@ -123,41 +125,20 @@ fn push_identity(identity: &str, out: &mut String) {
 /// Slims a message's info in place: keeps what the session model and the synthetic messages
 /// read (id, session, role, agent, model, creation time) and, of a compaction summary, its
 /// flag, parent and finish.
-pub fn slim_info(info: &mut Value) {
+pub fn slim_info(info: &mut Node) {
     let Some(map) = info.as_object_mut() else { return };
-    let before = map.len();
-    let summary = map.get("summary") == Some(&Value::Bool(true));
-    map.retain(|k, v| match k.as_str() {
+    let summary = map.get("summary").and_then(Node::as_bool) == Some(true);
+    map.retain(|k, v| match k {
         "id" | "sessionID" | "role" | "agent" | "model" => true,
         "summary" | "parentID" | "finish" => summary,
         "time" => {
-            if let Value::Object(time) = v {
+            if let Some(time) = v.as_object_mut() {
                 time.retain(|k, _| k == "created");
             }
             true
         }
         _ => false,
     });
-    if map.len() < before {
-        compact(info);
-    }
-}
-
-/// Rebuilds the maps and lists of `value` at their length: a parsed map keeps the room of
-/// the fields slimming dropped (a tool part's state had its metadata, title and timings), and
-/// a parsed list grows by doubling. Over a long history that room is a third of the mirror.
-pub fn compact(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            *map = std::mem::take(map).into_iter().collect();
-            map.values_mut().for_each(compact);
-        }
-        Value::Array(items) => {
-            items.shrink_to_fit();
-            items.iter_mut().for_each(compact);
-        }
-        _ => {}
-    }
 }
 
 /// The parts nothing reads but by their place and id: a step's start and finish, a patch.
@@ -166,9 +147,9 @@ const OPAQUE: &[&str] = &["step-start", "step-finish", "patch", "snapshot"];
 /// Replaces a part nothing reads (see [`OPAQUE`]) by its id, a string: the mirror keeps it
 /// only to resolve a reference to it and to keep the places of the others. Every reader takes
 /// a string for a part of no type.
-pub fn make_opaque(part: &mut Value) {
-    let opaque = part.get("type").and_then(Value::as_str).is_some_and(|t| OPAQUE.contains(&t));
-    if let Some(id) = part.get_mut("id").filter(|_| opaque).map(Value::take) {
+pub fn make_opaque(part: &mut Node) {
+    let opaque = part.get("type").and_then(Node::as_str).is_some_and(|t| OPAQUE.contains(&t));
+    if let Some(id) = part.get_mut("id").filter(|_| opaque).map(Node::take) {
         if id.is_string() {
             *part = id;
         }
@@ -176,48 +157,56 @@ pub fn make_opaque(part: &mut Value) {
 }
 
 /// The id of a part, or of what [`make_opaque`] left of one.
-pub fn part_id(part: &Value) -> Option<&str> {
-    part.get("id").and_then(Value::as_str).or_else(|| part.as_str())
+pub fn part_id(part: &Node) -> Option<&str> {
+    part.get("id").and_then(Node::as_str).or_else(|| part.as_str())
+}
+
+/// What [`strip_part`] keeps of a part, by its type.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Opaque,
+    Text,
+    Tool,
+    Other,
 }
 
 /// Drops the fields of a part nothing reads after it was indexed: the ids every part repeats,
 /// a step's snapshot and usage, a tool call's title, metadata and timings (but whether
 /// OpenCode compacted it). Cheap: the mirror does it as a part arrives.
-pub fn strip_part(part: &mut Value) {
+pub fn strip_part(part: &mut Node) {
     let Some(map) = part.as_object_mut() else { return };
-    let fields = |map: &Map<String, Value>| {
-        let state = map.get("state").and_then(Value::as_object);
-        map.len() + state.map_or(0, |s| s.len() + s.get("time").and_then(Value::as_object).map_or(0, Map::len))
+    let shape = match map.get("type").and_then(Node::as_str) {
+        Some(t) if OPAQUE.contains(&t) => Shape::Opaque,
+        Some("text" | "reasoning") => Shape::Text,
+        Some("tool") => Shape::Tool,
+        _ => Shape::Other,
     };
-    let before = fields(map);
-    map.shift_remove("sessionID");
-    map.shift_remove("messageID");
-    match map.get("type").and_then(Value::as_str) {
-        Some(t) if OPAQUE.contains(&t) => map.retain(|k, _| k == "id" || k == "type"),
-        Some("text" | "reasoning") => {
-            map.shift_remove("time");
-            map.shift_remove("metadata");
-        }
-        Some("tool") => {
-            if let Some(Value::Object(state)) = map.get_mut("state") {
+    map.retain(|k, v| match (shape, k) {
+        (_, "sessionID" | "messageID") => false,
+        (Shape::Opaque, k) => k == "id" || k == "type",
+        (Shape::Text, k) => k != "time" && k != "metadata",
+        (Shape::Tool, "state") => {
+            if let Some(state) = v.as_object_mut() {
                 strip_state(state);
             }
+            true
         }
-        _ => {}
-    }
-    if fields(map) < before {
-        compact(part);
-    }
+        _ => true,
+    });
 }
 
-fn strip_state(state: &mut Map<String, Value>) {
-    state.retain(|k, _| matches!(k.as_str(), "status" | "input" | "output" | "error" | "time"));
-    if let Some(Value::Object(time)) = state.get_mut("time") {
-        time.retain(|k, _| k == "compacted");
-        if time.is_empty() {
-            state.shift_remove("time");
-        }
-    }
+fn strip_state(state: &mut Object) {
+    state.retain(|k, v| match k {
+        "status" | "input" | "output" | "error" => true,
+        "time" => match v.as_object_mut() {
+            Some(time) => {
+                time.retain(|k, _| k == "compacted");
+                !time.is_empty()
+            }
+            None => true,
+        },
+        _ => false,
+    });
 }
 
 /// Slims one part in place: [`strip_part`], then its big strings (a tool's output, its big
@@ -225,24 +214,24 @@ fn strip_state(state: &mut Map<String, Value>) {
 /// as [`crate::strategies::output_tokens`] would). A part slimmed before is left as it is.
 /// Text and reasoning parts keep their text (the compress tags read it). Returns the bytes of
 /// the strings replaced (what the caller may hand back to the system).
-pub fn slim_part(part: &mut Value, counter: &mut TokenCounter) -> usize {
+pub fn slim_part(part: &mut Node, counter: &mut TokenCounter) -> usize {
     strip_part(part);
     let Some(map) = part.as_object_mut() else { return 0 };
-    if map.get("type").and_then(Value::as_str) != Some("tool") {
+    if map.get("type").and_then(Node::as_str) != Some("tool") {
         return 0;
     }
-    let id = map.get("id").and_then(Value::as_str).unwrap_or("").to_string();
-    let tool = map.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
-    let Some(Value::Object(state)) = map.get_mut("state") else { return 0 };
+    let id = map.get("id").and_then(Node::as_str).unwrap_or("").to_string();
+    let tool = map.get("tool").and_then(Node::as_str).unwrap_or("").to_string();
+    let Some(state) = map.get_mut("state").and_then(Node::as_object_mut) else { return 0 };
     let mut dropped = 0;
-    if let Some(Value::String(output)) = state.get_mut("output") {
-        if is_big(output) {
-            let tokens = counter.count_part_with(&id, Field::Output, || output.as_str());
-            dropped += output.len();
-            *output = make_marker(output, tokens);
+    if let Some(output) = state.get_mut("output") {
+        if let Some(text) = output.as_str().filter(|t| is_big(t)) {
+            let tokens = counter.count_part_with(&id, Field::Output, || text);
+            dropped += text.len();
+            *output = Node::from_string(make_marker(text, tokens));
         }
     }
-    if let Some(input @ Value::Object(_)) = state.get_mut("input") {
+    if let Some(input) = state.get_mut("input").filter(|i| i.is_object()) {
         dropped += slim_input(input, &id, &tool, counter);
     }
     dropped
@@ -252,8 +241,8 @@ pub fn slim_part(part: &mut Value, counter: &mut TokenCounter) -> usize {
 /// `write`, all but `content`), by markers that hold the whole input's tokens. Nested values
 /// stay: a purge of an errored call's inputs replaces only the top-level strings, and what is
 /// left of them is counted as it is. Returns the bytes replaced.
-fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounter) -> usize {
-    let slims = |k: &str, v: &Value| {
+fn slim_input(input: &mut Node, id: &str, tool: &str, counter: &mut TokenCounter) -> usize {
+    let slims = |k: &str, v: &Node| {
         v.as_str().is_some_and(is_big) && if tool == "write" { k == "content" } else { !KEPT_INPUTS.contains(&k) }
     };
     let Some(map) = input.as_object() else { return 0 };
@@ -265,9 +254,9 @@ fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounte
     let mut dropped = 0;
     for (k, v) in map.iter_mut() {
         if slims(k, v) {
-            if let Value::String(s) = v {
-                dropped += s.len();
-                *s = make_marker(s, tokens);
+            if let Some(text) = v.as_str() {
+                dropped += text.len();
+                *v = Node::from_string(make_marker(text, tokens));
             }
         }
     }
@@ -276,13 +265,8 @@ fn slim_input(input: &mut Value, id: &str, tool: &str, counter: &mut TokenCounte
 
 /// The bytes of the strings `value` holds (keys included): what a slimmed part costs beyond
 /// its nodes. For tests and measurements.
-pub fn string_bytes(value: &Value) -> usize {
-    match value {
-        Value::String(s) => s.len(),
-        Value::Array(items) => items.iter().map(string_bytes).sum(),
-        Value::Object(map) => map.iter().map(|(k, v)| k.len() + string_bytes(v)).sum(),
-        _ => 0,
-    }
+pub fn string_bytes(value: &Node) -> usize {
+    value.string_bytes()
 }
 
 #[cfg(test)]
@@ -290,6 +274,10 @@ mod tests {
     use super::*;
     use crate::tokens::EstimatorChoice;
     use serde_json::json;
+
+    fn node(value: Value) -> Node {
+        Node::from(value)
+    }
 
     #[test]
     fn markers_answer_for_their_originals() {
@@ -315,10 +303,10 @@ mod tests {
     fn a_slimmed_tool_part_keeps_what_the_strategies_read() {
         let mut counter = TokenCounter::new(EstimatorChoice::Auto);
         let content = "x = 1\n".repeat(100);
-        let mut part = json!({"id": "prt_1", "sessionID": "ses_1", "messageID": "msg_1", "type": "tool",
+        let mut part = node(json!({"id": "prt_1", "sessionID": "ses_1", "messageID": "msg_1", "type": "tool",
             "tool": "write", "callID": "c1", "state": {"status": "completed", "title": "t",
             "input": {"filePath": "/a", "content": content}, "output": "ok", "metadata": {"x": 1},
-            "time": {"start": 1, "end": 2}}});
+            "time": {"start": 1, "end": 2}}}));
         let input_tokens = counter.count(&part["state"]["input"].to_string());
         slim_part(&mut part, &mut counter);
         let state = &part["state"];
@@ -348,8 +336,8 @@ mod tests {
         let mut counter = TokenCounter::new(EstimatorChoice::Auto);
         let big = "a long argument ".repeat(40);
         for key in crate::session::KEY_ARGUMENTS {
-            let mut part = json!({"id": "prt_1", "type": "tool", "tool": "custom", "callID": "c1",
-                "state": {"status": "completed", "input": {*key: big, "other": big}, "output": "ok"}});
+            let mut part = node(json!({"id": "prt_1", "type": "tool", "tool": "custom", "callID": "c1",
+                "state": {"status": "completed", "input": {*key: big, "other": big}, "output": "ok"}}));
             slim_part(&mut part, &mut counter);
             let call = crate::session::ToolCall::from_part(0, 0, &part, 1).unwrap();
             assert_eq!(call.key_argument(), Some(big.as_str()), "{key}");
@@ -359,22 +347,23 @@ mod tests {
 
     #[test]
     fn a_step_part_is_kept_as_its_id_and_an_info_as_what_is_read_of_it() {
-        let mut step = json!({"id": "prt_s", "sessionID": "ses_1", "type": "step-finish", "tokens": {"input": 1}});
+        let mut step =
+            node(json!({"id": "prt_s", "sessionID": "ses_1", "type": "step-finish", "tokens": {"input": 1}}));
         strip_part(&mut step);
         make_opaque(&mut step);
-        assert_eq!((step.clone(), part_id(&step)), (json!("prt_s"), Some("prt_s")));
-        let mut tool = json!({"id": "prt_t", "type": "tool"});
+        assert_eq!((step.to_value(), part_id(&step)), (json!("prt_s"), Some("prt_s")));
+        let mut tool = node(json!({"id": "prt_t", "type": "tool"}));
         make_opaque(&mut tool);
         assert_eq!(part_id(&tool), Some("prt_t"));
-        let mut info = json!({"id": "msg_1", "sessionID": "ses_1", "parentID": "msg_0", "role": "assistant",
-            "agent": "build", "cost": 1, "time": {"created": 5, "completed": 6}, "finish": "stop"});
+        let mut info = node(json!({"id": "msg_1", "sessionID": "ses_1", "parentID": "msg_0", "role": "assistant",
+            "agent": "build", "cost": 1, "time": {"created": 5, "completed": 6}, "finish": "stop"}));
         slim_info(&mut info);
         assert_eq!(
             info,
             json!({"id": "msg_1", "sessionID": "ses_1", "role": "assistant", "agent": "build", "time": {"created": 5}})
         );
         let mut summary =
-            json!({"id": "msg_2", "parentID": "msg_1", "role": "assistant", "summary": true, "finish": "stop"});
+            node(json!({"id": "msg_2", "parentID": "msg_1", "role": "assistant", "summary": true, "finish": "stop"}));
         let kept = summary.clone();
         slim_info(&mut summary);
         assert_eq!(summary, kept);

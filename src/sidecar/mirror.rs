@@ -10,10 +10,8 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use serde_json::Value;
-
 use super::protocol::{code, RpcError};
-use crate::session::{slim, str_field, Message};
+use crate::session::{slim, str_field, Kind, Message, Node, Object};
 
 /// The previous request's messages, and what was read from each of them once: its
 /// approximate size and whether it is a compaction summary. The side tables are aligned with
@@ -105,7 +103,7 @@ impl Mirror {
     /// The first `base` messages are the previous request's, unchanged; `wire` holds the rest,
     /// whose omitted infos and `ref` parts are taken from the previous request's messages
     /// after `base`. So a request costs what changed, not the length of the session.
-    pub fn resolve(&mut self, base: usize, wire: Vec<Value>) -> Result<&[Message], RpcError> {
+    pub fn resolve(&mut self, base: usize, wire: Vec<Node>) -> Result<&[Message], RpcError> {
         if base > self.messages.len() {
             let had = self.messages.len();
             self.clear();
@@ -133,13 +131,13 @@ impl Mirror {
 
 /// Approximate tokens of a part as the model sees it: characters / 4 of its text fields.
 /// The policy needs sizes on every request, so this avoids the tokenizer.
-fn approx_tokens(part: &Value) -> u64 {
+fn approx_tokens(part: &Node) -> u64 {
     // A slimmed string counts as the original it stands for.
     let mut chars = str_field(part, "text").map_or(0, slim::bytes);
     if let Some(state) = part.get("state") {
         chars += str_field(state, "output").map_or(0, slim::bytes);
         chars += str_field(state, "error").map_or(0, slim::bytes);
-        if let Some(input) = state.get("input").and_then(Value::as_object) {
+        if let Some(input) = state.get("input").and_then(Node::as_object) {
             for (k, v) in input {
                 chars += k.len() + v.as_str().map_or(8, slim::bytes);
             }
@@ -150,22 +148,22 @@ fn approx_tokens(part: &Value) -> u64 {
 
 /// Resolves the wire messages after `base` against `old`, the previous request's messages
 /// after `base`, moving the values it reuses out of `old`.
-fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Value>) -> Result<Vec<Message>, RpcError> {
+fn resolve_tail(old: &mut [Message], base: usize, wire: Vec<Node>) -> Result<Vec<Message>, RpcError> {
     let mut previous = Previous::new(old);
     let mut out = Vec::with_capacity(wire.len());
-    for (i, item) in wire.into_iter().enumerate() {
+    for (i, mut item) in wire.into_iter().enumerate() {
         let mi = base + i;
-        let Value::Object(mut item) = item else {
+        let Some(item) = item.as_object_mut() else {
             return Err(RpcError::params(format!("transform: messages[{mi}] is not an object")));
         };
-        let info = previous.info(mi, &mut item)?;
-        let wire_parts = match item.remove("parts") {
-            Some(Value::Array(parts)) => parts,
+        let info = previous.info(mi, item)?;
+        let wire_parts = match item.get_mut("parts").map(Node::take) {
+            Some(parts) if parts.is_array() => parts.into_array(),
             None => Vec::new(),
             Some(other) => {
                 return Err(RpcError::params(format!(
                     "transform: messages[{mi}].parts is not a list: {}",
-                    crate::format::excerpt(&other)
+                    crate::format::excerpt(&other.to_value())
                 )))
             }
         };
@@ -198,21 +196,21 @@ impl<'a> Previous<'a> {
     }
 
     /// The info of wire message `mi`: sent in full, or by its message's id.
-    fn info(&mut self, mi: usize, item: &mut serde_json::Map<String, Value>) -> Result<Value, RpcError> {
-        match item.remove("info") {
-            Some(info @ Value::Object(_)) => Ok(info),
+    fn info(&mut self, mi: usize, item: &mut Object) -> Result<Node, RpcError> {
+        match item.get_mut("info").map(Node::take) {
+            Some(info) if info.is_object() => Ok(info),
             Some(other) => Err(RpcError::params(format!(
                 "transform: messages[{mi}].info is not an object: {}",
-                crate::format::excerpt(&other)
+                crate::format::excerpt(&other.to_value())
             ))),
             None => {
                 let id = item
                     .get("id")
-                    .and_then(Value::as_str)
+                    .and_then(Node::as_str)
                     .ok_or_else(|| RpcError::params(format!("transform: messages[{mi}] has neither info nor id")))?;
                 let at = *self.infos.get(id).ok_or_else(|| resync(&format!("message {id}")))?;
                 match std::mem::take(&mut self.old[at].info) {
-                    Value::Null => Err(resync(&format!("message {id}"))),
+                    info if info.is_null() => Err(resync(&format!("message {id}"))),
                     info => Ok(info),
                 }
             }
@@ -220,16 +218,16 @@ impl<'a> Previous<'a> {
     }
 
     /// The parts of wire message `mi`: each sent in full, or as `{"ref": id}`.
-    fn parts(&mut self, mi: usize, wire_parts: Vec<Value>) -> Result<Vec<Value>, RpcError> {
+    fn parts(&mut self, mi: usize, wire_parts: Vec<Node>) -> Result<Vec<Node>, RpcError> {
         let mut resolved = Vec::with_capacity(wire_parts.len());
         for (pi, part) in wire_parts.into_iter().enumerate() {
-            let reference = match &part {
-                Value::Object(o) if o.len() == 1 => o.get("ref").and_then(Value::as_str).map(str::to_string),
-                Value::Object(_) => None,
-                other => {
+            let reference = match part.kind() {
+                Kind::Object(o) if o.len() == 1 => o.get("ref").and_then(Node::as_str).map(str::to_string),
+                Kind::Object(_) => None,
+                _ => {
                     return Err(RpcError::params(format!(
                         "transform: messages[{mi}].parts[{pi}] is not an object: {}",
-                        crate::format::excerpt(other)
+                        crate::format::excerpt(&part.to_value())
                     )))
                 }
             };
@@ -239,7 +237,7 @@ impl<'a> Previous<'a> {
             };
             let &(m, p) = self.parts.get(&id).ok_or_else(|| resync(&format!("part {id}")))?;
             match std::mem::take(&mut self.old[m].parts[p]) {
-                Value::Null => return Err(resync(&format!("part {id}"))),
+                value if value.is_null() => return Err(resync(&format!("part {id}"))),
                 value => resolved.push(value),
             }
         }
@@ -250,7 +248,11 @@ impl<'a> Previous<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn wire(values: Vec<Value>) -> Vec<Node> {
+        values.into_iter().map(Node::from).collect()
+    }
 
     #[test]
     fn references_resolve_against_the_previous_request() {
@@ -258,19 +260,19 @@ mod tests {
         let first = vec![
             json!({"info": {"id": "msg_1", "role": "user"}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}]}),
         ];
-        m.resolve(0, first).unwrap();
+        m.resolve(0, wire(first)).unwrap();
         let second = vec![
             json!({"id": "msg_1", "parts": [{"ref": "prt_1"}]}),
             json!({"info": {"id": "msg_2", "role": "assistant"}, "parts": [{"id": "prt_2", "type": "text", "text": "yo"}]}),
         ];
-        let got = m.resolve(0, second).unwrap();
+        let got = m.resolve(0, wire(second)).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].info["role"], "user");
         assert_eq!(got[0].parts[0]["text"], "hi");
         // A reference the mirror never saw asks for a resync.
-        let err = m.resolve(0, vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})]).unwrap_err();
+        let err = m.resolve(0, wire(vec![json!({"id": "msg_1", "parts": [{"ref": "prt_9"}]})])).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
-        let err = Mirror::default().resolve(0, vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
+        let err = Mirror::default().resolve(0, wire(vec![json!({"id": "msg_1", "parts": []})])).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
     }
 
@@ -281,20 +283,20 @@ mod tests {
             json!({"info": {"id": "msg_1", "role": "user"}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}]}),
             json!({"info": {"id": "msg_2", "role": "assistant"}, "parts": [{"id": "prt_2", "type": "text", "text": "yo"}]}),
         ];
-        m.resolve(0, first).unwrap();
+        m.resolve(0, wire(first)).unwrap();
         // msg_1 is unchanged; msg_2 is re-sent by reference, and msg_3 is new.
         let second = vec![
             json!({"id": "msg_2", "parts": [{"ref": "prt_2"}]}),
             json!({"info": {"id": "msg_3", "role": "user"}, "parts": [{"id": "prt_3", "type": "text", "text": "go"}]}),
         ];
-        let got = m.resolve(1, second).unwrap();
+        let got = m.resolve(1, wire(second)).unwrap();
         let ids: Vec<&str> = got.iter().map(Message::id).collect();
         assert_eq!(ids, ["msg_1", "msg_2", "msg_3"]);
         assert_eq!(got[1].parts[0]["text"], "yo");
         // Only what follows the base can be referenced, and the base cannot pass the mirror.
-        let err = m.resolve(2, vec![json!({"id": "msg_1", "parts": []})]).unwrap_err();
+        let err = m.resolve(2, wire(vec![json!({"id": "msg_1", "parts": []})])).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
-        let err = m.resolve(9, vec![]).unwrap_err();
+        let err = m.resolve(9, Vec::new()).unwrap_err();
         assert_eq!(err.code, code::RESYNC);
     }
 }

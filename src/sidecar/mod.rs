@@ -38,7 +38,7 @@ use self::transform::EditsSent;
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
-use crate::session::str_field;
+use crate::session::{str_field, Node};
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
 use crate::strategies::incremental::Index;
@@ -113,15 +113,11 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, e.to_string())
 }
 
-/// The params of a `transform`. The messages are moved out of the request as they are:
-/// decoding them again would rebuild every node of a long history.
-fn transform_params(mut params: Value) -> Result<protocol::TransformParams, RpcError> {
-    let messages = match params.get_mut("messages") {
-        Some(Value::Array(messages)) => std::mem::take(messages),
-        _ => Vec::new(),
-    };
+/// The params of a `transform`. The messages, which the request holds apart from its params,
+/// are moved in as they are: decoding them again would rebuild every node of a long history.
+fn transform_params(params: Value, messages: Option<Vec<Node>>) -> Result<protocol::TransformParams, RpcError> {
     let mut p: protocol::TransformParams = protocol::params("transform", params)?;
-    p.messages = messages;
+    p.messages = messages.unwrap_or_default();
     Ok(p)
 }
 
@@ -169,8 +165,8 @@ impl Server {
                 return Some(protocol::err(id.as_ref(), &e));
             }
         };
-        let Request { id, method, params } = request;
-        let result = self.dispatch(&method, params);
+        let Request { id, method, params, messages } = request;
+        let result = self.dispatch(&method, params, messages);
         match (id, result) {
             (Some(id), Ok(answer)) => Some(protocol::ok(&id, &answer)),
             (Some(id), Err(e)) => {
@@ -187,10 +183,10 @@ impl Server {
         }
     }
 
-    fn dispatch(&mut self, method: &str, params: Value) -> Result<Answer, RpcError> {
+    fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform_params(params)?).map(Answer::Transformed),
+            "transform" => self.transform(transform_params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{json, Value};
 
+use crate::session::Node;
+
 /// The protocol version this sidecar speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
 
@@ -34,7 +36,11 @@ pub mod code {
 pub struct Request {
     pub id: Option<Value>,
     pub method: String,
+    /// The params, but for a list of messages, which is moved to `messages`.
     pub params: Value,
+    /// `params.messages` when it is a list, as the compact values the mirror keeps; `params`
+    /// then holds an empty list in its place.
+    pub messages: Option<Vec<Node>>,
 }
 
 /// An error to send back.
@@ -107,7 +113,12 @@ pub fn decode_value(value: Value) -> Result<Request, (Option<Value>, RpcError)> 
         }
         None => return Err((id, RpcError::new(code::INVALID_REQUEST, "missing method"))),
     };
-    Ok(Request { id, method, params: raw.params })
+    let mut params = raw.params;
+    let messages = match params.get_mut("messages") {
+        Some(Value::Array(messages)) => Some(std::mem::take(messages).into_iter().map(Node::from).collect()),
+        _ => None,
+    };
+    Ok(Request { id, method, params, messages })
 }
 
 /// Reads the params of a request as `T`, naming what is wrong when they do not fit.
@@ -167,7 +178,7 @@ pub struct TransformParams {
     /// The `seq` of the last answer whose edits the plugin holds.
     #[serde(default)]
     pub have: Option<u64>,
-    pub messages: Vec<Value>,
+    pub messages: Vec<Node>,
 }
 
 /// `system`: the session whose system prompt is being built, if known.

@@ -3,8 +3,6 @@
 //! rewrites that are recorded only when the policy applies them, and the tokens of the
 //! prunes in force, for the session's balance against no pruning (`crate::policy::balance`).
 
-use serde_json::Value;
-
 use super::mirror::Mirror;
 use crate::config::RewriteMode;
 use crate::policy;
@@ -63,14 +61,14 @@ pub(super) fn approx_saving(mirror: &Mirror, at: (usize, usize), action: &Action
     let (mut before, mut after) = (0usize, 0usize);
     for edit in crate::strategies::field_edits(part, action) {
         let old = edit.path.iter().try_fold(part, |v, key| v.get(key.as_str()));
-        before += old.map_or(0, chars);
-        after += chars(&edit.value);
+        before += old.map_or(0, |v| chars(v.as_str()));
+        after += chars(edit.value.as_str());
     }
     (before.saturating_sub(after) as u64).div_ceil(4)
 }
 
 /// Bytes of a field as the mirror counts it: a string's length (or that of the string a slim
 /// marker stands for), 8 for anything else.
-fn chars(v: &Value) -> usize {
-    v.as_str().map_or(8, crate::session::slim::bytes)
+fn chars(v: Option<&str>) -> usize {
+    v.map_or(8, crate::session::slim::bytes)
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::protocol::{self, Request, RpcError, MAX_LINE_BYTES};
 use super::stdio::{next_chunk, Chunk};
-use crate::session::slim;
+use crate::session::{slim, Node};
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
 /// How long a request line may be, and from what length it is read as a stream.
@@ -139,7 +139,7 @@ struct Scanner {
     removed: usize,
     cuts: Vec<(usize, usize)>,
     offset: usize,
-    messages: Vec<Value>,
+    messages: Vec<Node>,
     /// The first error the scan found, and its line offset; scanning stops there.
     error: Option<(usize, RpcError)>,
     utf8: utf8::Utf8,
@@ -355,7 +355,7 @@ impl Scanner {
         self.sep = Sep::Message;
         let bytes = std::mem::take(&mut self.message);
         let index = self.messages.len();
-        match serde_json::from_slice::<Value>(&bytes) {
+        match serde_json::from_slice::<Node>(&bytes) {
             Ok(mut message) => {
                 slim_message(&mut message, &mut self.counter);
                 self.counter.clear();
@@ -406,8 +406,9 @@ impl Scanner {
         });
         let messages = std::mem::take(&mut self.messages);
         let request = value.and_then(protocol::decode_value).map(|mut request| {
-            if let Some(slot) = self.found.then(|| request.params.get_mut("messages")).flatten() {
-                *slot = Value::Array(messages);
+            // The skeleton's list is empty: the messages were cut out of it.
+            if self.found && request.messages.is_some() {
+                request.messages = Some(messages);
             }
             request
         });
@@ -423,14 +424,12 @@ fn at_column(e: &serde_json::Error, column: usize) -> String {
 }
 
 /// Slims a message as the mirror would keep it: its info and every part.
-pub fn slim_message(message: &mut Value, counter: &mut TokenCounter) {
+pub fn slim_message(message: &mut Node, counter: &mut TokenCounter) {
     if let Some(info) = message.get_mut("info") {
         slim::slim_info(info);
     }
-    if let Some(Value::Array(parts)) = message.get_mut("parts") {
-        for part in parts {
-            slim::slim_part(part, counter);
-        }
+    for part in message.get_mut("parts").and_then(Node::as_array_mut).into_iter().flatten() {
+        slim::slim_part(part, counter);
     }
 }
 

@@ -17,7 +17,7 @@ use super::ranges;
 use super::{head, internal, now_ms, rewrites, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
-use crate::session::{History, Message, Role};
+use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
 use crate::state::{Ledger, PruneRecord, SessionState};
@@ -105,12 +105,7 @@ impl Server {
     /// The summariser sees the history as the model does, but this is no request: no
     /// counting, no policy, no list. It is not the next request's history either, so the
     /// mirror is left as it is.
-    fn compaction(
-        &mut self,
-        session: &Session,
-        sid: &str,
-        wire: Vec<serde_json::Value>,
-    ) -> Result<Transformed, RpcError> {
+    fn compaction(&mut self, session: &Session, sid: &str, wire: Vec<Node>) -> Result<Transformed, RpcError> {
         let mut scratch = Mirror::default();
         let messages = scratch.resolve(0, wire)?;
         if self.skips(Some(session)) {
@@ -424,7 +419,7 @@ fn notification(
 fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic {
     const MESSAGE_ID: &str = "msg_dcp_prunable_tools";
     let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
-    let field = |key: &str| last_user.and_then(|m| m.info.get(key)).cloned();
+    let field = |key: &str| last_user.and_then(|m| m.info.get(key)).map(Node::to_value);
     let info = SyntheticInfo {
         id: MESSAGE_ID,
         session_id: sid.to_string(),

@@ -22,7 +22,8 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::context;
-use crate::session::{str_field, tool_calls, Message, Role};
+use crate::session::node::NULL;
+use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::{Block, Blocks};
 use crate::state::SessionState;
 use crate::texts::refusals;
@@ -62,7 +63,7 @@ pub fn tag_site(message: &Message, index: usize) -> Option<TagSite> {
     let texts = |m: &Message| {
         m.parts.iter().rposition(|p| {
             str_field(p, "type") == Some("text")
-                && p.get("ignored") != Some(&Value::Bool(true))
+                && p.get("ignored").and_then(Node::as_bool) != Some(true)
                 && str_field(p, "text").is_some_and(|t| !t.trim().is_empty())
         })
     };
@@ -76,7 +77,7 @@ pub fn tag_site(message: &Message, index: usize) -> Option<TagSite> {
         Role::User => texts(message).map(|p| site(p, &["text"], "\n")),
         Role::Assistant => {
             let tool = message.parts.iter().rposition(|p| {
-                let state = p.get("state").unwrap_or(&Value::Null);
+                let state = p.get("state").unwrap_or(&NULL);
                 let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
                 str_field(p, "type") == Some("tool")
                     && !compacted
@@ -142,7 +143,7 @@ pub fn summary_message(session_id: &str, block: &Block, first: &Message) -> Valu
         json!({"id": id, "sessionID": session_id, "role": "user", "time": {"created": first.time_created()}});
     for key in ["agent", "model"] {
         if let Some(v) = first.info.get(key) {
-            info[key] = v.clone();
+            info[key] = v.to_value();
         }
     }
     let part = json!({

@@ -10,12 +10,12 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 
 use super::{open_in, pruned_ids, Decision, Rules};
-use crate::session::{slim, History, ToolCall, ToolStatus};
+use crate::session::{slim, History, Kind, Node, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
 /// The normal form of a call: tool name and canonical arguments.
-pub fn signature(tool: &str, input: &Value) -> String {
+pub fn signature(tool: &str, input: &Node) -> String {
     let mut out = String::with_capacity(64);
     out.push_str(tool);
     out.push('\u{0}');
@@ -23,23 +23,23 @@ pub fn signature(tool: &str, input: &Value) -> String {
     out
 }
 
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k).collect();
-            keys.sort();
+fn canonical(value: &Node, out: &mut String) {
+    match value.kind() {
+        Kind::Object(map) => {
+            let mut fields: Vec<(&str, &Node)> = map.iter().filter(|(_, v)| !v.is_null()).collect();
+            fields.sort_unstable_by_key(|(k, _)| *k);
             out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, v)) in fields.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
+                out.push_str(&Value::String(k.to_string()).to_string());
                 out.push(':');
-                canonical(&map[k], out);
+                canonical(v, out);
             }
             out.push('}');
         }
-        Value::Array(items) => {
+        Kind::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -50,13 +50,13 @@ fn canonical(value: &Value, out: &mut String) {
             out.push(']');
         }
         // A big string as what the mirror keeps of it (see `crate::session::slim`).
-        Value::String(s) => slim::canonical(s, out),
-        other => out.push_str(&other.to_string()),
+        Kind::String(s) => slim::canonical(s, out),
+        _ => out.push_str(&value.to_string()),
     }
 }
 
 /// A 64-bit hash of [`signature`]: what the strategy compares, remembered per part.
-pub fn signature_hash(tool: &str, input: &Value) -> u64 {
+pub fn signature_hash(tool: &str, input: &Node) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     signature(tool, input).hash(&mut hasher);
@@ -109,6 +109,11 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The signature of an input given as a `Value`.
+    fn signature(tool: &str, input: &Value) -> String {
+        super::signature(tool, &Node::from(input))
+    }
 
     #[test]
     fn signatures_ignore_key_order_and_nulls() {

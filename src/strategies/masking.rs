@@ -28,10 +28,8 @@
 //! `crate::policy`), so the rewrites come in batches that pay for the prompt tail they
 //! re-bill, and the state file holds no masking that the model never saw.
 
-use serde_json::Value;
-
 use super::{open_in, pruned_ids, Decision, Rules};
-use crate::session::{History, Message, Role, ToolCall, ToolStatus};
+use crate::session::{History, Message, Node, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
@@ -41,7 +39,7 @@ const KEY_CHARS: usize = 120;
 /// What a masked output becomes: the call, named by its tool and key argument, and how to
 /// get the output back. Derived from the part alone, so every request rewrites it to the
 /// same bytes.
-pub fn placeholder(part: &Value) -> String {
+pub fn placeholder(part: &Node) -> String {
     let call = ToolCall::from_part(0, 0, part, 0);
     let tool = call.as_ref().map_or("tool", |c| c.tool);
     let key = call.as_ref().and_then(|c| c.key_argument()).map(|k| one_line(k, KEY_CHARS));
@@ -121,9 +119,9 @@ pub fn weight(call: &ToolCall<'_>, rules: &Rules) -> u64 {
 pub fn is_prompt(message: &Message) -> bool {
     message.role() == Role::User
         && message.parts.iter().any(|p| {
-            p.get("type").and_then(Value::as_str) == Some("text")
-                && p.get("ignored") != Some(&Value::Bool(true))
-                && p.get("synthetic") != Some(&Value::Bool(true))
+            p.get("type").and_then(Node::as_str) == Some("text")
+                && p.get("ignored").and_then(Node::as_bool) != Some(true)
+                && p.get("synthetic").and_then(Node::as_bool) != Some(true)
         })
 }
 
@@ -189,7 +187,12 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// The placeholder of a part given as a `Value`.
+    fn placeholder(part: &Value) -> String {
+        super::placeholder(&Node::from(part))
+    }
 
     #[test]
     fn the_placeholder_names_the_call_and_says_it_can_be_run_again() {

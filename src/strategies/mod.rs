@@ -21,7 +21,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::session::{slim, History, Message, ToolCall, ToolStatus};
+use crate::session::{slim, History, Message, Node, ToolCall, ToolStatus};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
@@ -84,7 +84,7 @@ pub fn saved_tokens(call: &ToolCall<'_>, action: &Action, counter: &mut TokenCou
         let mut rewritten = input.clone();
         for e in edits.iter().filter(|e| e.path.get(1).map(String::as_str) == Some("input")) {
             if let Some(slot) = e.path.get(2).and_then(|k| rewritten.get_mut(k.as_str())) {
-                *slot = e.value.clone();
+                *slot = Node::from(&e.value);
             }
         }
         after += counter.count(&rewritten.to_string());
@@ -216,7 +216,7 @@ pub fn apply(messages: &mut [Message], state: &SessionState, include: impl Fn(&P
     }
     for message in messages.iter_mut() {
         for part in message.parts.iter_mut() {
-            let Some(call_id) = part.get("callID").and_then(Value::as_str) else {
+            let Some(call_id) = part.get("callID").and_then(Node::as_str) else {
                 continue;
             };
             let Some(record) = state.pruned.get(call_id) else {
@@ -238,20 +238,20 @@ pub struct FieldEdit {
 
 /// The field changes `action` makes to a tool part. Parts that do not have the shape the
 /// action needs get none.
-pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
+pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
     let edit = |path: &[&str], value: &str| FieldEdit {
         path: path.iter().map(|s| s.to_string()).collect(),
         value: Value::String(value.to_string()),
     };
-    if part.get("type").and_then(Value::as_str) != Some("tool") {
+    if part.get("type").and_then(Node::as_str) != Some("tool") {
         return Vec::new();
     }
-    let Some(state) = part.get("state").and_then(Value::as_object) else {
+    let Some(state) = part.get("state").and_then(Node::as_object) else {
         return Vec::new();
     };
     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
-    let status = state.get("status").and_then(Value::as_str).unwrap_or("");
-    let input = state.get("input").and_then(Value::as_object);
+    let status = state.get("status").and_then(Node::as_str).unwrap_or("");
+    let input = state.get("input").and_then(Node::as_object);
     match action {
         Action::Output | Action::Distill { .. } | Action::Mask => {
             if status != "completed" || compacted {
@@ -265,7 +265,9 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
             vec![edit(&["state", "output"], &text)]
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
-            Some(Value::String(_)) => vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)],
+            Some(content) if content.is_string() => {
+                vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)]
+            }
             _ => Vec::new(),
         },
         Action::ErrorInputs => input
@@ -278,16 +280,16 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
 }
 
 /// Applies one action to one tool part, in place.
-pub fn rewrite_part(part: &mut Value, action: &Action) {
+pub fn rewrite_part(part: &mut Node, action: &Action) {
     for FieldEdit { path, value } in field_edits(part, action) {
         if let Some(slot) = pointer_mut(part, &path) {
-            *slot = value;
+            *slot = Node::from(value);
         }
     }
 }
 
 /// The value at `path` inside `value`, if every step exists.
-pub fn pointer_mut<'a>(value: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+pub fn pointer_mut<'a>(value: &'a mut Node, path: &[String]) -> Option<&'a mut Node> {
     path.iter().try_fold(value, |v, key| v.get_mut(key.as_str()))
 }
 

@@ -8,21 +8,19 @@
 //! dead weight there is. Only `strategies.purgeErrors.protectedTools` and protected file
 //! patterns keep a failed call's inputs.
 
-use serde_json::Value;
-
 use super::{open_for_pruning, Decision, Rules, ERROR_INPUT_PLACEHOLDER};
-use crate::session::{History, ToolCall, ToolStatus};
+use crate::session::{History, Node, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
 /// The string inputs of a call, joined: what purging removes.
-pub fn string_inputs(input: &Value) -> String {
+pub fn string_inputs(input: &Node) -> String {
     let Some(map) = input.as_object() else {
         return String::new();
     };
     let mut out = String::new();
     for value in map.values() {
-        if let Value::String(s) = value {
+        if let Some(s) = value.as_str() {
             if s != ERROR_INPUT_PLACEHOLDER {
                 out.push_str(s);
             }

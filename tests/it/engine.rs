@@ -1,7 +1,7 @@
 //! The strategies and the rewrite, on synthetic sessions.
 
 use dcp::config::Config;
-use dcp::session::{History, Message};
+use dcp::session::{History, Message, Node};
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{
     self, manual, prunable, sweep, Rules, ERROR_INPUT_PLACEHOLDER, OUTPUT_PLACEHOLDER, WRITE_CONTENT_PLACEHOLDER,
@@ -332,9 +332,10 @@ fn the_same_input_gives_byte_identical_output_and_keeps_unknown_fields() {
         .tool("c1", "read", read("/a"), &long("1"))
         .tool("c2", "read", read("/a"), &long("2"))
         .build();
-    messages[1].parts.push(json!({"id": "prt_x", "type": "future-part", "payload": {"z": 1, "a": [3, 2]}}));
-    messages[1].parts[1]["state"]["futureField"] = json!({"b": 2, "a": 1});
-    messages[1].info["novel"] = json!(true);
+    messages[1].parts.push(Node::from(json!({"id": "prt_x", "type": "future-part", "payload": {"z": 1, "a": [3, 2]}})));
+    let state = messages[1].parts[1].get_mut("state").and_then(Node::as_object_mut).unwrap();
+    state.insert("futureField", Node::from(json!({"b": 2, "a": 1})));
+    messages[1].info.as_object_mut().unwrap().insert("novel", Node::from(true));
     let (first, _) = auto(&messages, &Config::default());
     let (second, _) = auto(&messages, &Config::default());
     let a = serde_json::to_vec(&first).unwrap();

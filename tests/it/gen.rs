@@ -71,12 +71,12 @@ fn histories_have_the_requested_length_and_opencode_shape() {
         assert_eq!(step[0].info["role"], "assistant");
     }
     // Some steps read a file the history already read: pruning has work to do.
-    let read_before: HashSet<&Value> =
-        tool_calls(&s.messages).iter().filter(|c| c.tool == "read").map(|c| c.input()).collect();
+    let read_before: HashSet<Value> =
+        tool_calls(&s.messages).iter().filter(|c| c.tool == "read").map(|c| c.input().to_value()).collect();
     let repeated = s
         .steps
         .iter()
-        .filter(|st| tool_calls(st).iter().any(|c| c.tool == "read" && read_before.contains(c.input())))
+        .filter(|st| tool_calls(st).iter().any(|c| c.tool == "read" && read_before.contains(&c.input().to_value())))
         .count();
     assert!(repeated >= 5, "{repeated} steps repeat a read");
 }

@@ -15,6 +15,7 @@ mod gen;
 mod host;
 mod index;
 mod masking;
+mod node;
 mod offer;
 mod package;
 mod persistence;

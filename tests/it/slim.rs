@@ -212,7 +212,7 @@ fn a_tool_output_that_looks_like_a_slim_marker_is_counted_as_text() {
 /// as OpenCode sent it.
 #[test]
 fn every_action_saves_as_much_on_a_slimmed_part_as_on_the_part_itself() {
-    use dcp::session::{slim, ToolCall};
+    use dcp::session::{slim, Node, ToolCall};
     use dcp::state::Action;
     use dcp::tokens::{EstimatorChoice, TokenCounter};
     let text = |what: &str| format!("{what}: fn step() {{ let x = compute(1, 2); }}\n").repeat(40);
@@ -232,15 +232,15 @@ fn every_action_saves_as_much_on_a_slimmed_part_as_on_the_part_itself() {
         let errored = json!({"status": "error", "input": input, "error": "Error: oldString not found in content"});
         let completed = json!({"status": "completed", "input": input, "output": text("output"), "title": "t"});
         for state in [errored, completed] {
-            let part = json!({"id": format!("prt_{tool}"), "sessionID": "ses_s", "messageID": "msg_1",
-                "type": "tool", "tool": tool, "callID": format!("call_{tool}"), "state": state});
+            let part = Node::from(json!({"id": format!("prt_{tool}"), "sessionID": "ses_s", "messageID": "msg_1",
+                "type": "tool", "tool": tool, "callID": format!("call_{tool}"), "state": state}));
             let mut slimmed = part.clone();
             slim::slim_part(&mut slimmed, &mut TokenCounter::new(EstimatorChoice::Auto));
             let marked = slimmed["state"]["input"].as_object().unwrap().values();
-            assert!(marked.filter_map(Value::as_str).any(|s| slim::marker(s).is_some()), "{slimmed}");
+            assert!(marked.filter_map(Node::as_str).any(|s| slim::marker(s).is_some()), "{slimmed}");
             for action in &actions {
                 // Fresh counters: what a slimmed part saves comes from its markers alone.
-                let saved = |part: &Value| {
+                let saved = |part: &Node| {
                     let call = ToolCall::from_part(0, 0, part, 0).unwrap();
                     dcp::strategies::saved_tokens(&call, action, &mut TokenCounter::new(EstimatorChoice::Auto))
                 };

@@ -37,7 +37,7 @@ fn whole(line: &[u8]) -> Outcome {
         Err(e) => return Outcome::NotUtf8(e.valid_up_to()),
     };
     let mut request = protocol::decode(line);
-    if let Ok(Some(Value::Array(messages))) = request.as_mut().map(|r| r.params.get_mut("messages")) {
+    if let Ok(Some(messages)) = request.as_mut().map(|r| r.messages.as_mut()) {
         for m in messages {
             slim_message(m, &mut TokenCounter::new(EstimatorChoice::Auto));
         }

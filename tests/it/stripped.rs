@@ -26,15 +26,15 @@ fn compaction(before: &Message, n: usize) -> [Message; 2] {
         part.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
         part
     };
-    let request = Message {
-        info: json!({"id": uid, "sessionID": sid, "role": "user", "time": {"created": t + 1}, "agent": "build"}),
-        parts: vec![part(&format!("prt_zc{n}u"), &uid, json!({"type": "compaction", "auto": n % 2 == 0}))],
-    };
-    let summary = Message {
-        info: json!({"id": aid, "sessionID": sid, "role": "assistant", "parentID": uid, "summary": true,
+    let request = Message::from_values(
+        json!({"id": uid, "sessionID": sid, "role": "user", "time": {"created": t + 1}, "agent": "build"}),
+        vec![part(&format!("prt_zc{n}u"), &uid, json!({"type": "compaction", "auto": n % 2 == 0}))],
+    );
+    let summary = Message::from_values(
+        json!({"id": aid, "sessionID": sid, "role": "assistant", "parentID": uid, "summary": true,
             "mode": "compaction", "agent": "compaction", "cost": 0, "finish": "stop",
             "time": {"created": t + 2, "completed": t + 3}, "tokens": {"input": 1000, "output": 200}}),
-        parts: vec![
+        vec![
             part(&format!("prt_zc{n}s"), &aid, json!({"type": "step-start", "snapshot": "abc"})),
             part(
                 &format!("prt_zc{n}t"),
@@ -44,7 +44,7 @@ fn compaction(before: &Message, n: usize) -> [Message; 2] {
             ),
             part(&format!("prt_zc{n}f"), &aid, json!({"type": "step-finish", "reason": "stop", "cost": 0})),
         ],
-    };
+    );
     [request, summary]
 }
 

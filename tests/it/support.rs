@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dcp::session::Message;
+use dcp::session::node::NULL;
+use dcp::session::{Message, Node};
 use serde_json::{json, Value};
 
 /// The repository's `fixtures/` dir.
@@ -91,19 +92,19 @@ impl SessionBuilder {
 
     pub fn user(mut self, text: &str) -> Self {
         let (id, t) = self.next();
-        self.messages.push(Message {
-            info: json!({"id": id, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
-            parts: vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
-        });
+        self.messages.push(Message::from_values(
+            json!({"id": id, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
+            vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
+        ));
         self
     }
 
     pub fn text(mut self, text: &str) -> Self {
         let (id, t) = self.next();
-        self.messages.push(Message {
-            info: json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "stop"}),
-            parts: vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
-        });
+        self.messages.push(Message::from_values(
+            json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "stop"}),
+            vec![json!({"id": format!("prt_{id}_0"), "type": "text", "text": text})],
+        ));
         self
     }
 
@@ -123,28 +124,28 @@ impl SessionBuilder {
 
     pub fn tool_state(mut self, call: &str, tool: &str, state: Value) -> Self {
         let (id, t) = self.next();
-        self.messages.push(Message {
-            info: json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "tool-calls"}),
-            parts: vec![
+        self.messages.push(Message::from_values(
+            json!({"id": id, "sessionID": "ses_test", "role": "assistant", "time": {"created": t}, "finish": "tool-calls"}),
+            vec![
                 json!({"id": format!("prt_{id}_0"), "type": "step-start"}),
                 json!({"id": format!("prt_{id}_1"), "type": "tool", "callID": call, "tool": tool, "state": state}),
             ],
-        });
+        ));
         self
     }
 
     /// A compaction: the user's request and the summary that answers it.
     pub fn compaction(mut self, summary: &str) -> Self {
         let (uid, t) = self.next();
-        self.messages.push(Message {
-            info: json!({"id": uid, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
-            parts: vec![json!({"id": format!("prt_{uid}_0"), "type": "compaction", "auto": false})],
-        });
+        self.messages.push(Message::from_values(
+            json!({"id": uid, "sessionID": "ses_test", "role": "user", "time": {"created": t}}),
+            vec![json!({"id": format!("prt_{uid}_0"), "type": "compaction", "auto": false})],
+        ));
         let (aid, t) = self.next();
-        self.messages.push(Message {
-            info: json!({"id": aid, "sessionID": "ses_test", "role": "assistant", "parentID": uid, "summary": true, "mode": "compaction", "agent": "compaction", "time": {"created": t}, "finish": "stop"}),
-            parts: vec![json!({"id": format!("prt_{aid}_0"), "type": "text", "text": summary})],
-        });
+        self.messages.push(Message::from_values(
+            json!({"id": aid, "sessionID": "ses_test", "role": "assistant", "parentID": uid, "summary": true, "mode": "compaction", "agent": "compaction", "time": {"created": t}, "finish": "stop"}),
+            vec![json!({"id": format!("prt_{aid}_0"), "type": "text", "text": summary})],
+        ));
         self
     }
 
@@ -160,20 +161,20 @@ impl SessionBuilder {
 }
 
 /// The output of call `call_id` in `messages`, as the model would see it.
-pub fn output_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
-    part_of(messages, call_id).pointer("/state/output").unwrap_or(&Value::Null)
+pub fn output_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Node {
+    part_of(messages, call_id).pointer("/state/output").unwrap_or(&NULL)
 }
 
 /// The input of call `call_id` in `messages`.
-pub fn input_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
-    part_of(messages, call_id).pointer("/state/input").unwrap_or(&Value::Null)
+pub fn input_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Node {
+    part_of(messages, call_id).pointer("/state/input").unwrap_or(&NULL)
 }
 
-fn part_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Value {
+fn part_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Node {
     messages
         .iter()
         .flat_map(|m| m.parts.iter())
-        .find(|p| p.get("callID").and_then(Value::as_str) == Some(call_id))
+        .find(|p| p.get("callID").and_then(Node::as_str) == Some(call_id))
         .unwrap_or_else(|| panic!("no call {call_id}"))
 }
 

@@ -21,7 +21,7 @@ fn whole(line: &[u8]) -> Streamed {
         Err(e) => return Streamed::NotUtf8(e.valid_up_to()),
     };
     let mut request = protocol::decode(line);
-    if let Ok(Some(Value::Array(messages))) = request.as_mut().map(|r| r.params.get_mut("messages")) {
+    if let Ok(Some(messages)) = request.as_mut().map(|r| r.messages.as_mut()) {
         for m in messages {
             let counter = &mut TokenCounter::new(EstimatorChoice::Auto);
             slim_message(m, counter);
@@ -56,7 +56,8 @@ fn a_streamed_request_is_the_request_read_whole_with_its_parts_slimmed() {
     same_as_whole(&line);
     let Streamed::Request(got) = stream(&line, 40, 1 << 20) else { panic!("not a request") };
     let got = got.unwrap();
-    let out = got.params["messages"][1]["parts"][1]["state"]["output"].as_str().unwrap();
+    let messages = got.messages.unwrap();
+    let out = messages[1]["parts"][1]["state"]["output"].as_str().unwrap();
     assert_eq!(slim::bytes(out), output.len());
     assert!(out.len() < 100);
 }

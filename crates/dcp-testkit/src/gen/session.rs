@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use dcp::session::Message;
+use dcp::session::{Message, Node};
 
 use super::text::*;
 use super::{skewed_size, Rng};
@@ -65,7 +65,7 @@ impl GeneratedSession {
             .iter()
             .chain(self.steps.iter().flatten())
             .flat_map(|m| m.parts.iter())
-            .filter_map(|p| p.pointer("/state/output").and_then(Value::as_str))
+            .filter_map(|p| p.get("state").and_then(|s| s.get("output")).and_then(Node::as_str))
     }
 }
 
@@ -237,7 +237,7 @@ impl Generator {
         });
         let part = self.part(&id, json!({"type": "text", "text": text}));
         self.context_bytes += text.len() as u64;
-        Message { info, parts: vec![part] }
+        Message { info: Node::from(info), parts: vec![Node::from(part)] }
     }
 
     pub(crate) fn assistant_info(
@@ -307,7 +307,7 @@ impl Generator {
             self.snapshot = hex(&mut self.rng, 40);
             parts.push(self.part(&id, json!({"type": "patch", "hash": self.snapshot, "files": changed})));
         }
-        Message { info, parts }
+        Message { info: Node::from(info), parts: parts.into_iter().map(Node::from).collect() }
     }
 
     /// The assistant's answer that ends a turn.
@@ -331,7 +331,7 @@ impl Generator {
         let finish =
             json!({"type": "step-finish", "reason": "stop", "snapshot": self.snapshot, "tokens": tokens, "cost": 0});
         parts.push(self.part(&id, finish));
-        Message { info, parts }
+        Message { info: Node::from(info), parts: parts.into_iter().map(Node::from).collect() }
     }
 
     /// A tool part's body (everything but the ids), chosen by the mix described above.
