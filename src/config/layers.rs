@@ -50,6 +50,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.keepTokens", Kind::Count),
     ("strategies.masking.onRewrite.keepLast", Kind::Count),
     ("strategies.masking.onRewrite.keepTokens", Kind::Count),
+    ("strategies.masking.inputs", Kind::Bool),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),

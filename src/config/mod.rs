@@ -142,6 +142,9 @@ pub struct Masking {
     /// The narrower window a rewrite masks down to when it goes anyway (see
     /// `crate::strategies::masking`, "Deeper when the prompt is written again").
     pub on_rewrite: Window,
+    /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
+    /// (their effect is on disk; see `crate::strategies::masking`).
+    pub inputs: bool,
     pub protected_tools: Vec<String>,
 }
 
@@ -259,6 +262,7 @@ impl Default for Masking {
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),
+            inputs: true,
             protected_tools: Vec::new(),
         }
     }

@@ -252,6 +252,7 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
     let status = state.get("status").and_then(Value::as_str).unwrap_or("");
     let input = state.get("input").and_then(Value::as_object);
+    let tool = part.get("tool").and_then(Value::as_str).unwrap_or("");
     match action {
         Action::Output | Action::Distill { .. } | Action::Mask => {
             if status != "completed" || compacted {
@@ -262,12 +263,23 @@ pub fn field_edits(part: &Value, action: &Action) -> Vec<FieldEdit> {
                 Action::Mask => masking::placeholder(part),
                 _ => OUTPUT_PLACEHOLDER.to_string(),
             };
-            vec![edit(&["state", "output"], &text)]
+            let mut edits = vec![edit(&["state", "output"], &text)];
+            // A masked `invalid` call's input repeats the error its output held.
+            if *action == Action::Mask && tool == masking::INVALID {
+                edits.extend(masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)));
+            }
+            edits
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
             Some(Value::String(_)) => vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)],
             _ => Vec::new(),
         },
+        Action::MaskInputs => {
+            if status != "completed" || compacted {
+                return Vec::new();
+            }
+            masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)).collect()
+        }
         Action::ErrorInputs => input
             .into_iter()
             .flat_map(|i| i.iter())
