@@ -57,6 +57,8 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("rewrite.expectedRequests", Kind::Count),
     ("rewrite.pressureRatio", Kind::Ratio),
     ("rewrite.coldCacheSeconds", Kind::Count),
+    ("rewrite.spendBanked", Kind::Ratio),
+    ("rewrite.spendMinShare", Kind::Ratio),
 ];
 
 #[derive(Debug, thiserror::Error)]
