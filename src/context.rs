@@ -134,6 +134,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::ErrorInputs => "error-inputs",
         Action::Distill { .. } => "distill",
         Action::Mask => "mask",
+        Action::MaskInputs => "mask-inputs",
     }
 }
 

@@ -50,12 +50,15 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.keepTokens", Kind::Count),
     ("strategies.masking.onRewrite.keepLast", Kind::Count),
     ("strategies.masking.onRewrite.keepTokens", Kind::Count),
+    ("strategies.masking.inputs", Kind::Bool),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
     ("rewrite.expectedRequests", Kind::Count),
     ("rewrite.pressureRatio", Kind::Ratio),
     ("rewrite.coldCacheSeconds", Kind::Count),
+    ("rewrite.spendBanked", Kind::Ratio),
+    ("rewrite.spendMinShare", Kind::Ratio),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -142,6 +142,9 @@ pub struct Masking {
     /// The narrower window a rewrite masks down to when it goes anyway (see
     /// `crate::strategies::masking`, "Deeper when the prompt is written again").
     pub on_rewrite: Window,
+    /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
+    /// (their effect is on disk; see `crate::strategies::masking`).
+    pub inputs: bool,
     pub protected_tools: Vec<String>,
 }
 
@@ -180,6 +183,11 @@ pub struct Rewrite {
     pub pressure_ratio: f64,
     /// After this many idle seconds the provider's cache is cold: rewriting is free.
     pub cold_cache_seconds: u64,
+    /// The most of what the session has banked that a rewrite which does not pay back may
+    /// spend on a smaller context (0: never; see `crate::policy`, "Spending the bank").
+    pub spend_banked: f64,
+    /// Such a rewrite must remove at least this share of the context.
+    pub spend_min_share: f64,
 }
 
 impl Default for Config {
@@ -259,6 +267,7 @@ impl Default for Masking {
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),
+            inputs: true,
             protected_tools: Vec::new(),
         }
     }
@@ -272,7 +281,14 @@ impl Default for Window {
 
 impl Default for Rewrite {
     fn default() -> Self {
-        Rewrite { mode: RewriteMode::Batched, expected_requests: 8, pressure_ratio: 0.6, cold_cache_seconds: 300 }
+        Rewrite {
+            mode: RewriteMode::Batched,
+            expected_requests: 8,
+            pressure_ratio: 0.6,
+            cold_cache_seconds: 300,
+            spend_banked: 0.5,
+            spend_min_share: 0.02,
+        }
     }
 }
 

@@ -38,7 +38,7 @@ pub(super) fn pending(messages: &[Message], blocks: &Blocks, tails: &[u64]) -> V
         .into_iter()
         .map(|span| {
             let tokens = blocks.by_id[&span.block].net_tokens();
-            (span.from, span.block, policy::Pending { tokens, tail: tails[span.from], rider: false })
+            (span.from, span.block, policy::Pending { tokens, tail: tails[span.from], ..Default::default() })
         })
         .collect()
 }

@@ -41,13 +41,14 @@ pub(super) fn mask_pending(
             let (id, tool, at) = index.candidate(c);
             let record = PruneRecord {
                 strategy: Strategy::Masking,
-                action: Action::Mask,
+                action: if c.inputs { Action::MaskInputs } else { Action::Mask },
                 tokens: c.tokens,
                 tool: tool.to_string(),
                 applied: false,
             };
             let tokens = approx_saving(mirror, at, &record.action);
-            (at, id.to_string(), record, policy::Pending { tokens, tail: tails[at.0], rider })
+            let pending = policy::Pending { tokens, tail: tails[at.0], rider, unsure: c.inputs };
+            (at, id.to_string(), record, pending)
         })
         .collect()
 }

@@ -284,7 +284,7 @@ fn apply_pending(
         .filter_map(|(id, r)| {
             let at = index.position(id)?;
             let tokens = rewrites::approx_saving(mirror, at, &r.action);
-            Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0], rider: false }))
+            Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0], ..Default::default() }))
         })
         .collect();
     let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);

@@ -79,6 +79,9 @@ pub enum Action {
     Distill { distillation: String },
     /// The output becomes a placeholder that names the call and says it can be run again.
     Mask,
+    /// The long text arguments of an `edit` or `write` (its effect is on disk) become a line
+    /// saying so; the output stays.
+    MaskInputs,
 }
 
 /// One prune decision.

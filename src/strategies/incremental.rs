@@ -24,7 +24,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
-use crate::state::{SessionState, Strategy};
+use crate::state::{Action, SessionState, Strategy};
 use crate::strategies::prunable::{self, Listing};
 use crate::strategies::{dedup, masking, purge_errors, supersede_writes, Decision, Rules};
 use crate::texts;
@@ -49,6 +49,15 @@ pub struct MaskCandidate {
     call: usize,
     /// Tokens masking it saves.
     pub tokens: u64,
+    /// It masks the text arguments of an edit or write, not the output.
+    pub inputs: bool,
+}
+
+impl MaskCandidate {
+    /// The candidate of call `at` for masking's decision `d`.
+    fn of(at: usize, d: &Decision) -> MaskCandidate {
+        MaskCandidate { call: at, tokens: d.record.tokens, inputs: d.record.action == Action::MaskInputs }
+    }
 }
 
 /// The start of a masking window: calls before `start` are beyond it.
@@ -236,11 +245,11 @@ impl Index {
             let at = self.mask_cursor;
             self.mask_cursor += 1;
             let Some(view) = view(&self.calls, messages, at) else { continue };
-            if !masking::eligible(&view, rules) || state.pruned.contains_key(view.call_id) {
+            if state.pruned.contains_key(view.call_id) {
                 continue;
             }
-            if let Some(d) = masking::prune(&view, counter) {
-                self.masking.push(MaskCandidate { call: at, tokens: d.record.tokens });
+            if let Some(d) = masking::prune(&view, rules, counter) {
+                self.masking.push(MaskCandidate::of(at, &d));
             }
         }
         let calls = &self.calls;
@@ -262,11 +271,11 @@ impl Index {
         let mut riders = Vec::new();
         for at in self.window.start..self.deep.start {
             let Some(view) = view(&self.calls, messages, at) else { continue };
-            if !masking::eligible(&view, rules) || state.pruned.contains_key(view.call_id) {
+            if state.pruned.contains_key(view.call_id) {
                 continue;
             }
-            if let Some(d) = masking::prune(&view, counter) {
-                riders.push(MaskCandidate { call: at, tokens: d.record.tokens });
+            if let Some(d) = masking::prune(&view, rules, counter) {
+                riders.push(MaskCandidate::of(at, &d));
             }
         }
         riders

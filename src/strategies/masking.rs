@@ -23,30 +23,67 @@
 //! at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
 //! start a rewrite of their own (`crate::policy::choose`).
 //!
+//! **What an edit or write said.** `edit` and `write` are protected tools (their outputs are
+//! short confirmations the model relies on), but their inputs are what they wrote: a file's
+//! whole content, the old and the new text of an edit. Once done, their effect is on disk,
+//! and the model reads the file if it needs it again. So beyond the same window (never for
+//! the last calls) those long text arguments become a line saying so, their output and file
+//! path stay (`strategies.masking.inputs`). Their size counts at half in a rewrite's gain
+//! (`crate::policy::Pending::unsure`): such text runs cheaper in tokens than characters / 4.
+//!
+//! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
+//! arguments it refused) says nothing once the model has moved on, and its input repeats the
+//! error its output holds: masked, both go, and the placeholder names the tool it asked for.
+//!
 //! Unlike the other strategies, masking does not record a decision as soon as a call leaves
 //! the window: a masked call is recorded only when the cache-aware policy applies it (see
 //! `crate::policy`), so the rewrites come in batches that pay for the prompt tail they
 //! re-bill, and the state file holds no masking that the model never saw.
 
 use super::{open_in, pruned_ids, Decision, Rules};
-use crate::session::{History, Message, Node, Role, ToolCall, ToolStatus};
+use crate::session::{slim, History, Message, Node, Object, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::tokens::TokenCounter;
 
 /// Longest key argument the placeholder quotes, in characters.
-const KEY_CHARS: usize = 120;
+const KEY_CHARS: usize = 60;
+
+/// Tools whose text arguments masking takes: what they did is on disk.
+const INPUT_TOOLS: &[&str] = &["edit", "write"];
+/// What a masked argument of an edit or write becomes.
+pub const INPUT_PLACEHOLDER: &str = "[masked: applied to the file on disk]";
+/// OpenCode's stand-in for a call it could not run (a tool that is not offered, bad
+/// arguments): its input holds the tool named and the error its output repeats.
+pub const INVALID: &str = "invalid";
+/// What the repeated error of a masked `invalid` call becomes.
+const INVALID_INPUT_PLACEHOLDER: &str = "[masked]";
 
 /// What a masked output becomes: the call, named by its tool and key argument, and how to
-/// get the output back. Derived from the part alone, so every request rewrites it to the
-/// same bytes.
+/// get the output back, in as few words as say it (a long session carries dozens). The call's
+/// whole input is sent right before it, so a file is named by its name alone and a longer
+/// argument is cut. Derived from the part alone, so every request rewrites it to the same
+/// bytes.
 pub fn placeholder(part: &Node) -> String {
     let call = ToolCall::from_part(0, 0, part, 0);
     let tool = call.as_ref().map_or("tool", |c| c.tool);
-    let key = call.as_ref().and_then(|c| c.key_argument()).map(|k| one_line(k, KEY_CHARS));
-    match key {
-        Some(key) => format!("[Output of {tool} `{key}` masked to save context. Run it again if you need it.]"),
-        None => format!("[Output of this {tool} call masked to save context. Run it again if you need it.]"),
+    if tool == INVALID {
+        let named = call.as_ref().and_then(|c| c.input().get("tool")?.as_str()).map(|t| one_line(t, KEY_CHARS));
+        return format!("[Masked: `{}` was not an available tool]", named.as_deref().unwrap_or("?"));
     }
+    let key = call.as_ref().and_then(|c| {
+        let key = c.key_argument()?;
+        let name = (c.file_path() == Some(key)).then(|| file_name(key)).flatten();
+        Some(one_line(name.unwrap_or(key), KEY_CHARS))
+    });
+    match key {
+        Some(key) => format!("[Output masked; run {tool} `{key}` again if needed]"),
+        None => format!("[Output masked; run this {tool} call again if needed]"),
+    }
+}
+
+/// The last component of `path`, if it has a non-empty one.
+fn file_name(path: &str) -> Option<&str> {
+    path.trim_end_matches(['/', '\\']).rsplit(['/', '\\']).next().filter(|n| !n.is_empty())
 }
 
 /// `text` on one line, cut to `max` characters.
@@ -67,6 +104,38 @@ pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
         && !call.compacted
         && !rules.config().masking_protects(call.tool)
         && !rules.protects_file(call)
+}
+
+/// Whether masking may take `call`'s text arguments wherever it stands: a completed `edit` or
+/// `write` not cleared by OpenCode, not named in `strategies.masking.protectedTools`, of no
+/// protected file, with `strategies.masking.inputs` on.
+pub fn inputs_eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
+    let m = &rules.config().strategies.masking;
+    m.inputs
+        && call.status == ToolStatus::Completed
+        && !call.compacted
+        && INPUT_TOOLS.contains(&call.tool)
+        && !m.protected_tools.iter().any(|t| t == call.tool)
+        && !rules.protects_file(call)
+}
+
+/// The fields of a `tool` input that masking replaces, and what each becomes: the text
+/// arguments of an edit or write (a write's content, an edit's old and new text), the error an
+/// `invalid` call's output repeats; only those longer than their placeholder (a slimmed
+/// string counts as the original it stands for).
+pub fn masked_inputs<'a>(tool: &str, input: Option<&'a Object>) -> impl Iterator<Item = (&'a str, &'static str)> {
+    let (fields, placeholder): (&[&str], &str) = match tool {
+        "edit" => (&["oldString", "newString"], INPUT_PLACEHOLDER),
+        "write" => (&["content"], INPUT_PLACEHOLDER),
+        INVALID => (&["error"], INVALID_INPUT_PLACEHOLDER),
+        _ => (&[], ""),
+    };
+    let longer = move |v: &Node| v.as_str().is_some_and(|s| slim::chars(s) > placeholder.chars().count());
+    input
+        .into_iter()
+        .flat_map(|i| i.iter())
+        .filter(move |(k, v)| fields.contains(k) && longer(v))
+        .map(move |(k, _)| (k, placeholder))
 }
 
 /// Where a call stands against the window: how many tool calls and user prompts came after
@@ -125,9 +194,16 @@ pub fn is_prompt(message: &Message) -> bool {
         })
 }
 
-/// The masking of `call`, if its output is longer than its placeholder.
-pub fn prune(call: &ToolCall<'_>, counter: &mut TokenCounter) -> Option<Decision> {
-    Decision::honest(call, Strategy::Masking, Action::Mask, counter)
+/// What masking takes of `call` once it is beyond the window, if anything: its output, or the
+/// text arguments of an edit or write, when what replaces them is shorter.
+pub fn prune(call: &ToolCall<'_>, rules: &Rules, counter: &mut TokenCounter) -> Option<Decision> {
+    if eligible(call, rules) {
+        Decision::honest(call, Strategy::Masking, Action::Mask, counter)
+    } else if inputs_eligible(call, rules) {
+        Decision::honest(call, Strategy::Masking, Action::MaskInputs, counter)
+    } else {
+        None
+    }
 }
 
 /// The index of the first call of `history` inside `window`: calls before it are beyond it
@@ -179,8 +255,8 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
     // Younger calls are younger by every measure: the window is a suffix.
     history.calls[..window]
         .iter()
-        .filter(|call| eligible(call, rules) && open_in(call, &pruned))
-        .filter_map(|call| prune(call, counter))
+        .filter(|call| open_in(call, &pruned))
+        .filter_map(|call| prune(call, rules, counter))
         .collect()
 }
 
@@ -195,22 +271,35 @@ mod tests {
     }
 
     #[test]
+    fn a_call_opencode_could_not_run_is_masked_whole_and_names_the_tool_it_asked_for() {
+        let error = "Model tried to call unavailable tool 'discard'. Available tools: bash, read.";
+        let part = json!({"type": "tool", "callID": "c5", "tool": "invalid", "state": {"status": "completed",
+            "input": {"tool": "discard", "error": error},
+            "output": format!("The arguments provided to the tool are invalid: {error}")}});
+        assert_eq!(placeholder(&part), "[Masked: `discard` was not an available tool]");
+        let edits = crate::strategies::field_edits(&Node::from(&part), &Action::Mask);
+        let paths: Vec<String> = edits.iter().map(|e| e.path.join(".")).collect();
+        assert_eq!(paths, ["state.output", "state.input.error"]);
+        assert_eq!(edits[1].value, INVALID_INPUT_PLACEHOLDER);
+        // Another tool's input named `error` stays.
+        let bash = json!({"type": "tool", "callID": "c6", "tool": "bash", "state": {"status": "completed",
+            "input": {"command": "true", "error": error}, "output": error}});
+        assert_eq!(crate::strategies::field_edits(&Node::from(&bash), &Action::Mask).len(), 1);
+    }
+
+    #[test]
     fn the_placeholder_names_the_call_and_says_it_can_be_run_again() {
         let part = json!({"type": "tool", "callID": "c1", "tool": "read",
             "state": {"status": "completed", "input": {"filePath": "/p/src/a.rs"}, "output": "x"}});
-        assert_eq!(
-            placeholder(&part),
-            "[Output of read `/p/src/a.rs` masked to save context. Run it again if you need it.]"
-        );
+        assert_eq!(placeholder(&part), "[Output masked; run read `a.rs` again if needed]");
         let long = json!({"type": "tool", "callID": "c2", "tool": "bash",
             "state": {"status": "completed", "input": {"command": format!("echo {}\nls", "y".repeat(200))}}});
         let text = placeholder(&long);
-        assert!(text.starts_with("[Output of bash `echo yyy"), "{text}");
-        assert!(text.contains("…` masked") && !text.contains('\n'), "{text}");
+        assert!(text.starts_with("[Output masked; run bash `echo yyy"), "{text}");
+        assert!(text.contains("…` again") && !text.contains('\n'), "{text}");
+        let dir = json!({"type": "tool", "callID": "c4", "tool": "list", "state": {"status": "completed", "input": {"path": "/p/src/"}}});
+        assert_eq!(placeholder(&dir), "[Output masked; run list `src` again if needed]");
         let bare = json!({"type": "tool", "callID": "c3", "tool": "lsp", "state": {"status": "completed"}});
-        assert_eq!(
-            placeholder(&bare),
-            "[Output of this lsp call masked to save context. Run it again if you need it.]"
-        );
+        assert_eq!(placeholder(&bare), "[Output masked; run this lsp call again if needed]");
     }
 }

@@ -252,6 +252,7 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
     let status = state.get("status").and_then(Node::as_str).unwrap_or("");
     let input = state.get("input").and_then(Node::as_object);
+    let tool = part.get("tool").and_then(Node::as_str).unwrap_or("");
     match action {
         Action::Output | Action::Distill { .. } | Action::Mask => {
             if status != "completed" || compacted {
@@ -262,7 +263,12 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
                 Action::Mask => masking::placeholder(part),
                 _ => OUTPUT_PLACEHOLDER.to_string(),
             };
-            vec![edit(&["state", "output"], &text)]
+            let mut edits = vec![edit(&["state", "output"], &text)];
+            // A masked `invalid` call's input repeats the error its output held.
+            if *action == Action::Mask && tool == masking::INVALID {
+                edits.extend(masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)));
+            }
+            edits
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
             Some(content) if content.is_string() => {
@@ -270,6 +276,12 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
             }
             _ => Vec::new(),
         },
+        Action::MaskInputs => {
+            if status != "completed" || compacted {
+                return Vec::new();
+            }
+            masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)).collect()
+        }
         Action::ErrorInputs => input
             .into_iter()
             .flat_map(|i| i.iter())

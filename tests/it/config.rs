@@ -41,6 +41,12 @@ fn hostile_config_files_are_errors_naming_the_file_and_key() {
             &["Number is out of range", "line 1"],
         ),
         ("a ratio out of range", br#"{"rewrite": {"pressureRatio": -0.5}}"#.to_vec(), &["rewrite.pressureRatio"]),
+        ("a bank share out of range", br#"{"rewrite": {"spendBanked": 2}}"#.to_vec(), &["rewrite.spendBanked"]),
+        (
+            "masking's inputs not a boolean",
+            br#"{"strategies": {"masking": {"inputs": "yes"}}}"#.to_vec(),
+            &["strategies.masking.inputs"],
+        ),
     ];
     let s = Sandbox::new();
     for (what, bytes, needles) in cases {

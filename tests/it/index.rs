@@ -104,8 +104,8 @@ fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<St
         (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
     let riders = history.calls[kept..narrow]
         .iter()
-        .filter(|c| masking::eligible(c, rules) && !c.compacted && !side.state.pruned.contains_key(c.call_id))
-        .filter_map(|c| masking::prune(c, &mut side.counter))
+        .filter(|c| !c.compacted && !side.state.pruned.contains_key(c.call_id))
+        .filter_map(|c| masking::prune(c, rules, &mut side.counter))
         .map(|d| d.call_id);
     (decided.into_iter().map(|d| d.call_id).collect(), riders.collect())
 }

@@ -70,8 +70,56 @@ fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
     }
     let mut out = messages.clone();
     strategies::apply(&mut out, &state, |_| true);
-    assert_eq!(output_of(&out, "g"), "[Output of glob `**/*.rs` masked to save context. Run it again if you need it.]");
+    assert_eq!(output_of(&out, "g"), "[Output masked; run glob `**/*.rs` again if needed]");
     assert_eq!(state.pruned["g"].action, Action::Mask);
+}
+
+#[test]
+fn the_inputs_of_old_edits_and_writes_are_masked_beyond_the_window_and_never_for_the_last_calls() {
+    let edit = |old: &str, new: &str| json!({"filePath": "/p/a.rs", "oldString": old, "newString": new});
+    let mut b = SessionBuilder::new()
+        .user("first task")
+        .tool("w", "write", json!({"filePath": "/p/a.rs", "content": long("fn a()")}), "Wrote file successfully.")
+        .tool("e", "edit", edit(&long("fn a()"), "fn b() {}"), "Edit applied successfully.")
+        .tool("s", "edit", edit("a", "b"), "Edit applied successfully.")
+        .text("done")
+        .user("second task");
+    for i in 0..10 {
+        b = b.tool(&format!("n{i}"), "edit", edit(&long("old"), &long("new")), "Edit applied successfully.");
+    }
+    let messages = b.build();
+    let config = Config::default();
+    // The earlier turn's edits are beyond the window (but `s`, whose strings are shorter than
+    // the placeholder); the last ten calls stay whole.
+    assert_eq!(masked(&messages, &config), ["w", "e"]);
+    let rules = Rules::new(config.clone()).unwrap();
+    let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+    let mut state = SessionState::default();
+    for d in masking::decide(&History::new(&messages), &state, &rules, &mut counter) {
+        assert_eq!(d.record.action, Action::MaskInputs);
+        state.record(&d.call_id, d.record);
+    }
+    let mut out = messages.clone();
+    strategies::apply(&mut out, &state, |_| true);
+    assert_eq!(input_of(&out, "w")["content"], masking::INPUT_PLACEHOLDER);
+    assert_eq!(input_of(&out, "w")["filePath"], "/p/a.rs");
+    assert_eq!(output_of(&out, "w"), "Wrote file successfully.");
+    // Only the strings longer than the placeholder go.
+    assert_eq!(input_of(&out, "e")["oldString"], masking::INPUT_PLACEHOLDER);
+    assert_eq!(input_of(&out, "e")["newString"], "fn b() {}");
+    // What the state records is what leaves the context.
+    let removed = measure(&messages, &counter).total - measure(&out, &counter).total;
+    assert_eq!(state.pruned.values().map(|r| r.tokens).sum::<u64>(), removed);
+    // Off, or the tool named in masking's own protected list: the inputs stay.
+    let mut off = config.clone();
+    off.strategies.masking.inputs = false;
+    assert!(masked(&messages, &off).is_empty());
+    let mut protected = config.clone();
+    protected.strategies.masking.protected_tools = vec!["edit".into()];
+    assert_eq!(masked(&messages, &protected), ["w"]);
+    let mut files = config;
+    files.protected_file_patterns = vec!["**/a.rs".into()];
+    assert!(masked(&messages, &files).is_empty());
 }
 
 #[test]
@@ -144,7 +192,7 @@ fn recorded_tokens_add_up_to_what_leaves_the_context() {
 /// The calls whose outputs `transformed`'s edits mask, in history order.
 fn masked_by(transformed: &serde_json::Value, messages: &[serde_json::Value]) -> Vec<String> {
     let edits = transformed["edits"].as_array().unwrap();
-    let masks = edits.iter().filter(|e| e["value"].as_str().is_some_and(|v| v.contains("masked to save context")));
+    let masks = edits.iter().filter(|e| e["value"].as_str().is_some_and(|v| v.starts_with("[Output masked; run ")));
     let ids = masks.map(|e| {
         let part = &messages[e["m"].as_u64().unwrap() as usize]["parts"][e["p"].as_u64().unwrap() as usize];
         part["callID"].as_str().unwrap().to_string()

@@ -125,8 +125,7 @@ fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session:
         let a = serde_json::to_string(a).unwrap();
         let b = serde_json::to_string(b).unwrap();
         assert!(a == b, "{sid}: request {i} differs");
-        rewritten +=
-            usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || a.contains("masked to save context"));
+        rewritten += usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || a.contains("[Output masked; run "));
     }
     rewritten
 }

@@ -267,12 +267,14 @@ mod tests {
     fn the_policy_ledger_and_masking_survive_a_round_trip() {
         let mut state = SessionState::default();
         state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+        state.record("call_i", PruneRecord { action: Action::MaskInputs, ..rec(Strategy::Masking, 7, true) });
         state.ledger =
             crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000), offered: false };
         let back = parse(&render(&state, "2026-11-22T00:00:00.000Z")).unwrap();
         assert_eq!(back.ledger, state.ledger);
         assert_eq!(back.pruned["call_m"], state.pruned["call_m"]);
-        assert_eq!(back.stats.by_strategy[&Strategy::Masking].tokens, 40);
+        assert_eq!(back.pruned["call_i"], state.pruned["call_i"]);
+        assert_eq!(back.stats.by_strategy[&Strategy::Masking].tokens, 47);
         // A file written before the ledger existed starts a fresh one, of a session whose
         // requests carried the agent tools from the start.
         let fresh = crate::state::Ledger { offered: true, ..crate::state::Ledger::default() };
