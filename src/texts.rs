@@ -287,6 +287,35 @@ mod tests {
     }
 }
 
+/// What stands in a request for what dcp took out of it, one text per kind of prune.
+pub mod placeholders {
+    /// What a pruned output becomes (the published DCP plugin's text, which models know).
+    pub const OUTPUT: &str = "[Output removed to save context - information superseded or no longer needed]";
+    /// What the string inputs of a purged errored call become (also DCP's text).
+    pub const ERROR_INPUT: &str = "[input removed due to failed tool call]";
+    /// What the `content` of a superseded write becomes.
+    pub const WRITE_CONTENT: &str = "[content removed to save context - the file was read back later]";
+    /// What a masked text argument of an edit or write becomes.
+    pub const MASKED_INPUT: &str = "[masked: applied to the file on disk]";
+    /// What the repeated error of a masked `invalid` call becomes.
+    pub const MASKED_INVALID_INPUT: &str = "[masked]";
+
+    /// What a masked output becomes: the call, by its tool and its key argument when it has
+    /// one, and how to get the output back, in as few words as say it (a long session carries
+    /// dozens).
+    pub fn masked_output(tool: &str, key: Option<&str>) -> String {
+        match key {
+            Some(key) => format!("[Output masked; run {tool} `{key}` again if needed]"),
+            None => format!("[Output masked; run this {tool} call again if needed]"),
+        }
+    }
+
+    /// What a masked call OpenCode could not run becomes, naming the tool it asked for.
+    pub fn masked_invalid(named: &str) -> String {
+        format!("[Masked: `{named}` was not an available tool]")
+    }
+}
+
 /// The first line of what the model sees in place of a compressed range, naming its topic.
 pub fn summary_head(topic: &str) -> String {
     if topic.is_empty() {

@@ -43,6 +43,7 @@
 use super::{open_in, pruned_ids, Decision, Rules};
 use crate::session::{slim, History, Message, Node, Object, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
+use crate::texts::placeholders;
 use crate::tokens::TokenCounter;
 
 /// Longest key argument the placeholder quotes, in characters.
@@ -50,13 +51,11 @@ const KEY_CHARS: usize = 60;
 
 /// Tools whose text arguments masking takes: what they did is on disk.
 const INPUT_TOOLS: &[&str] = &["edit", "write"];
-/// What a masked argument of an edit or write becomes.
-pub const INPUT_PLACEHOLDER: &str = "[masked: applied to the file on disk]";
+pub use crate::texts::placeholders::MASKED_INPUT as INPUT_PLACEHOLDER;
 /// OpenCode's stand-in for a call it could not run (a tool that is not offered, bad
 /// arguments): its input holds the tool named and the error its output repeats.
 pub const INVALID: &str = "invalid";
-/// What the repeated error of a masked `invalid` call becomes.
-const INVALID_INPUT_PLACEHOLDER: &str = "[masked]";
+use crate::texts::placeholders::MASKED_INVALID_INPUT as INVALID_INPUT_PLACEHOLDER;
 
 /// What a masked output becomes: the call, named by its tool and key argument, and how to
 /// get the output back, in as few words as say it (a long session carries dozens). The call's
@@ -68,17 +67,14 @@ pub fn placeholder(part: &Node) -> String {
     let tool = call.as_ref().map_or("tool", |c| c.tool);
     if tool == INVALID {
         let named = call.as_ref().and_then(|c| c.input().get("tool")?.as_str()).map(|t| one_line(t, KEY_CHARS));
-        return format!("[Masked: `{}` was not an available tool]", named.as_deref().unwrap_or("?"));
+        return placeholders::masked_invalid(named.as_deref().unwrap_or("?"));
     }
     let key = call.as_ref().and_then(|c| {
         let key = c.key_argument()?;
         let name = (c.file_path() == Some(key)).then(|| file_name(key)).flatten();
         Some(one_line(name.unwrap_or(key), KEY_CHARS))
     });
-    match key {
-        Some(key) => format!("[Output masked; run {tool} `{key}` again if needed]"),
-        None => format!("[Output masked; run this {tool} call again if needed]"),
-    }
+    placeholders::masked_output(tool, key.as_deref())
 }
 
 /// The last component of `path`, if it has a non-empty one.

@@ -25,12 +25,9 @@ use crate::session::{slim, History, Message, Node, ToolCall, ToolStatus};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::tokens::{Field, TokenCounter};
 
-/// What a pruned output becomes (the published DCP plugin's text, which models know).
-pub const OUTPUT_PLACEHOLDER: &str = "[Output removed to save context - information superseded or no longer needed]";
-/// What the string inputs of a purged errored call become (also DCP's text).
-pub const ERROR_INPUT_PLACEHOLDER: &str = "[input removed due to failed tool call]";
-/// What the `content` of a superseded write becomes.
-pub const WRITE_CONTENT_PLACEHOLDER: &str = "[content removed to save context - the file was read back later]";
+pub use crate::texts::placeholders::{
+    ERROR_INPUT as ERROR_INPUT_PLACEHOLDER, OUTPUT as OUTPUT_PLACEHOLDER, WRITE_CONTENT as WRITE_CONTENT_PLACEHOLDER,
+};
 
 /// A proposed prune of one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
