@@ -200,11 +200,19 @@ fn release_memory() {
 /// indexes and answers it in another, and what each frees stays in its arena, out of the
 /// other's reach (at 20,000 messages the peak was 18 MB higher). Called before the threads
 /// start; the sidecar's threads rarely allocate at the same time, so they seldom contend.
+///
+/// It also keeps every block of 256 KB or more out of the heap, mapped on its own and given
+/// back when freed. glibc raises that threshold as big blocks are freed (up to 32 MB), after
+/// which a rewrite of thousands of calls builds its edits, its answer and the state file's
+/// save in the heap, where they leave holes no trim returns: at 20,000 messages such a
+/// rewrite took the peak from 90 to 102 MB; with the threshold fixed, 94 MB (BENCHMARKS.md,
+/// issue 17, part E).
 fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation parameters.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
 }
 
