@@ -38,8 +38,8 @@ pub struct Request {
     pub method: String,
     /// The params, but for a list of messages, which is moved to `messages`.
     pub params: Value,
-    /// `params.messages` when it is a list, as the compact values the mirror keeps; `params`
-    /// then holds an empty list in its place.
+    /// A transform's `params.messages` when it is a list, as the compact values the mirror
+    /// keeps; `params` then holds an empty list in its place.
     pub messages: Option<Vec<Node>>,
 }
 
@@ -114,7 +114,8 @@ pub fn decode_value(value: Value) -> Result<Request, (Option<Value>, RpcError)> 
         None => return Err((id, RpcError::new(code::INVALID_REQUEST, "missing method"))),
     };
     let mut params = raw.params;
-    let messages = match params.get_mut("messages") {
+    // Only a transform carries a history; another method's params stay as they came.
+    let messages = match params.get_mut("messages").filter(|_| method == "transform") {
         Some(Value::Array(messages)) => Some(std::mem::take(messages).into_iter().map(Node::from).collect()),
         _ => None,
     };

@@ -96,23 +96,25 @@ fn one_line(text: &str, max: usize) -> String {
 /// Whether `call` may be masked at all, wherever it stands: completed, not cleared by
 /// OpenCode, and of no protected tool or file.
 pub fn eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
-    call.status == ToolStatus::Completed
-        && !call.compacted
-        && !rules.config().masking_protects(call.tool)
-        && !rules.protects_file(call)
+    maskable(call, rules) && !rules.config().masking_protects(call.tool)
 }
 
-/// Whether masking may take `call`'s text arguments wherever it stands: a completed `edit` or
-/// `write` not cleared by OpenCode, not named in `strategies.masking.protectedTools`, of no
-/// protected file, with `strategies.masking.inputs` on.
+/// What both of masking's takings ask of a call: completed, not cleared by OpenCode, of no
+/// protected file.
+fn maskable(call: &ToolCall<'_>, rules: &Rules) -> bool {
+    call.status == ToolStatus::Completed && !call.compacted && !rules.protects_file(call)
+}
+
+/// Whether masking may take `call`'s text arguments wherever it stands: an `edit` or `write`
+/// that is [`maskable`] and not named in `strategies.masking.protectedTools`, with
+/// `strategies.masking.inputs` on. (Edits and writes are protected by default, but that
+/// guards their outputs; only a tool the user named keeps its inputs.)
 pub fn inputs_eligible(call: &ToolCall<'_>, rules: &Rules) -> bool {
     let m = &rules.config().strategies.masking;
     m.inputs
-        && call.status == ToolStatus::Completed
-        && !call.compacted
         && INPUT_TOOLS.contains(&call.tool)
         && !m.protected_tools.iter().any(|t| t == call.tool)
-        && !rules.protects_file(call)
+        && maskable(call, rules)
 }
 
 /// The fields of a `tool` input that masking replaces, and what each becomes: the text
