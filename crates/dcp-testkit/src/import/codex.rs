@@ -41,22 +41,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
             }
             _ => continue,
         };
-        let out_chars = call.input.to_string().len();
-        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-        ctx += out_chars + call.result_text().len();
-        match steps.last_mut() {
-            Some(s) if s.calls.is_empty() && s.model_ms.is_none() => {
-                s.calls.push(call);
-                s.tokens = tokens;
-                s.model_ms = Some(3000 + out_chars as i64 * 8);
-            }
-            _ => steps.push(Step {
-                calls: vec![call],
-                tokens,
-                model_ms: Some(3000 + out_chars as i64 * 8),
-                ..Step::default()
-            }),
-        }
+        ctx = attach(&mut steps, call, ctx);
     }
     if !final_text.is_empty() {
         let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(final_text.len()), ..Tokens::default() };
@@ -80,6 +65,23 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         duration_ms: None,
         clock: Clock::Estimated,
     })
+}
+
+/// Adds `call` as a step (or to the reasoning step before it); returns the context size after.
+fn attach(steps: &mut Vec<Step>, call: Call, ctx: usize) -> usize {
+    let out_chars = call.input.to_string().len();
+    let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
+    let after = ctx + out_chars + call.result_text().len();
+    let model_ms = Some(3000 + out_chars as i64 * 8);
+    match steps.last_mut() {
+        Some(s) if s.calls.is_empty() && s.model_ms.is_none() => {
+            s.calls.push(call);
+            s.tokens = tokens;
+            s.model_ms = model_ms;
+        }
+        _ => steps.push(Step { calls: vec![call], tokens, model_ms, ..Step::default() }),
+    }
+    after
 }
 
 fn command(item: &Value, root: &str) -> Call {

@@ -61,18 +61,8 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
     let mut ctx = prompt.len() + history.first().map_or(0, |m| text_of(&m["content"]).len());
     let mut steps = Vec::new();
     for (i, m) in history.iter().enumerate().filter(|(_, m)| m["role"] == "assistant") {
-        let answers = tool_answers(&history[i + 1..]);
         let dur = exec_ms.get(str_at(m, "action")).and_then(|v| v.first().copied()).unwrap_or(300);
-        let calls: Vec<Call> = m["tool_calls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|tc| {
-                let out = answers.get(str_at(tc, "id")).cloned().unwrap_or_default();
-                let args: Value = serde_json::from_str(str_at(&tc["function"], "arguments")).unwrap_or(json!({}));
-                swe_call(str_at(&tc["function"], "name"), &args, &out, dur)
-            })
-            .collect();
+        let calls = step_calls(m, &history[i + 1..], dur);
         let text = text_of(&m["content"]);
         let out_chars = text.len() + calls.iter().map(|c| c.input.to_string().len()).sum::<usize>();
         let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
@@ -97,6 +87,37 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         duration_ms: None,
         clock: Clock::Estimated,
     })
+}
+
+/// The calls of assistant message `m`: its function calls (1.x), or its one text action
+/// (0.x, answered by the next user message).
+fn step_calls(m: &Value, rest: &[Value], dur: i64) -> Vec<Call> {
+    let action = str_at(m, "action").trim();
+    let Some(tool_calls) = m["tool_calls"].as_array().filter(|t| !t.is_empty()) else {
+        if action.is_empty() {
+            return Vec::new();
+        }
+        let out = rest
+            .iter()
+            .take_while(|t| t["role"] != "assistant")
+            .find(|t| t["role"] == "user")
+            .map(|t| text_of(&t["content"]));
+        return vec![swe_call("bash", &json!({"command": action}), &out.unwrap_or_default(), dur)];
+    };
+    let answers = tool_answers(rest);
+    tool_calls
+        .iter()
+        .map(|tc| {
+            let out = answers.get(str_at(tc, "id")).cloned().unwrap_or_default();
+            let mut args: Value = serde_json::from_str(str_at(&tc["function"], "arguments")).unwrap_or(json!({}));
+            let name = str_at(&tc["function"], "name");
+            if !matches!(name, "str_replace_editor" | "bash") {
+                args = json!({"command": if tool_calls.len() == 1 && !action.is_empty() { action.to_string() } else { name.to_string() }});
+                return swe_call("bash", &args, &out, dur);
+            }
+            swe_call(name, &args, &out, dur)
+        })
+        .collect()
 }
 
 /// The answers of the `tool` messages that follow an assistant message, by call id.
