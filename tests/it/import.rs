@@ -162,3 +162,41 @@ fn the_corpus_manifest_builds_its_sessions_into_one_database() {
     let replay = dcp_json(&["replay", "--all"], dir.path());
     assert_eq!(replay["sessions"].as_array().unwrap().len(), only.len());
 }
+
+#[test]
+fn a_subagent_file_named_by_a_task_result_becomes_a_child_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = r#"{"isSidechain":false,"type":"user","cwd":"/w","message":{"role":"user","content":"Fix lint in the background"},"timestamp":"2026-02-02T04:52:44.000Z"}
+{"isSidechain":false,"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Task","input":{"description":"Fix lint","prompt":"Run the linter and fix it","subagent_type":"general-purpose"}}]},"timestamp":"2026-02-02T04:52:50.000Z"}
+{"isSidechain":false,"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"Async agent launched"}]},"toolUseResult":{"isAsync":true,"agentId":"abc1234"},"timestamp":"2026-02-02T04:52:51.000Z"}
+"#;
+    let agent = r#"{"isSidechain":true,"agentId":"abc1234","type":"user","cwd":"/w","message":{"role":"user","content":"Run the linter and fix it"},"timestamp":"2026-02-02T04:52:51.500Z"}
+{"isSidechain":true,"agentId":"abc1234","type":"assistant","message":{"id":"s1","role":"assistant","content":[{"type":"tool_use","id":"u1","name":"Bash","input":{"command":"make lint"}}]},"timestamp":"2026-02-02T04:52:55.000Z"}
+{"isSidechain":true,"agentId":"abc1234","type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"u1","content":"ok"}]},"timestamp":"2026-02-02T04:53:20.000Z"}
+"#;
+    let source = sample(dir.path(), "main.jsonl", main);
+    let agents = dir.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    sample(&agents, "agent-abc1234.jsonl", agent);
+    let out = dir.path().join("out");
+    let mut buf = Vec::new();
+    let args = [
+        "import",
+        "claude-transcript",
+        source.to_str().unwrap(),
+        "--subagents",
+        agents.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    dcp_testkit::cli::run(args, &mut buf).unwrap();
+    let replay = dcp_json(&["replay", "--all"], &out);
+    let sessions = replay["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{replay}");
+    let child = sessions.iter().find(|s| !s["parent_id"].is_null()).expect("a child session");
+    assert_eq!(child["requests"], 1);
+    assert_eq!(
+        child["modes"]["none"]["per_request"][0]["time"], 1_770_007_975_000_i64,
+        "the subagent keeps its own clock"
+    );
+}
