@@ -195,8 +195,6 @@ fn a_subagent_file_named_by_a_task_result_becomes_a_child_session() {
     assert_eq!(sessions.len(), 2, "{replay}");
     let child = sessions.iter().find(|s| !s["parent_id"].is_null()).expect("a child session");
     assert_eq!(child["requests"], 1);
-    assert_eq!(
-        child["modes"]["none"]["per_request"][0]["time"], 1_770_007_975_000_i64,
-        "the subagent keeps its own clock"
-    );
+    // The request starts as its prompt is sent (04:52:51.500Z), on the subagent's own clock.
+    assert_eq!(child["modes"]["none"]["per_request"][0]["time"], 1_770_007_971_502_i64);
 }
