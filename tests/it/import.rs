@@ -289,3 +289,21 @@ fn shell_commands_map_onto_opencode_tools_only_when_unambiguous() {
     }
     assert_eq!(call("rg TODO", Some(127)).0, "bash", "a search that failed to run stays bash");
 }
+
+#[test]
+fn a_compaction_in_a_transcript_becomes_opencodes_so_only_the_summary_and_after_are_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let compacted = format!(
+        "{TRANSCRIPT}{}",
+        r#"{"type":"system","subtype":"compact_boundary","compactMetadata":{"trigger":"auto","preTokens":170000},"timestamp":"2025-09-03T10:20:00.000Z"}
+{"isSidechain":false,"type":"user","isCompactSummary":true,"message":{"role":"user","content":"This session is being continued. Summary: the tests pass."},"timestamp":"2025-09-03T10:20:00.000Z"}
+{"isSidechain":false,"type":"assistant","message":{"id":"m9","role":"assistant","content":[{"type":"text","text":"Continuing."}]},"timestamp":"2025-09-03T10:20:05.000Z"}
+"#
+    );
+    let source = sample(dir.path(), "compacted.jsonl", &compacted);
+    import("claude-transcript", &source, dir.path()).unwrap();
+    let context = dcp_json(&["context"], dir.path());
+    // The compaction request, its summary and the step after it; the five messages before are gone.
+    assert_eq!(context["messages"], 3, "{context}");
+    assert_eq!(context["tool_calls"], 0, "{context}");
+}
