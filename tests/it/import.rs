@@ -161,6 +161,9 @@ fn a_log_of_another_format_is_refused_with_the_file_named() {
     );
     let err = import("swe-agent", &source, &dir.path().join("out2")).unwrap_err().to_string();
     assert!(err.contains(&source.display().to_string()) && err.contains("not JSON"), "{err}");
+    let transcript = sample(dir.path(), "transcript.jsonl", TRANSCRIPT);
+    let err = import("codex-rollout", &transcript, &dir.path().join("out3")).unwrap_err().to_string();
+    assert!(err.starts_with(&transcript.display().to_string()) && err.contains("not a Codex rollout"), "{err}");
 }
 
 #[test]
