@@ -9,6 +9,7 @@
 
 mod compress;
 mod fake_llm;
+mod proxy;
 mod registry;
 mod scenarios;
 mod tui;
