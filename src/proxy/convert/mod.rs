@@ -215,6 +215,12 @@ fn locked(content: &Value) -> bool {
     }
 }
 
+/// Whether a result only says to look at an earlier one (Claude Code answers a second read
+/// of an unchanged file so).
+fn points_back(text: &str) -> bool {
+    text.len() < 400 && text.to_ascii_lowercase().contains("unchanged since")
+}
+
 /// Builds the session model's messages from a request, in order.
 struct Builder<'a> {
     sid: &'a str,
@@ -301,7 +307,9 @@ impl<'a> Builder<'a> {
         let Some(&(m, p)) = self.calls.get(call_id) else { return };
         let text = content_text(content);
         let state = &mut self.messages[m]["parts"][p]["state"];
-        if is_error {
+        // A result that only points back at an earlier one is no output of its own: were it
+        // the newest of identical calls, deduplication would prune the output it points at.
+        if is_error || points_back(&text) {
             state["status"] = json!("error");
             state["error"] = Value::String(text);
         } else {

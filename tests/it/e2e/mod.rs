@@ -10,6 +10,7 @@
 mod compress;
 mod fake_llm;
 mod proxy;
+mod proxy_upstream;
 mod registry;
 mod scenarios;
 mod tui;

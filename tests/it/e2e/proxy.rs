@@ -1,5 +1,6 @@
 //! `dcp proxy` between real clients and scripted fake upstreams: OpenCode 1.18 with no
-//! plugin and its provider's `baseURL` at the proxy (Chat Completions).
+//! plugin and its provider's `baseURL` at the proxy (Chat Completions), and Claude Code from
+//! npm with `ANTHROPIC_BASE_URL` at it (Anthropic Messages, streaming).
 
 use std::path::Path;
 use std::process::Command;
@@ -7,6 +8,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::fake_llm::Turn;
+use super::proxy_upstream::{FakeAnthropic, Step};
 use super::scenarios::{call_id_of, read};
 use super::{tail, Lab};
 use crate::proxy::ProxyProcess;
@@ -86,4 +88,92 @@ fn opencode_without_the_plugin_is_pruned_through_the_proxy() {
     assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
     assert_eq!(stats["all_time"]["sessions"], 1, "{stats}");
     assert!(!lab.root().join("xdg/config/opencode/node_modules/dcp-opencode").exists());
+}
+
+/// Claude Code from npm (`@anthropic-ai/claude-code`), installed into `target/e2e/claude`.
+fn claude() -> std::path::PathBuf {
+    let dir = super::e2e_dir().join("claude");
+    let bin = dir.join("node_modules/.bin/claude");
+    if !bin.exists() {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg("@anthropic-ai/claude-code")
+            .status()
+            .expect("npm is needed to install Claude Code for the end-to-end tests");
+        assert!(status.success(), "npm install @anthropic-ai/claude-code failed");
+    }
+    bin
+}
+
+#[test]
+fn claude_code_is_pruned_through_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for d in ["home", "proj", "xdg/data", "xdg/config/opencode"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    let file = root.join("proj/config.txt");
+    std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
+    let read = || Step::Tool("Read", json!({"file_path": file.display().to_string()}));
+    // Claude Code answers a second read of an unchanged file with a note that points back at
+    // the first: that first output must stay. Three identical searches are deduplicated.
+    let grep = || {
+        Step::Tool(
+            "Grep",
+            json!({"pattern": "retries", "path": root.join("proj").display().to_string(), "output_mode": "content"}),
+        )
+    };
+    let steps = vec![read(), read(), grep(), grep(), grep(), Step::Text("Read it three times.")];
+    let upstream = FakeAnthropic::start(steps);
+    let env: Vec<(&str, std::ffi::OsString)> = vec![
+        ("HOME", root.join("home").into()),
+        ("XDG_DATA_HOME", root.join("xdg/data").into()),
+        ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
+    ];
+    let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
+    let out = Command::new(claude())
+        .args(["-p", "Read config.txt three times.", "--allowedTools", "Read,Grep", "--model", "claude-sonnet-4-5"])
+        .current_dir(root.join("proj"))
+        .envs(env.iter().cloned())
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", proxy.port))
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("CLAUDE_CONFIG_DIR", root.join("home/.claude"))
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let log = upstream.log();
+    let shown: Vec<String> = log.iter().map(|l| format!("{} step {:?}", l.path, l.step)).collect();
+    assert!(out.status.success(), "claude -p failed: {}\n{}\n{shown:?}", tail(&out.stderr), tail(&out.stdout));
+    assert_eq!(upstream.remaining(), 0, "every scripted step was asked for: {shown:?}");
+    let last = log.iter().find(|l| l.step == Some(5)).unwrap();
+    let results = tool_results(&last.body);
+    assert_eq!(results.len(), 5, "{results:?}");
+    assert!(results[0].1.contains("retries = 3"), "the read a later one points back at is kept: {:?}", results[0]);
+    assert_eq!(results[2].1, OUTPUT_PLACEHOLDER, "the first search is deduplicated");
+    assert_eq!(results[3].1, OUTPUT_PLACEHOLDER, "the second search is deduplicated");
+    assert!(results[4].1.contains("retries"), "the newest search is kept: {:?}", results[4]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Read it three times."));
+    assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
+    let state_dir = root.join("xdg/data/opencode/storage/plugin/dcp");
+    let states = proxied_states(&state_dir);
+    let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
+    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
+    let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
+    assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+}
+
+/// The `tool_result`s of an Anthropic request, in order: tool use id and text.
+fn tool_results(body: &Value) -> Vec<(String, String)> {
+    let blocks =
+        body["messages"].as_array().into_iter().flatten().flat_map(|m| m["content"].as_array().into_iter().flatten());
+    blocks
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| (b["tool_use_id"].as_str().unwrap_or("").to_string(), super::fake_llm::content_text(&b["content"])))
+        .collect()
 }

@@ -1,0 +1,170 @@
+//! A scripted fake Anthropic Messages upstream on 127.0.0.1, streaming as the real API does,
+//! for driving Claude Code through `dcp proxy`.
+//!
+//! Every request that carries tools and whose last message is the user's or a tool result
+//! of the scripted conversation takes the next scripted turn: a `tool_use` or a final text.
+//! Other requests (Claude Code's title and topic checks) get a canned text. Every request is
+//! logged with its headers' names and its body.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// One scripted answer: a call of `tool` with `input`, or a text.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Tool(&'static str, Value),
+    Text(&'static str),
+}
+
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    /// The scripted step this request was answered with, if any.
+    pub step: Option<usize>,
+}
+
+#[derive(Default)]
+struct Script {
+    steps: Vec<Step>,
+    next: usize,
+    log: Vec<Logged>,
+}
+
+pub struct FakeAnthropic {
+    pub port: u16,
+    script: Arc<Mutex<Script>>,
+}
+
+impl FakeAnthropic {
+    pub fn start(steps: Vec<Step>) -> FakeAnthropic {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let port = listener.local_addr().unwrap().port();
+        let script = Arc::new(Mutex::new(Script { steps, ..Script::default() }));
+        let s = script.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let _ = handle(conn, &s);
+                });
+            }
+        });
+        FakeAnthropic { port, script }
+    }
+
+    pub fn remaining(&self) -> usize {
+        let s = self.script.lock().unwrap();
+        s.steps.len() - s.next
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.script.lock().unwrap().log.clone()
+    }
+}
+
+fn read_request(conn: &TcpStream) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let length = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok((request_line, headers, body))
+}
+
+fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
+    let (request_line, headers, body) = read_request(&conn)?;
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut out = conn;
+    if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
+        let mut s = script.lock().unwrap();
+        s.log.push(Logged { path, headers, body, step: None });
+        return respond(&mut out, "application/json", &json!({"input_tokens": 10}).to_string());
+    }
+    let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (step, index) = {
+        let mut s = script.lock().unwrap();
+        let index = (scripted && s.next < s.steps.len()).then_some(s.next);
+        if let Some(i) = index {
+            s.next = i + 1;
+        }
+        let step = index.map_or(Step::Text("ok"), |i| s.steps[i].clone());
+        s.log.push(Logged { path, headers, body: body.clone(), step: index });
+        (step, index)
+    };
+    let id = format!("toolu_{:02}", index.unwrap_or(99));
+    if body["stream"].as_bool() == Some(true) {
+        respond(&mut out, "text/event-stream", &events(&step, &id))
+    } else {
+        respond(&mut out, "application/json", &whole(&step, &id).to_string())
+    }
+}
+
+fn respond(out: &mut TcpStream, kind: &str, body: &str) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    out.flush()
+}
+
+fn usage() -> Value {
+    json!({"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+}
+
+fn whole(step: &Step, id: &str) -> Value {
+    let (content, stop) = match step {
+        Step::Tool(name, input) => (json!([{"type": "tool_use", "id": id, "name": name, "input": input}]), "tool_use"),
+        Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+    };
+    json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage()})
+}
+
+/// The answer as the API's server-sent events.
+fn events(step: &Step, id: &str) -> String {
+    let mut start = whole(step, id);
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    let (block, delta, stop) = match step {
+        Step::Tool(name, input) => (
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": input.to_string()}),
+            "tool_use",
+        ),
+        Step::Text(text) => {
+            (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}), "end_turn")
+        }
+    };
+    let events = [
+        ("message_start", json!({"type": "message_start", "message": start})),
+        ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": block})),
+        ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": delta})),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
+}
