@@ -1,8 +1,13 @@
 //! `dcp proxy`: the gateway run as a process between a client and a fake upstream, and the
 //! proof that a proxied conversation is pruned as `dcp serve` prunes the same history.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+
+use dcp::strategies::OUTPUT_PLACEHOLDER;
+use serde_json::{json, Value};
+
+use crate::support::{Sandbox, SessionBuilder, Sidecar};
 
 /// A running `dcp proxy`, stopped (SIGTERM, so that it saves) when dropped.
 pub struct ProxyProcess {
@@ -55,4 +60,149 @@ impl Drop for ProxyProcess {
             self.terminate();
         }
     }
+}
+
+/// A fake upstream that answers every request with `{}` and keeps the bodies it received.
+pub struct Recorder {
+    pub port: u16,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Recorder {
+    pub fn start() -> Recorder {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let _ = record(conn, &kept);
+            }
+        });
+        Recorder { port, bodies }
+    }
+
+    pub fn last(&self) -> Value {
+        self.bodies.lock().unwrap().last().cloned().unwrap_or(Value::Null)
+    }
+}
+
+fn record(conn: std::net::TcpStream, bodies: &std::sync::Mutex<Vec<Value>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    std::io::Read::read_exact(&mut reader, &mut body)?;
+    bodies.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+    let mut out = conn;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+    )
+}
+
+/// A session of `steps` reads of four files in turn, as OpenCode keeps it.
+fn reads(steps: usize) -> Vec<Value> {
+    let mut b = SessionBuilder::new().user("Read the files, again and again.");
+    for i in 0..steps {
+        let output = format!("fn f{}() {{ /* line */ }}\n", i % 4).repeat(150);
+        b = b.tool(&format!("call_{i}"), "read", json!({"filePath": format!("/p/f{}.rs", i % 4)}), &output);
+    }
+    b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
+}
+
+/// The same history as a Chat Completions request.
+fn as_chat(messages: &[Value]) -> Value {
+    let mut out = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for m in messages {
+        for part in m["parts"].as_array().unwrap() {
+            match (m["info"]["role"].as_str(), part["type"].as_str()) {
+                (Some(role), Some("text")) => out.push(json!({"role": role, "content": part["text"]})),
+                (_, Some("tool")) => {
+                    let call = json!({"id": part["callID"], "type": "function",
+                        "function": {"name": part["tool"], "arguments": part["state"]["input"].to_string()}});
+                    out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+                    out.push(
+                        json!({"role": "tool", "tool_call_id": part["callID"], "content": part["state"]["output"]}),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    json!({"model": "m", "stream": true, "messages": out, "tools": [{"type": "function", "function": {"name": "read"}}]})
+}
+
+/// Every tool output as the model reads it, by call id, after `dcp serve`'s edits.
+fn served_outputs(messages: &[Value], result: &Value) -> Vec<(String, String)> {
+    let mut messages = messages.to_vec();
+    crate::sidecar::apply(&mut messages, result);
+    let parts = messages.iter().flat_map(|m| m["parts"].as_array().unwrap().iter());
+    let tools = parts.filter(|p| p["type"] == "tool");
+    tools.map(|p| (p["callID"].as_str().unwrap().into(), p["state"]["output"].as_str().unwrap().into())).collect()
+}
+
+/// Every tool output of a Chat Completions request, by call id.
+fn proxied_outputs(body: &Value) -> Vec<(String, String)> {
+    let tools = body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool");
+    tools.map(|m| (m["tool_call_id"].as_str().unwrap().into(), m["content"].as_str().unwrap().into())).collect()
+}
+
+fn post(port: u16, path: &str, body: &Value) {
+    let body = body.to_string();
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(body.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Runs a session of 40 steps through `dcp serve` and through the proxy, with `config`, and
+/// checks after every step that the model would read the same outputs; returns how many
+/// outputs were pruned at the end.
+fn both_ways(config: &str) -> usize {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, config);
+    let upstream = Recorder::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = s.dir.path();
+    let env = [
+        ("HOME", root.join("home")),
+        ("XDG_CONFIG_HOME", root.join("home/.config")),
+        ("XDG_DATA_HOME", data.path().to_path_buf()),
+    ];
+    let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env);
+    let mut pruned = 0;
+    for steps in 1..=40 {
+        let messages = reads(steps);
+        let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": messages.clone()}));
+        let served = served_outputs(&messages, &result);
+        post(proxy.port, "/v1/chat/completions", &as_chat(&messages));
+        let proxied = proxied_outputs(&upstream.last());
+        assert_eq!(proxied, served, "step {steps}: the proxy and dcp serve disagree ({config})");
+        pruned = served.iter().filter(|(_, o)| o.as_str() == OUTPUT_PLACEHOLDER).count();
+    }
+    assert!(proxy.stop());
+    pruned
+}
+
+#[test]
+fn a_proxied_conversation_is_rewritten_as_dcp_serve_rewrites_the_same_history() {
+    // The cache-aware policy's own pace (a short, warm run: it waits) ...
+    both_ways("{}");
+    // ... and every decision applied at once.
+    let pruned = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#);
+    assert_eq!(pruned, 36, "every read but the newest of each of the four files is pruned");
 }

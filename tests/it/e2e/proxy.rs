@@ -90,6 +90,9 @@ fn opencode_without_the_plugin_is_pruned_through_the_proxy() {
     assert!(!lab.root().join("xdg/config/opencode/node_modules/dcp-opencode").exists());
 }
 
+/// The Claude Code `.ci/run` installs.
+const CLAUDE_CODE_VERSION: &str = "2.1.197";
+
 /// Claude Code from npm (`@anthropic-ai/claude-code`), installed into `target/e2e/claude`.
 fn claude() -> std::path::PathBuf {
     let dir = super::e2e_dir().join("claude");
@@ -98,10 +101,10 @@ fn claude() -> std::path::PathBuf {
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
             .arg(&dir)
-            .arg("@anthropic-ai/claude-code")
+            .arg(format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"))
             .status()
             .expect("npm is needed to install Claude Code for the end-to-end tests");
-        assert!(status.success(), "npm install @anthropic-ai/claude-code failed");
+        assert!(status.success(), "npm install @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} failed");
     }
     bin
 }
