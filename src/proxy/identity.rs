@@ -1,8 +1,8 @@
 //! Which conversation a request belongs to, and which client sent it.
 //!
 //! A conversation is named by the client's own session id where it sends one: a header
-//! (`session_id` or `conversation_id` from Codex, `x-claude-code-session-id`, `x-session-id`),
-//! Claude Code's `metadata.user_id` (which ends in `_session_<uuid>`), or the `prompt_cache_key`
+//! (`session-id` from Codex; `session_id`, `conversation_id`, `thread-id`,
+//! `x-claude-code-session-id`, `x-session-id`), Claude Code's `metadata.user_id` (which ends in `_session_<uuid>`), or the `prompt_cache_key`
 //! of an OpenAI request. Otherwise it is named by a digest of its stable prefix: the system
 //! prompt and the first message, which stay the same for the whole conversation. The state
 //! file's session id is `proxy-<client>-<id>`, so `dcp stats` labels it by client.
@@ -33,7 +33,8 @@ pub fn client(api: Api, headers: &HeaderMap) -> &'static str {
     }
 }
 
-const HEADERS: &[&str] = &["x-claude-code-session-id", "session_id", "conversation_id", "x-session-id"];
+const HEADERS: &[&str] =
+    &["x-claude-code-session-id", "session-id", "session_id", "conversation_id", "thread-id", "x-session-id"];
 
 /// The session id the client sent, if it sent one.
 fn client_session(headers: &HeaderMap, body: &Value) -> Option<String> {

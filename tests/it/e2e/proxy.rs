@@ -1,6 +1,7 @@
 //! `dcp proxy` between real clients and scripted fake upstreams: OpenCode 1.18 with no
 //! plugin and its provider's `baseURL` at the proxy (Chat Completions), and Claude Code from
-//! npm with `ANTHROPIC_BASE_URL` at it (Anthropic Messages, streaming).
+//! npm with `ANTHROPIC_BASE_URL` at it (Anthropic Messages, streaming), and Codex CLI from npm
+//! with a model provider whose `base_url` is the proxy (OpenAI Responses, streaming).
 
 use std::path::Path;
 use std::process::Command;
@@ -8,7 +9,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::fake_llm::Turn;
-use super::proxy_upstream::{FakeAnthropic, Step};
+use super::proxy_upstream::{FakeUpstream, Step};
 use super::scenarios::{call_id_of, read};
 use super::{tail, Lab};
 use crate::proxy::ProxyProcess;
@@ -129,7 +130,7 @@ fn claude_code_is_pruned_through_the_proxy() {
         )
     };
     let steps = vec![read(), read(), grep(), grep(), grep(), Step::Text("Read it three times.")];
-    let upstream = FakeAnthropic::start(steps);
+    let upstream = FakeUpstream::start(steps);
     let env: Vec<(&str, std::ffi::OsString)> = vec![
         ("HOME", root.join("home").into()),
         ("XDG_DATA_HOME", root.join("xdg/data").into()),
@@ -179,4 +180,86 @@ fn tool_results(body: &Value) -> Vec<(String, String)> {
         .filter(|b| b["type"] == "tool_result")
         .map(|b| (b["tool_use_id"].as_str().unwrap_or("").to_string(), super::fake_llm::content_text(&b["content"])))
         .collect()
+}
+
+/// The Codex CLI `.ci/run` installs.
+const CODEX_VERSION: &str = "0.169.0";
+
+/// Codex CLI from npm (`@openai/codex`), installed into `target/e2e/codex`.
+fn codex() -> std::path::PathBuf {
+    let dir = super::e2e_dir().join("codex");
+    let bin = dir.join("node_modules/.bin/codex");
+    if !bin.exists() {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg(format!("@openai/codex@{CODEX_VERSION}"))
+            .status()
+            .expect("npm is needed to install Codex for the end-to-end tests");
+        assert!(status.success(), "npm install @openai/codex@{CODEX_VERSION} failed");
+    }
+    bin
+}
+
+#[test]
+fn codex_is_pruned_through_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for d in ["codex", "home", "proj", "xdg/data", "xdg/config/opencode"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    std::fs::write(root.join("proj/config.txt"), "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
+    let cat = || Step::Tool("exec_command", json!({"cmd": "cat config.txt"}));
+    let upstream = FakeUpstream::start(vec![cat(), cat(), cat(), Step::Text("Read it three times.")]);
+    let env: Vec<(&str, std::ffi::OsString)> = vec![
+        ("HOME", root.join("home").into()),
+        ("XDG_DATA_HOME", root.join("xdg/data").into()),
+        ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
+    ];
+    let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
+    let config = format!(
+        "model = \"gpt-5-codex\"\nmodel_provider = \"dcp\"\n[model_providers.dcp]\nname = \"dcp proxy\"\n\
+         base_url = \"http://127.0.0.1:{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_API_KEY\"\n",
+        proxy.port
+    );
+    std::fs::write(root.join("codex/config.toml"), config).unwrap();
+    let out = Command::new(codex())
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "Read config.txt three times.",
+        ])
+        .current_dir(root.join("proj"))
+        .envs(env.iter().cloned())
+        .env("CODEX_HOME", root.join("codex"))
+        .env("FAKE_API_KEY", "dummy")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let log = upstream.log();
+    let shown: Vec<String> = log.iter().map(|l| format!("{} step {:?}", l.path, l.step)).collect();
+    assert!(out.status.success(), "codex exec failed: {}\n{}\n{shown:?}", tail(&out.stderr), tail(&out.stdout));
+    assert_eq!(upstream.remaining(), 0, "every scripted step was asked for: {shown:?}");
+    let last = log.iter().find(|l| l.step == Some(3)).unwrap();
+    let outputs: Vec<&str> = last.body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(outputs.len(), 3, "{outputs:?}");
+    assert_eq!(outputs[0], OUTPUT_PLACEHOLDER, "the first run is deduplicated");
+    assert_eq!(outputs[1], OUTPUT_PLACEHOLDER, "the second run is deduplicated");
+    assert!(outputs[2].contains("retries = 3"), "the newest run is kept: {:?}", outputs[2]);
+    assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
+    let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));
+    let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
+    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-codex-")).unwrap_or_else(|| panic!("{names:?}"));
+    let session_header = last.headers.iter().find(|(k, _)| k == "session-id").map(|(_, v)| v.as_str());
+    assert_eq!(Some(sid.trim_start_matches("proxy-codex-")), session_header, "named by Codex's own session id");
+    let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
+    assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
 }

@@ -1,10 +1,10 @@
-//! A scripted fake Anthropic Messages upstream on 127.0.0.1, streaming as the real API does,
-//! for driving Claude Code through `dcp proxy`.
+//! A scripted fake upstream on 127.0.0.1 that speaks Anthropic Messages (`/v1/messages`) and
+//! OpenAI Responses (`/v1/responses`), streaming as the real APIs do, for driving Claude Code
+//! and Codex through `dcp proxy`.
 //!
-//! Every request that carries tools and whose last message is the user's or a tool result
-//! of the scripted conversation takes the next scripted turn: a `tool_use` or a final text.
-//! Other requests (Claude Code's title and topic checks) get a canned text. Every request is
-//! logged with its headers' names and its body.
+//! Every request that carries tools takes the next scripted step: a tool call or a final
+//! text. Other requests (a client's title and topic checks) get a canned text. Every request
+//! is logged with its headers and its body.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -36,13 +36,13 @@ struct Script {
     log: Vec<Logged>,
 }
 
-pub struct FakeAnthropic {
+pub struct FakeUpstream {
     pub port: u16,
     script: Arc<Mutex<Script>>,
 }
 
-impl FakeAnthropic {
-    pub fn start(steps: Vec<Step>) -> FakeAnthropic {
+impl FakeUpstream {
+    pub fn start(steps: Vec<Step>) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let port = listener.local_addr().unwrap().port();
         let script = Arc::new(Mutex::new(Script { steps, ..Script::default() }));
@@ -55,7 +55,7 @@ impl FakeAnthropic {
                 });
             }
         });
-        FakeAnthropic { port, script }
+        FakeUpstream { port, script }
     }
 
     pub fn remaining(&self) -> usize {
@@ -94,7 +94,8 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
     let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut out = conn;
-    if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
+    let responses = path.starts_with("/v1/responses");
+    if !(path.starts_with("/v1/messages") || responses) || path.contains("count_tokens") {
         let mut s = script.lock().unwrap();
         s.log.push(Logged { path, headers, body, step: None });
         return respond(&mut out, "application/json", &json!({"input_tokens": 10}).to_string());
@@ -111,6 +112,9 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         (step, index)
     };
     let id = format!("toolu_{:02}", index.unwrap_or(99));
+    if responses {
+        return respond(&mut out, "text/event-stream", &response_events(&step, &id));
+    }
     if body["stream"].as_bool() == Some(true) {
         respond(&mut out, "text/event-stream", &events(&step, &id))
     } else {
@@ -165,6 +169,27 @@ fn events(step: &Step, id: &str) -> String {
             json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
+}
+
+/// The answer as the Responses API's server-sent events.
+fn response_events(step: &Step, id: &str) -> String {
+    let item = match step {
+        Step::Tool(name, input) => json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+            "name": name, "arguments": input.to_string(), "status": "completed"}),
+        Step::Text(text) => {
+            json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+    };
+    let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110});
+    let response = |status: &str, output: Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
+    let events = [
+        ("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))})),
+        ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
+        ("response.completed", json!({"type": "response.completed", "response": response("completed", json!([item]))})),
     ];
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
