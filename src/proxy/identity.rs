@@ -2,8 +2,8 @@
 //!
 //! A conversation is named by the client's own session id where it sends one: a header
 //! (`session-id` from Codex; `session_id`, `conversation_id`, `thread-id`,
-//! `x-claude-code-session-id`, `x-session-id`), Claude Code's `metadata.user_id` (which ends in `_session_<uuid>`), or the `prompt_cache_key`
-//! of an OpenAI request. Otherwise it is named by a digest of its stable prefix: the system
+//! `x-claude-code-session-id`, `x-session-id`), Claude Code's `metadata.user_id` (which
+//! ends in `_session_<uuid>`), or the `prompt_cache_key` of an OpenAI request. Otherwise it is named by a digest of its stable prefix: the system
 //! prompt and the first message, which stay the same for the whole conversation. The state
 //! file's session id is `proxy-<client>-<id>`, so `dcp stats` labels it by client.
 

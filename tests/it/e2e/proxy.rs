@@ -91,6 +91,20 @@ fn opencode_without_the_plugin_is_pruned_through_the_proxy() {
     assert!(!lab.root().join("xdg/config/opencode/node_modules/dcp-opencode").exists());
 }
 
+/// Makes a client's dirs under `root` (home, project, dcp's data and config, with every
+/// decision applied at once) and returns the environment that points the proxy at them.
+fn client_dirs(root: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    for d in ["codex", "home", "proj", "xdg/data", "xdg/config/opencode"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    vec![
+        ("HOME", root.join("home").into()),
+        ("XDG_DATA_HOME", root.join("xdg/data").into()),
+        ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
+    ]
+}
+
 /// The Claude Code `.ci/run` installs.
 const CLAUDE_CODE_VERSION: &str = "2.1.197";
 
@@ -114,10 +128,7 @@ fn claude() -> std::path::PathBuf {
 fn claude_code_is_pruned_through_the_proxy() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    for d in ["home", "proj", "xdg/data", "xdg/config/opencode"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    let env = client_dirs(root);
     let file = root.join("proj/config.txt");
     std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
     let read = || Step::Tool("Read", json!({"file_path": file.display().to_string()}));
@@ -131,11 +142,6 @@ fn claude_code_is_pruned_through_the_proxy() {
     };
     let steps = vec![read(), read(), grep(), grep(), grep(), Step::Text("Read it three times.")];
     let upstream = FakeUpstream::start(steps);
-    let env: Vec<(&str, std::ffi::OsString)> = vec![
-        ("HOME", root.join("home").into()),
-        ("XDG_DATA_HOME", root.join("xdg/data").into()),
-        ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
-    ];
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
     let out = Command::new(claude())
         .args(["-p", "Read config.txt three times.", "--allowedTools", "Read,Grep", "--model", "claude-sonnet-4-5"])
@@ -205,18 +211,10 @@ fn codex() -> std::path::PathBuf {
 fn codex_is_pruned_through_the_proxy() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    for d in ["codex", "home", "proj", "xdg/data", "xdg/config/opencode"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    let env = client_dirs(root);
     std::fs::write(root.join("proj/config.txt"), "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
     let cat = || Step::Tool("exec_command", json!({"cmd": "cat config.txt"}));
     let upstream = FakeUpstream::start(vec![cat(), cat(), cat(), Step::Text("Read it three times.")]);
-    let env: Vec<(&str, std::ffi::OsString)> = vec![
-        ("HOME", root.join("home").into()),
-        ("XDG_DATA_HOME", root.join("xdg/data").into()),
-        ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
-    ];
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
     let config = format!(
         "model = \"gpt-5-codex\"\nmodel_provider = \"dcp\"\n[model_providers.dcp]\nname = \"dcp proxy\"\n\
