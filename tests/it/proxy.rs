@@ -21,11 +21,20 @@ impl ProxyProcess {
         upstream: &str,
         env: impl IntoIterator<Item = (K, V)>,
     ) -> ProxyProcess {
+        ProxyProcess::spawn(upstream, env, Stdio::inherit())
+    }
+
+    fn spawn<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+        upstream: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+        stderr: Stdio,
+    ) -> ProxyProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dcp"))
             .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream])
             .envs(env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("start dcp proxy");
         let mut line = String::new();
@@ -37,6 +46,15 @@ impl ProxyProcess {
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("dcp proxy did not say where it listens: {line:?}"));
         ProxyProcess { child, port }
+    }
+
+    /// As [`ProxyProcess::start`], with the proxy's stderr written to `stderr`.
+    pub fn start_logging<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+        upstream: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+        stderr: &std::path::Path,
+    ) -> ProxyProcess {
+        ProxyProcess::spawn(upstream, env, Stdio::from(std::fs::File::create(stderr).unwrap()))
     }
 
     /// Stops the proxy as Ctrl-C would, and waits for it to save and exit; returns whether it
@@ -62,32 +80,44 @@ impl Drop for ProxyProcess {
     }
 }
 
-/// A fake upstream that answers every request with `{}` and keeps the bodies it received.
+const OK: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+
+/// A fake upstream that answers every request with `answer` (`{}` by default) and keeps the
+/// bodies it received, as they came.
 pub struct Recorder {
     pub port: u16,
-    bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
 }
 
 impl Recorder {
     pub fn start() -> Recorder {
+        Recorder::answering(OK)
+    }
+
+    pub fn answering(answer: &'static [u8]) -> Recorder {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = bodies.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let _ = record(conn, &kept);
+                let _ = record(conn, &kept, answer);
             }
         });
         Recorder { port, bodies }
     }
 
     pub fn last(&self) -> Value {
-        self.bodies.lock().unwrap().last().cloned().unwrap_or(Value::Null)
+        serde_json::from_slice(&self.last_bytes()).unwrap_or(Value::Null)
+    }
+
+    pub fn last_bytes(&self) -> Vec<u8> {
+        self.bodies.lock().unwrap().last().cloned().unwrap_or_default()
     }
 }
 
-fn record(conn: std::net::TcpStream, bodies: &std::sync::Mutex<Vec<Value>>) -> std::io::Result<()> {
+fn record(conn: std::net::TcpStream, bodies: &std::sync::Mutex<Vec<Vec<u8>>>, answer: &[u8]) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut length = 0;
     loop {
@@ -101,11 +131,9 @@ fn record(conn: std::net::TcpStream, bodies: &std::sync::Mutex<Vec<Value>>) -> s
     }
     let mut body = vec![0; length];
     std::io::Read::read_exact(&mut reader, &mut body)?;
-    bodies.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+    bodies.lock().unwrap().push(body);
     let mut out = conn;
-    out.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
-    )
+    out.write_all(answer)
 }
 
 /// A session of `steps` reads of four files in turn, as OpenCode keeps it.
@@ -156,17 +184,22 @@ fn proxied_outputs(body: &Value) -> Vec<(String, String)> {
 }
 
 fn post(port: u16, path: &str, body: &Value) {
-    let body = body.to_string();
+    let answer = post_bytes(port, path, body.to_string().as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Sends `body` to `path`; returns the whole answer, head and body.
+fn post_bytes(port: u16, path: &str, body: &[u8]) -> String {
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     conn.write_all(head.as_bytes()).unwrap();
-    conn.write_all(body.as_bytes()).unwrap();
+    conn.write_all(body).unwrap();
     let mut answer = String::new();
     std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer
 }
 
 /// Runs a session of 40 steps through `dcp serve` and through the proxy, with `config`, and
@@ -205,4 +238,75 @@ fn a_proxied_conversation_is_rewritten_as_dcp_serve_rewrites_the_same_history() 
     // ... and every decision applied at once.
     let pruned = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#);
     assert_eq!(pruned, 36, "every read but the newest of each of the four files is pruned");
+}
+
+/// A proxy in front of `upstream`, in its own dirs, with its stderr kept in `dir/stderr`.
+fn proxy_for(upstream: u16, dir: &std::path::Path) -> ProxyProcess {
+    let env =
+        [("HOME", dir.join("home")), ("XDG_CONFIG_HOME", dir.join("config")), ("XDG_DATA_HOME", dir.join("data"))];
+    ProxyProcess::start_logging(&format!("http://127.0.0.1:{upstream}"), env, &dir.join("stderr"))
+}
+
+#[test]
+fn a_body_that_is_not_json_reaches_the_upstream_as_it_came_and_is_logged_without_its_text() {
+    let upstream = Recorder::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy_for(upstream.port, dir.path());
+    let body = b"{\"messages\": [{\"role\": \"user\", \"content\": \"secret plans\"} oops";
+    let answer = post_bytes(proxy.port, "/v1/messages", body);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(upstream.last_bytes(), body);
+    assert!(proxy.stop());
+    let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(log.contains("sent on unpruned: the body is not JSON"), "{log}");
+    assert!(!log.contains("secret plans") && !log.contains("sk-secret"), "{log}");
+}
+
+#[test]
+fn the_upstream_s_status_headers_and_streamed_bytes_reach_the_client_as_they_came() {
+    const LIMITED: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/event-stream\r\nRetry-After: 7\r\nConnection: close\r\n\r\ndata: {\"a\": 1}\n\nevent: x\ndata: \xc3\xa9 \n\n";
+    let upstream = Recorder::answering(LIMITED);
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy_for(upstream.port, dir.path());
+    let answer = post_bytes(proxy.port, "/v1/chat/completions", as_chat(&reads(3)).to_string().as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 429 Too Many Requests"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after: 7"), "{answer}");
+    let body = answer.split_once("\r\n\r\n").unwrap().1;
+    assert_eq!(dechunk(body), "data: {\"a\": 1}\n\nevent: x\ndata: é \n\n");
+}
+
+#[test]
+fn an_upstream_that_cannot_be_reached_is_a_502_that_names_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy_for(port, dir.path());
+    let answer = post_bytes(proxy.port, "/v1/messages", b"{}");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains(&format!("the upstream http://127.0.0.1:{port} could not be reached")), "{answer}");
+}
+
+#[test]
+fn dcp_proxy_refuses_an_https_upstream_with_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", "https://api.anthropic.com"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("plain HTTP to the upstream only"), "{err}");
+}
+
+/// The payload of an HTTP/1.1 body, chunked or not.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { return body.to_string() };
+        if n == 0 {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = &tail[n + 2..];
+    }
+    out
 }
