@@ -3,9 +3,13 @@
 //! A conversation is named by the client's own session id where it sends one: a header
 //! (`session-id` from Codex; `session_id`, `conversation_id`, `thread-id`,
 //! `x-claude-code-session-id`, `x-session-id`), Claude Code's `metadata.user_id` (which
-//! ends in `_session_<uuid>`), or the `prompt_cache_key` of an OpenAI request. Otherwise it is named by a digest of its stable prefix: the system
-//! prompt and the first message, which stay the same for the whole conversation. The state
-//! file's session id is `proxy-<client>-<id>`, so `dcp stats` labels it by client.
+//! ends in `_session_<uuid>`), or the `prompt_cache_key` of an OpenAI request, followed by a
+//! short digest of the first user message: a client sends its side requests (titles, topic
+//! checks) and its subagents' conversations under the same session id, and each must be a
+//! conversation of its own, or the engine would take turns between unrelated histories.
+//! Without a client id, a conversation is named by a digest of its stable prefix: the system
+//! prompt and the first user message. The state file's session id is `proxy-<client>-<id>`,
+//! so `dcp stats` labels it by client.
 
 use hyper::HeaderMap;
 use serde_json::Value;
@@ -15,8 +19,11 @@ use super::convert::Api;
 /// The session id the engine keeps a proxied conversation's state under.
 pub fn session_id(api: Api, headers: &HeaderMap, body: &Value) -> String {
     let client = client(api, headers);
-    let id = client_session(headers, body).map_or_else(|| prefix_digest(api, body), |id| file_safe(&id));
-    format!("proxy-{client}-{id}")
+    let (system, first) = prefix(api, body);
+    match client_session(headers, body) {
+        Some(id) => format!("proxy-{client}-{}-{}", file_safe(&id), &digest(&[None, first])[..8]),
+        None => format!("proxy-{client}-{}", digest(&[system, first])),
+    }
 }
 
 /// The client, by its user agent; else the API's provider.
@@ -71,16 +78,25 @@ fn file_safe(id: &str) -> String {
     }
 }
 
-/// A digest of the conversation's system prompt and first message.
-fn prefix_digest(api: Api, body: &Value) -> String {
+/// A conversation's system prompt and first user message, which stay the same all along.
+fn prefix(api: Api, body: &Value) -> (Option<&Value>, Option<&Value>) {
     let (system, list) = match api {
         Api::Anthropic => (body.get("system"), body.get("messages")),
         Api::Chat => (None, body.get("messages")),
         Api::Responses => (body.get("instructions"), body.get("input")),
     };
-    let first = list.and_then(Value::as_array).and_then(|l| l.first());
-    let mut bytes = serde_json::to_vec(&system).unwrap_or_default();
-    bytes.extend(serde_json::to_vec(&first).unwrap_or_default());
+    let list = list.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let with_role = |role: &str| list.iter().find(|m| m.get("role").and_then(Value::as_str) == Some(role));
+    (system.or_else(|| with_role("system")), with_role("user"))
+}
+
+/// A digest of some JSON values, in hex.
+fn digest(values: &[Option<&Value>]) -> String {
+    let mut bytes = Vec::new();
+    for v in values {
+        bytes.extend(serde_json::to_vec(v).unwrap_or_default());
+        bytes.push(0);
+    }
     format!("{:016x}", fnv1a(&bytes))
 }
 
@@ -99,7 +115,7 @@ mod tests {
         let body = json!({"metadata": {"user_id": "user_ab12_account__session_6f1c-42"}, "messages": []});
         let mut headers = HeaderMap::new();
         headers.insert("user-agent", "claude-cli/2.0.1 (external, cli)".parse().unwrap());
-        assert_eq!(session_id(Api::Anthropic, &headers, &body), "proxy-claude-code-6f1c-42");
+        assert!(session_id(Api::Anthropic, &headers, &body).starts_with("proxy-claude-code-6f1c-42-"));
     }
 
     #[test]
@@ -110,6 +126,18 @@ mod tests {
         let h = HeaderMap::new();
         assert_eq!(session_id(Api::Anthropic, &h, &one), session_id(Api::Anthropic, &h, &two));
         assert_ne!(session_id(Api::Anthropic, &h, &one), session_id(Api::Anthropic, &h, &other));
+    }
+
+    #[test]
+    fn a_side_request_under_the_same_client_id_is_a_conversation_of_its_own() {
+        let mut h = HeaderMap::new();
+        h.insert("session-id", "s1".parse().unwrap());
+        let main = json!({"input": [{"role": "user", "content": "fix the bug"}, {"type": "function_call"}]});
+        let later =
+            json!({"input": [{"role": "user", "content": "fix the bug"}, {"type": "function_call"}, {"type": "x"}]});
+        let title = json!({"input": [{"role": "user", "content": "Name this conversation"}]});
+        assert_eq!(session_id(Api::Responses, &h, &main), session_id(Api::Responses, &h, &later));
+        assert_ne!(session_id(Api::Responses, &h, &main), session_id(Api::Responses, &h, &title));
     }
 
     #[test]
