@@ -172,16 +172,21 @@ pub async fn prune(
     if bytes.len() > MAX_BODY {
         return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
     }
+    let started = std::time::Instant::now();
     let mut body: Value = serde_json::from_slice(bytes).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let parsed = started.elapsed();
     let sid = identity::session_id(api, headers, &body);
     let Some(mut mapped) = convert::map(api, &body, &sid) else { return Ok(None) };
     let messages = std::mem::take(&mut mapped.messages);
+    let was_mapped = started.elapsed();
     let edits =
         shared.engine.transform(sid.clone(), messages, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
+    let engine = started.elapsed();
     if mapped.apply(&mut body, &edits) == 0 {
         return Ok(None);
     }
     let pruned = serde_json::to_vec(&body).map_err(|e| format!("the pruned body could not be written: {e}"))?;
-    tracing::debug!(session = sid, edits = edits.len(), before = bytes.len(), after = pruned.len(), "pruned");
+    let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
+    tracing::debug!(session = sid, edits = edits.len(), bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
     Ok(Some(Bytes::from(pruned)))
 }
