@@ -146,9 +146,10 @@ fn transform(
     Ok(edits)
 }
 
-/// A digest of a message, for telling an unchanged prefix.
+/// A digest of a message, for telling an unchanged prefix. FxHash, not SipHash: it reads a
+/// long history's every byte on every request, and no one chooses these bytes to collide.
 fn digest(message: &Value) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
+    let mut h = rustc_hash::FxHasher::default();
     hash_value(message, &mut h);
     std::hash::Hasher::finish(&h)
 }
