@@ -4,7 +4,8 @@
 //! The server is handed requests as the plugin sends them (PROTOCOL.md): a client resends
 //! the whole conversation every time, so the engine remembers a digest of each message it
 //! sent per conversation and sends only what follows the unchanged prefix (`base`), as the
-//! plugin does. Between requests it counts tokens ahead and hands out the saves that fall
+//! plugin does, and holds the last answer's edits so that the server sends only what changed
+//! of them. Between requests it counts tokens ahead and hands out the saves that fall
 //! due, as the sidecar's line loop does. An error of the server drops what the engine
 //! remembers of that conversation, so that its next request is sent whole.
 
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::convert::EngineEdit;
@@ -82,7 +84,7 @@ impl Engine {
 }
 
 fn run(mut server: Server, jobs: &Receiver<Job>) {
-    let mut sent: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut sent: HashMap<String, Sent> = HashMap::new();
     while let Some(job) = next_job(&mut server, jobs) {
         let result = transform(&mut server, &mut sent, &job.sid, job.messages);
         let _ = job.reply.send(result);
@@ -117,21 +119,31 @@ fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
     }
 }
 
+/// What the engine sent of a conversation: each message's digest, and the edits of the last
+/// answer with its number, which the server then sends only the changes of (as the plugin
+/// holds them, PROTOCOL.md `have`).
+#[derive(Default)]
+struct Sent {
+    digests: Vec<u64>,
+    seq: Option<u64>,
+    edits: Vec<EngineEdit>,
+}
+
 /// Runs one `transform` of conversation `sid`, sending only what changed since the last one.
 fn transform(
     server: &mut Server,
-    sent: &mut HashMap<String, Vec<u64>>,
+    sent: &mut HashMap<String, Sent>,
     sid: &str,
     messages: Vec<Value>,
 ) -> Result<Vec<EngineEdit>, EngineError> {
     let digests: Vec<u64> = messages.iter().map(digest).collect();
-    let before = sent.remove(sid).unwrap_or_default();
-    let base = before.iter().zip(&digests).take_while(|(a, b)| a == b).count();
+    let mut before = sent.remove(sid).unwrap_or_default();
+    let base = before.digests.iter().zip(&digests).take_while(|(a, b)| a == b).count();
     let tail: Vec<Node> = messages.into_iter().skip(base).map(Node::from).collect();
     let request = Request {
         id: Some(json!(1)),
         method: "transform".to_string(),
-        params: json!({ "sessionID": sid, "parentID": null, "base": base, "messages": [] }),
+        params: json!({ "sessionID": sid, "parentID": null, "base": base, "have": before.seq, "messages": [] }),
         messages: Some(tail),
     };
     let answer = server.handle_decoded(Ok(request)).ok_or_else(|| EngineError::Refused("no answer".into()))?;
@@ -140,10 +152,22 @@ fn transform(
         let message = error.get("message").and_then(Value::as_str).unwrap_or("an error");
         return Err(EngineError::Refused(message.to_string()));
     }
-    let edits = answer.pointer_mut("/result/edits").map(Value::take).unwrap_or_else(|| json!([]));
-    let edits = serde_json::from_value(edits).map_err(|e| EngineError::Refused(e.to_string()))?;
-    sent.insert(sid.to_string(), digests);
-    Ok(edits)
+    let result = answer.get_mut("result").map(Value::take).unwrap_or_default();
+    let edits = |key: &str| -> Result<Option<Vec<EngineEdit>>, EngineError> {
+        let Some(list) = result.get(key) else { return Ok(None) };
+        Vec::<EngineEdit>::deserialize(list).map(Some).map_err(|e| EngineError::Refused(e.to_string()))
+    };
+    if let Some(full) = edits("edits")? {
+        before.edits = full;
+    } else if let Some(added) = edits("addEdits")? {
+        before.edits.extend(added);
+    } else if result.get("sameEdits").and_then(Value::as_bool) != Some(true) {
+        before.edits.clear();
+    }
+    let answer = before.edits.clone();
+    let seq = result.get("seq").and_then(Value::as_u64);
+    sent.insert(sid.to_string(), Sent { digests, seq, edits: before.edits });
+    Ok(answer)
 }
 
 /// A digest of a message, for telling an unchanged prefix. FxHash, not SipHash: it reads a
