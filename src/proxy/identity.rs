@@ -1,15 +1,16 @@
 //! Which conversation a request belongs to, and which client sent it.
 //!
 //! A conversation is named by the client's own session id where it sends one: a header
-//! (`session-id` from Codex; `session_id`, `conversation_id`, `thread-id`,
-//! `x-claude-code-session-id`, `x-session-id`), Claude Code's `metadata.user_id` (which
-//! ends in `_session_<uuid>`), or the `prompt_cache_key` of an OpenAI request, followed by a
-//! short digest of the first user message: a client sends its side requests (titles, topic
-//! checks) and its subagents' conversations under the same session id, and each must be a
-//! conversation of its own, or the engine would take turns between unrelated histories.
-//! Without a client id, a conversation is named by a digest of its stable prefix: the system
-//! prompt and the first user message. The state file's session id is `proxy-<client>-<id>`,
-//! so `dcp stats` labels it by client.
+//! (Claude Code's `x-claude-code-session-id`, Codex's `session-id`; `session_id`,
+//! `conversation_id`, `thread-id`, `x-session-id`), Claude Code's `metadata.user_id` (a JSON
+//! object with a `session_id` since Claude Code 2; before, a string ending in
+//! `_session_<uuid>`), or the `prompt_cache_key` of an OpenAI request; followed by a short
+//! digest of the first user message: a client sends its side requests (titles, summaries) and
+//! its subagents' conversations under the same session id, and each must be a conversation of
+//! its own, or the engine would take turns between unrelated histories. Without a client id,
+//! a conversation is named by a digest of its stable prefix: the system prompt and the first
+//! user message. The state file's session id is `proxy-<client>-<id>`, so `dcp stats` labels
+//! it by client.
 
 use hyper::HeaderMap;
 use serde_json::Value;
@@ -116,6 +117,15 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("user-agent", "claude-cli/2.0.1 (external, cli)".parse().unwrap());
         assert!(session_id(Api::Anthropic, &headers, &body).starts_with("proxy-claude-code-6f1c-42-"));
+    }
+
+    #[test]
+    fn claude_code_2_s_json_user_id_names_its_session() {
+        let user_id = r#"{"device_id":"0895af","account_uuid":"","session_id":"eafd7f6e-c5ef"}"#;
+        let body = json!({"metadata": {"user_id": user_id}, "messages": [{"role": "user", "content": "hi"}]});
+        let mut headers = HeaderMap::new();
+        headers.insert("user-agent", "claude-cli/2.1.197 (external, sdk-cli)".parse().unwrap());
+        assert!(session_id(Api::Anthropic, &headers, &body).starts_with("proxy-claude-code-eafd7f6e-c5ef-"));
     }
 
     #[test]
