@@ -21,6 +21,7 @@ mod offer;
 mod package;
 mod persistence;
 mod protocol;
+mod proxy;
 mod replay;
 mod sidecar;
 mod sidecar_compress;
