@@ -198,3 +198,35 @@ fn a_subagent_file_named_by_a_task_result_becomes_a_child_session() {
     // The request starts as its prompt is sent (04:52:51.500Z), on the subagent's own clock.
     assert_eq!(child["modes"]["none"]["per_request"][0]["time"], 1_770_007_971_502_i64);
 }
+
+#[test]
+fn a_subagent_file_that_names_itself_stops_at_a_depth_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = |ts: &str, side: bool| {
+        format!(
+            r#"{{"isSidechain":{side},"type":"user","cwd":"/w","message":{{"role":"user","content":"go"}},"timestamp":"2026-02-02T04:52:{ts}.000Z"}}
+{{"isSidechain":{side},"type":"assistant","message":{{"id":"m","role":"assistant","content":[{{"type":"tool_use","id":"t","name":"Task","input":{{"prompt":"go"}}}}]}},"timestamp":"2026-02-02T04:52:{ts}.100Z"}}
+{{"isSidechain":{side},"type":"user","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":"launched"}}]}},"toolUseResult":{{"agentId":"loop"}},"timestamp":"2026-02-02T04:52:{ts}.200Z"}}
+"#
+        )
+    };
+    let source = sample(dir.path(), "main.jsonl", &task("10", false));
+    let agents = dir.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    sample(&agents, "agent-loop.jsonl", &task("20", true));
+    let out = dir.path().join("out");
+    let mut buf = Vec::new();
+    let args = [
+        "import",
+        "claude-transcript",
+        source.to_str().unwrap(),
+        "--subagents",
+        agents.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    dcp_testkit::cli::run(args, &mut buf).unwrap();
+    let written: Value = serde_json::from_slice(&buf).unwrap();
+    assert_eq!(written[0]["sessions"], 5, "the main session and four levels of the same subagent");
+}

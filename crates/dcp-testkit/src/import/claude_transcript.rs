@@ -25,9 +25,12 @@ use super::SourceMeta;
 enum Chain {
     /// The main conversation: sidechain lines are another agent's.
     Main,
-    /// A subagent's own file: every line is a sidechain line.
-    Subagent,
+    /// A subagent's own file (every line is a sidechain line), this deep under the main one.
+    Subagent(usize),
 }
+
+/// How deep subagent files are followed: a file that names itself (or a cycle) stops here.
+const MAX_DEPTH: usize = 4;
 
 /// What a transcript line is, for the parser.
 enum Line<'a> {
@@ -52,6 +55,7 @@ struct Context<'a> {
     meta: &'a SourceMeta,
     name: String,
     model: String,
+    chain: Chain,
 }
 
 fn classify<'a>(v: &'a Value, chain: Chain, file: &Path, line: usize) -> Result<Line<'a>, ImportError> {
@@ -104,7 +108,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     let main = records
         .iter()
         .any(|r| matches!(str_at(&r.value, "type"), "user" | "assistant") && r.value["isSidechain"] != true);
-    let chain = if main { Chain::Main } else { Chain::Subagent };
+    let chain = if main { Chain::Main } else { Chain::Subagent(0) };
     let mut session = parse_chain(records, meta, file, chain, &meta.name)?;
     session.title = meta.title.clone();
     Ok(session)
@@ -132,6 +136,7 @@ fn parse_chain(
         meta,
         name: name.to_string(),
         model: model.unwrap_or("claude").to_string(),
+        chain,
     };
     let turns = gather_turns(&cx, &lines)?;
     if turns.is_empty() {
@@ -229,9 +234,15 @@ fn call_of(cx: &Context<'_>, o: &Open<'_>, block: &Value) -> Result<Call, Import
     let start = o.call_times.get(id).copied().unwrap_or(o.span.end);
     let mut call = claude_call(block, &answer.output, answer.error, &cx.root);
     call.time = Some(Span { start, end: answer.time.max(start) });
-    if let (Some(agent), Some(file)) = (&answer.agent, subagent_file(cx.meta, answer.agent.as_deref())) {
+    let depth = match cx.chain {
+        Chain::Main => 0,
+        Chain::Subagent(d) => d + 1,
+    };
+    let file = subagent_file(cx.meta, answer.agent.as_deref()).filter(|_| depth < MAX_DEPTH);
+    if let (Some(agent), Some(file)) = (&answer.agent, file) {
         let records = json_lines(&read_text(&file)?, &file)?;
-        let child = parse_chain(&records, cx.meta, &file, Chain::Subagent, &format!("{}/agent-{agent}", cx.name))?;
+        let child =
+            parse_chain(&records, cx.meta, &file, Chain::Subagent(depth), &format!("{}/agent-{agent}", cx.name))?;
         call.child = Some(Box::new(child));
     }
     Ok(call)

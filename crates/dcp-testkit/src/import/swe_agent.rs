@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::model::{est_tokens, Call, Clock, Session, Step, Tokens, Turn};
+use super::model::{chars, dumps_len, est_tokens, Call, Clock, Session, Step, Tokens, Turn};
 use super::shell::{bash_call, relative, shell_call, ShellRun, META_MAX};
 use super::source::{str_at, ImportError};
 use super::SourceMeta;
@@ -58,15 +58,15 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         exec_ms.entry(str_at(s, "action").to_string()).or_default().push(ms);
     }
     let prompt = history.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
-    let mut ctx = prompt.len() + history.first().map_or(0, |m| text_of(&m["content"]).len());
+    let mut ctx = chars(&prompt) + history.first().map_or(0, |m| chars(&text_of(&m["content"])));
     let mut steps = Vec::new();
     for (i, m) in history.iter().enumerate().filter(|(_, m)| m["role"] == "assistant") {
         let dur = exec_ms.get(str_at(m, "action")).and_then(|v| v.first().copied()).unwrap_or(300);
         let calls = step_calls(m, &history[i + 1..], dur);
         let text = text_of(&m["content"]);
-        let out_chars = text.len() + calls.iter().map(|c| c.input.to_string().len()).sum::<usize>();
+        let out_chars = chars(&text) + calls.iter().map(|c| dumps_len(&c.input)).sum::<usize>();
         let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-        ctx += out_chars + calls.iter().map(|c| c.result_text().len()).sum::<usize>();
+        ctx += out_chars + calls.iter().map(|c| chars(c.result_text())).sum::<usize>();
         steps.push(Step { text, calls, tokens, model_ms: Some(2500 + out_chars as i64 * 8), ..Step::default() });
     }
     if steps.is_empty() {

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::ids::{fnv1a, Ids, Order};
-use super::model::{Call, Clock, Outcome, Session, Step, Tokens};
+use super::model::{chars, dumps_len, Call, Clock, Outcome, Session, Step, Tokens};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const MIGRATIONS: &str = include_str!("migrations.txt");
@@ -110,7 +110,7 @@ fn slug(name: &str) -> String {
 
 fn model_ms_of(step: &Step) -> i64 {
     step.model_ms.unwrap_or_else(|| {
-        2500 + 8 * (step.text.len() + step.calls.iter().map(|c| c.input.to_string().len()).sum::<usize>()) as i64
+        2500 + 8 * (chars(&step.text) + step.calls.iter().map(|c| dumps_len(&c.input)).sum::<usize>()) as i64
     })
 }
 
