@@ -92,7 +92,7 @@ def main():
     heads = [h for _, h in FIGURES] + ["misses"]
     if markdown:
         print("| sessions | mode | sessions / steps | %s |" % " | ".join(heads))
-        print("|---|---|---|%s" % "---|" * len(heads))
+        print("|---|---|---|" + "---|" * len(heads))
     else:
         print("  %-12s %-17s %4s %6s  %s" % ("sessions", "mode", "n", "steps", "  ".join("%-20s" % h for h in heads)))
     for label, sessions in parts:
