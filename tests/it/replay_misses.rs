@@ -159,3 +159,112 @@ fn the_text_report_shows_misses_and_the_charged_cost() {
     assert!(text.contains("Cost with misses charged, ratio to no pruning"), "{text}");
     assert!(text.contains("Misses, share of steps"), "{text}");
 }
+
+/// The string values of `v`, depth first.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|i| strings(i, out)),
+        Value::Object(map) => map.values().for_each(|i| strings(i, out)),
+        _ => {}
+    }
+}
+
+/// What a part sends, naively: its inputs (or text), then its result.
+fn sent_texts(part: &Value) -> [Vec<String>; 2] {
+    let state = &part["state"];
+    match part["type"].as_str() {
+        Some("text") if part["ignored"] != json!(true) => [vec![part["text"].as_str().unwrap_or("").into()], vec![]],
+        Some("reasoning") => [vec![part["text"].as_str().unwrap_or("").into()], vec![]],
+        Some("tool") => {
+            let mut inputs = Vec::new();
+            strings(&state["input"], &mut inputs);
+            let result = state["output"].as_str().or(state["error"].as_str()).unwrap_or("").to_string();
+            [inputs, vec![result]]
+        }
+        _ => [vec![], vec![]],
+    }
+}
+
+fn normalised(text: &str) -> String {
+    dcp::replay::windows::normalise(text).into_iter().collect()
+}
+
+/// Whether the step `step` produced by a request that sent `sent` (original `history`) is a
+/// miss, by plain substring search over every window: the rule without the index.
+fn naive_miss(step: &Value, history: &[Value], sent: &[Value]) -> bool {
+    let (mut visible, mut hidden) = (Vec::new(), Vec::new());
+    for (m, message) in sent.iter().enumerate() {
+        for (p, part) in message["parts"].as_array().unwrap().iter().enumerate() {
+            let now = sent_texts(part);
+            let was = history.get(m).map(|h| sent_texts(&h["parts"][p]));
+            for g in 0..2 {
+                visible.extend(now[g].iter().map(|t| normalised(t)));
+                if let Some(was) = was.as_ref().filter(|was| was[g] != now[g]) {
+                    hidden.extend(was[g].iter().map(|t| normalised(t)));
+                }
+            }
+        }
+    }
+    let mut quotes = Vec::new();
+    for part in step["parts"].as_array().unwrap() {
+        match part["type"].as_str() {
+            Some("text") => quotes.push(part["text"].as_str().unwrap_or("").to_string()),
+            Some("tool") if !["discard", "extract", "compress"].contains(&part["tool"].as_str().unwrap_or("")) => {
+                strings(&part["state"]["input"], &mut quotes)
+            }
+            _ => {}
+        }
+    }
+    quotes.iter().map(|q| normalised(q).chars().collect::<Vec<char>>()).any(|q| {
+        q.windows(64).any(|w| {
+            let w: String = w.iter().collect();
+            hidden.iter().any(|h| h.contains(&w)) && !visible.iter().any(|v| v.contains(&w))
+        })
+    })
+}
+
+#[test]
+fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
+    use dcp::replay::{self, Mode, Options, Session};
+    let mut compared = 0;
+    let mut found = 0;
+    for name in ["long", "own-steps", "shared", "compress"] {
+        let data = dcp::host::DataDir::new(&crate::support::fixtures().join("replay").join(name), &Default::default());
+        let info = data.latest().unwrap().unwrap();
+        let messages = data.load(&info.id).unwrap().messages;
+        for config in ["{}", MASK_ALL_BUT_LAST] {
+            let config: dcp::config::Config = serde_json::from_str(config).unwrap();
+            let options = Options {
+                modes: Vec::new(),
+                ttl: replay::cost::Ttl::Seconds(300),
+                context_limit: Some(200_000),
+                overhead: replay::OPENCODE_OVERHEAD,
+                config,
+                estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
+            };
+            let session = Session { id: &info.id, parent_id: None, directory: None, messages: &messages };
+            let replayed = replay::replay(&session, &options).unwrap();
+            let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
+            let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();
+            let by_id = |id: &str| messages.iter().position(|m| m.id() == id).unwrap();
+            for (r, bill) in sent.iter().zip(&run.per_request) {
+                let step = serde_json::to_value(&messages[by_id(&r.message_id)]).unwrap();
+                let sent: Vec<Value> = r.messages.iter().map(|m| serde_json::to_value(m).unwrap()).collect();
+                let history: Vec<Value> = sent
+                    .iter()
+                    .map(|m| {
+                        let id = m["info"]["id"].as_str().unwrap_or("");
+                        messages.iter().find(|o| o.id() == id).map_or(Value::Null, |o| serde_json::to_value(o).unwrap())
+                    })
+                    .collect();
+                let naive = naive_miss(&step, &history, &sent);
+                assert_eq!(bill.miss.is_some(), naive, "{name}: request {} ({})", r.index, r.message_id);
+                compared += 1;
+                found += usize::from(naive);
+            }
+        }
+    }
+    // The comparison covered misses, not only requests without one.
+    assert!(found >= 5 && compared > 100, "{found} misses in {compared} requests");
+}
