@@ -230,3 +230,62 @@ fn a_subagent_file_that_names_itself_stops_at_a_depth_limit() {
     let written: Value = serde_json::from_slice(&buf).unwrap();
     assert_eq!(written[0]["sessions"], 5, "the main session and four levels of the same subagent");
 }
+
+#[test]
+fn every_corpus_entry_names_its_source_licence_kind_and_clock() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/real");
+    let manifest = dcp_testkit::import::manifest::read(&root.join("sources.json")).unwrap();
+    assert!(manifest.sessions.len() >= 40, "{} sessions", manifest.sessions.len());
+    let mut names = std::collections::HashSet::new();
+    for e in &manifest.sessions {
+        assert!(names.insert(&e.name), "{} twice", e.name);
+        assert!(root.join(&e.file).is_file(), "{}: no {}", e.name, e.file.display());
+        assert!(e.prompt_file.as_ref().is_none_or(|p| root.join(p).is_file()), "{}: no prompt file", e.name);
+        assert!(e.repo.contains('/') && !e.path.is_empty() && e.commit.len() == 40, "{}: source incomplete", e.name);
+        assert!(
+            ["MIT", "Apache-2.0", "BSD-3-Clause", "CC-BY-4.0"].contains(&e.license.as_str()),
+            "{}: {}",
+            e.name,
+            e.license
+        );
+        assert!(["continuous", "interactive"].contains(&e.kind.as_str()), "{}: kind {}", e.name, e.kind);
+        assert!(e.clock.starts_with("recorded") || e.clock.starts_with("estimated"), "{}: clock {}", e.name, e.clock);
+    }
+    let held_back = [
+        "issue-115/04_implementation/execute",
+        "issue-127/06_testing/revise",
+        "issue-174/06_testing/execute",
+        "issue-221/04_implementation/execute",
+        "issue-38/06_testing/revise",
+        "issue-119/04_implementation/execute",
+    ];
+    for e in manifest.sessions.iter().filter(|e| e.repo == "tielec/ai-workflow-agent") {
+        assert!(!held_back.iter().any(|h| e.path.contains(h)), "{} is held back", e.name);
+    }
+}
+
+#[test]
+fn shell_commands_map_onto_opencode_tools_only_when_unambiguous() {
+    use dcp_testkit::import::shell::{shell_call, ShellRun};
+    let call = |command: &str, exit: Option<i64>| {
+        let run = ShellRun { command, output: "x\n", cwd: "/w", root: "/w", exit, dur_ms: 10 };
+        let c = shell_call(&run);
+        (c.tool, c.input)
+    };
+    assert_eq!(call("cat src/a.rs", Some(0)), ("read".into(), serde_json::json!({"filePath": "/w/src/a.rs"})));
+    let (tool, input) = call("nl -ba src/a.rs | sed -n '10,29p'", Some(0));
+    assert_eq!(
+        (tool.as_str(), &input["offset"], &input["limit"]),
+        ("read", &serde_json::json!(10), &serde_json::json!(20))
+    );
+    assert_eq!(call("cd sub && sed -n 1,5p ../b.rs", Some(0)).1["filePath"], "/w/b.rs");
+    assert_eq!(call("rg -n TODO src", Some(1)).0, "grep");
+    assert_eq!(call("find . -name setup.py", Some(0)).1, serde_json::json!({"pattern": "**/setup.py", "path": "/w"}));
+    // A glob character stays with the shell, as in the converter of the shared sessions.
+    for kept in
+        ["find . -name '*.rs'", "ls | wc -l", "cat a.rs b.rs", "grep -A3 x f", "sed -i s/a/b/ f", "echo 'open quote"]
+    {
+        assert_eq!(call(kept, Some(0)).0, "bash", "{kept}");
+    }
+    assert_eq!(call("rg TODO", Some(127)).0, "bash", "a search that failed to run stays bash");
+}
