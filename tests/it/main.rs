@@ -23,6 +23,7 @@ mod persistence;
 mod protocol;
 mod proxy;
 mod replay;
+mod replay_misses;
 mod sidecar;
 mod sidecar_compress;
 mod slim;
