@@ -112,9 +112,14 @@ pub struct Inputs {
     pub idle_seconds: Option<u64>,
     /// The model's context window, if known.
     pub context_limit: Option<u64>,
-    /// What dcp has gained on no pruning in this session so far ([`Ledger`]): the most a
-    /// rewrite may cost beyond what it saves on the request that carries it.
+    /// What dcp has gained on no pruning in this session so far ([`balance`]).
     pub banked: f64,
+    /// What the session has cost so far without pruning ([`unpruned_cost`], summed): the loss
+    /// bound is a share of it.
+    pub baseline: f64,
+    /// What dcp's own additions have cost so far ([`additions`], summed): the price of the
+    /// agent tools, which the loss bound on rewrites does not take from.
+    pub added: f64,
 }
 
 /// What one request cost or saved against no pruning, by the cost model, in tokens at the
@@ -138,11 +143,15 @@ pub struct Request {
 /// rewrite's extra (see the module header) and dcp's own additions.
 pub fn balance(r: &Request) -> f64 {
     let (in_force, applied, tail) = (r.in_force as f64, r.applied as f64, r.tail as f64);
-    let appended = CACHE_WRITE * r.appended as f64;
-    if r.cold {
-        return CACHE_WRITE * (in_force + applied) - CACHE_WRITE * r.head as f64 - appended;
-    }
-    CACHE_READ * in_force - rewrite_extra(applied, tail) - CACHE_READ * r.head as f64 - appended
+    let saved = if r.cold { CACHE_WRITE * (in_force + applied) } else { CACHE_READ * in_force - rewrite_extra(applied, tail) };
+    saved - additions(r)
+}
+
+/// What dcp's own additions cost on the request: its head (written on a cold cache, read
+/// from it on a warm one) and the appended list (never cached).
+pub fn additions(r: &Request) -> f64 {
+    let head = if r.cold { CACHE_WRITE } else { CACHE_READ } * r.head as f64;
+    head + CACHE_WRITE * r.appended as f64
 }
 
 /// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
@@ -210,7 +219,7 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
             continue;
         }
         let net = gain_tokens * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
-        if net >= 0.0 && affordable(gain_tokens, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
+        if net >= 0.0 && affordable(config, gain_tokens, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
     }
@@ -224,7 +233,7 @@ fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize,
     let start = pending.iter().position(|p| !p.rider)?;
     let gain: f64 = pending[start..].iter().map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let within = rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * base.banked.max(0.0);
+    let within = rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * pruning_balance(base).max(0.0);
     (big_enough && within).then_some((start, Trigger::Spends))
 }
 
@@ -243,10 +252,34 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
     f64::from((inputs.warm / 2).min(config.expected_requests))
 }
 
-/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: its
-/// extra cost, were the session to end right after it, is covered by what dcp has banked.
-fn affordable(saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    rewrite_extra(saved, tail) <= inputs.banked.max(0.0)
+/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were
+/// the session to end right after it, it would have cost no more than no pruning plus the
+/// loss bound ([`allowance`]). A rewrite that costs nothing extra always is.
+fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
+    let extra = rewrite_extra(saved, tail);
+    extra <= 0.0 || extra <= allowance(config, inputs)
+}
+
+/// What a rewrite may cost beyond what it saves on its own request: what the session has
+/// banked, plus `lossBound` of what it has cost without pruning so far (see the module
+/// header, "The loss bound").
+pub fn allowance(config: &Rewrite, inputs: &Inputs) -> f64 {
+    pruning_balance(inputs) + config.loss_bound * inputs.baseline.max(0.0)
+}
+
+/// What pruning itself has gained on no pruning so far: the session's balance without the
+/// price of dcp's own additions (the agent tools' head and lists), which the offer of the
+/// tools answers for ([`offer`]), not the rewrites.
+fn pruning_balance(inputs: &Inputs) -> f64 {
+    inputs.banked + inputs.added
+}
+
+/// What one request costs without pruning, by the same model: the part of `context` the
+/// previous request (`previous` tokens) cached at the cache-read price, the rest at the
+/// cache-write price; all of it at the write price on a cold cache or a first request.
+pub fn unpruned_cost(previous: Option<u64>, context: u64, cold: bool) -> f64 {
+    let cached = if cold { 0 } else { previous.unwrap_or(0).min(context) };
+    CACHE_READ * cached as f64 + CACHE_WRITE * (context - cached) as f64
 }
 
 /// What the start of a user turn looks like to [`offer`], in approximate tokens.
@@ -279,6 +312,13 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
+/// Whether a `<prunable-tools>` list of `list` tokens that names outputs of `listed` tokens is
+/// worth sending: it is written uncached with every request, and pruning what it names saves
+/// a cached read of them on every later one.
+pub fn list_pays(listed: u64, list: u64) -> bool {
+    CACHE_READ * listed as f64 >= CACHE_WRITE * list as f64
+}
+
 /// The verdict: apply every pending rewrite now, or wait.
 pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     if inputs.pending == 0 {
@@ -298,7 +338,7 @@ pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     let remaining = horizon(config, inputs);
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    (gain >= cost && affordable(inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
+    (gain >= cost && affordable(config, inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
 }
 
 #[cfg(test)]

@@ -161,6 +161,10 @@ impl Server {
             }
         }
         let in_force = rewrites::in_force(slot, &session.index, mirror);
+        let cold = request.idle_seconds.is_none_or(|s| s >= self.rules.config().rewrite.cold_cache_seconds);
+        let unpruned = mirror.sizes().iter().sum();
+        session.baseline += policy::unpruned_cost(session.unpruned, unpruned, cold);
+        session.unpruned = Some(unpruned);
         let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
         let applied =
@@ -172,14 +176,16 @@ impl Server {
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
         let cut = applied_now.as_ref().map_or((0, 0), |a| (a.tokens, a.tail));
-        session.banked += policy::balance(&policy::Request {
+        let balance = policy::Request {
             cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
             in_force,
             applied: cut.0,
             tail: cut.1,
             head: if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 },
             appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
-        });
+        };
+        session.banked += policy::balance(&balance);
+        session.added += policy::additions(&balance);
         // The ledger goes to the state file with the next save (see `Server::save_dirty`).
         slot.state.ledger = ledger(session);
         let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
@@ -235,6 +241,11 @@ fn tail_message(
         return Vec::new();
     };
     let mut text = list.to_string();
+    // The list is sent uncached with every request: it goes only when pruning what it names
+    // would save more on each request than the list itself costs.
+    if !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
+        return Vec::new();
+    }
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;
@@ -301,6 +312,8 @@ fn apply_pending(
         idle_seconds: request.idle_seconds,
         context_limit: request.context_limit,
         banked: session.banked,
+        baseline: session.baseline,
+        added: session.added,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
