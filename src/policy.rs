@@ -32,10 +32,20 @@
 //! Affordable: the session keeps a running balance against no pruning ([`balance`], request
 //! by request: `0.1 x` the tokens of prunes in force on a warm request, `1.25 x` on a cold
 //! one, minus each rewrite's extra and what dcp itself adds: its instructions and tool
-//! definitions at the head, the prunable list at the tail, never cached). A rewrite's extra
-//! must be covered by that balance: were the session to end right after it, it would still
-//! have cost no more than no pruning. (An allowance of one cached read of the prompt beyond
-//! the balance let a deep masking at request 10 of 10 cost 2.8% more than no pruning.)
+//! definitions at the head, the prunable list at the tail, never cached).
+//!
+//! **The loss bound.** A rewrite's extra must be covered by what pruning has banked plus
+//! `rewrite.lossBound` (5%) of what the session has cost without pruning so far
+//! ([`unpruned_cost`], summed request by request from the sizes the sidecar sees): were the
+//! session to end right after it, it would cost at most that much more than no pruning, and
+//! any later request it serves pays part of it back. A bank alone never fills on a
+//! continuous agent run (one prompt, 30 to 100 steps, no idle gap, no cold cache), while a
+//! batch near the tail, whose outputs make most of what it re-bills,
+//! pays back within a request or two. The bound grows with the session, so the deep
+//! rewrites it allows come late, where a long run's remaining requests pay them back. The
+//! price of dcp's own additions is kept apart ([`additions`]): it is what the agent tools
+//! cost, answered for by the offer, not by the rewrites, so a session whose tools have cost
+//! more than pruning saved so far may still start pruning.
 //!
 //! Sizes: every figure the policy weighs (the tails, what a rewrite removes, what is in
 //! force) is in the same unit, characters / 4 of what the model is sent, as the sidecar's
@@ -44,19 +54,21 @@
 //! made deep rewrites look cheaper than they were. `rewrite.mode = "immediate"` applies every decision on the next request, as the
 //! published DCP does.
 //!
-//! What dcp adds to every request is held to the same rule ([`offer`]). Its head (the agent
-//! tools' definitions and their instructions) sits in front of the whole prompt, so adding it
-//! to a session whose cache is warm re-bills everything; and once there it costs `0.1 x head`
-//! on every request, plus the prunable list and the message id tags, whether or not the agent
-//! ever prunes. A session that never pays that back (a short one, where nothing was old
-//! enough to mask) would cost more than no pruning. So with `tools.settings.offer = "paid"`
-//! a session starts without them, and they come at the start of a user turn (OpenCode
-//! decides a turn's tools when its user message is created) on a cold cache (the whole
-//! prompt is written again anyway), once the ledger has banked their cost: `1.25 x head`,
-//! plus `0.1 x head` over the horizon of `expectedRequests`. Offered, they stay. On a warm
-//! cache they would re-bill everything, OpenCode's own system prompt and tools included,
-//! which dcp cannot see: in the lab (`long`), tools that came at a warm turn paid from the
-//! bank took the session from 0.72 to 0.81 of no pruning's cost.
+//! What dcp adds to every request ([`offer`]): its head (the agent tools' definitions and
+//! their instructions) sits in front of the whole prompt, so adding it to a session whose
+//! cache is warm would re-bill everything; and once there it costs `0.1 x head` on every
+//! request, plus the message id tags, whether or not the agent ever prunes. By default
+//! (`tools.settings.offer = "always"`) a session has them from its first request, whose
+//! cache is cold anyway: an agent told about its tools has them when it needs them. The
+//! `<prunable-tools>` list goes only when it pays ([`list_pays`]): it is written uncached with
+//! every request, so what it names must be worth more per request than the list itself.
+//! With `offer = "paid"` a session starts without them, and they come at the start of a user
+//! turn (OpenCode decides a turn's tools when its user message is created) on a cold cache,
+//! once the ledger has banked their cost: `1.25 x head`, plus `0.1 x head` over the horizon
+//! of `expectedRequests`. Offered, they stay. On a warm cache they would re-bill everything,
+//! OpenCode's own system prompt and tools included, which dcp cannot see: in the lab
+//! (`long`), tools that came at a warm turn paid from the bank took the session from 0.72 to
+//! 0.81 of no pruning's cost.
 //!
 //! Observation masking (`crate::strategies::masking`) is timed by the same rule: outputs that
 //! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
@@ -143,7 +155,8 @@ pub struct Request {
 /// rewrite's extra (see the module header) and dcp's own additions.
 pub fn balance(r: &Request) -> f64 {
     let (in_force, applied, tail) = (r.in_force as f64, r.applied as f64, r.tail as f64);
-    let saved = if r.cold { CACHE_WRITE * (in_force + applied) } else { CACHE_READ * in_force - rewrite_extra(applied, tail) };
+    let saved =
+        if r.cold { CACHE_WRITE * (in_force + applied) } else { CACHE_READ * in_force - rewrite_extra(applied, tail) };
     saved - additions(r)
 }
 
@@ -233,7 +246,8 @@ fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize,
     let start = pending.iter().position(|p| !p.rider)?;
     let gain: f64 = pending[start..].iter().map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let within = rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * pruning_balance(base).max(0.0);
+    let within =
+        rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * pruning_balance(base).max(0.0);
     (big_enough && within).then_some((start, Trigger::Spends))
 }
 
@@ -503,6 +517,111 @@ mod tests {
         assert!(offer(&batched(), &Turn { banked: 1_230.0, ..turn }));
         // On a warm cache the whole prompt would be written again: never, whatever is banked.
         assert!(!offer(&batched(), &Turn { cold: false, banked: 1e9, ..turn }));
+    }
+
+    #[test]
+    fn a_rewrite_may_cost_up_to_the_loss_bound_of_what_the_session_cost_so_far() {
+        // Nothing banked, half the tail removed near the end of a long warm run: it pays back
+        // within the horizon, and costs 1.15 x 10,000 - 1.25 x 6,000 = 4,000 at once.
+        let base = Inputs { context: 40_000, requests: 30, warm: 30, ..Inputs::default() };
+        let batch = [Pending { tokens: 6_000, tail: 10_000, ..Pending::default() }];
+        assert_eq!(choose(&batched(), &base, &batch), None, "a session that cost nothing yet may lose nothing");
+        let loss = batched().loss_bound;
+        let enough = Inputs { baseline: 4_000.0 / loss, ..base };
+        assert_eq!(choose(&batched(), &enough, &batch), Some((0, Trigger::Pays)));
+        let short = Inputs { baseline: 4_000.0 / loss - 100.0, ..base };
+        assert_eq!(choose(&batched(), &short, &batch), None);
+        // What dcp's own head and lists cost is the tools' price, not the rewrites' loss.
+        let tools = Inputs { banked: -3_000.0, added: 3_000.0, ..enough };
+        assert_eq!(choose(&batched(), &tools, &batch), Some((0, Trigger::Pays)));
+        // A rewrite that lost the bank's worth already leaves less for the next one.
+        let lost = Inputs { banked: -1_000.0, ..enough };
+        assert_eq!(choose(&batched(), &lost, &batch), None);
+        // Off, only what the bank covers goes.
+        let off = Rewrite { loss_bound: 0.0, ..batched() };
+        assert_eq!(choose(&off, &enough, &batch), None);
+    }
+
+    #[test]
+    fn a_rewrite_that_costs_nothing_extra_goes_whatever_the_balance() {
+        let base = Inputs { context: 40_000, requests: 5, warm: 5, banked: -5_000.0, ..Inputs::default() };
+        let free = [Pending { tokens: 9_500, tail: 10_000, ..Pending::default() }];
+        assert_eq!(choose(&batched(), &base, &free), Some((0, Trigger::Pays)));
+    }
+
+    #[test]
+    fn the_cost_without_pruning_reads_the_previous_request_from_the_cache() {
+        assert!((unpruned_cost(None, 1_000, false) - 1_250.0).abs() < 1e-9);
+        assert!((unpruned_cost(Some(800), 1_000, false) - (80.0 + 250.0)).abs() < 1e-9);
+        assert!((unpruned_cost(Some(800), 1_000, true) - 1_250.0).abs() < 1e-9);
+        // A history that shrank (a compaction) is read from the cache up to its new size.
+        assert!((unpruned_cost(Some(2_000), 1_000, false) - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
+        // Simulated continuous runs: each request adds a step (an output of random size and
+        // some assistant text); outputs beyond the last five wait for the policy, which is
+        // asked every request. By the cost model, at the end of every request the run has
+        // cost at most (1 + lossBound) x what it would have without pruning.
+        let config = batched();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut rewrites = 0;
+        for _run in 0..200 {
+            let steps = 5 + next(100) as usize;
+            // What each request added: an output (its size now: 0 once masked) and text.
+            let mut items: Vec<(u64, bool)> = vec![(2_000, false)];
+            let (mut unpruned, mut previous) = (2_000u64, None);
+            let (mut banked, mut baseline, mut in_force) = (0.0, 0.0, 0u64);
+            for step in 1..=steps {
+                let big = next(4) == 0;
+                let size = 50 + next(if big { 12_000 } else { 1_500 });
+                let text = 20 + next(400);
+                items.push((size, true));
+                items.push((text, false));
+                unpruned += size + text;
+                baseline += unpruned_cost(previous, unpruned, false);
+                previous = Some(unpruned);
+                let tail = |from: usize, items: &[(u64, bool)]| items[from..].iter().map(|i| i.0).sum::<u64>();
+                let outputs: Vec<usize> = (0..items.len()).filter(|&i| items[i].1).collect();
+                let waiting: Vec<usize> =
+                    outputs[..outputs.len().saturating_sub(5)].iter().copied().filter(|&i| items[i].0 > 0).collect();
+                let pending: Vec<Pending> = waiting
+                    .iter()
+                    .map(|&i| Pending { tokens: items[i].0, tail: tail(i, &items), ..Pending::default() })
+                    .collect();
+                let context = tail(0, &items);
+                let base =
+                    Inputs { context, requests: step as u32, warm: step as u32, banked, baseline, ..Inputs::default() };
+                let mut request = Request { in_force, ..Request::default() };
+                if let Some((cut, _)) = choose(&config, &base, &pending) {
+                    request.applied = pending[cut..].iter().map(|p| p.tokens).sum();
+                    request.tail = pending[cut].tail;
+                    for &i in &waiting[cut..] {
+                        items[i].0 = 0;
+                    }
+                    in_force += request.applied;
+                    rewrites += 1;
+                }
+                banked += balance(&request);
+                let bound = -config.loss_bound * baseline - 1e-6;
+                assert!(banked >= bound, "run lost {banked:.0} of {baseline:.0} at step {step}");
+            }
+        }
+        assert!(rewrites > 400, "only {rewrites} rewrites in 200 runs");
+    }
+
+    #[test]
+    fn the_prunable_list_goes_only_when_what_it_names_is_worth_more_than_the_list() {
+        // Written uncached with every request: 1.25 x 40 against a cached read of what it names.
+        assert!(!list_pays(400, 40));
+        assert!(list_pays(500, 40));
     }
 
     #[test]
