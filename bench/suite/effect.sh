@@ -1,26 +1,57 @@
 #!/usr/bin/env bash
-# The effect benchmark: replays the whole suite (README.md) in every mode, with a 5-minute
-# prompt cache and with one that never expires, and prints per session and aggregated
-# (median, worst, total) the ratios to no pruning of tokens sent, cost and final context.
+# The effect benchmark, in three groups reported apart, the real one first (README.md):
+#   1. real: bench/real's corpus of other people's agent sessions (dcp-testkit import), with
+#      continuous runs and interactive sessions apart;
+#   2. generated: gen.py's sessions, seed 14, in the suite's shape and in the shape
+#      calibrated to the corpus (`real`);
+#   3. lab: the real OpenCode against the scripted model, recorded with dcp's plugin
+#      (fixtures/replay), and the recorded fixture session.
+# Each group is replayed in every mode (`dcp replay --all --json`) with a 5-minute prompt cache
+# and with one that never expires, and summarised by summary.py: per mode, the ratios to no
+# pruning of cost, cost with misses charged, tokens sent and final context (median / worst /
+# total over the sessions) and the share of steps that were misses.
 #
 #   bash bench/suite/effect.sh            # from the repository root; builds dcp --release first
 #
-# Knobs: DCP_BIN (default target/release/dcp, built if missing), SUITE (default target/suite),
-# MODES (default all), JSON=1 also writes $SUITE/effect-<ttl>.json.
+# Knobs: DCP_BIN (default target/release/dcp), TESTKIT_BIN (default
+# target/release/dcp-testkit), OUT (default target/effect: the data dirs and the replay JSON
+# documents, <group>-<ttl>.json), MODES (default all), TTLS (default "300 never"), EFFECT_GROUPS
+# (default "real generated generated-real lab"), TABLES=1 also prints dcp replay's own
+# per-session tables.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
 DCP_BIN="${DCP_BIN:-$REPO/target/release/dcp}"
-SUITE="${SUITE:-$REPO/target/suite}"
-[ -x "$DCP_BIN" ] || cargo build --release
-python3 bench/suite/build.py "$SUITE"
-for ttl in 300 never; do
-  echo
-  echo "== dcp replay --all --mode ${MODES:-all} --cache-ttl $ttl"
-  SECONDS=0
-  "$DCP_BIN" replay --all --data-dir "$SUITE" --mode "${MODES:-all}" --cache-ttl "$ttl"
-  echo "replayed in about ${SECONDS} s"
-  if [ "${JSON:-0}" = 1 ]; then
-    "$DCP_BIN" replay --all --data-dir "$SUITE" --mode "${MODES:-all}" --cache-ttl "$ttl" --json >"$SUITE/effect-$ttl.json"
-  fi
+TESTKIT_BIN="${TESTKIT_BIN:-$REPO/target/release/dcp-testkit}"
+OUT="${OUT:-$REPO/target/effect}"
+[ -x "$DCP_BIN" ] || cargo build --release -p dcp
+[ -x "$TESTKIT_BIN" ] || cargo build --release -p dcp-testkit
+mkdir -p "$OUT"
+
+build() {
+  case "$1" in
+    real) rm -f "$OUT/real/opencode.db"
+          "$TESTKIT_BIN" import --manifest bench/real/sources.json --out "$OUT/real" | tail -1 ;;
+    generated) python3 bench/suite/build.py "$OUT/generated" --group generated ;;
+    generated-real) python3 bench/suite/build.py "$OUT/generated-real" --group generated --shape real ;;
+    lab) python3 bench/suite/build.py "$OUT/lab" --group lab ;;
+    *) echo "effect.sh: unknown group $1" >&2; exit 2 ;;
+  esac
+}
+
+for group in ${EFFECT_GROUPS:-real generated generated-real lab}; do
+  build "$group" >&2
+  extra=()
+  [ "$group" = real ] && extra=(--manifest bench/real/sources.json)
+  for ttl in ${TTLS:-300 never}; do
+    json="$OUT/$group-$ttl.json"
+    SECONDS=0
+    "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl" --json >"$json"
+    echo
+    echo "== $group: dcp replay --all --data-dir $OUT/$group --mode ${MODES:-all} --cache-ttl $ttl (${SECONDS} s)"
+    python3 bench/suite/summary.py "$json" --group "$group" "${extra[@]}"
+    if [ "${TABLES:-0}" = 1 ]; then
+      "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl"
+    fi
+  done
 done

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Seeded generator of OpenCode 1.18 sessions for the replay suite (bench/suite/README.md).
 
-usage: gen.py OUT_DB [--seed S] [--sessions N]
+usage: gen.py OUT_DB [--seed S] [--sessions N] [--shape suite|real]
+
+Two shapes (README.md): `suite`, the default, is the replay suite's, drawn from distributions
+fixed before any strategy was measured; `real` draws steps per session, prompts per session,
+the gaps between steps and before prompts, and tool output sizes from what the real-session
+corpus measures (real-shape.json, written by measure.py from bench/real).
 
 Writes N top-level sessions (plus the subagent sessions some of them start) into OUT_DB, an
 `opencode.db` with the session/message/part tables as OpenCode 1.18.33 writes them. The same
@@ -11,9 +16,12 @@ any strategy: change them there first.
 """
 import json
 import math
+import os
 import random
 import sqlite3
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DDL = """
 CREATE TABLE session (id text PRIMARY KEY, project_id text NOT NULL, workspace_id text, parent_id text,
@@ -53,10 +61,40 @@ def log_uniform(rng, lo, hi):
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
 
 
+class Shape:
+    """Where a session's sizes and clock come from: the suite's own distributions (`table`
+    None), or the quantiles the corpus measured (real-shape.json), drawn log-linearly between
+    them."""
+
+    KEYS = ("min", "p10", "p25", "median", "p75", "p90", "max")
+    AT = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+    def __init__(self, name):
+        self.name, self.table = name, None
+        if name == "real":
+            with open(os.path.join(HERE, "real-shape.json")) as f:
+                self.table = json.load(f)
+
+    def draw(self, rng, key, floor=0.001):
+        """A value of `key` as the corpus spreads it."""
+        q = self.table[key]
+        u = rng.random()
+        for i in range(1, len(self.AT)):
+            if u <= self.AT[i]:
+                lo, hi = max(floor, q[self.KEYS[i - 1]]), max(floor, q[self.KEYS[i]])
+                f = (u - self.AT[i - 1]) / (self.AT[i] - self.AT[i - 1])
+                return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
+        return q["max"]
+
+    def lines(self, rng, chars_per_line):
+        """Lines of an output whose size the corpus measured."""
+        return max(1, int(self.draw(rng, "output_chars", 1) / chars_per_line))
+
+
 class Project:
     """Files with seeded contents; an edit changes one line, so a re-read differs."""
 
-    def __init__(self, rng):
+    def __init__(self, rng, shape=None):
         self.rng = rng
         exts = ["py", "ts", "rs", "go"]
         self.files = {}
@@ -65,6 +103,8 @@ class Project:
             path = "%s/%s/%s_%d.%s" % (ROOT, d, rng.choice(WORDS), i, rng.choice(exts))
             # Most files are small or medium; one in six is large.
             lines = int(log_uniform(rng, 400, 2000)) if rng.random() < 1 / 6 else int(log_uniform(rng, 20, 300))
+            if shape is not None and shape.table:
+                lines = shape.lines(rng, 40)
             self.files[path] = {"lines": lines, "version": 0, "seed": rng.random()}
 
     def line(self, f, i):
@@ -108,8 +148,8 @@ class Writer:
 class Agent:
     """One session's agent: picks tool calls by the session's kind, makes mistakes."""
 
-    def __init__(self, rng, project, kind):
-        self.rng, self.p, self.kind = rng, project, kind
+    def __init__(self, rng, project, kind, shape=None):
+        self.rng, self.p, self.kind, self.shape = rng, project, kind, shape
         self.read_files = []
         self.calls = 0
 
@@ -164,6 +204,8 @@ class Agent:
         r = self.rng.random()
         if r < 0.45:  # test runs: long, and a third fail
             n = int(log_uniform(self.rng, 10, 400))
+            if self.shape is not None and self.shape.table:
+                n = self.shape.lines(self.rng, 24)
             fail = self.rng.random() < 0.33
             lines = ["test_%s_%d ... %s" % (self.rng.choice(WORDS), i, "FAILED" if fail and i % 9 == 0 else "ok") for i in range(n)]
             if fail:
@@ -173,6 +215,8 @@ class Agent:
             return self.call("bash", {"command": cmd, "description": "Run the tests"}, "\n".join(lines), t=t)
         if r < 0.6:  # builds: large logs
             n = int(log_uniform(self.rng, 30, 800))
+            if self.shape is not None and self.shape.table:
+                n = self.shape.lines(self.rng, 26)
             out = "\n".join("   Compiling %s v0.%d.%d" % (self.rng.choice(WORDS), i % 9, i % 17) for i in range(n))
             return self.call("bash", {"command": "make build", "description": "Build"}, out, t=t)
         cmd = self.rng.choice(["git status --short", "git diff --stat", "ls -la src", "wc -l src/*"])
@@ -245,17 +289,30 @@ def gap_before_prompt(rng):
     return rng.uniform(300, 1800) if rng.random() < 1 / 3 else log_uniform(rng, 5, 300)
 
 
-def write_session(w, rng, sid, parent, steps, kind, t, project):
-    agent = Agent(rng, project, kind)
+def real_turns(rng, shape, steps):
+    """Steps per prompt as the corpus has them: its prompts per session, the steps split."""
+    prompts = max(1, min(steps, int(round(shape.draw(rng, "prompts", 1)))))
+    cuts = sorted(rng.sample(range(1, steps), prompts - 1)) if prompts > 1 else []
+    return [b - a for a, b in zip([0] + cuts, cuts + [steps])]
+
+
+def write_session(w, rng, sid, parent, steps, kind, t, project, shape=None):
+    real = shape is not None and shape.table is not None
+    agent = Agent(rng, project, kind, shape)
     t0, done, children, context = t, 0, [], 0
+    turns = real_turns(rng, shape, steps) if real else None
     while done < steps:
-        t += int(gap_before_prompt(rng) * 1000) if done else 0
+        if real:
+            t += int(shape.draw(rng, "prompt_gap_s") * 1000) if done else 0
+        else:
+            t += int(gap_before_prompt(rng) * 1000) if done else 0
         prompt = "Please %s the %s %s." % (rng.choice(["look at", "fix", "extend", "explain", "clean up"]),
                                              rng.choice(WORDS), rng.choice(WORDS))
         user = w.message(sid, user_info(t), [{"type": "text", "text": prompt}], t)
-        turn = min(steps - done, rng.randint(3, 20))
+        turn = turns.pop(0) if real else min(steps - done, rng.randint(3, 20))
         for k in range(turn):
-            t += int(log_uniform(rng, 2, 25) * 1000)  # model latency + tool time
+            # Model latency and tool time.
+            t += int((shape.draw(rng, "step_gap_s") if real else log_uniform(rng, 2, 25)) * 1000)
             last = k == turn - 1
             parts = [{"type": "step-start"}]
             if rng.random() < 0.25 or last:
@@ -275,7 +332,7 @@ def write_session(w, rng, sid, parent, steps, kind, t, project):
         done += turn
     w.session(sid, parent, "Generated %s session" % kind, t0, t)
     for (tc, n) in children:
-        write_session(w, rng, w.ids("ses"), sid, n, "explore", tc + 500, project)
+        write_session(w, rng, w.ids("ses"), sid, n, "explore", tc + 500, project, shape)
     return t
 
 
@@ -284,6 +341,7 @@ def main():
     out = args[0]
     seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 14
     n = int(args[args.index("--sessions") + 1]) if "--sessions" in args else 30
+    shape = Shape(args[args.index("--shape") + 1] if "--shape" in args else "suite")
     rng = random.Random(seed)
     db = sqlite3.connect(out)
     db.executescript(DDL)
@@ -293,7 +351,10 @@ def main():
         kind = KINDS[i % len(KINDS)]
         # Lengths log-uniform over 10..300 model steps: short sessions are common, long ones exist.
         steps = int(round(log_uniform(rng, 10, 300)))
-        t = write_session(w, rng, w.ids("ses"), None, steps, kind, t + 3_600_000, Project(rng))
+        if shape.table:
+            steps = max(2, int(round(shape.draw(rng, "steps", 1))))
+        sid = w.ids("ses")
+        t = write_session(w, rng, sid, None, steps, kind, t + 3_600_000, Project(rng, shape), shape)
     db.commit()
     db.close()
 

@@ -46,6 +46,19 @@ pub struct Args {
     /// Count o200k tokens, or characters / 4 as the lab's summarize.py does (`chars`).
     #[arg(long, value_name = "o200k|chars", default_value = "o200k", value_parser = parse_estimator)]
     estimator: EstimatorChoice,
+    /// Also write, per session, DIR/<session id>.jsonl: one line per request of the `dcp`
+    /// mode, {index, message_id, time, messages}, with the messages exactly as dcp's transform
+    /// answered them.
+    #[arg(long, value_name = "DIR")]
+    requests: Option<std::path::PathBuf>,
+}
+
+/// What every session of one `dcp replay` is replayed with.
+struct Job<'a> {
+    data: &'a DataDir,
+    options: &'a Options,
+    /// Where to write the requests (`--requests`).
+    requests: Option<&'a Path>,
 }
 
 fn parse_estimator(s: &str) -> Result<EstimatorChoice, String> {
@@ -99,7 +112,8 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         estimator: args.estimator,
     };
     let mut replayed: Vec<(&SessionInfo, SessionReplay)> = Vec::new();
-    for (info, result) in infos.iter().zip(replay_all(&data, &infos, &options)) {
+    let job = Job { data: &data, options: &options, requests: args.requests.as_deref() };
+    for (info, result) in infos.iter().zip(replay_all(&job, &infos)) {
         match result.with_context(|| format!("cannot replay session {}", info.id)) {
             Ok(r) => replayed.push((info, r)),
             // Over every session, one that cannot be replayed is named and left out.
@@ -126,7 +140,7 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
 
 /// Replays every session of `infos`, on as many threads as there are cores; the results
 /// come in the order of `infos`.
-fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Vec<Result<SessionReplay>> {
+fn replay_all(job: &Job<'_>, infos: &[SessionInfo]) -> Vec<Result<SessionReplay>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(infos.len()).max(1);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<SessionReplay>>>> = Mutex::new((0..infos.len()).map(|_| None).collect());
@@ -135,7 +149,7 @@ fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Vec<R
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(info) = infos.get(i) else { return };
-                let result = replay_one(data, info, options);
+                let result = replay_one(job, info);
                 if let Ok(mut all) = results.lock() {
                     all[i] = Some(result);
                 }
@@ -146,13 +160,18 @@ fn replay_all(data: &DataDir, infos: &[SessionInfo], options: &Options) -> Vec<R
     results.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("not replayed")))).collect()
 }
 
-fn replay_one(data: &DataDir, info: &SessionInfo, options: &Options) -> Result<SessionReplay> {
-    let loaded = data.load(&info.id)?;
+fn replay_one(job: &Job<'_>, info: &SessionInfo) -> Result<SessionReplay> {
+    let loaded = job.data.load(&info.id)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
     let messages: Vec<Message> = loaded.messages;
     let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
     let session = Session { id: &info.id, parent_id: info.parent_id.as_deref(), directory, messages: &messages };
-    Ok(super::replay(&session, options)?)
+    let replayed = super::replay(&session, job.options)?;
+    if let Some(dir) = job.requests {
+        let sent = super::requests(&session, Mode::Dcp, job.options)?;
+        super::dump::write(dir, &info.id, &sent)?;
+    }
+    Ok(replayed)
 }

@@ -57,6 +57,15 @@ pub struct Totals {
     pub rewrites: u64,
     /// The rewrites by reason.
     pub reasons: BTreeMap<String, u64>,
+    /// Steps that quoted text dcp had hidden from their request (see `replay::misses`).
+    pub misses: u64,
+    /// `misses` over `requests`.
+    #[serde(serialize_with = "round4")]
+    pub miss_share: f64,
+    /// `cost` plus, for each miss, a request of its context at the cache-read price and the
+    /// hidden texts it quoted at the cache-write price.
+    #[serde(serialize_with = "round")]
+    pub cost_with_misses: f64,
 }
 
 impl Totals {
@@ -65,11 +74,23 @@ impl Totals {
         self.requests += 1;
         self.tokens_sent += bill.tokens;
         self.cost += bill.cost;
+        self.cost_with_misses += bill.cost;
         self.final_context = bill.tokens;
         if let Some(reason) = rewrite {
             self.rewrites += 1;
             *self.reasons.entry(reason.to_string()).or_default() += 1;
         }
+        self.miss_share = self.misses as f64 / self.requests as f64;
+    }
+
+    /// Charges a miss on the request just added, billed `bill`, whose step quoted
+    /// `hidden_tokens` of hidden text; returns the charge.
+    pub fn charge(&mut self, bill: &Bill, hidden_tokens: u64) -> f64 {
+        let charge = miss_charge(bill.tokens, hidden_tokens);
+        self.misses += 1;
+        self.cost_with_misses += charge;
+        self.miss_share = self.misses as f64 / self.requests.max(1) as f64;
+        charge
     }
 
     /// Sums sessions: the final context of a total is the sum of the sessions' final contexts.
@@ -79,10 +100,23 @@ impl Totals {
         self.cost += other.cost;
         self.final_context += other.final_context;
         self.rewrites += other.rewrites;
+        self.misses += other.misses;
+        self.cost_with_misses += other.cost_with_misses;
+        self.miss_share = self.misses as f64 / self.requests.max(1) as f64;
         for (reason, n) in &other.reasons {
             *self.reasons.entry(reason.clone()).or_default() += n;
         }
     }
+}
+
+/// What a miss costs: the request made again with its context read from the cache, and the
+/// hidden text brought back, written to it.
+pub fn miss_charge(context: u64, hidden_tokens: u64) -> f64 {
+    CACHE_READ * context as f64 + CACHE_WRITE * hidden_tokens as f64
+}
+
+pub fn round4<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((v * 10_000.0).round() / 10_000.0)
 }
 
 pub fn round<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {

@@ -6,6 +6,8 @@
 //! clock), and what the model would have been sent is counted ([`pieces`]) and billed with
 //! the lab's prompt-cache model ([`cost`]). Each [`Mode`] is one run: no pruning, dcp as
 //! configured, and variants of its config. [`report`] prints and aggregates the runs.
+//! [`misses`] finds the steps that quoted text a run had hidden from their request, and the
+//! run's cost is also given with each such miss charged.
 //!
 //! What is estimated: the system prompt and the tool definitions are not stored with a
 //! session, so they count as a fixed number of tokens per request (OpenCode's, measured in
@@ -14,15 +16,19 @@
 
 pub mod cli;
 pub mod cost;
+pub mod dump;
 pub mod engine;
+pub mod misses;
 pub mod pieces;
 pub mod report;
 pub mod steps;
+pub mod windows;
 
 use serde::Serialize;
 
 use self::cost::{Bill, Meter, Piece, Totals, Ttl};
 use self::engine::{Engine, EngineError, Setup};
+use self::misses::{Miss, Misses};
 use self::pieces::{Edit, Pieces};
 use self::steps::{AgentTools, Recorded, Request, Timeline};
 use crate::config::{Config, RewriteMode};
@@ -140,6 +146,18 @@ pub struct RequestBill {
     /// Why this request changed what an earlier one had sent, if it did: the policy's
     /// reason, or `host`.
     pub rewrite: Option<String>,
+    /// The step this request produced quoted text the request had hidden (see [`misses`]),
+    /// and what that is charged.
+    pub miss: Option<ChargedMiss>,
+}
+
+/// A miss and its charge.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChargedMiss {
+    #[serde(flatten)]
+    pub miss: Miss,
+    #[serde(serialize_with = "cost::round")]
+    pub charge: f64,
 }
 
 /// One run of a session.
@@ -301,6 +319,7 @@ struct Counted {
     message_id: String,
     applied: Option<String>,
     offered: bool,
+    miss: Option<Miss>,
 }
 
 /// One run: every request of the session in `mode`, counted and billed.
@@ -311,6 +330,7 @@ fn run(session: &Session<'_>, mode: Mode, options: &Options, pieces: &mut Pieces
     // The dcp share of the system prompt and tools is known once the engine has started,
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
+    let mut misses = Misses::new();
     let (additions, (agent_calls, agent_calls_same)) = drive(session, mode, options, |step| {
         let mut request = Vec::new();
         let history = count_history(step, pieces, &mut request);
@@ -320,27 +340,42 @@ fn run(session: &Session<'_>, mode: Mode, options: &Options, pieces: &mut Pieces
         let id = step.timeline.messages()[step.request.message].id().to_string();
         let applied = step.applied.map(str::to_string);
         let offered = step.offered;
-        counted.push(Counted { time: step.request.time, pieces: request, history, message_id: id, applied, offered });
+        let miss = misses.check(step, pieces);
+        let time = step.request.time;
+        counted.push(Counted { time, pieces: request, history, message_id: id, applied, offered, miss });
     })?;
     let opencode = pieces.fixed("opencode", options.overhead);
     let tools = additions.len().saturating_sub(1) as u64;
     let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum::<u64>() + tools * TOOL_SCHEMA;
     let head = (dcp > 0).then(|| pieces.fixed("dcp", dcp));
-    for Counted { time, pieces: request, history, message_id, applied, offered } in counted {
+    for Counted { time, pieces: request, history, message_id, applied, offered, miss } in counted {
         let fixed: Vec<Piece> = std::iter::once(opencode).chain(head.filter(|_| offered)).collect();
         let pieces: Vec<Piece> = fixed.iter().copied().chain(request).collect();
         let bill = meter.bill(time, pieces, history + fixed.len());
         // A rewrite the engine did not make is OpenCode's: a compaction, or outputs it cleared.
         let rewrite = bill.rewrite.then(|| applied.clone().unwrap_or_else(|| "host".to_string()));
         totals.add(&bill, rewrite.as_deref());
-        per_request.push(RequestBill { message_id, time, bill, applied, rewrite });
+        let miss = miss.map(|miss| ChargedMiss { charge: totals.charge(&bill, miss.hidden_tokens), miss });
+        per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss });
     }
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
 }
 
+/// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form
+/// after dcp's edits, compressed ranges and appended messages, before OpenCode converts it to
+/// the provider's format. The `dcp replay --requests` lines (README).
+#[derive(Debug, Clone, Serialize)]
+pub struct SentRequest {
+    pub index: usize,
+    /// The assistant message the request produced (as in [`Run::per_request`]).
+    pub message_id: String,
+    pub time: i64,
+    pub messages: Vec<Message>,
+}
+
 /// The requests of `session` in `mode` as the model would have received them: each
 /// request's history with the engine's edits applied, then what it appended.
-pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<Vec<Vec<Message>>, EngineError> {
+pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
     let mut out = Vec::new();
     drive(session, mode, options, |step| {
         let mut by_message = edits_by_message(step.edits);
@@ -359,7 +394,8 @@ pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<
             messages.push(message);
         }
         messages.extend(step.append.iter().cloned());
-        out.push(messages);
+        let message_id = step.timeline.messages()[step.request.message].id().to_string();
+        out.push(SentRequest { index: out.len(), message_id, time: step.request.time, messages });
     })?;
     Ok(out)
 }

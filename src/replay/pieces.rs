@@ -184,7 +184,7 @@ impl Salt {
 }
 
 /// What the model reads as a tool call's result.
-fn tool_result(state: &Node) -> &str {
+pub(super) fn tool_result(state: &Node) -> &str {
     let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
     match str_field(state, "status") {
         Some("completed") if compacted => OPENCODE_CLEARED,

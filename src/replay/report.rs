@@ -4,8 +4,12 @@
 //! The JSON fields are stable (README): `{estimator, cache_ttl, overhead, sessions:
 //! [{session_id, title, parent_id, requests, recorded, modes: {none: M, dcp: M, …}}], total:
 //! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
-//! total}}}}`, where `M` is `{requests, tokens_sent, cost, final_context, rewrites,
-//! agent_calls, agent_calls_same, per_request}`.
+//! total}}, cost_with_misses: {…}, misses: {median, worst, total}}}}`, where `M` is
+//! `{requests, tokens_sent, cost, final_context, rewrites, misses, miss_share,
+//! cost_with_misses, agent_calls, agent_calls_same, per_request}` and each `per_request`
+//! entry carries `miss: null | {quoted, hidden_tokens, charge}`. `cost_with_misses` is
+//! aggregated as a ratio to no pruning's cost, `misses` as the share of steps (the total is
+//! all misses over all steps).
 
 use std::fmt::Write as _;
 
@@ -36,16 +40,19 @@ pub enum Figure {
     TokensSent,
     Cost,
     FinalContext,
+    /// The cost with each miss charged (no pruning has none).
+    CostWithMisses,
 }
 
 impl Figure {
-    pub const ALL: [Figure; 3] = [Figure::TokensSent, Figure::Cost, Figure::FinalContext];
+    pub const ALL: [Figure; 4] = [Figure::TokensSent, Figure::Cost, Figure::CostWithMisses, Figure::FinalContext];
 
     pub fn key(self) -> &'static str {
         match self {
             Figure::TokensSent => "tokens_sent",
             Figure::Cost => "cost",
             Figure::FinalContext => "final_context",
+            Figure::CostWithMisses => "cost_with_misses",
         }
     }
 
@@ -54,6 +61,7 @@ impl Figure {
             Figure::TokensSent => "Tokens sent",
             Figure::Cost => "Cache-weighted cost",
             Figure::FinalContext => "Final context",
+            Figure::CostWithMisses => "Cost with misses charged",
         }
     }
 
@@ -62,6 +70,7 @@ impl Figure {
             Figure::TokensSent => t.tokens_sent as f64,
             Figure::Cost => t.cost,
             Figure::FinalContext => t.final_context as f64,
+            Figure::CostWithMisses => t.cost_with_misses,
         }
     }
 }
@@ -99,13 +108,26 @@ pub fn aggregate(rows: &[Row<'_>], mode: Mode, figure: Figure) -> Option<Aggrega
             sum_none += figure.of(none);
         }
     }
-    if ratios.is_empty() {
+    summary(ratios, ratio(sum, sum_none).unwrap_or(1.0))
+}
+
+/// The median and highest of `values`, with `total`.
+fn summary(mut values: Vec<f64>, total: f64) -> Option<Aggregate> {
+    if values.is_empty() {
         return None;
     }
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
-    Some(Aggregate { median, worst: ratios[n - 1], total: ratio(sum, sum_none).unwrap_or(1.0) })
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
+    Some(Aggregate { median, worst: values[n - 1], total })
+}
+
+/// The share of steps that were misses in `mode` over `rows`: median and worst (highest)
+/// session, and all misses over all steps.
+pub fn miss_aggregate(rows: &[Row<'_>], mode: Mode) -> Option<Aggregate> {
+    let runs: Vec<&Totals> = rows.iter().filter_map(|r| totals(r.replay, mode)).filter(|t| t.requests > 0).collect();
+    let (misses, requests) = runs.iter().fold((0, 0), |(m, r), t| (m + t.misses, r + t.requests));
+    summary(runs.iter().map(|t| t.miss_share).collect(), misses as f64 / requests.max(1) as f64)
 }
 
 /// The `--json` document.
@@ -133,10 +155,11 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
         rows.iter().filter_map(|r| totals(r.replay, *mode)).for_each(|t| sum.merge(t));
         total.insert(mode.name().to_string(), serde_json::to_value(sum).unwrap_or(Value::Null));
         if *mode != Mode::None {
-            let figures: Map<String, Value> = Figure::ALL
+            let mut figures: Map<String, Value> = Figure::ALL
                 .iter()
                 .map(|f| (f.key().to_string(), serde_json::to_value(aggregate(rows, *mode, *f)).unwrap_or_default()))
                 .collect();
+            figures.insert("misses".into(), serde_json::to_value(miss_aggregate(rows, *mode)).unwrap_or_default());
             aggregates.insert(mode.name().to_string(), Value::Object(figures));
         }
     }
@@ -150,6 +173,29 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
     })
 }
 
+/// The misses over many sessions: per session and mode, the share of steps that quoted text
+/// hidden from their request.
+fn misses_table(rows: &[Row<'_>], modes: &[Mode]) -> String {
+    let mut out = String::from("Misses, share of steps that quoted text hidden from their request:\n");
+    let mut head = format!("  {:<34} {:>5} {:>12}", "session", "reqs", "steps");
+    for m in modes.iter().filter(|m| **m != Mode::None) {
+        let _ = write!(head, " {:>w$}", m.name(), w = m.name().len().max(6));
+    }
+    let _ = writeln!(out, "{head}");
+    for row in rows {
+        let (id, requests) = (&row.replay.session_id, row.replay.requests);
+        let steps = totals(row.replay, Mode::None).map_or(0, |t| t.requests);
+        let cells = ratio_cells(modes, |m| totals(row.replay, m).map(|t| t.miss_share));
+        let _ = writeln!(out, "  {id:<34} {requests:>5} {:>12}{cells}", thousands(steps));
+    }
+    for (name, pick) in [("median", 0), ("worst", 1), ("total", 2)] {
+        let cells = ratio_cells(modes, |m| miss_aggregate(rows, m).map(|a| [a.median, a.worst, a.total][pick]));
+        let _ = writeln!(out, "  {name:<34} {:>5} {:>12}{cells}", "", "");
+    }
+    out.push('\n');
+    out
+}
+
 fn how(header: &Header) -> String {
     let ttl = match header.ttl {
         Ttl::Seconds(s) => format!("a cached prefix expires after {s} s"),
@@ -158,7 +204,10 @@ fn how(header: &Header) -> String {
     format!(
         "Tokens: {}; cost: 0.1 x the prefix shared with the previous request + 1.25 x the rest; {ttl}.\n\
          System prompt and tool definitions: estimated as {} tokens per request (--overhead), plus\n\
-         dcp's instructions and tool descriptions where it offers its tools (counted).\n",
+         dcp's instructions and tool descriptions where it offers its tools (counted).\n\
+         A miss: the step a request produced quotes 64+ characters (line numbers and whitespace\n\
+         normalised) found only in text that request hid; charged as the request again at the\n\
+         cache-read price plus the hidden text at the cache-write price.\n",
         header.estimator,
         thousands(header.overhead)
     )
@@ -172,14 +221,19 @@ fn cell(t: &Totals, none: &Totals, figure: Figure) -> String {
     }
 }
 
+/// A run's misses: how many steps, and their share of the steps.
+fn misses_cell(t: &Totals) -> String {
+    format!("{} ({:.1}%)", t.misses, 100.0 * t.miss_share)
+}
+
 /// The text report of one session.
 pub fn session(header: &Header, row: &Row<'_>) -> String {
     let r = row.replay;
     let mut out = format!("Session {}  \"{}\": {} requests\n\n", r.session_id, row.title, r.requests);
     let _ = writeln!(
         out,
-        "  {:<18} {:>19} {:>19} {:>17} {:>9}",
-        "mode", "tokens sent", "cost", "final context", "rewrites"
+        "  {:<18} {:>19} {:>19} {:>19} {:>17} {:>9} {:>12}",
+        "mode", "tokens sent", "cost", "cost with misses", "final context", "rewrites", "misses"
     );
     let none = totals(r, Mode::None).cloned().unwrap_or_default();
     for (mode, run) in &r.runs {
@@ -188,8 +242,12 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
             Figure::ALL.iter().map(|f| cell(t, if *mode == Mode::None { t } else { &none }, *f)).collect();
         let reasons: Vec<String> = t.reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
         let why = if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) };
-        let (name, rewrites) = (mode.name(), t.rewrites);
-        let _ = writeln!(out, "  {name:<18} {:>19} {:>19} {:>17} {rewrites:>9}{why}", cells[0], cells[1], cells[2]);
+        let (name, rewrites, misses) = (mode.name(), t.rewrites, misses_cell(t));
+        let _ = writeln!(
+            out,
+            "  {name:<18} {:>19} {:>19} {:>19} {:>17} {rewrites:>9} {misses:>12}{why}",
+            cells[0], cells[1], cells[2], cells[3]
+        );
     }
     if let Some(rec) = &r.recorded {
         let _ = writeln!(
@@ -251,6 +309,7 @@ pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&misses_table(rows, &modes));
     let _ = writeln!(out, "{} sessions.", rows.len());
     out.push_str(&how(header));
     out

@@ -128,7 +128,7 @@ fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session:
     assert_eq!(replayed.len(), served.len());
     let mut rewritten = 0;
     for (i, (a, b)) in replayed.iter().zip(&served).enumerate() {
-        let a = serde_json::to_string(a).unwrap();
+        let a = serde_json::to_string(&a.messages).unwrap();
         let b = serde_json::to_string(b).unwrap();
         assert!(a == b, "{sid}: request {i} differs");
         rewritten += usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || a.contains("[Output masked; run "));
@@ -176,4 +176,36 @@ fn replay_all_names_a_session_it_cannot_replay_and_goes_on() {
     // Alone, the same session is an error, exit 1.
     let alone = crate::support::dcp(&s, &["replay", "--session", "ses bad/id"]);
     assert_eq!(alone.status.code(), Some(1));
+}
+
+#[test]
+fn replay_requests_writes_one_line_per_request_with_what_serve_answers() {
+    let s = Sandbox::new();
+    std::fs::remove_dir_all(s.state_dir()).unwrap();
+    let cfg = s.dir.path().join("home/.config/opencode");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("dcp.jsonc"), IMMEDIATE).unwrap();
+    let dir = s.dir.path().join("requests");
+    let out =
+        crate::support::dcp(&s, &["replay", "--session", DB_SESSION, "--json", "--requests", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let per_request = report["sessions"][0]["modes"]["dcp"]["per_request"].as_array().unwrap();
+    let text = std::fs::read_to_string(dir.join(format!("{DB_SESSION}.jsonl"))).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let loaded = DataDir::new(&s.data(), &Env::default()).load(DB_SESSION).unwrap();
+    let served = served(&s, IMMEDIATE, DB_SESSION, &loaded.messages);
+    assert_eq!((lines.len(), per_request.len()), (served.len(), served.len()));
+    let mut rewritten = 0;
+    for (i, (line, served)) in lines.iter().zip(&served).enumerate() {
+        assert_eq!(line["index"], json!(i));
+        assert_eq!((&line["message_id"], &line["time"]), (&per_request[i]["message_id"], &per_request[i]["time"]));
+        assert!(line["messages"] == Value::Array(served.clone()), "request {i} differs from dcp serve's");
+        let text = line["messages"].to_string();
+        rewritten +=
+            usize::from(text.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || text.contains("[Output masked; run "));
+    }
+    assert!(rewritten > 5, "{rewritten}");
+    // Nothing else was left in the directory.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
 }

@@ -282,18 +282,31 @@ pub fn dcp(sandbox: &Sandbox, args: &[&str]) -> Output {
     dcp_in(sandbox, &sandbox.data(), args, Duration::from_secs(20))
 }
 
-/// Runs `command` to completion, killing it and failing the test if it outlives `limit`.
+/// Runs `command` to completion, killing it and failing the test if it outlives `limit`. Its
+/// stdout and stderr are read while it runs, so an output larger than a pipe's buffer does
+/// not block it.
 pub fn run_with_limit(mut command: Command, limit: Duration) -> Output {
+    use std::io::Read;
     let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
     loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+        if let Some(status) = child.try_wait().unwrap() {
+            return Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("{command:?} still ran after {limit:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap();
+            panic!("{command:?} still ran after {limit:?}; stderr: {}", String::from_utf8_lossy(&stderr));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

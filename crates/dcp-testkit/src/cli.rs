@@ -65,6 +65,9 @@ pub enum Command {
         /// The task prompt, for formats whose log lacks it.
         #[arg(long, value_name = "FILE")]
         prompt: Option<PathBuf>,
+        /// A transcript's subagent folder (`agent-<agentId>.jsonl`), for child sessions.
+        #[arg(long, value_name = "DIR")]
+        subagents: Option<PathBuf>,
         /// The data dir to write `opencode.db` in.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -109,10 +112,12 @@ where
     match &cli.command {
         Command::Gen { what } => gen(what, if cli.json { Format::Json } else { Format::Sentence }, out),
         Command::SaveLoop { session, count, prefix, data_dir } => crate::save_loop(data_dir, session, *count, prefix),
-        Command::Import { format, source, manifest, only, prompt, out: dir } => {
+        Command::Import { format, source, manifest, only, prompt, subagents, out: dir } => {
             let written = match (manifest, format, source) {
                 (Some(m), _, _) => crate::import::manifest::build(m, dir, only)?,
-                (None, Some(f), Some(src)) => vec![import_one(*f, src, prompt.as_deref(), dir)?],
+                (None, Some(f), Some(src)) => {
+                    vec![import_one(*f, src, (prompt.as_deref(), subagents.as_deref()), dir)?]
+                }
                 _ => anyhow::bail!("give FORMAT and SOURCE, or --manifest"),
             };
             report_import(&written, dir, if cli.json { Format::Json } else { Format::Sentence }, out)
@@ -120,20 +125,21 @@ where
     }
 }
 
-/// Imports one log into `dir/opencode.db`.
+/// Imports one log into `dir/opencode.db`, with its prompt file and subagent folder.
 fn import_one(
     format: crate::import::Format,
     src: &std::path::Path,
-    prompt: Option<&std::path::Path>,
+    (prompt, subagents): (Option<&std::path::Path>, Option<&std::path::Path>),
     dir: &std::path::Path,
 ) -> Result<crate::import::writer::Written> {
     let prompt = prompt.map(crate::import::source::read_text).transpose()?;
+    let subagents = subagents.map(std::path::Path::to_path_buf);
     let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let end_ms = std::fs::metadata(src)
         .and_then(|m| m.modified())
         .ok()
         .map_or(0, |t| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64));
-    let meta = crate::import::SourceMeta { title: name.clone(), name, prompt, end_ms, ..Default::default() };
+    let meta = crate::import::SourceMeta { title: name.clone(), name, prompt, end_ms, subagents, ..Default::default() };
     let session = crate::import::parse(format, src, &meta)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let db_path = dir.join("opencode.db");

@@ -2,31 +2,66 @@
 //!
 //! Every line carries a `timestamp`, so the session keeps its real clock: the person's
 //! prompts, their pauses, the model's and the tools' times. User lines with text are prompts
-//! (consecutive ones join one user message); user lines with `tool_result` blocks answer the
-//! calls; assistant lines sharing `message.id` make one step. Lines of subagents
-//! (`isSidechain`) and bookkeeping lines (summaries, snapshots, `isMeta`) are left out.
+//! (consecutive ones join one user message; shell escapes, command output and task
+//! notifications are text the model reads too); user lines with `tool_result` blocks answer
+//! the calls; assistant lines sharing `message.id` make one step. Bookkeeping lines
+//! (summaries, snapshots, progress, `isMeta`) are left out. Subagents: Claude Code 2.1 writes
+//! each to its own file (`agent-<agentId>.jsonl`, named in the Task call's result); given the
+//! folder holding them, each becomes a child session. Older versions interleave subagent lines
+//! (`isSidechain`) in the main file; those are left out.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::claude_tools::{claude_call, result_text, usage_tokens};
-use super::model::{Clock, Session, Span, Step, Turn};
-use super::source::{parse_time, str_at, ImportError, Record};
+use super::model::{Call, Clock, Session, Span, Step, Turn};
+use super::source::{json_lines, parse_time, read_text, str_at, ImportError, Record};
 use super::SourceMeta;
+
+/// Which lines of a transcript belong to the session being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chain {
+    /// The main conversation: sidechain lines are another agent's.
+    Main,
+    /// A subagent's own file (every line is a sidechain line), this deep under the main one.
+    Subagent(usize),
+}
+
+/// How deep subagent files are followed: a file that names itself (or a cycle) stops here.
+const MAX_DEPTH: usize = 4;
 
 /// What a transcript line is, for the parser.
 enum Line<'a> {
     Prompt(String, i64),
-    Results(&'a [Value], i64),
     Assistant(&'a Value, i64),
     Other,
 }
 
-fn classify<'a>(v: &'a Value, file: &Path, line: usize) -> Result<Line<'a>, ImportError> {
+/// A tool's answer: output, error flag, when it came back, and the subagent it started.
+#[derive(Clone, Default)]
+struct Answer {
+    output: String,
+    error: bool,
+    time: i64,
+    agent: Option<String>,
+}
+
+/// What the parser of one transcript shares.
+struct Context<'a> {
+    answers: HashMap<String, Answer>,
+    root: String,
+    meta: &'a SourceMeta,
+    name: String,
+    model: String,
+    chain: Chain,
+}
+
+fn classify<'a>(v: &'a Value, chain: Chain, file: &Path, line: usize) -> Result<Line<'a>, ImportError> {
     let kind = str_at(v, "type");
-    if !matches!(kind, "user" | "assistant") || v["isSidechain"] == true || v["isMeta"] == true {
+    let foreign = chain == Chain::Main && v["isSidechain"] == true;
+    if !matches!(kind, "user" | "assistant") || foreign || v["isMeta"] == true {
         return Ok(Line::Other);
     }
     let Some(ts) = parse_time(str_at(v, "timestamp")) else {
@@ -41,54 +76,80 @@ fn classify<'a>(v: &'a Value, file: &Path, line: usize) -> Result<Line<'a>, Impo
     }
     let blocks = content.as_array().map(Vec::as_slice).unwrap_or(&[]);
     if blocks.iter().any(|b| b["type"] == "tool_result") {
-        return Ok(Line::Results(blocks, ts));
+        return Ok(Line::Other);
     }
     let text: Vec<&str> = blocks.iter().filter(|b| b["type"] == "text").map(|b| str_at(b, "text")).collect();
     Ok(if text.is_empty() { Line::Other } else { Line::Prompt(text.join("\n"), ts) })
 }
 
-/// A step being gathered: its message id, parts, and the ids of its calls.
-struct Open<'a> {
-    id: String,
-    messages: Vec<&'a Value>,
-    span: Span,
-    call_times: HashMap<String, i64>,
+/// The answers of every `tool_result` block, by call id.
+fn answers(records: &[Record]) -> HashMap<String, Answer> {
+    let mut out = HashMap::new();
+    for r in records.iter().filter(|r| r.value["type"] == "user") {
+        let v = &r.value;
+        let time = parse_time(str_at(v, "timestamp")).unwrap_or(0);
+        let agent = v["toolUseResult"].get("agentId").and_then(Value::as_str).map(str::to_string);
+        for b in v["message"]["content"].as_array().into_iter().flatten().filter(|b| b["type"] == "tool_result") {
+            let answer = Answer {
+                output: result_text(b.get("content")),
+                error: b["is_error"] == true,
+                time,
+                agent: agent.clone(),
+            };
+            out.insert(str_at(b, "tool_use_id").to_string(), answer);
+        }
+    }
+    out
 }
 
 /// Parses a Claude Code transcript into a session with its recorded clock.
+/// A subagent's own file (every line a sidechain line) reads as that subagent's session.
 pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Session, ImportError> {
-    let mut results: HashMap<String, (String, bool, i64)> = HashMap::new();
-    let mut lines = Vec::new();
-    for r in records {
-        let line = classify(&r.value, file, r.line)?;
-        if let Line::Results(blocks, ts) = &line {
-            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
-                let out = result_text(b.get("content"));
-                results.insert(str_at(b, "tool_use_id").to_string(), (out, b["is_error"] == true, *ts));
-            }
-        }
-        lines.push(line);
-    }
+    let main = records
+        .iter()
+        .any(|r| matches!(str_at(&r.value, "type"), "user" | "assistant") && r.value["isSidechain"] != true);
+    let chain = if main { Chain::Main } else { Chain::Subagent(0) };
+    let mut session = parse_chain(records, meta, file, chain, &meta.name)?;
+    session.title = meta.title.clone();
+    Ok(session)
+}
+
+fn parse_chain(
+    records: &[Record],
+    meta: &SourceMeta,
+    file: &Path,
+    chain: Chain,
+    name: &str,
+) -> Result<Session, ImportError> {
+    let lines = records.iter().map(|r| classify(&r.value, chain, file, r.line)).collect::<Result<Vec<_>, _>>()?;
     let first = records.iter().find(|r| matches!(str_at(&r.value, "type"), "user" | "assistant"));
     let Some(first) = first else {
         return Err(ImportError::new(file, None, "no user or assistant lines: not a Claude Code transcript"));
     };
-    let root = meta.directory.clone().unwrap_or_else(|| str_at(&first.value, "cwd").to_string());
-    let turns = gather_turns(&lines, &results, &root);
-    if turns.is_empty() {
-        return Err(ImportError::new(file, None, "no user prompt found: not a Claude Code transcript"));
-    }
     let model = lines.iter().find_map(|l| match l {
         Line::Assistant(m, _) => m.get("model").and_then(Value::as_str).filter(|s| !s.starts_with('<')),
         _ => None,
     });
-    let version = str_at(&first.value, "version");
-    Ok(Session {
-        name: meta.name.clone(),
-        title: meta.title.clone(),
-        directory: root,
-        provider: "anthropic".into(),
+    let cx = Context {
+        answers: answers(records),
+        root: meta.directory.clone().unwrap_or_else(|| str_at(&first.value, "cwd").to_string()),
+        meta,
+        name: name.to_string(),
         model: model.unwrap_or("claude").to_string(),
+        chain,
+    };
+    let turns = gather_turns(&cx, &lines)?;
+    if turns.is_empty() {
+        return Err(ImportError::new(file, None, "no user prompt found: not a Claude Code transcript"));
+    }
+    let version = str_at(&first.value, "version");
+    let title = if chain == Chain::Main { meta.title.clone() } else { format!("{name} (subagent)") };
+    Ok(Session {
+        name: name.to_string(),
+        title,
+        directory: cx.root.clone(),
+        provider: "anthropic".into(),
+        model: cx.model.clone(),
         harness: format!("Claude Code {version}").trim().to_string(),
         start_ms: turns[0].time_ms.unwrap_or(meta.end_ms),
         turns,
@@ -97,13 +158,21 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     })
 }
 
-fn gather_turns(lines: &[Line<'_>], results: &HashMap<String, (String, bool, i64)>, root: &str) -> Vec<Turn> {
+/// A step being gathered: its message id, parts, and when its calls were made.
+struct Open<'a> {
+    id: String,
+    messages: Vec<&'a Value>,
+    span: Span,
+    call_times: HashMap<String, i64>,
+}
+
+fn gather_turns(cx: &Context<'_>, lines: &[Line<'_>]) -> Result<Vec<Turn>, ImportError> {
     let mut turns: Vec<Turn> = Vec::new();
     let mut open: Option<Open<'_>> = None;
     for line in lines {
         match line {
             Line::Prompt(text, ts) => {
-                close(&mut open, &mut turns, results, root);
+                close(cx, &mut open, &mut turns)?;
                 match turns.last_mut() {
                     Some(t) if t.steps.is_empty() => t.prompt = format!("{}\n\n{text}", t.prompt),
                     _ => turns.push(Turn { prompt: text.clone(), time_ms: Some(*ts), steps: Vec::new() }),
@@ -112,7 +181,7 @@ fn gather_turns(lines: &[Line<'_>], results: &HashMap<String, (String, bool, i64
             Line::Assistant(m, ts) => {
                 let id = str_at(m, "id");
                 if open.as_ref().is_some_and(|o| o.id != id) {
-                    close(&mut open, &mut turns, results, root);
+                    close(cx, &mut open, &mut turns)?;
                 }
                 if turns.is_empty() {
                     continue;
@@ -129,15 +198,15 @@ fn gather_turns(lines: &[Line<'_>], results: &HashMap<String, (String, bool, i64
                 }
                 o.messages.push(m);
             }
-            Line::Results(..) | Line::Other => {}
+            Line::Other => {}
         }
     }
-    close(&mut open, &mut turns, results, root);
-    turns
+    close(cx, &mut open, &mut turns)?;
+    Ok(turns)
 }
 
-fn close(open: &mut Option<Open<'_>>, turns: &mut [Turn], results: &HashMap<String, (String, bool, i64)>, root: &str) {
-    let (Some(o), Some(turn)) = (open.take(), turns.last_mut()) else { return };
+fn close(cx: &Context<'_>, open: &mut Option<Open<'_>>, turns: &mut [Turn]) -> Result<(), ImportError> {
+    let (Some(o), Some(turn)) = (open.take(), turns.last_mut()) else { return Ok(()) };
     let mut step = Step { time: Some(o.span), ..Step::default() };
     let (mut text, mut reasoning) = (Vec::new(), Vec::new());
     for m in &o.messages {
@@ -148,14 +217,7 @@ fn close(open: &mut Option<Open<'_>>, turns: &mut [Turn], results: &HashMap<Stri
             match str_at(b, "type") {
                 "text" => text.push(str_at(b, "text").to_string()),
                 "thinking" => reasoning.push(str_at(b, "thinking").to_string()),
-                "tool_use" => {
-                    let id = str_at(b, "id");
-                    let (out, err, end) = results.get(id).cloned().unwrap_or((String::new(), false, o.span.end));
-                    let start = o.call_times.get(id).copied().unwrap_or(o.span.end);
-                    let mut call = claude_call(b, &out, err, root);
-                    call.time = Some(Span { start, end: end.max(start) });
-                    step.calls.push(call);
-                }
+                "tool_use" => step.calls.push(call_of(cx, &o, b)?),
                 _ => {}
             }
         }
@@ -163,4 +225,32 @@ fn close(open: &mut Option<Open<'_>>, turns: &mut [Turn], results: &HashMap<Stri
     step.text = text.join("\n\n");
     step.reasoning = reasoning.join("\n\n");
     turn.steps.push(step);
+    Ok(())
+}
+
+fn call_of(cx: &Context<'_>, o: &Open<'_>, block: &Value) -> Result<Call, ImportError> {
+    let id = str_at(block, "id");
+    let answer = cx.answers.get(id).cloned().unwrap_or(Answer { time: o.span.end, ..Answer::default() });
+    let start = o.call_times.get(id).copied().unwrap_or(o.span.end);
+    let mut call = claude_call(block, &answer.output, answer.error, &cx.root);
+    call.time = Some(Span { start, end: answer.time.max(start) });
+    let depth = match cx.chain {
+        Chain::Main => 0,
+        Chain::Subagent(d) => d + 1,
+    };
+    let file = subagent_file(cx.meta, answer.agent.as_deref()).filter(|_| depth < MAX_DEPTH);
+    if let (Some(agent), Some(file)) = (&answer.agent, file) {
+        let records = json_lines(&read_text(&file)?, &file)?;
+        let child =
+            parse_chain(&records, cx.meta, &file, Chain::Subagent(depth), &format!("{}/agent-{agent}", cx.name))?;
+        call.child = Some(Box::new(child));
+    }
+    Ok(call)
+}
+
+/// The file of subagent `agent` in the session's subagent folder, if there is one.
+fn subagent_file(meta: &SourceMeta, agent: Option<&str>) -> Option<PathBuf> {
+    let dir = meta.subagents.as_ref()?;
+    let agent = agent?;
+    ["jsonl.gz", "jsonl"].iter().map(|ext| dir.join(format!("agent-{agent}.{ext}"))).find(|p| p.is_file())
 }

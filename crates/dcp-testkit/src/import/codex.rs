@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::model::{est_tokens, Call, Clock, Session, Step, Tokens, Turn};
+use super::model::{chars, dumps_len, est_tokens, Call, Clock, Session, Step, Tokens, Turn};
 use super::shell::{relative, shell_call, unwrap_bash_lc, ShellRun};
 use super::source::{str_at, ImportError, Record};
 use super::SourceMeta;
@@ -23,7 +23,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     let root = meta.directory.clone().unwrap_or_else(|| "/workspace".to_string());
     let prompt = meta.prompt.clone().unwrap_or_default();
     let mut steps: Vec<Step> = Vec::new();
-    let mut ctx = prompt.len();
+    let mut ctx = chars(&prompt);
     let mut final_text = String::new();
     for r in records {
         let (event, item) = (str_at(&r.value, "type"), &r.value["item"]);
@@ -41,30 +41,15 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
             }
             _ => continue,
         };
-        let out_chars = call.input.to_string().len();
-        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-        ctx += out_chars + call.result_text().len();
-        match steps.last_mut() {
-            Some(s) if s.calls.is_empty() && s.model_ms.is_none() => {
-                s.calls.push(call);
-                s.tokens = tokens;
-                s.model_ms = Some(3000 + out_chars as i64 * 8);
-            }
-            _ => steps.push(Step {
-                calls: vec![call],
-                tokens,
-                model_ms: Some(3000 + out_chars as i64 * 8),
-                ..Step::default()
-            }),
-        }
+        ctx = attach(&mut steps, call, ctx);
     }
     if !final_text.is_empty() {
-        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(final_text.len()), ..Tokens::default() };
-        let model_ms = Some(4000 + final_text.len() as i64 * 8);
+        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(chars(&final_text)), ..Tokens::default() };
+        let model_ms = Some(4000 + chars(&final_text) as i64 * 8);
         steps.push(Step { text: final_text, tokens, model_ms, ..Step::default() });
     }
     for s in steps.iter_mut().filter(|s| s.model_ms.is_none()) {
-        s.tokens.output = est_tokens(s.reasoning.len());
+        s.tokens.output = est_tokens(chars(&s.reasoning));
     }
     let total: i64 =
         steps.iter().map(|s| s.model_ms.unwrap_or(3000) + s.calls.iter().map(|c| c.dur_ms).sum::<i64>()).sum();
@@ -82,6 +67,23 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     })
 }
 
+/// Adds `call` as a step (or to the reasoning step before it); returns the context size after.
+fn attach(steps: &mut Vec<Step>, call: Call, ctx: usize) -> usize {
+    let out_chars = dumps_len(&call.input);
+    let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
+    let after = ctx + out_chars + chars(call.result_text());
+    let model_ms = Some(3000 + out_chars as i64 * 8);
+    match steps.last_mut() {
+        Some(s) if s.calls.is_empty() && s.model_ms.is_none() => {
+            s.calls.push(call);
+            s.tokens = tokens;
+            s.model_ms = model_ms;
+        }
+        _ => steps.push(Step { calls: vec![call], tokens, model_ms, ..Step::default() }),
+    }
+    after
+}
+
 fn command(item: &Value, root: &str) -> Call {
     let cmd = unwrap_bash_lc(str_at(item, "command"));
     let out = str_at(item, "aggregated_output");
@@ -91,7 +93,7 @@ fn command(item: &Value, root: &str) -> Call {
         cwd: root,
         root,
         exit: item["exit_code"].as_i64(),
-        dur_ms: 400 + out.len() as i64 / 50,
+        dur_ms: 400 + chars(out) as i64 / 50,
     };
     shell_call(&run)
 }

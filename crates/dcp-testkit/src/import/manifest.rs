@@ -43,6 +43,9 @@ pub struct Entry {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directory: Option<String>,
+    /// The folder of the session's subagent transcripts, relative to the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<PathBuf>,
 }
 
 /// Reads the manifest at `path`.
@@ -83,5 +86,6 @@ fn meta_of(entry: &Entry, base: &Path) -> Result<SourceMeta> {
         directory: entry.directory.clone(),
         model: entry.model.clone(),
         end_ms,
+        subagents: entry.subagents.as_ref().map(|d| base.join(d)),
     })
 }

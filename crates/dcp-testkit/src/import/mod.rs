@@ -52,6 +52,8 @@ pub struct SourceMeta {
     pub model: Option<String>,
     /// When the run ended (the commit that holds the log), for estimated clocks.
     pub end_ms: i64,
+    /// The folder of a transcript's subagent files (`agent-<agentId>.jsonl[.gz]`).
+    pub subagents: Option<std::path::PathBuf>,
 }
 
 /// Parses the log at `file` as `format`.

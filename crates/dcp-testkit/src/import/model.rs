@@ -150,3 +150,44 @@ impl Call {
 pub fn est_tokens(chars: usize) -> u64 {
     chars.div_ceil(4) as u64
 }
+
+/// The length in characters of `s` (as the estimates count text).
+pub fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// The length of `v` written as Python's `json.dumps` writes it (`", "` and `": "` between
+/// items, non-ASCII escaped): the size the estimated clocks are modelled on, so that they match
+/// the shared real sessions' converter.
+pub fn dumps_len(v: &Value) -> usize {
+    match v {
+        Value::Null => 4,
+        Value::Bool(b) => {
+            if *b {
+                4
+            } else {
+                5
+            }
+        }
+        Value::Number(n) => n.to_string().len(),
+        Value::String(s) => dumps_str_len(s),
+        Value::Array(a) => 2 + a.iter().map(dumps_len).sum::<usize>() + 2 * a.len().saturating_sub(1),
+        Value::Object(o) => {
+            2 + o.iter().map(|(k, v)| dumps_str_len(k) + 2 + dumps_len(v)).sum::<usize>()
+                + 2 * o.len().saturating_sub(1)
+        }
+    }
+}
+
+fn dumps_str_len(s: &str) -> usize {
+    2 + s
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c if c.is_ascii() => 1,
+            c if (c as u32) > 0xFFFF => 12,
+            _ => 6,
+        })
+        .sum::<usize>()
+}

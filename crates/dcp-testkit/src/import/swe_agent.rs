@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::model::{est_tokens, Call, Clock, Session, Step, Tokens, Turn};
+use super::model::{chars, dumps_len, est_tokens, Call, Clock, Session, Step, Tokens, Turn};
 use super::shell::{bash_call, relative, shell_call, ShellRun, META_MAX};
 use super::source::{str_at, ImportError};
 use super::SourceMeta;
@@ -58,25 +58,15 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         exec_ms.entry(str_at(s, "action").to_string()).or_default().push(ms);
     }
     let prompt = history.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
-    let mut ctx = prompt.len() + history.first().map_or(0, |m| text_of(&m["content"]).len());
+    let mut ctx = chars(&prompt) + history.first().map_or(0, |m| chars(&text_of(&m["content"])));
     let mut steps = Vec::new();
     for (i, m) in history.iter().enumerate().filter(|(_, m)| m["role"] == "assistant") {
-        let answers = tool_answers(&history[i + 1..]);
         let dur = exec_ms.get(str_at(m, "action")).and_then(|v| v.first().copied()).unwrap_or(300);
-        let calls: Vec<Call> = m["tool_calls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|tc| {
-                let out = answers.get(str_at(tc, "id")).cloned().unwrap_or_default();
-                let args: Value = serde_json::from_str(str_at(&tc["function"], "arguments")).unwrap_or(json!({}));
-                swe_call(str_at(&tc["function"], "name"), &args, &out, dur)
-            })
-            .collect();
+        let calls = step_calls(m, &history[i + 1..], dur);
         let text = text_of(&m["content"]);
-        let out_chars = text.len() + calls.iter().map(|c| c.input.to_string().len()).sum::<usize>();
+        let out_chars = chars(&text) + calls.iter().map(|c| dumps_len(&c.input)).sum::<usize>();
         let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-        ctx += out_chars + calls.iter().map(|c| c.result_text().len()).sum::<usize>();
+        ctx += out_chars + calls.iter().map(|c| chars(c.result_text())).sum::<usize>();
         steps.push(Step { text, calls, tokens, model_ms: Some(2500 + out_chars as i64 * 8), ..Step::default() });
     }
     if steps.is_empty() {
@@ -97,6 +87,37 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         duration_ms: None,
         clock: Clock::Estimated,
     })
+}
+
+/// The calls of assistant message `m`: its function calls (1.x), or its one text action
+/// (0.x, answered by the next user message).
+fn step_calls(m: &Value, rest: &[Value], dur: i64) -> Vec<Call> {
+    let action = str_at(m, "action").trim();
+    let Some(tool_calls) = m["tool_calls"].as_array().filter(|t| !t.is_empty()) else {
+        if action.is_empty() {
+            return Vec::new();
+        }
+        let out = rest
+            .iter()
+            .take_while(|t| t["role"] != "assistant")
+            .find(|t| t["role"] == "user")
+            .map(|t| text_of(&t["content"]));
+        return vec![swe_call("bash", &json!({"command": action}), &out.unwrap_or_default(), dur)];
+    };
+    let answers = tool_answers(rest);
+    tool_calls
+        .iter()
+        .map(|tc| {
+            let out = answers.get(str_at(tc, "id")).cloned().unwrap_or_default();
+            let mut args: Value = serde_json::from_str(str_at(&tc["function"], "arguments")).unwrap_or(json!({}));
+            let name = str_at(&tc["function"], "name");
+            if !matches!(name, "str_replace_editor" | "bash") {
+                args = json!({"command": if tool_calls.len() == 1 && !action.is_empty() { action.to_string() } else { name.to_string() }});
+                return swe_call("bash", &args, &out, dur);
+            }
+            swe_call(name, &args, &out, dur)
+        })
+        .collect()
 }
 
 /// The answers of the `tool` messages that follow an assistant message, by call id.

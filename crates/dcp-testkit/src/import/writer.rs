@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::ids::{fnv1a, Ids, Order};
-use super::model::{Call, Clock, Outcome, Session, Step, Tokens};
+use super::model::{chars, dumps_len, Call, Clock, Outcome, Session, Step, Tokens};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const MIGRATIONS: &str = include_str!("migrations.txt");
@@ -110,7 +110,7 @@ fn slug(name: &str) -> String {
 
 fn model_ms_of(step: &Step) -> i64 {
     step.model_ms.unwrap_or_else(|| {
-        2500 + 8 * (step.text.len() + step.calls.iter().map(|c| c.input.to_string().len()).sum::<usize>()) as i64
+        2500 + 8 * (chars(&step.text) + step.calls.iter().map(|c| dumps_len(&c.input)).sum::<usize>()) as i64
     })
 }
 
@@ -208,24 +208,7 @@ impl Writer<'_> {
         let snap = format!("{:016x}", fnv1a(format!("{}:{i}", s.name).as_bytes()));
         let amid = self.ids.make("msg", created, Order::Ascending);
         self.part(scope, &amid, (pt, pt + 1), &json!({"snapshot": snap, "type": "step-start"}))?;
-        if !step.reasoning.is_empty() {
-            pt += 2;
-            self.part(
-                scope,
-                &amid,
-                (pt, pt + 1),
-                &json!({"type": "reasoning", "text": step.reasoning, "time": {"start": pt, "end": model_end}}),
-            )?;
-        }
-        if !step.text.is_empty() {
-            pt = (pt + 2).max(model_end - 1);
-            self.part(
-                scope,
-                &amid,
-                (pt, pt + 1),
-                &json!({"type": "text", "text": step.text, "time": {"start": pt, "end": model_end.max(pt + 1)}}),
-            )?;
-        }
+        pt = self.model_parts(scope, &amid, step, (pt, model_end))?;
         pt = pt.max(model_end);
         let mut edited = Vec::new();
         for (k, call) in step.calls.iter().enumerate() {
@@ -266,6 +249,22 @@ impl Writer<'_> {
         )?;
         self.out.messages += 1;
         Ok(completed + if recorded { 4 } else { 40 })
+    }
+
+    /// Writes the step's reasoning and text parts from `t.0`, the text ending at `t.1`.
+    fn model_parts(&mut self, scope: &Scope<'_>, amid: &str, step: &Step, t: (i64, i64)) -> rusqlite::Result<i64> {
+        let (mut pt, model_end) = t;
+        if !step.reasoning.is_empty() {
+            pt += 2;
+            let data = json!({"type": "reasoning", "text": step.reasoning, "time": {"start": pt, "end": model_end}});
+            self.part(scope, amid, (pt, pt + 1), &data)?;
+        }
+        if !step.text.is_empty() {
+            pt = (pt + 2).max(model_end - 1);
+            let data = json!({"type": "text", "text": step.text, "time": {"start": pt, "end": model_end.max(pt + 1)}});
+            self.part(scope, amid, (pt, pt + 1), &data)?;
+        }
+        Ok(pt)
     }
 
     /// Writes one tool part from `pt` (its child session first); returns where the next part goes.
