@@ -264,13 +264,13 @@ impl Default for PurgeErrors {
 
 /// Masking's default budget of kept outputs (`strategies.masking.keepTokens`), see BENCHMARKS.md
 /// "Choosing masking's defaults".
-pub const KEEP_TOKENS: u32 = 5_000;
+pub const KEEP_TOKENS: u32 = 10_000;
 
 impl Default for Masking {
     fn default() -> Self {
         Masking {
             enabled: true,
-            keep_last: 5,
+            keep_last: 10,
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),
@@ -283,7 +283,7 @@ impl Default for Masking {
 
 impl Default for Window {
     fn default() -> Self {
-        Window { keep_last: 2, keep_tokens: 2_000 }
+        Window { keep_last: 3, keep_tokens: 3_000 }
     }
 }
 
@@ -296,7 +296,7 @@ impl Default for Rewrite {
             cold_cache_seconds: 300,
             spend_banked: 0.5,
             spend_min_share: 0.02,
-            loss_bound: 0.05,
+            loss_bound: 0.02,
         }
     }
 }

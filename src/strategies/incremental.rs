@@ -95,8 +95,10 @@ pub struct Index {
     deep: Cursor,
     /// Calls before this one were considered for masking.
     mask_cursor: usize,
-    /// Calls beyond the masking window not masked yet.
+    /// Calls beyond the masking window not masked yet, and those of them that are no working
+    /// material now ([`masking::working`]).
     masking: Vec<MaskCandidate>,
+    ready: Vec<MaskCandidate>,
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
@@ -278,7 +280,9 @@ impl Index {
         }
         let calls = &self.calls;
         self.masking.retain(|c| !state.pruned.contains_key(&calls[c.call].facts.call_id));
-        &self.masking
+        let ready: Vec<MaskCandidate> = self.masking.iter().filter(|c| !self.working(c.call, rules)).copied().collect();
+        self.ready = ready;
+        &self.ready
     }
 
     /// The calls a rewrite that goes anyway also masks, oldest first: inside masking's window

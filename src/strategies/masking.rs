@@ -286,10 +286,13 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
     }
     let pruned = pruned_ids(state);
     let window = window_start(history, rules, Window::Kept);
+    let working = working(&history.calls, rules);
     // Younger calls are younger by every measure: the window is a suffix.
     history.calls[..window]
         .iter()
-        .filter(|call| open_in(call, &pruned))
+        .zip(&working)
+        .filter(|(call, working)| !**working && open_in(call, &pruned))
+        .map(|(call, _)| call)
         .filter_map(|call| prune(call, rules, counter))
         .collect()
 }
