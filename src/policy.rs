@@ -35,7 +35,7 @@
 //! definitions at the head, the prunable list at the tail, never cached).
 //!
 //! **The loss bound.** A rewrite's extra must be covered by what pruning has banked plus
-//! `rewrite.lossBound` (5%) of what the session has cost without pruning so far
+//! `rewrite.lossBound` (2%) of what the session has cost without pruning so far
 //! ([`unpruned_cost`], summed request by request from the sizes the sidecar sees): were the
 //! session to end right after it, it would cost at most that much more than no pruning, and
 //! any later request it serves pays part of it back. A bank alone never fills on a
