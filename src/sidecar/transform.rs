@@ -255,8 +255,10 @@ fn tail_message(
     };
     let mut text = list.to_string();
     // The list is sent uncached with every request: it goes only when pruning what it names
-    // would save more on each request than the list itself costs.
-    if !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
+    // would save more on each request than the list itself costs (`minTokens` 0 asks for
+    // every output, small ones included, whatever they are worth).
+    let small_too = tools.settings.min_tokens == 0;
+    if !small_too && !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
         return Vec::new();
     }
     let calls = index.calls();
