@@ -11,17 +11,18 @@
 //! OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
 //! here. A run without edits has no misses.
 //!
-//! How it stays fast. Every quote of the session is cut into windows once, up front. Each
-//! distinct text the requests carry is normalised and scanned once, when first met, with a
-//! rolling hash; only windows that some quote holds are kept, as postings (window → texts).
-//! A request is then checked by looking up its step's windows, not by scanning its history.
+//! How it stays fast. Every quote of the session is cut into windows once, up front, in an
+//! [`Index`] the runs (modes) of the session share. Each distinct text the requests carry is
+//! normalised and scanned once per session, when first met, with a rolling hash; only windows
+//! that some quote holds are kept, as postings (window → texts). A request is then checked by
+//! looking up its step's windows, not by scanning its history.
 
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use serde::Serialize;
 use std::hash::{Hash, Hasher};
 
 use super::pieces::{tool_result, Edit, Pieces};
-use super::steps::{Timeline, AGENT_TOOLS};
+use super::steps::AGENT_TOOLS;
 use super::windows::{normalise, windows};
 use super::Step;
 use crate::session::node::NULL;
@@ -51,21 +52,31 @@ struct PartTexts {
 /// outputs OpenCode had cleared, and a hash of dcp's edits of it.
 type PartKey = (usize, usize, usize, u64);
 
-/// Finds the misses of one run, request by request (see the module header).
+/// What the runs of one session share: the windows of every step's quotes, and every text
+/// the requests carried, scanned once for them.
 #[derive(Default)]
-pub struct Misses {
-    /// By assistant message (timeline index): the windows its quotes hold.
-    quotes: FxHashMap<usize, Vec<u64>>,
-    /// Every window some quote holds.
+pub struct Index {
+    /// By assistant message id: the windows its quotes hold.
+    quotes: FxHashMap<String, Vec<u64>>,
+    /// Every window some quote holds, and a bit per window hash (low bits) to rule most
+    /// windows out before the set is asked.
     wanted: FxHashSet<u64>,
+    bits: Vec<u64>,
     /// By window: the texts that hold it.
     postings: FxHashMap<u64, Vec<TextId>>,
     /// By (hash, length) of a text: its id.
     ids: FxHashMap<(u64, usize), TextId>,
     /// By id: the text, and its tokens once counted.
     texts: Vec<(Box<str>, Option<u64>)>,
+}
+
+/// Bits of [`Index::bits`]: 2^20, 128 KB.
+const BITS: u64 = 1 << 20;
+
+/// Finds the misses of one run, request by request (see the module header).
+pub struct Misses<'a> {
+    index: &'a mut Index,
     parts: FxHashMap<PartKey, PartTexts>,
-    started: bool,
 }
 
 fn hash_of(text: &str) -> u64 {
@@ -117,30 +128,26 @@ fn quotes(m: &Message) -> Vec<&str> {
     out
 }
 
-impl Misses {
-    pub fn new() -> Misses {
-        Misses::default()
-    }
-
-    /// Cuts every step's quotes into windows, once per run.
-    fn start(&mut self, timeline: &Timeline) {
-        self.started = true;
-        for r in timeline.requests() {
-            let message = &timeline.messages()[r.message];
-            if message.role() != Role::Assistant {
-                continue;
-            }
+impl Index {
+    /// Cuts the quotes of every step of `messages` into windows.
+    pub fn new(messages: &[Message]) -> Index {
+        let mut index = Index { bits: vec![0; (BITS / 64) as usize], ..Index::default() };
+        for message in messages.iter().filter(|m| m.role() == Role::Assistant) {
             let mut mine = FxHashSet::default();
             for q in quotes(message) {
                 windows(&normalise(q), |h| {
                     mine.insert(h);
                 });
             }
+            for h in &mine {
+                index.wanted.insert(*h);
+                index.bits[((h % BITS) / 64) as usize] |= 1 << (h % 64);
+            }
             if !mine.is_empty() {
-                self.wanted.extend(mine.iter().copied());
-                self.quotes.insert(r.message, mine.into_iter().collect());
+                index.quotes.insert(message.id().to_string(), mine.into_iter().collect());
             }
         }
+        index
     }
 
     /// The id of `text`, indexed the first time it is met.
@@ -152,9 +159,9 @@ impl Misses {
         let id = self.texts.len() as TextId;
         self.texts.push((text.into(), None));
         self.ids.insert(key, id);
-        let (wanted, postings) = (&self.wanted, &mut self.postings);
+        let (bits, wanted, postings) = (&self.bits, &self.wanted, &mut self.postings);
         windows(&normalise(text), |h| {
-            if wanted.contains(&h) {
+            if bits[((h % BITS) / 64) as usize] & (1 << (h % 64)) != 0 && wanted.contains(&h) {
                 let list = postings.entry(h).or_default();
                 if list.last() != Some(&id) {
                     list.push(id);
@@ -162,6 +169,17 @@ impl Misses {
             }
         });
         id
+    }
+
+    fn tokens(&mut self, t: TextId, pieces: &Pieces) -> u64 {
+        let (text, tokens) = &mut self.texts[t as usize];
+        *tokens.get_or_insert_with(|| pieces.count(text))
+    }
+}
+
+impl<'a> Misses<'a> {
+    pub fn new(index: &'a mut Index) -> Misses<'a> {
+        Misses { index, parts: FxHashMap::default() }
     }
 
     /// The texts of `part` (message `i`, part `p` of the request, at OpenCode's clearing
@@ -173,7 +191,7 @@ impl Misses {
         let mut texts = PartTexts::default();
         if edits.is_empty() {
             for t in fields(part).into_iter().flatten() {
-                texts.visible.push(self.intern(t));
+                texts.visible.push(self.index.intern(t));
             }
         } else {
             // An edit that only appends (a message id tag) hides nothing: the text is still there.
@@ -183,9 +201,9 @@ impl Misses {
             let (before, after, shown) = (fields(part), fields(&replaced), fields(&sent));
             for g in 0..2 {
                 if before[g] != after[g] {
-                    before[g].iter().for_each(|t| texts.hidden.push(self.intern(t)));
+                    before[g].iter().for_each(|t| texts.hidden.push(self.index.intern(t)));
                 }
-                shown[g].iter().for_each(|t| texts.visible.push(self.intern(t)));
+                shown[g].iter().for_each(|t| texts.visible.push(self.index.intern(t)));
             }
         }
         self.parts.insert(key, texts.clone());
@@ -197,14 +215,12 @@ impl Misses {
         if step.edits.is_empty() && step.replace.is_empty() {
             return None;
         }
-        if !self.started {
-            self.start(step.timeline);
-        }
-        let wanted = self.quotes.get(&step.request.message)?.clone();
+        let id = step.timeline.messages()[step.request.message].id();
+        let wanted = self.index.quotes.get(id)?.clone();
         let sent = self.sent(step);
         let mut hit: Vec<(TextId, String)> = Vec::new();
         for w in &wanted {
-            let Some(posts) = self.postings.get(w) else { continue };
+            let Some(posts) = self.index.postings.get(w) else { continue };
             if posts.iter().any(|t| sent.visible.contains(t)) {
                 continue;
             }
@@ -222,17 +238,12 @@ impl Misses {
         let mut quoted: Vec<String> = Vec::new();
         let mut hidden_tokens = 0;
         for (t, owner) in hit {
-            hidden_tokens += self.tokens(t, pieces);
+            hidden_tokens += self.index.tokens(t, pieces);
             if !quoted.contains(&owner) {
                 quoted.push(owner);
             }
         }
         Some(Miss { quoted, hidden_tokens })
-    }
-
-    fn tokens(&mut self, t: TextId, pieces: &Pieces) -> u64 {
-        let (text, tokens) = &mut self.texts[t as usize];
-        *tokens.get_or_insert_with(|| pieces.count(text))
     }
 
     /// What `step`'s request sent: its visible texts, and its hidden ones with the id of
@@ -274,7 +285,7 @@ impl Misses {
     fn visible_message(&mut self, message: &Message, sent: &mut Sent) {
         for part in &message.parts {
             for t in fields(part).into_iter().flatten() {
-                let id = self.intern(t);
+                let id = self.index.intern(t);
                 sent.visible.insert(id);
             }
         }

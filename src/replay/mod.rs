@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use self::cost::{Bill, Meter, Piece, Totals, Ttl};
 use self::engine::{Engine, EngineError, Setup};
-use self::misses::{Miss, Misses};
+use self::misses::{Index, Miss, Misses};
 use self::pieces::{Edit, Pieces};
 use self::steps::{AgentTools, Recorded, Request, Timeline};
 use crate::config::{Config, RewriteMode};
@@ -183,7 +183,8 @@ pub struct SessionReplay {
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
 pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
-    let mut pieces = Pieces::new(TokenCounter::new(options.estimator));
+    let pieces = Pieces::new(TokenCounter::new(options.estimator));
+    let mut shared = Shared { pieces, index: Index::new(session.messages) };
     let mut modes = vec![Mode::None, Mode::Dcp];
     for m in &options.modes {
         if !modes.contains(m) {
@@ -192,7 +193,7 @@ pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay,
     }
     let mut runs = Vec::new();
     for mode in modes {
-        runs.push((mode, run(session, mode, options, &mut pieces)?));
+        runs.push((mode, run(session, mode, options, &mut shared)?));
     }
     let plain = Timeline::new(session.messages, AgentTools::Offered);
     let recorded = plain.requests().iter().filter_map(|r| r.recorded).fold(None, |acc: Option<Recorded>, r| {
@@ -323,14 +324,22 @@ struct Counted {
 }
 
 /// One run: every request of the session in `mode`, counted and billed.
-fn run(session: &Session<'_>, mode: Mode, options: &Options, pieces: &mut Pieces) -> Result<Run, EngineError> {
+/// What the runs of one session share: the pieces counted, and the index of quotes and texts
+/// that finds misses.
+struct Shared {
+    pieces: Pieces,
+    index: Index,
+}
+
+fn run(session: &Session<'_>, mode: Mode, options: &Options, shared: &mut Shared) -> Result<Run, EngineError> {
+    let Shared { pieces, index } = shared;
     let mut meter = Meter::new(options.ttl);
     let mut per_request = Vec::new();
     let mut totals = Totals::default();
     // The dcp share of the system prompt and tools is known once the engine has started,
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
-    let mut misses = Misses::new();
+    let mut misses = Misses::new(index);
     let (additions, (agent_calls, agent_calls_same)) = drive(session, mode, options, |step| {
         let mut request = Vec::new();
         let history = count_history(step, pieces, &mut request);

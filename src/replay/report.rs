@@ -177,20 +177,19 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
 /// hidden from their request.
 fn misses_table(rows: &[Row<'_>], modes: &[Mode]) -> String {
     let mut out = String::from("Misses, share of steps that quoted text hidden from their request:\n");
-    let mut head = format!("  {:<34} {:>5} {:>12}", "session", "reqs", "steps");
+    let mut head = format!("  {:<34} {:>5}", "session", "reqs");
     for m in modes.iter().filter(|m| **m != Mode::None) {
         let _ = write!(head, " {:>w$}", m.name(), w = m.name().len().max(6));
     }
     let _ = writeln!(out, "{head}");
     for row in rows {
         let (id, requests) = (&row.replay.session_id, row.replay.requests);
-        let steps = totals(row.replay, Mode::None).map_or(0, |t| t.requests);
         let cells = ratio_cells(modes, |m| totals(row.replay, m).map(|t| t.miss_share));
-        let _ = writeln!(out, "  {id:<34} {requests:>5} {:>12}{cells}", thousands(steps));
+        let _ = writeln!(out, "  {id:<34} {requests:>5}{cells}");
     }
     for (name, pick) in [("median", 0), ("worst", 1), ("total", 2)] {
         let cells = ratio_cells(modes, |m| miss_aggregate(rows, m).map(|a| [a.median, a.worst, a.total][pick]));
-        let _ = writeln!(out, "  {name:<34} {:>5} {:>12}{cells}", "", "");
+        let _ = writeln!(out, "  {name:<34} {:>5}{cells}", "");
     }
     out.push('\n');
     out

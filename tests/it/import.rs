@@ -33,6 +33,23 @@ const CODEX: &str = r#"{"type":"thread.started","thread_id":"x"}
 {"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"The file defines a."}}
 "#;
 
+/// A Codex rollout: a file view, an answer, and after the person's ten-minute pause a patch.
+const ROLLOUT: &str = r#"{"timestamp":"2025-09-03T10:00:00.000Z","type":"session_meta","payload":{"id":"s1","cwd":"/w","cli_version":"0.125.0"}}
+{"timestamp":"2025-09-03T10:00:00.010Z","type":"turn_context","payload":{"cwd":"/w","model":"gpt-5.4"}}
+{"timestamp":"2025-09-03T10:00:00.020Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"Read src/a.rs"}]}}
+{"timestamp":"2025-09-03T10:00:00.030Z","type":"event_msg","payload":{"type":"user_message","message":"Read src/a.rs"}}
+{"timestamp":"2025-09-03T10:00:02.000Z","type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"Look at it."}],"encrypted_content":"x"}}
+{"timestamp":"2025-09-03T10:00:03.000Z","type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"sed -n 1,5p src/a.rs\",\"workdir\":\"/w\"}","call_id":"c1"}}
+{"timestamp":"2025-09-03T10:00:03.500Z","type":"event_msg","payload":{"type":"token_count","info":{"last_token_usage":{"input_tokens":1000,"cached_input_tokens":800,"output_tokens":50,"reasoning_output_tokens":20}}}}
+{"timestamp":"2025-09-03T10:00:04.000Z","type":"event_msg","payload":{"type":"exec_command_end","call_id":"c1","exit_code":0}}
+{"timestamp":"2025-09-03T10:00:04.000Z","type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"fn a() {}\n"}}
+{"timestamp":"2025-09-03T10:00:08.000Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"It defines a."}]}}
+{"timestamp":"2025-09-03T10:10:08.000Z","type":"event_msg","payload":{"type":"user_message","message":"Rename it to b"}}
+{"timestamp":"2025-09-03T10:10:12.000Z","type":"response_item","payload":{"type":"custom_tool_call","name":"apply_patch","call_id":"c2","input":"*** Begin Patch\n*** Update File: src/a.rs\n@@\n-fn a() {}\n+fn b() {}\n*** End Patch"}}
+{"timestamp":"2025-09-03T10:10:13.000Z","type":"response_item","payload":{"type":"custom_tool_call_output","call_id":"c2","output":"Success. Updated the following files:\nM src/a.rs\n"}}
+{"timestamp":"2025-09-03T10:10:15.000Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Renamed."}]}}
+"#;
+
 /// SWE-agent 1.x: an editor view and a bash command.
 const SWE_AGENT: &str = r#"{"history":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix the bug."},
 {"role":"assistant","content":"Let me look.","action":"str_replace_editor view /testbed/a.py","tool_calls":[{"id":"c1","function":{"name":"str_replace_editor","arguments":"{\"command\":\"view\",\"path\":\"/testbed/a.py\"}"}}]},
@@ -77,6 +94,7 @@ fn each_format_imports_a_sample_that_replay_and_context_read() {
         ("claude-transcript", TRANSCRIPT, 3, 2),
         ("claude-stream-json", STREAM_JSON, 2, 1),
         ("codex-exec-json", CODEX, 2, 1),
+        ("codex-rollout", ROLLOUT, 4, 2),
         ("swe-agent", SWE_AGENT, 2, 2),
     ];
     for (format, text, steps, calls) in cases {
@@ -143,6 +161,9 @@ fn a_log_of_another_format_is_refused_with_the_file_named() {
     );
     let err = import("swe-agent", &source, &dir.path().join("out2")).unwrap_err().to_string();
     assert!(err.contains(&source.display().to_string()) && err.contains("not JSON"), "{err}");
+    let transcript = sample(dir.path(), "transcript.jsonl", TRANSCRIPT);
+    let err = import("codex-rollout", &transcript, &dir.path().join("out3")).unwrap_err().to_string();
+    assert!(err.starts_with(&transcript.display().to_string()) && err.contains("not a Codex rollout"), "{err}");
 }
 
 #[test]
@@ -288,4 +309,58 @@ fn shell_commands_map_onto_opencode_tools_only_when_unambiguous() {
         assert_eq!(call(kept, Some(0)).0, "bash", "{kept}");
     }
     assert_eq!(call("rg TODO", Some(127)).0, "bash", "a search that failed to run stays bash");
+}
+
+#[test]
+fn a_compaction_in_a_transcript_becomes_opencodes_so_only_the_summary_and_after_are_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let compacted = format!(
+        "{TRANSCRIPT}{}",
+        r#"{"type":"system","subtype":"compact_boundary","compactMetadata":{"trigger":"auto","preTokens":170000},"timestamp":"2025-09-03T10:20:00.000Z"}
+{"isSidechain":false,"type":"user","isCompactSummary":true,"message":{"role":"user","content":"This session is being continued. Summary: the tests pass."},"timestamp":"2025-09-03T10:20:00.000Z"}
+{"isSidechain":false,"type":"assistant","message":{"id":"m9","role":"assistant","content":[{"type":"text","text":"Continuing."}]},"timestamp":"2025-09-03T10:20:05.000Z"}
+"#
+    );
+    let source = sample(dir.path(), "compacted.jsonl", &compacted);
+    import("claude-transcript", &source, dir.path()).unwrap();
+    let context = dcp_json(&["context"], dir.path());
+    // The compaction request, its summary and the step after it; the five messages before are gone.
+    assert_eq!(context["messages"], 3, "{context}");
+    assert_eq!(context["tool_calls"], 0, "{context}");
+}
+
+#[test]
+fn a_codex_rollout_keeps_its_clock_and_pairs_each_call_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = sample(dir.path(), "rollout.jsonl", ROLLOUT);
+    import("codex-rollout", &source, dir.path()).unwrap();
+    let conn = Connection::open(dir.path().join("opencode.db")).unwrap();
+    let users: Vec<i64> = conn
+        .prepare("SELECT time_created FROM message WHERE json_extract(data, '$.role') = 'user' ORDER BY time_created")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    // 10:00:00.030Z and 10:10:08Z: one user message per prompt (not the echoed input item),
+    // and the person's pause is kept.
+    assert_eq!(users, [1_756_893_600_030, 1_756_894_208_000]);
+    let part = |tool: &str, key: &str| -> String {
+        let sql = format!(
+            "SELECT json_quote(json_extract(data, '$.state.{key}')) FROM part WHERE json_extract(data, '$.tool') = ?1"
+        );
+        conn.query_row(&sql, [tool], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(part("read", "output"), "\"fn a() {}\\n\"", "the shell view maps onto read, output verbatim");
+    assert_eq!(part("read", "time.end"), "1756893604000", "the output's recorded time");
+    assert!(part("edit", "input").contains("*** Update File: src/a.rs"), "the patch is the edit's input");
+    let (cache_read, reasoning): (i64, i64) = conn
+        .query_row(
+            "SELECT json_extract(data, '$.tokens.cache.read'), json_extract(data, '$.tokens.reasoning') FROM message \
+             WHERE json_extract(data, '$.role') = 'assistant' ORDER BY time_created LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((cache_read, reasoning), (800, 20), "the token count after a response is that step's");
 }

@@ -5,7 +5,9 @@
 //! (consecutive ones join one user message; shell escapes, command output and task
 //! notifications are text the model reads too); user lines with `tool_result` blocks answer
 //! the calls; assistant lines sharing `message.id` make one step. Bookkeeping lines
-//! (summaries, snapshots, progress, `isMeta`) are left out. Subagents: Claude Code 2.1 writes
+//! (summaries, snapshots, progress, `isMeta`) are left out. A compaction (`compact_boundary`
+//! and the summary after it) becomes OpenCode's: a user message with a `compaction` part and
+//! an assistant `summary` message, after which only the summary and what follows are sent. Subagents: Claude Code 2.1 writes
 //! each to its own file (`agent-<agentId>.jsonl`, named in the Task call's result); given the
 //! folder holding them, each becomes a child session. Older versions interleave subagent lines
 //! (`isSidechain`) in the main file; those are left out.
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::claude_tools::{claude_call, result_text, usage_tokens};
-use super::model::{Call, Clock, Session, Span, Step, Turn};
+use super::model::{Call, Clock, Session, Span, Step, Trigger, Turn};
 use super::source::{json_lines, parse_time, read_text, str_at, ImportError, Record};
 use super::SourceMeta;
 
@@ -36,6 +38,10 @@ const MAX_DEPTH: usize = 4;
 enum Line<'a> {
     Prompt(String, i64),
     Assistant(&'a Value, i64),
+    /// A `compact_boundary`: the history before it is replaced by the summary that follows.
+    Compaction(Trigger, i64),
+    /// The summary of a compaction (`isCompactSummary`).
+    Summary(String, i64),
     Other,
 }
 
@@ -60,6 +66,10 @@ struct Context<'a> {
 
 fn classify<'a>(v: &'a Value, chain: Chain, file: &Path, line: usize) -> Result<Line<'a>, ImportError> {
     let kind = str_at(v, "type");
+    if kind == "system" && v["subtype"] == "compact_boundary" {
+        let trigger = if v["compactMetadata"]["trigger"] == "manual" { Trigger::Manual } else { Trigger::Auto };
+        return Ok(parse_time(str_at(v, "timestamp")).map_or(Line::Other, |ts| Line::Compaction(trigger, ts)));
+    }
     let foreign = chain == Chain::Main && v["isSidechain"] == true;
     if !matches!(kind, "user" | "assistant") || foreign || v["isMeta"] == true {
         return Ok(Line::Other);
@@ -70,6 +80,10 @@ fn classify<'a>(v: &'a Value, chain: Chain, file: &Path, line: usize) -> Result<
     let content = &v["message"]["content"];
     if kind == "assistant" {
         return Ok(Line::Assistant(&v["message"], ts));
+    }
+    if v["isCompactSummary"] == true {
+        let text = content.as_str().map(str::to_string).unwrap_or_else(|| result_text(Some(content)));
+        return Ok(Line::Summary(text, ts));
     }
     if let Some(s) = content.as_str() {
         return Ok(Line::Prompt(s.to_string(), ts));
@@ -174,8 +188,27 @@ fn gather_turns(cx: &Context<'_>, lines: &[Line<'_>]) -> Result<Vec<Turn>, Impor
             Line::Prompt(text, ts) => {
                 close(cx, &mut open, &mut turns)?;
                 match turns.last_mut() {
-                    Some(t) if t.steps.is_empty() => t.prompt = format!("{}\n\n{text}", t.prompt),
-                    _ => turns.push(Turn { prompt: text.clone(), time_ms: Some(*ts), steps: Vec::new() }),
+                    Some(t) if t.steps.is_empty() && t.compaction.is_none() => {
+                        t.prompt = format!("{}\n\n{text}", t.prompt)
+                    }
+                    _ => turns.push(Turn { prompt: text.clone(), time_ms: Some(*ts), ..Turn::default() }),
+                }
+            }
+            Line::Compaction(trigger, ts) => {
+                close(cx, &mut open, &mut turns)?;
+                turns.push(Turn { time_ms: Some(*ts), compaction: Some(*trigger), ..Turn::default() });
+            }
+            Line::Summary(text, ts) => {
+                close(cx, &mut open, &mut turns)?;
+                match turns.last_mut() {
+                    Some(t) if t.compaction.is_some() && t.steps.is_empty() => {
+                        t.steps.push(Step {
+                            text: text.clone(),
+                            time: Some(Span { start: *ts, end: *ts }),
+                            ..Step::default()
+                        });
+                    }
+                    _ => turns.push(Turn { prompt: text.clone(), time_ms: Some(*ts), ..Turn::default() }),
                 }
             }
             Line::Assistant(m, ts) => {

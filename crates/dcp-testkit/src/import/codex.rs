@@ -60,7 +60,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         provider: "openai".into(),
         model: meta.model.clone().unwrap_or_else(|| "gpt-5-codex".into()),
         harness: "Codex CLI exec --json".into(),
-        turns: vec![Turn { prompt, time_ms: None, steps }],
+        turns: vec![Turn { prompt, time_ms: None, steps, compaction: None }],
         start_ms: meta.end_ms - total - 60_000,
         duration_ms: None,
         clock: Clock::Estimated,

@@ -11,6 +11,7 @@ pub mod claude_stream;
 pub mod claude_tools;
 pub mod claude_transcript;
 pub mod codex;
+pub mod codex_rollout;
 pub mod ids;
 pub mod manifest;
 pub mod model;
@@ -36,6 +37,8 @@ pub enum Format {
     ClaudeTranscript,
     /// Codex CLI `codex exec --json` events; estimated clock.
     CodexExecJson,
+    /// Codex CLI's session file, `~/.codex/sessions/**/rollout-*.jsonl`; recorded clock.
+    CodexRollout,
     /// SWE-agent 1.x `.traj` (function calling); estimated clock.
     SweAgent,
 }
@@ -64,5 +67,6 @@ pub fn parse(format: Format, file: &Path, meta: &SourceMeta) -> Result<model::Se
         Format::ClaudeStreamJson => claude_stream::parse(&source::json_lines(&text, file)?, meta, file),
         Format::ClaudeTranscript => claude_transcript::parse(&source::json_lines(&text, file)?, meta, file),
         Format::CodexExecJson => codex::parse(&source::json_lines(&text, file)?, meta, file),
+        Format::CodexRollout => codex_rollout::parse(&source::json_lines(&text, file)?, meta, file),
     }
 }

@@ -41,13 +41,24 @@ impl Session {
     }
 }
 
-/// A user prompt and the steps that answer it.
+/// A user prompt and the steps that answer it, or a compaction: its first step is then the
+/// summary that replaces the history before it.
 #[derive(Debug, Clone, Default)]
 pub struct Turn {
     pub prompt: String,
     /// When the person sent it (recorded clocks).
     pub time_ms: Option<i64>,
     pub steps: Vec<Step>,
+    pub compaction: Option<Trigger>,
+}
+
+/// What started a compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The context overflowed.
+    Auto,
+    /// The person asked (`/compact`).
+    Manual,
 }
 
 /// A span of recorded time, in Unix milliseconds.

@@ -82,7 +82,7 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         provider: provider.into(),
         model: meta.model.clone().unwrap_or(model),
         harness: format!("SWE-agent {version}").trim().to_string(),
-        turns: vec![Turn { prompt, time_ms: None, steps }],
+        turns: vec![Turn { prompt, time_ms: None, steps, compaction: None }],
         start_ms: meta.end_ms - total - 62_000,
         duration_ms: None,
         clock: Clock::Estimated,

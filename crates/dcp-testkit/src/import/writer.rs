@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::ids::{fnv1a, Ids, Order};
-use super::model::{chars, dumps_len, Call, Clock, Outcome, Session, Step, Tokens};
+use super::model::{chars, dumps_len, Call, Clock, Outcome, Session, Step, Tokens, Trigger};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const MIGRATIONS: &str = include_str!("migrations.txt");
@@ -56,6 +56,14 @@ struct Scope<'a> {
     sid: String,
     scale: f64,
     user_id: String,
+    role: StepRole,
+}
+
+/// What an assistant message is: an answer, or a compaction's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepRole {
+    Answer,
+    Summary,
 }
 
 impl Database {
@@ -149,7 +157,7 @@ impl Writer<'_> {
                 scale = (d as f64 / est as f64).max(0.05);
             }
         }
-        let mut scope = Scope { session: s, sid, scale, user_id: String::new() };
+        let mut scope = Scope { session: s, sid, scale, user_id: String::new(), role: StepRole::Answer };
         let mut totals = Tokens::default();
         let mut t = start;
         for turn in &s.turns {
@@ -158,7 +166,11 @@ impl Writer<'_> {
             let data = json!({"role": "user", "time": {"created": at}, "agent": "build", "model": model});
             scope.user_id = self.message(&scope.sid, (at, at + 1), &data)?;
             let uid = scope.user_id.clone();
-            self.part(&scope, &uid, (at, at + 1), &json!({"type": "text", "text": turn.prompt}))?;
+            let part = match turn.compaction {
+                Some(trigger) => json!({"type": "compaction", "auto": trigger == Trigger::Auto}),
+                None => json!({"type": "text", "text": turn.prompt}),
+            };
+            self.part(&scope, &uid, (at, at + 1), &part)?;
             t = at + if s.clock == Clock::Recorded { 2 } else { 400 };
             for (i, step) in turn.steps.iter().enumerate() {
                 for (sum, add) in [(&mut totals.input, step.tokens.input), (&mut totals.output, step.tokens.output)] {
@@ -166,6 +178,7 @@ impl Writer<'_> {
                 }
                 totals.cache_read += step.tokens.cache_read;
                 totals.cache_write += step.tokens.cache_write;
+                scope.role = if turn.compaction.is_some() && i == 0 { StepRole::Summary } else { StepRole::Answer };
                 t = self.step(&scope, step, i, t)?;
             }
         }
@@ -240,9 +253,13 @@ impl Writer<'_> {
                 &json!({"type": "patch", "hash": snap, "files": edited}),
             )?;
         }
-        let data = json!({"parentID": scope.user_id, "role": "assistant", "mode": "build", "agent": "build",
+        let agent = if scope.role == StepRole::Summary { "compaction" } else { "build" };
+        let mut data = json!({"parentID": scope.user_id, "role": "assistant", "mode": agent, "agent": agent,
             "path": {"cwd": s.directory, "root": s.directory}, "cost": 0, "tokens": tokens, "modelID": s.model,
             "providerID": s.provider, "time": {"created": created, "completed": completed + 3}, "finish": finish});
+        if scope.role == StepRole::Summary {
+            data["summary"] = json!(true);
+        }
         self.conn.execute(
             "INSERT INTO message VALUES (?1, ?2, ?3, ?4, ?5)",
             params![amid, scope.sid, created, completed + 3, data.to_string()],
