@@ -16,8 +16,8 @@ fn long(head: &str) -> String {
     format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16))
 }
 
-/// The defaults with masking's window at the paper's ten observations (the defaults before
-/// issue 24 narrowed it), for the tests of the window's mechanics.
+/// The defaults with masking's window at the paper's ten observations and a rewrite masking
+/// down to five (the defaults before issue 24), for the tests of the window's mechanics.
 fn paper_window() -> Config {
     let mut config = Config::default();
     let m = &mut config.strategies.masking;
@@ -60,6 +60,36 @@ fn masking_keeps_the_last_outputs_of_this_turn_and_takes_earlier_turns() {
     assert_eq!(masked(&messages, &config), ["a0", "a1"]);
     config.strategies.masking.enabled = false;
     assert!(masked(&messages, &config).is_empty());
+}
+
+#[test]
+fn the_file_being_edited_stays_whole_and_its_superseded_views_go() {
+    let edit = json!({"filePath": "/p/work.rs", "oldString": "a", "newString": "b"});
+    let mut b = SessionBuilder::new()
+        .user("one task")
+        .tool("old_view", "read", json!({"filePath": "/p/work.rs"}), &long("work v1"))
+        .tool("view", "read", json!({"filePath": "/p/work.rs"}), &long("work v2"))
+        .tool("other", "read", json!({"filePath": "/p/other.rs"}), &long("other"));
+    for i in 0..12 {
+        b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("fn g{i}")}), &long("hit"));
+    }
+    let edited = b.clone().tool("e", "edit", edit, "Edit applied successfully.");
+    let config = paper_window();
+    // Beyond the last ten calls: the earlier view of work.rs, the file only read and the old
+    // searches go; the latest view of the file just edited is the working material and stays.
+    assert_eq!(masked(&edited.clone().build(), &config), ["old_view", "other", "g0", "g1", "g2"]);
+    // Without the edit, that view is one more old output.
+    assert_eq!(masked(&b.build(), &config), ["old_view", "view", "other", "g0", "g1"]);
+    // Once the edit is older than `workingCalls` calls, the view goes too.
+    let mut later = edited.clone();
+    for i in 0..10 {
+        later = later.tool(&format!("h{i}"), "grep", json!({"pattern": format!("fn h{i}")}), &long("hit"));
+    }
+    assert!(masked(&later.build(), &config).contains(&"view".to_string()));
+    // With no working set, it goes at the window's edge like any other output.
+    let mut off = config.clone();
+    off.strategies.masking.working_calls = 0;
+    assert_eq!(masked(&edited.build(), &off), ["old_view", "view", "other", "g0", "g1", "g2"]);
 }
 
 #[test]
