@@ -32,10 +32,20 @@
 //! Affordable: the session keeps a running balance against no pruning ([`balance`], request
 //! by request: `0.1 x` the tokens of prunes in force on a warm request, `1.25 x` on a cold
 //! one, minus each rewrite's extra and what dcp itself adds: its instructions and tool
-//! definitions at the head, the prunable list at the tail, never cached). A rewrite's extra
-//! must be covered by that balance: were the session to end right after it, it would still
-//! have cost no more than no pruning. (An allowance of one cached read of the prompt beyond
-//! the balance let a deep masking at request 10 of 10 cost 2.8% more than no pruning.)
+//! definitions at the head, the prunable list at the tail, never cached).
+//!
+//! **The loss bound.** A rewrite's extra must be covered by what pruning has banked plus
+//! `rewrite.lossBound` (2%) of what the session has cost without pruning so far
+//! ([`unpruned_cost`], summed request by request from the sizes the sidecar sees): were the
+//! session to end right after it, it would cost at most that much more than no pruning, and
+//! any later request it serves pays part of it back. A bank alone never fills on a
+//! continuous agent run (one prompt, 30 to 100 steps, no idle gap, no cold cache), while a
+//! batch near the tail, whose outputs make most of what it re-bills,
+//! pays back within a request or two. The bound grows with the session, so the deep
+//! rewrites it allows come late, where a long run's remaining requests pay them back. The
+//! price of dcp's own additions is kept apart ([`additions`]): it is what the agent tools
+//! cost, answered for by the offer, not by the rewrites, so a session whose tools have cost
+//! more than pruning saved so far may still start pruning.
 //!
 //! Sizes: every figure the policy weighs (the tails, what a rewrite removes, what is in
 //! force) is in the same unit, characters / 4 of what the model is sent, as the sidecar's
@@ -44,19 +54,21 @@
 //! made deep rewrites look cheaper than they were. `rewrite.mode = "immediate"` applies every decision on the next request, as the
 //! published DCP does.
 //!
-//! What dcp adds to every request is held to the same rule ([`offer`]). Its head (the agent
-//! tools' definitions and their instructions) sits in front of the whole prompt, so adding it
-//! to a session whose cache is warm re-bills everything; and once there it costs `0.1 x head`
-//! on every request, plus the prunable list and the message id tags, whether or not the agent
-//! ever prunes. A session that never pays that back (a short one, where nothing was old
-//! enough to mask) would cost more than no pruning. So with `tools.settings.offer = "paid"`
-//! a session starts without them, and they come at the start of a user turn (OpenCode
-//! decides a turn's tools when its user message is created) on a cold cache (the whole
-//! prompt is written again anyway), once the ledger has banked their cost: `1.25 x head`,
-//! plus `0.1 x head` over the horizon of `expectedRequests`. Offered, they stay. On a warm
-//! cache they would re-bill everything, OpenCode's own system prompt and tools included,
-//! which dcp cannot see: in the lab (`long`), tools that came at a warm turn paid from the
-//! bank took the session from 0.72 to 0.81 of no pruning's cost.
+//! What dcp adds to every request ([`offer`]): its head (the agent tools' definitions and
+//! their instructions) sits in front of the whole prompt, so adding it to a session whose
+//! cache is warm would re-bill everything; and once there it costs `0.1 x head` on every
+//! request, plus the message id tags, whether or not the agent ever prunes. By default
+//! (`tools.settings.offer = "always"`) a session has them from its first request, whose
+//! cache is cold anyway: an agent told about its tools has them when it needs them. The
+//! `<prunable-tools>` list goes only when it pays ([`list_pays`]): it is written uncached with
+//! every request, so what it names must be worth more per request than the list itself.
+//! With `offer = "paid"` a session starts without them, and they come at the start of a user
+//! turn (OpenCode decides a turn's tools when its user message is created) on a cold cache,
+//! once the ledger has banked their cost: `1.25 x head`, plus `0.1 x head` over the horizon
+//! of `expectedRequests`. Offered, they stay. On a warm cache they would re-bill everything,
+//! OpenCode's own system prompt and tools included, which dcp cannot see: in the lab
+//! (`long`), tools that came at a warm turn paid from the bank took the session from 0.72 to
+//! 0.81 of no pruning's cost.
 //!
 //! Observation masking (`crate::strategies::masking`) is timed by the same rule: outputs that
 //! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
@@ -112,9 +124,14 @@ pub struct Inputs {
     pub idle_seconds: Option<u64>,
     /// The model's context window, if known.
     pub context_limit: Option<u64>,
-    /// What dcp has gained on no pruning in this session so far ([`Ledger`]): the most a
-    /// rewrite may cost beyond what it saves on the request that carries it.
+    /// What dcp has gained on no pruning in this session so far ([`balance`]).
     pub banked: f64,
+    /// What the session has cost so far without pruning ([`unpruned_cost`], summed): the loss
+    /// bound is a share of it.
+    pub baseline: f64,
+    /// What dcp's own additions have cost so far ([`additions`], summed): the price of the
+    /// agent tools, which the loss bound on rewrites does not take from.
+    pub added: f64,
 }
 
 /// What one request cost or saved against no pruning, by the cost model, in tokens at the
@@ -138,11 +155,16 @@ pub struct Request {
 /// rewrite's extra (see the module header) and dcp's own additions.
 pub fn balance(r: &Request) -> f64 {
     let (in_force, applied, tail) = (r.in_force as f64, r.applied as f64, r.tail as f64);
-    let appended = CACHE_WRITE * r.appended as f64;
-    if r.cold {
-        return CACHE_WRITE * (in_force + applied) - CACHE_WRITE * r.head as f64 - appended;
-    }
-    CACHE_READ * in_force - rewrite_extra(applied, tail) - CACHE_READ * r.head as f64 - appended
+    let saved =
+        if r.cold { CACHE_WRITE * (in_force + applied) } else { CACHE_READ * in_force - rewrite_extra(applied, tail) };
+    saved - additions(r)
+}
+
+/// What dcp's own additions cost on the request: its head (written on a cold cache, read
+/// from it on a warm one) and the appended list (never cached).
+pub fn additions(r: &Request) -> f64 {
+    let head = if r.cold { CACHE_WRITE } else { CACHE_READ } * r.head as f64;
+    head + CACHE_WRITE * r.appended as f64
 }
 
 /// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
@@ -210,7 +232,7 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
             continue;
         }
         let net = gain_tokens * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
-        if net >= 0.0 && affordable(gain_tokens, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
+        if net >= 0.0 && affordable(config, gain_tokens, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
     }
@@ -224,7 +246,8 @@ fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize,
     let start = pending.iter().position(|p| !p.rider)?;
     let gain: f64 = pending[start..].iter().map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let within = rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * base.banked.max(0.0);
+    let within =
+        rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * pruning_balance(base).max(0.0);
     (big_enough && within).then_some((start, Trigger::Spends))
 }
 
@@ -243,10 +266,34 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
     f64::from((inputs.warm / 2).min(config.expected_requests))
 }
 
-/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: its
-/// extra cost, were the session to end right after it, is covered by what dcp has banked.
-fn affordable(saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    rewrite_extra(saved, tail) <= inputs.banked.max(0.0)
+/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were
+/// the session to end right after it, it would have cost no more than no pruning plus the
+/// loss bound ([`allowance`]). A rewrite that costs nothing extra always is.
+fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
+    let extra = rewrite_extra(saved, tail);
+    extra <= 0.0 || extra <= allowance(config, inputs)
+}
+
+/// What a rewrite may cost beyond what it saves on its own request: what the session has
+/// banked, plus `lossBound` of what it has cost without pruning so far (see the module
+/// header, "The loss bound").
+pub fn allowance(config: &Rewrite, inputs: &Inputs) -> f64 {
+    pruning_balance(inputs) + config.loss_bound * inputs.baseline.max(0.0)
+}
+
+/// What pruning itself has gained on no pruning so far: the session's balance without the
+/// price of dcp's own additions (the agent tools' head and lists), which the offer of the
+/// tools answers for ([`offer`]), not the rewrites.
+fn pruning_balance(inputs: &Inputs) -> f64 {
+    inputs.banked + inputs.added
+}
+
+/// What one request costs without pruning, by the same model: the part of `context` the
+/// previous request (`previous` tokens) cached at the cache-read price, the rest at the
+/// cache-write price; all of it at the write price on a cold cache or a first request.
+pub fn unpruned_cost(previous: Option<u64>, context: u64, cold: bool) -> f64 {
+    let cached = if cold { 0 } else { previous.unwrap_or(0).min(context) };
+    CACHE_READ * cached as f64 + CACHE_WRITE * (context - cached) as f64
 }
 
 /// What the start of a user turn looks like to [`offer`], in approximate tokens.
@@ -279,6 +326,13 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
+/// Whether a `<prunable-tools>` list of `list` tokens that names outputs of `listed` tokens is
+/// worth sending: it is written uncached with every request, and pruning what it names saves
+/// a cached read of them on every later one.
+pub fn list_pays(listed: u64, list: u64) -> bool {
+    CACHE_READ * listed as f64 >= CACHE_WRITE * list as f64
+}
+
 /// The verdict: apply every pending rewrite now, or wait.
 pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     if inputs.pending == 0 {
@@ -298,190 +352,8 @@ pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     let remaining = horizon(config, inputs);
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    (gain >= cost && affordable(inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
+    (gain >= cost && affordable(config, inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batched() -> Rewrite {
-        Rewrite::default()
-    }
-
-    #[test]
-    fn a_small_prune_deep_in_a_long_prompt_waits() {
-        let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, warm: 3, ..Inputs::default() };
-        assert_eq!(decide(&batched(), &i), None);
-    }
-
-    #[test]
-    fn a_prune_near_the_tail_applies_at_once() {
-        // Little to re-bill: it pays on this very request, whatever the horizon.
-        let i = Inputs { context: 50_000, tail: 5_000, pending: 4_800, requests: 2, warm: 1, ..Inputs::default() };
-        assert_eq!(horizon(&batched(), &i), 0.0);
-        assert_eq!(decide(&batched(), &i), Some(Trigger::Pays));
-    }
-
-    #[test]
-    fn a_deep_prune_pays_only_within_half_the_warm_run() {
-        let deep = Inputs {
-            context: 50_000,
-            tail: 10_000,
-            pending: 6_000,
-            requests: 42,
-            warm: 4,
-            banked: 5_000.0,
-            ..Inputs::default()
-        };
-        // Two requests since the cache was last cold: it would need seven to pay back.
-        assert_eq!(horizon(&batched(), &deep), 2.0);
-        assert_eq!(decide(&batched(), &deep), None);
-        let long = Inputs { warm: 16, ..deep };
-        assert_eq!(horizon(&batched(), &long), 8.0);
-        assert_eq!(decide(&batched(), &long), Some(Trigger::Pays));
-        // However long the warm run, savings are counted `expectedRequests` ahead at most.
-        let longer = Inputs { warm: 400, pending: 3_000, ..deep };
-        assert_eq!(horizon(&batched(), &longer), f64::from(batched().expected_requests));
-        assert_eq!(decide(&batched(), &longer), None);
-    }
-
-    #[test]
-    fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
-        // It would pay back within the horizon, but if the session ended right after it, it
-        // would cost 6,000 more than it saved, and nothing is banked yet.
-        let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, requests: 30, warm: 30, ..Inputs::default() };
-        assert!((rewrite_extra(9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
-        assert_eq!(decide(&batched(), &i), None);
-        let banked = Inputs { banked: 6_000.0, ..i };
-        assert_eq!(decide(&batched(), &banked), Some(Trigger::Pays));
-    }
-
-    #[test]
-    fn the_balance_counts_savings_rewrites_and_dcps_own_additions() {
-        let warm = Request { in_force: 10_000, head: 400, appended: 100, ..Request::default() };
-        assert!((balance(&warm) - (1_000.0 - 40.0 - 125.0)).abs() < 1e-9);
-        let rewrite = Request { applied: 2_000, tail: 3_000, ..warm };
-        assert!((balance(&rewrite) - (1_000.0 - (3_450.0 - 2_500.0) - 40.0 - 125.0)).abs() < 1e-9);
-        // On a cold cache everything is written again: what is pruned saves its full price.
-        let cold = Request { cold: true, ..rewrite };
-        assert!((balance(&cold) - (1.25 * 12_000.0 - 1.25 * 400.0 - 125.0)).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
-        let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 5_000.0, ..Inputs::default() };
-        // An old small prune (its tail is almost the whole prompt), then a big recent one.
-        let pending = [
-            Pending { tokens: 300, tail: 45_000, ..Pending::default() },
-            Pending { tokens: 5_000, tail: 7_000, ..Pending::default() },
-        ];
-        assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
-        // Nothing pays: nothing goes.
-        let pending = [
-            Pending { tokens: 300, tail: 45_000, ..Pending::default() },
-            Pending { tokens: 200, tail: 30_000, ..Pending::default() },
-        ];
-        assert_eq!(choose(&batched(), &base, &pending), None);
-        // Under pressure everything goes.
-        let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
-        assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
-    }
-
-    #[test]
-    fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
-        let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 6_000.0, ..Inputs::default() };
-        let deep = Pending { tokens: 10_000, tail: 20_000, ..Pending::default() };
-        let rider = Pending { tokens: 4_000, tail: 6_000, rider: true, unsure: false };
-        // Alone, the deep masking does not pay back; with the rider inside its tail it does.
-        assert_eq!(choose(&batched(), &base, &[deep]), None);
-        assert_eq!(choose(&batched(), &base, &[deep, rider]), Some((0, Trigger::Pays)));
-        // A rider near the tail would pay on its own, but only rides along.
-        assert_eq!(choose(&batched(), &base, &[rider]), None);
-        let small = Pending { tokens: 100, tail: 45_000, ..Pending::default() };
-        assert_eq!(choose(&batched(), &base, &[small, rider]), None);
-        // When the whole prompt is written again, riders go too.
-        let cold = Inputs { idle_seconds: Some(600), ..base };
-        assert_eq!(choose(&batched(), &cold, &[rider]), Some((0, Trigger::ColdCache)));
-    }
-
-    #[test]
-    fn an_unsure_rewrite_counts_at_half_its_size() {
-        // Nothing banked: a rewrite goes only if it costs nothing extra on its own request,
-        // removing at least 1.15 / 1.25 of the tail it re-bills.
-        let base = Inputs { context: 20_000, requests: 11, warm: 1, ..Inputs::default() };
-        let output = Pending { tokens: 800, tail: 1_000, ..Pending::default() };
-        let input = Pending { tokens: 150, tail: 600, rider: false, unsure: true };
-        assert_eq!(choose(&batched(), &base, &[output]), None);
-        // Counted whole, the edit's text would make the rewrite look free (950 of 1,000): text
-        // cheaper in tokens than in characters / 4 would make it cost more than it saves.
-        let sure = Pending { unsure: false, ..input };
-        assert_eq!(choose(&batched(), &base, &[output, sure]), Some((0, Trigger::Pays)));
-        assert_eq!(choose(&batched(), &base, &[output, input]), None);
-        // Where half of it is enough, it goes, and may start a rewrite of its own.
-        let big = Pending { tokens: 300, ..input };
-        assert_eq!(choose(&batched(), &base, &[output, big]), Some((0, Trigger::Pays)));
-        let alone = Pending { tokens: 1_200, tail: 1_300, ..input };
-        assert_eq!(choose(&batched(), &base, &[alone]), None);
-        assert_eq!(choose(&batched(), &base, &[Pending { tokens: 2_400, ..alone }]), Some((0, Trigger::Pays)));
-        // On a cold cache it goes whatever it weighs.
-        let cold = Inputs { idle_seconds: Some(600), ..base };
-        assert_eq!(choose(&batched(), &cold, &[input]), Some((0, Trigger::ColdCache)));
-    }
-
-    #[test]
-    fn a_rewrite_that_does_not_pay_back_may_spend_half_the_bank_on_a_smaller_context() {
-        let base = Inputs { context: 50_000, requests: 40, warm: 4, banked: 4_000.0, ..Inputs::default() };
-        // Deep in the prompt: 2,000 of a tail of 40,000 never pays back within two requests.
-        let deep = Pending { tokens: 2_000, tail: 40_000, ..Pending::default() };
-        let extra = rewrite_extra(2_000.0, 40_000.0);
-        assert!((extra - 43_500.0).abs() < 1e-9);
-        assert_eq!(choose(&batched(), &base, &[deep]), None, "the bank does not cover it");
-        let rich = Inputs { banked: 2.0 * extra, ..base };
-        assert_eq!(choose(&batched(), &rich, &[deep]), Some((0, Trigger::Spends)));
-        // More than half the bank: it waits.
-        let short = Inputs { banked: 2.0 * extra - 1.0, ..base };
-        assert_eq!(choose(&batched(), &short, &[deep]), None);
-        // Less than 2% of the context: not worth the bank.
-        let small = Pending { tokens: 900, ..deep };
-        assert_eq!(choose(&batched(), &Inputs { banked: 1e9, ..base }, &[small]), None);
-        // A rider alone never starts one; off, nothing is spent.
-        let rider = Pending { rider: true, ..deep };
-        assert_eq!(choose(&batched(), &rich, &[rider]), None);
-        let off = Rewrite { spend_banked: 0.0, ..batched() };
-        assert_eq!(choose(&off, &rich, &[deep]), None);
-    }
-
-    #[test]
-    fn the_tools_are_offered_once_the_bank_covers_them() {
-        let turn = Turn { head: 600, cold: true, banked: 0.0 };
-        // Nothing banked: a session that never prunes never pays for the tools.
-        assert!(!offer(&batched(), &turn));
-        // The head's first write (750) and its cached reads over the horizon (8 x 60).
-        assert!((offer_cost(&batched(), &turn) - 1_230.0).abs() < 1e-9);
-        assert!(!offer(&batched(), &Turn { banked: 1_229.0, ..turn }));
-        assert!(offer(&batched(), &Turn { banked: 1_230.0, ..turn }));
-        // On a warm cache the whole prompt would be written again: never, whatever is banked.
-        assert!(!offer(&batched(), &Turn { cold: false, banked: 1e9, ..turn }));
-    }
-
-    #[test]
-    fn pressure_cold_cache_and_immediate_mode_apply() {
-        let i = Inputs {
-            context: 90_000,
-            tail: 80_000,
-            pending: 100,
-            requests: 3,
-            context_limit: Some(128_000),
-            ..Inputs::default()
-        };
-        assert_eq!(decide(&batched(), &i), Some(Trigger::Pressure));
-        let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
-        assert_eq!(decide(&batched(), &cold), Some(Trigger::ColdCache));
-        let warm = Inputs { idle_seconds: Some(30), ..cold };
-        assert_eq!(decide(&batched(), &warm), None);
-        let immediate = Rewrite { mode: RewriteMode::Immediate, ..batched() };
-        assert_eq!(decide(&immediate, &warm), Some(Trigger::Immediate));
-        assert_eq!(decide(&immediate, &Inputs::default()), None, "nothing pending");
-    }
-}
+mod tests;

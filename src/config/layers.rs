@@ -51,6 +51,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.onRewrite.keepLast", Kind::Count),
     ("strategies.masking.onRewrite.keepTokens", Kind::Count),
     ("strategies.masking.inputs", Kind::Bool),
+    ("strategies.masking.workingCalls", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
@@ -59,6 +60,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("rewrite.coldCacheSeconds", Kind::Count),
     ("rewrite.spendBanked", Kind::Ratio),
     ("rewrite.spendMinShare", Kind::Ratio),
+    ("rewrite.lossBound", Kind::Ratio),
 ];
 
 #[derive(Debug, thiserror::Error)]

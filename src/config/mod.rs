@@ -142,6 +142,10 @@ pub struct Masking {
     /// The narrower window a rewrite masks down to when it goes anyway (see
     /// `crate::strategies::masking`, "Deeper when the prompt is written again").
     pub on_rewrite: Window,
+    /// The latest read of a file edited or written within this many of the most recent tool
+    /// calls is the agent's working material: masking leaves it whole (0: no working set; see
+    /// `crate::strategies::masking`, "The working set").
+    pub working_calls: u32,
     /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
     /// (their effect is on disk; see `crate::strategies::masking`).
     pub inputs: bool,
@@ -188,6 +192,9 @@ pub struct Rewrite {
     pub spend_banked: f64,
     /// Such a rewrite must remove at least this share of the context.
     pub spend_min_share: f64,
+    /// The most a session may lose to rewrites against no pruning, as a share of what it has
+    /// cost without pruning so far (see `crate::policy`, "The loss bound").
+    pub loss_bound: f64,
 }
 
 impl Default for Config {
@@ -226,7 +233,7 @@ impl Default for ToolSettings {
             nudge_frequency: 10,
             protected_tools: Vec::new(),
             min_tokens: 200,
-            offer: Offer::Paid,
+            offer: Offer::Always,
         }
     }
 }
@@ -267,6 +274,7 @@ impl Default for Masking {
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),
+            working_calls: 10,
             inputs: true,
             protected_tools: Vec::new(),
         }
@@ -275,7 +283,7 @@ impl Default for Masking {
 
 impl Default for Window {
     fn default() -> Self {
-        Window { keep_last: 5, keep_tokens: KEEP_TOKENS / 2 }
+        Window { keep_last: 3, keep_tokens: 3_000 }
     }
 }
 
@@ -288,6 +296,7 @@ impl Default for Rewrite {
             cold_cache_seconds: 300,
             spend_banked: 0.5,
             spend_min_share: 0.02,
+            loss_bound: 0.02,
         }
     }
 }

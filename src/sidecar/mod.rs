@@ -68,6 +68,12 @@ struct Session {
     warm: u32,
     /// What dcp has gained on no pruning in this session so far, by the policy's cost model.
     banked: f64,
+    /// What the session has cost without pruning since this process first saw it, and the
+    /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
+    baseline: f64,
+    unpruned: Option<u64>,
+    /// What dcp's head and lists have cost the session since this process first saw it.
+    added: f64,
     last_request_ms: Option<i64>,
     /// Whether the session's requests carry dcp's agent tools (see `crate::policy::offer`).
     offered: bool,

@@ -94,7 +94,10 @@ impl Server {
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
         let mut mirror = std::mem::take(&mut session.mirror);
         let result = match mirror.resolve(p.base, p.messages) {
-            Ok(_) => self.rewrite(session, &sid, &mirror, request),
+            Ok(_) => {
+                count_unpruned(&self.rules, session, &mirror, &request);
+                self.rewrite(session, &sid, &mirror, request)
+            }
             Err(e) => Err(e),
         };
         session.precounted = session.precounted.min(mirror.kept());
@@ -156,10 +159,10 @@ impl Server {
         let mut recorded_now = Vec::new();
         for d in index.decisions(messages, &slot.state, &self.rules, &mut slot.tokens) {
             if slot.record(&d.call_id, d.record) {
-                dirty = true;
                 recorded_now.push(d.call_id);
             }
         }
+        dirty |= !recorded_now.is_empty();
         let in_force = rewrites::in_force(slot, &session.index, mirror);
         let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
@@ -171,15 +174,15 @@ impl Server {
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
-        let cut = applied_now.as_ref().map_or((0, 0), |a| (a.tokens, a.tail));
-        session.banked += policy::balance(&policy::Request {
+        let balance = policy::Request {
             cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
             in_force,
-            applied: cut.0,
-            tail: cut.1,
+            applied: applied_now.as_ref().map_or(0, |a| a.tokens),
+            tail: applied_now.as_ref().map_or(0, |a| a.tail),
             head: if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 },
             appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
-        });
+        };
+        charge(session, &balance);
         // The ledger goes to the state file with the next save (see `Server::save_dirty`).
         slot.state.ledger = ledger(session);
         let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
@@ -202,6 +205,22 @@ impl Server {
             session.offered = l.offered;
         }
     }
+}
+
+/// Adds what this request would cost without pruning to the session's baseline, which the
+/// loss bound is a share of (`crate::policy::allowance`).
+fn count_unpruned(rules: &Rules, session: &mut Session, mirror: &Mirror, request: &RequestInfo) {
+    let cold = request.idle_seconds.is_none_or(|s| s >= rules.config().rewrite.cold_cache_seconds);
+    let unpruned = mirror.sizes().iter().sum();
+    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, cold);
+    session.unpruned = Some(unpruned);
+}
+
+/// Adds one request's balance against no pruning to the session's, and the price of dcp's
+/// own additions to what they have cost (`crate::policy::additions`).
+fn charge(session: &mut Session, request: &policy::Request) {
+    session.banked += policy::balance(request);
+    session.added += policy::additions(request);
 }
 
 /// The session's ledger as the state file keeps it.
@@ -235,6 +254,13 @@ fn tail_message(
         return Vec::new();
     };
     let mut text = list.to_string();
+    // The list is sent uncached with every request: it goes only when pruning what it names
+    // would save more on each request than the list itself costs (`minTokens` 0 asks for
+    // every output, small ones included, whatever they are worth).
+    let small_too = tools.settings.min_tokens == 0;
+    if !small_too && !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
+        return Vec::new();
+    }
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;
@@ -301,6 +327,8 @@ fn apply_pending(
         idle_seconds: request.idle_seconds,
         context_limit: request.context_limit,
         banked: session.banked,
+        baseline: session.baseline,
+        added: session.added,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;

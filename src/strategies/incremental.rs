@@ -95,8 +95,13 @@ pub struct Index {
     deep: Cursor,
     /// Calls before this one were considered for masking.
     mask_cursor: usize,
-    /// Calls beyond the masking window not masked yet.
+    /// Calls beyond the masking window not masked yet, and those of them that are no working
+    /// material now ([`masking::working`]).
     masking: Vec<MaskCandidate>,
+    ready: Vec<MaskCandidate>,
+    /// The latest completed read of each file, and the latest completed edit or write.
+    latest_read: HashMap<String, usize>,
+    last_edit: HashMap<String, usize>,
     /// The slot's `resets` the index was built against.
     resets: u64,
     /// The newest deduplication-eligible call of each signature.
@@ -133,6 +138,7 @@ impl Index {
                 let at = self.calls.len();
                 let call = ToolCall::from_facts(mi, &facts, part, self.current);
                 self.add(at, &call, rules);
+                self.note_files(at, &call);
                 let weight = masking::weight(&call, rules);
                 self.window.kept_weight += weight;
                 self.deep.kept_weight += weight;
@@ -142,6 +148,26 @@ impl Index {
         }
         self.messages = messages.len();
         stale
+    }
+
+    /// Notes the file call `at` read or changed, for the working set.
+    fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
+        let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
+        if call.tool == "read" {
+            self.latest_read.insert(path.to_string(), at);
+        } else if masking::EDIT_TOOLS.contains(&call.tool) {
+            self.last_edit.insert(path.to_string(), at);
+        }
+    }
+
+    /// Whether call `at` is the agent's working material now ([`masking::working`]): the latest
+    /// read of a file edited or written within the last `workingCalls` calls.
+    fn working(&self, at: usize, rules: &Rules) -> bool {
+        let keep = rules.config().strategies.masking.working_calls as usize;
+        let recent = self.calls.len().saturating_sub(keep);
+        let facts = &self.calls[at].facts;
+        let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
+        self.latest_read.get(path) == Some(&at) && self.last_edit.get(path).is_some_and(|&e| e >= recent)
     }
 
     /// How many times the index was rebuilt because what it had read changed.
@@ -254,7 +280,9 @@ impl Index {
         }
         let calls = &self.calls;
         self.masking.retain(|c| !state.pruned.contains_key(&calls[c.call].facts.call_id));
-        &self.masking
+        let ready: Vec<MaskCandidate> = self.masking.iter().filter(|c| !self.working(c.call, rules)).copied().collect();
+        self.ready = ready;
+        &self.ready
     }
 
     /// The calls a rewrite that goes anyway also masks, oldest first: inside masking's window
@@ -271,7 +299,7 @@ impl Index {
         let mut riders = Vec::new();
         for at in self.window.start..self.deep.start {
             let Some(view) = view(&self.calls, messages, at) else { continue };
-            if state.pruned.contains_key(view.call_id) {
+            if state.pruned.contains_key(view.call_id) || self.working(at, rules) {
                 continue;
             }
             if let Some(d) = masking::prune(&view, rules, counter) {

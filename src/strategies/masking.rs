@@ -31,6 +31,14 @@
 //! path stay (`strategies.masking.inputs`). Their size counts at half in a rewrite's gain
 //! (`crate::policy::Pending::unsure`): such text runs cheaper in tokens than characters / 4.
 //!
+//! **The working set.** Age is a poor guide to what the agent will quote again: the file it is
+//! editing was often read well before the edits that change it, and an edit's `oldString`
+//! must match what that read showed. So the latest `read` of a file edited or written within
+//! the last `strategies.masking.workingCalls` calls stays whole whatever its age ([`working`]);
+//! once the edits stop (or a newer read supersedes it), it is masked like any other output.
+//! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
+//! the window's edge, which lets the window itself be narrow.
+//!
 //! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
 //! arguments it refused) says nothing once the model has moved on, and its input repeats the
 //! error its output holds: masked, both go, and the placeholder names the tool it asked for.
@@ -223,6 +231,34 @@ pub fn window_start(history: &History<'_>, rules: &Rules, window: Window) -> usi
         .unwrap_or(calls.len())
 }
 
+/// Tools whose calls change a file, for the working set ([`working`]).
+pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
+
+/// Which of `calls` are the agent's working material (see the module header, "The working
+/// set"): the latest `read` of each file edited or written within the last `workingCalls`
+/// calls.
+pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
+    let keep = rules.config().strategies.masking.working_calls as usize;
+    let mut out = vec![false; calls.len()];
+    let recent = calls.len().saturating_sub(keep);
+    let edited: std::collections::HashSet<&str> = calls[recent..]
+        .iter()
+        .filter(|c| EDIT_TOOLS.contains(&c.tool) && c.status == ToolStatus::Completed)
+        .filter_map(|c| c.file_path())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for (i, call) in calls.iter().enumerate().rev() {
+        let Some(path) = call.file_path().filter(|_| call.tool == "read" && call.status == ToolStatus::Completed)
+        else {
+            continue;
+        };
+        if seen.insert(path) && edited.contains(path) {
+            out[i] = true;
+        }
+    }
+    out
+}
+
 /// User prompts at or after each message, counted from the end (one more slot for the end).
 fn prompts_from(messages: &[Message]) -> Vec<u32> {
     let mut out = vec![0u32; messages.len() + 1];
@@ -250,10 +286,13 @@ pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counte
     }
     let pruned = pruned_ids(state);
     let window = window_start(history, rules, Window::Kept);
+    let working = working(&history.calls, rules);
     // Younger calls are younger by every measure: the window is a suffix.
     history.calls[..window]
         .iter()
-        .filter(|call| open_in(call, &pruned))
+        .zip(&working)
+        .filter(|(call, working)| !**working && open_in(call, &pruned))
+        .map(|(call, _)| call)
         .filter_map(|call| prune(call, rules, counter))
         .collect()
 }

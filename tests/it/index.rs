@@ -102,9 +102,12 @@ fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<St
     let decided = masking::decide(history, &side.state, rules, &mut side.counter);
     let (kept, narrow) =
         (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
+    let working = masking::working(&history.calls, rules);
     let riders = history.calls[kept..narrow]
         .iter()
-        .filter(|c| !c.compacted && !side.state.pruned.contains_key(c.call_id))
+        .zip(&working[kept..narrow])
+        .filter(|(c, working)| !**working && !c.compacted && !side.state.pruned.contains_key(c.call_id))
+        .map(|(c, _)| c)
         .filter_map(|c| masking::prune(c, rules, &mut side.counter))
         .map(|d| d.call_id);
     (decided.into_iter().map(|d| d.call_id).collect(), riders.collect())

@@ -16,6 +16,23 @@ fn long(head: &str) -> String {
     format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16))
 }
 
+/// The defaults with masking's window at the paper's ten observations and a rewrite masking
+/// down to five (the defaults before issue 24), for the tests of the window's mechanics.
+fn paper_window() -> Config {
+    let mut config = Config::default();
+    let m = &mut config.strategies.masking;
+    (m.keep_last, m.keep_tokens) = (10, 10_000);
+    (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
+    config
+}
+
+/// The same, as a `dcp.jsonc`, with `onRewrite.keepLast` at `narrow`.
+fn paper_window_json(narrow: u32) -> String {
+    format!(
+        r#"{{"strategies": {{"masking": {{"keepLast": 10, "keepTokens": 10000, "onRewrite": {{"keepLast": {narrow}, "keepTokens": 5000}}}}}}}}"#
+    )
+}
+
 fn masked(messages: &[Message], config: &Config) -> Vec<String> {
     let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
@@ -34,7 +51,7 @@ fn masking_keeps_the_last_outputs_of_this_turn_and_takes_earlier_turns() {
         b = b.tool(&format!("b{i}"), "grep", json!({"pattern": format!("fn b{i}")}), &long("b"));
     }
     let messages = b.build();
-    let mut config = Config::default();
+    let mut config = paper_window();
     // Earlier turns go; of this turn, all but the last 10.
     assert_eq!(masked(&messages, &config), ["a0", "a1", "a2", "b0", "b1"]);
     config.strategies.masking.keep_user_turns = 0;
@@ -43,6 +60,36 @@ fn masking_keeps_the_last_outputs_of_this_turn_and_takes_earlier_turns() {
     assert_eq!(masked(&messages, &config), ["a0", "a1"]);
     config.strategies.masking.enabled = false;
     assert!(masked(&messages, &config).is_empty());
+}
+
+#[test]
+fn the_file_being_edited_stays_whole_and_its_superseded_views_go() {
+    let edit = json!({"filePath": "/p/work.rs", "oldString": "a", "newString": "b"});
+    let mut b = SessionBuilder::new()
+        .user("one task")
+        .tool("old_view", "read", json!({"filePath": "/p/work.rs"}), &long("work v1"))
+        .tool("view", "read", json!({"filePath": "/p/work.rs"}), &long("work v2"))
+        .tool("other", "read", json!({"filePath": "/p/other.rs"}), &long("other"));
+    for i in 0..12 {
+        b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("fn g{i}")}), &long("hit"));
+    }
+    let edited = b.clone().tool("e", "edit", edit, "Edit applied successfully.");
+    let config = paper_window();
+    // Beyond the last ten calls: the earlier view of work.rs, the file only read and the old
+    // searches go; the latest view of the file just edited is the working material and stays.
+    assert_eq!(masked(&edited.clone().build(), &config), ["old_view", "other", "g0", "g1", "g2"]);
+    // Without the edit, that view is one more old output.
+    assert_eq!(masked(&b.build(), &config), ["old_view", "view", "other", "g0", "g1"]);
+    // Once the edit is older than `workingCalls` calls, the view goes too.
+    let mut later = edited.clone();
+    for i in 0..10 {
+        later = later.tool(&format!("h{i}"), "grep", json!({"pattern": format!("fn h{i}")}), &long("hit"));
+    }
+    assert!(masked(&later.build(), &config).contains(&"view".to_string()));
+    // With no working set, it goes at the window's edge like any other output.
+    let mut off = config.clone();
+    off.strategies.masking.working_calls = 0;
+    assert_eq!(masked(&edited.build(), &off), ["old_view", "view", "other", "g0", "g1", "g2"]);
 }
 
 #[test]
@@ -88,7 +135,7 @@ fn the_inputs_of_old_edits_and_writes_are_masked_beyond_the_window_and_never_for
         b = b.tool(&format!("n{i}"), "edit", edit(&long("old"), &long("new")), "Edit applied successfully.");
     }
     let messages = b.build();
-    let config = Config::default();
+    let config = paper_window();
     // The earlier turn's edits are beyond the window (but `s`, whose strings are shorter than
     // the placeholder); the last ten calls stay whole.
     assert_eq!(masked(&messages, &config), ["w", "e"]);
@@ -203,7 +250,7 @@ fn masked_by(transformed: &serde_json::Value, messages: &[serde_json::Value]) ->
 #[test]
 fn a_rewrite_that_goes_anyway_masks_down_to_the_narrower_window() {
     let sandbox = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let mut sidecar = Sidecar::spawn(&sandbox, &paper_window_json(5));
     let mut b = SessionBuilder::new().user("one task");
     for i in 0..14 {
         b = b.tool(&format!("c{i}"), "grep", json!({"pattern": format!("fn c{i}")}), &long("hit"));
@@ -222,8 +269,7 @@ fn a_rewrite_that_goes_anyway_masks_down_to_the_narrower_window() {
     assert_eq!(cold["applied"]["reason"], "cold-cache", "{cold}");
     // With the narrower window as wide as the kept one, the rewrite keeps the last 10.
     let sandbox = Sandbox::new();
-    let config = r#"{"strategies": {"masking": {"onRewrite": {"keepLast": 10}}}}"#;
-    let mut sidecar_wide = Sidecar::spawn(&sandbox, config);
+    let mut sidecar_wide = Sidecar::spawn(&sandbox, &paper_window_json(10));
     sidecar_wide.result("transform", request(t0));
     let cold = sidecar_wide.result("transform", request(t0 + 600_000));
     assert_eq!(masked_by(&cold, &messages), ["c0", "c1", "c2", "c3"]);
@@ -285,15 +331,17 @@ fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
 }
 
 #[test]
-fn no_generated_session_costs_more_than_no_pruning() {
-    // With the defaults: the agent tools on, offered only once the ledger has paid for them
-    // (a replay of these sessions never calls them, so they can only cost).
+fn no_generated_session_loses_more_than_the_loss_bound() {
+    // The defaults, but for the agent tools offered only once paid for: their own price (the
+    // head on every request) is measured apart, in BENCHMARKS.md; this checks the rewrites.
+    let mut config = Config::default();
+    config.tools.settings.offer = dcp::config::Offer::Paid;
     let options = Options {
         modes: vec![Mode::Dcp],
         ttl: Ttl::Seconds(300),
         context_limit: Some(200_000),
         overhead: replay::OPENCODE_OVERHEAD,
-        config: Config::default(),
+        config,
         estimator: EstimatorChoice::Auto,
     };
     let mut saved_somewhere = false;
@@ -306,8 +354,8 @@ fn no_generated_session_costs_more_than_no_pruning() {
             let replayed = replay::replay(&session, &options).unwrap();
             let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
             let ratio = cost(Mode::Dcp) / cost(Mode::None);
-            // The policy's guarantee: nothing is rewritten or offered before it is paid for.
-            assert!(ratio <= 1.0 + 1e-9, "seed {seed}, session {i} ({steps} steps) costs {ratio:.4} x no pruning");
+            // The issue's bound on any session: 1.02 of no pruning.
+            assert!(ratio <= 1.02, "seed {seed}, session {i} ({steps} steps) costs {ratio:.4} x no pruning");
             saved_somewhere |= ratio < 0.9;
         }
     }
@@ -315,11 +363,15 @@ fn no_generated_session_costs_more_than_no_pruning() {
 }
 
 /// The suite's generator (`bench/suite/gen.py`), seeds 14 (the suite's) and 99 (held out),
-/// replayed with the defaults: no session, subagents included, costs more than no pruning.
-/// Needs `python3`, as the suite does; without it the test says so and checks nothing.
+/// replayed with the defaults (the agent tools offered once paid for, as above): no session,
+/// subagents included, costs more than 1.02 of no pruning. Needs `python3`, as the suite
+/// does; without it the test says so and checks nothing.
 #[test]
-fn no_session_of_the_generated_suite_costs_more_than_no_pruning() {
+fn no_session_of_the_generated_suite_costs_more_than_the_loss_bound() {
     let Ok(dir) = tempfile::tempdir() else { return };
+    let config = dir.path().join("config/opencode");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("dcp.jsonc"), r#"{"tools": {"settings": {"offer": "paid"}}}"#).unwrap();
     let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/suite/gen.py");
     for seed in ["14", "99"] {
         let db = dir.path().join(format!("s{seed}")).join("opencode.db");
@@ -348,7 +400,7 @@ fn no_session_of_the_generated_suite_costs_more_than_no_pruning() {
         for s in sessions {
             let (none, dcp) = (&s["modes"]["none"]["cost"], &s["modes"]["dcp"]["cost"]);
             let ratio = dcp.as_f64().unwrap() / none.as_f64().unwrap();
-            assert!(ratio <= 1.0 + 1e-9, "seed {seed}, {}: {ratio:.4} x no pruning", s["session_id"]);
+            assert!(ratio <= 1.02, "seed {seed}, {}: {ratio:.4} x no pruning", s["session_id"]);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! dcp's head (its agent tools, their instructions, the prunable list and the message id
-//! tags) reaches a session only once its ledger has paid for it (`turn`, `policy::offer`).
+//! tags): from a session's first request by default, and with `tools.settings.offer = "paid"`
+//! only once its ledger has paid for it (`turn`, `policy::offer`).
 
 use serde_json::{json, Value};
 
@@ -16,6 +17,9 @@ fn request(sidecar: &mut Sidecar, sandbox: &Sandbox, now: i64) -> (bool, Value, 
     (turn["offer"] == json!(true), system["system"].clone(), transformed)
 }
 
+/// The offer of the tools once paid for.
+const PAID: &str = r#"{"tools": {"settings": {"offer": "paid"}}}"#;
+
 fn tagged(transformed: &Value) -> bool {
     transformed["edits"].as_array().unwrap().iter().any(|e| e.get("append").is_some())
 }
@@ -26,7 +30,7 @@ fn a_new_session_is_offered_nothing_it_has_not_paid_for() {
     // The fixture's state file was written by a dcp that offered the tools from the start
     // (as one that predates `offered` did); a new session has none.
     let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
-    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let mut sidecar = Sidecar::spawn(&sandbox, PAID);
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(!offer, "nothing is banked on a session's first turn");
     assert_eq!(system, json!([]), "no instructions for tools the session does not have");
@@ -58,7 +62,7 @@ fn the_tools_come_at_a_cold_turn_once_the_bank_covers_them_and_stay() {
     std::fs::create_dir_all(sandbox.state_dir()).unwrap();
     let file = sandbox.state_dir().join(format!("{DB_SESSION}.json"));
     std::fs::write(&file, state.to_string()).unwrap();
-    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let mut sidecar = Sidecar::spawn(&sandbox, PAID);
     // Warm (a minute later): offering would re-bill the whole cached prompt.
     let (offer, ..) = request(&mut sidecar, &sandbox, 1_790_000_060_000);
     assert!(!offer, "a warm turn would re-bill the prompt: not paid for");
@@ -72,4 +76,16 @@ fn the_tools_come_at_a_cold_turn_once_the_bank_covers_them_and_stay() {
     sidecar.shutdown();
     let saved: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(saved["dcp"]["ledger"]["offered"], json!(true), "{saved}");
+}
+
+#[test]
+fn by_default_the_tools_are_offered_from_a_sessions_first_request() {
+    let sandbox = Sandbox::new();
+    let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
+    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
+    assert!(offer, "the first turn has the tools");
+    assert!(system[0].as_str().unwrap().contains("Call `discard`"), "{system}");
+    assert!(tagged(&transformed), "message id tags for compress");
+    sidecar.shutdown();
 }

@@ -31,10 +31,16 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             serde_json::from_slice(&std::fs::read(fixtures().join("replay").join(name).join("lab.json")).unwrap())
                 .unwrap();
         let (info, messages) = lab_session(name);
-        // As the lab ran: dcp's defaults, a 128K window, summarize.py's unit and no TTL.
+        // As the lab ran: dcp's defaults when it was recorded (before issue 24: masking's
+        // window of 10 and 5, no loss bound, the tools once paid for), a 128K window,
+        // summarize.py's unit and no TTL.
         let mut config = dcp::config::Config::default();
-        if name.ends_with("-always") {
-            config.tools.settings.offer = dcp::config::Offer::Always;
+        let m = &mut config.strategies.masking;
+        (m.keep_last, m.keep_tokens, m.working_calls) = (10, 10_000, 0);
+        (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
+        config.rewrite.loss_bound = 0.0;
+        if !name.ends_with("-always") {
+            config.tools.settings.offer = dcp::config::Offer::Paid;
         }
         let options = Options {
             modes: Vec::new(),
@@ -84,8 +90,22 @@ fn options(config_text: &str) -> Options {
 /// What `dcp serve` makes of each request of the session: the full history as it stood at
 /// the request (no `base`, no `have`), with the answer's edits applied and its messages
 /// appended, and the agent's discard/extract calls made after it.
-fn served(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> Vec<Vec<Value>> {
+fn served(
+    sandbox: &Sandbox,
+    config: &str,
+    sid: &str,
+    messages: &[dcp::session::Message],
+    directory: Option<&str>,
+) -> Vec<Vec<Value>> {
     let mut sidecar = Sidecar::spawn(sandbox, config);
+    // As the plugin does, and as replay takes it from the session: the project, which the
+    // prunable list shows paths relative to.
+    if let Some(directory) = directory {
+        sidecar.result(
+            "initialize",
+            json!({"protocol": dcp::sidecar::protocol::PROTOCOL_VERSION, "directory": directory}),
+        );
+    }
     let timeline = Timeline::new(messages, AgentTools::Offered);
     let mut out = Vec::new();
     let (mut offered, mut after) = (false, None);
@@ -118,7 +138,7 @@ fn served(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::
 fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> usize {
     let session = Session { id: sid, parent_id: None, directory: None, messages };
     let replayed = replay::requests(&session, Mode::Dcp, &options(config)).unwrap();
-    let served = served(sandbox, config, sid, messages);
+    let served = served(sandbox, config, sid, messages, None);
     assert_eq!(replayed.len(), served.len());
     let mut rewritten = 0;
     for (i, (a, b)) in replayed.iter().zip(&served).enumerate() {
@@ -188,7 +208,10 @@ fn replay_requests_writes_one_line_per_request_with_what_serve_answers() {
     let text = std::fs::read_to_string(dir.join(format!("{DB_SESSION}.jsonl"))).unwrap();
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let loaded = DataDir::new(&s.data(), &Env::default()).load(DB_SESSION).unwrap();
-    let served = served(&s, IMMEDIATE, DB_SESSION, &loaded.messages);
+    let db = rusqlite::Connection::open(s.data().join("opencode.db")).unwrap();
+    let directory: String =
+        db.query_row("SELECT directory FROM session WHERE id = ?1", [DB_SESSION], |row| row.get(0)).unwrap();
+    let served = served(&s, IMMEDIATE, DB_SESSION, &loaded.messages, Some(&directory));
     assert_eq!((lines.len(), per_request.len()), (served.len(), served.len()));
     let mut rewritten = 0;
     for (i, (line, served)) in lines.iter().zip(&served).enumerate() {

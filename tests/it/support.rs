@@ -68,7 +68,7 @@ impl Sandbox {
 }
 
 /// Builds a session message by message, numbering ids and times.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct SessionBuilder {
     pub messages: Vec<Message>,
     clock: i64,

@@ -9,6 +9,7 @@
 
 mod compress;
 mod fake_llm;
+mod offer;
 mod proxy;
 mod proxy_upstream;
 mod registry;

@@ -1,0 +1,288 @@
+//! The policy's decisions, named as sentences.
+
+use super::*;
+
+fn batched() -> Rewrite {
+    Rewrite::default()
+}
+
+#[test]
+fn a_small_prune_deep_in_a_long_prompt_waits() {
+    let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, warm: 3, ..Inputs::default() };
+    assert_eq!(decide(&batched(), &i), None);
+}
+
+#[test]
+fn a_prune_near_the_tail_applies_at_once() {
+    // Little to re-bill: it pays on this very request, whatever the horizon.
+    let i = Inputs { context: 50_000, tail: 5_000, pending: 4_800, requests: 2, warm: 1, ..Inputs::default() };
+    assert_eq!(horizon(&batched(), &i), 0.0);
+    assert_eq!(decide(&batched(), &i), Some(Trigger::Pays));
+}
+
+#[test]
+fn a_deep_prune_pays_only_within_half_the_warm_run() {
+    let deep = Inputs {
+        context: 50_000,
+        tail: 10_000,
+        pending: 6_000,
+        requests: 42,
+        warm: 4,
+        banked: 5_000.0,
+        ..Inputs::default()
+    };
+    // Two requests since the cache was last cold: it would need seven to pay back.
+    assert_eq!(horizon(&batched(), &deep), 2.0);
+    assert_eq!(decide(&batched(), &deep), None);
+    let long = Inputs { warm: 16, ..deep };
+    assert_eq!(horizon(&batched(), &long), 8.0);
+    assert_eq!(decide(&batched(), &long), Some(Trigger::Pays));
+    // However long the warm run, savings are counted `expectedRequests` ahead at most.
+    let longer = Inputs { warm: 400, pending: 3_000, ..deep };
+    assert_eq!(horizon(&batched(), &longer), f64::from(batched().expected_requests));
+    assert_eq!(decide(&batched(), &longer), None);
+}
+
+#[test]
+fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
+    // It would pay back within the horizon, but if the session ended right after it, it
+    // would cost 6,000 more than it saved, and nothing is banked yet.
+    let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, requests: 30, warm: 30, ..Inputs::default() };
+    assert!((rewrite_extra(9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
+    assert_eq!(decide(&batched(), &i), None);
+    let banked = Inputs { banked: 6_000.0, ..i };
+    assert_eq!(decide(&batched(), &banked), Some(Trigger::Pays));
+}
+
+#[test]
+fn the_balance_counts_savings_rewrites_and_dcps_own_additions() {
+    let warm = Request { in_force: 10_000, head: 400, appended: 100, ..Request::default() };
+    assert!((balance(&warm) - (1_000.0 - 40.0 - 125.0)).abs() < 1e-9);
+    let rewrite = Request { applied: 2_000, tail: 3_000, ..warm };
+    assert!((balance(&rewrite) - (1_000.0 - (3_450.0 - 2_500.0) - 40.0 - 125.0)).abs() < 1e-9);
+    // On a cold cache everything is written again: what is pruned saves its full price.
+    let cold = Request { cold: true, ..rewrite };
+    assert!((balance(&cold) - (1.25 * 12_000.0 - 1.25 * 400.0 - 125.0)).abs() < 1e-9);
+}
+
+#[test]
+fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
+    let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 5_000.0, ..Inputs::default() };
+    // An old small prune (its tail is almost the whole prompt), then a big recent one.
+    let pending = [
+        Pending { tokens: 300, tail: 45_000, ..Pending::default() },
+        Pending { tokens: 5_000, tail: 7_000, ..Pending::default() },
+    ];
+    assert_eq!(choose(&batched(), &base, &pending), Some((1, Trigger::Pays)));
+    // Nothing pays: nothing goes.
+    let pending = [
+        Pending { tokens: 300, tail: 45_000, ..Pending::default() },
+        Pending { tokens: 200, tail: 30_000, ..Pending::default() },
+    ];
+    assert_eq!(choose(&batched(), &base, &pending), None);
+    // Under pressure everything goes.
+    let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
+    assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
+}
+
+#[test]
+fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
+    let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 6_000.0, ..Inputs::default() };
+    let deep = Pending { tokens: 10_000, tail: 20_000, ..Pending::default() };
+    let rider = Pending { tokens: 4_000, tail: 6_000, rider: true, unsure: false };
+    // Alone, the deep masking does not pay back; with the rider inside its tail it does.
+    assert_eq!(choose(&batched(), &base, &[deep]), None);
+    assert_eq!(choose(&batched(), &base, &[deep, rider]), Some((0, Trigger::Pays)));
+    // A rider near the tail would pay on its own, but only rides along.
+    assert_eq!(choose(&batched(), &base, &[rider]), None);
+    let small = Pending { tokens: 100, tail: 45_000, ..Pending::default() };
+    assert_eq!(choose(&batched(), &base, &[small, rider]), None);
+    // When the whole prompt is written again, riders go too.
+    let cold = Inputs { idle_seconds: Some(600), ..base };
+    assert_eq!(choose(&batched(), &cold, &[rider]), Some((0, Trigger::ColdCache)));
+}
+
+#[test]
+fn an_unsure_rewrite_counts_at_half_its_size() {
+    // Nothing banked: a rewrite goes only if it costs nothing extra on its own request,
+    // removing at least 1.15 / 1.25 of the tail it re-bills.
+    let base = Inputs { context: 20_000, requests: 11, warm: 1, ..Inputs::default() };
+    let output = Pending { tokens: 800, tail: 1_000, ..Pending::default() };
+    let input = Pending { tokens: 150, tail: 600, rider: false, unsure: true };
+    assert_eq!(choose(&batched(), &base, &[output]), None);
+    // Counted whole, the edit's text would make the rewrite look free (950 of 1,000): text
+    // cheaper in tokens than in characters / 4 would make it cost more than it saves.
+    let sure = Pending { unsure: false, ..input };
+    assert_eq!(choose(&batched(), &base, &[output, sure]), Some((0, Trigger::Pays)));
+    assert_eq!(choose(&batched(), &base, &[output, input]), None);
+    // Where half of it is enough, it goes, and may start a rewrite of its own.
+    let big = Pending { tokens: 300, ..input };
+    assert_eq!(choose(&batched(), &base, &[output, big]), Some((0, Trigger::Pays)));
+    let alone = Pending { tokens: 1_200, tail: 1_300, ..input };
+    assert_eq!(choose(&batched(), &base, &[alone]), None);
+    assert_eq!(choose(&batched(), &base, &[Pending { tokens: 2_400, ..alone }]), Some((0, Trigger::Pays)));
+    // On a cold cache it goes whatever it weighs.
+    let cold = Inputs { idle_seconds: Some(600), ..base };
+    assert_eq!(choose(&batched(), &cold, &[input]), Some((0, Trigger::ColdCache)));
+}
+
+#[test]
+fn a_rewrite_that_does_not_pay_back_may_spend_half_the_bank_on_a_smaller_context() {
+    let base = Inputs { context: 50_000, requests: 40, warm: 4, banked: 4_000.0, ..Inputs::default() };
+    // Deep in the prompt: 2,000 of a tail of 40,000 never pays back within two requests.
+    let deep = Pending { tokens: 2_000, tail: 40_000, ..Pending::default() };
+    let extra = rewrite_extra(2_000.0, 40_000.0);
+    assert!((extra - 43_500.0).abs() < 1e-9);
+    assert_eq!(choose(&batched(), &base, &[deep]), None, "the bank does not cover it");
+    let rich = Inputs { banked: 2.0 * extra, ..base };
+    assert_eq!(choose(&batched(), &rich, &[deep]), Some((0, Trigger::Spends)));
+    // More than half the bank: it waits.
+    let short = Inputs { banked: 2.0 * extra - 1.0, ..base };
+    assert_eq!(choose(&batched(), &short, &[deep]), None);
+    // Less than 2% of the context: not worth the bank.
+    let small = Pending { tokens: 900, ..deep };
+    assert_eq!(choose(&batched(), &Inputs { banked: 1e9, ..base }, &[small]), None);
+    // A rider alone never starts one; off, nothing is spent.
+    let rider = Pending { rider: true, ..deep };
+    assert_eq!(choose(&batched(), &rich, &[rider]), None);
+    let off = Rewrite { spend_banked: 0.0, ..batched() };
+    assert_eq!(choose(&off, &rich, &[deep]), None);
+}
+
+#[test]
+fn the_tools_are_offered_once_the_bank_covers_them() {
+    let turn = Turn { head: 600, cold: true, banked: 0.0 };
+    // Nothing banked: a session that never prunes never pays for the tools.
+    assert!(!offer(&batched(), &turn));
+    // The head's first write (750) and its cached reads over the horizon (8 x 60).
+    assert!((offer_cost(&batched(), &turn) - 1_230.0).abs() < 1e-9);
+    assert!(!offer(&batched(), &Turn { banked: 1_229.0, ..turn }));
+    assert!(offer(&batched(), &Turn { banked: 1_230.0, ..turn }));
+    // On a warm cache the whole prompt would be written again: never, whatever is banked.
+    assert!(!offer(&batched(), &Turn { cold: false, banked: 1e9, ..turn }));
+}
+
+#[test]
+fn a_rewrite_may_cost_up_to_the_loss_bound_of_what_the_session_cost_so_far() {
+    // Nothing banked, half the tail removed near the end of a long warm run: it pays back
+    // within the horizon, and costs 1.15 x 10,000 - 1.25 x 6,000 = 4,000 at once.
+    let base = Inputs { context: 40_000, requests: 30, warm: 30, ..Inputs::default() };
+    let batch = [Pending { tokens: 6_000, tail: 10_000, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &base, &batch), None, "a session that cost nothing yet may lose nothing");
+    let loss = batched().loss_bound;
+    let enough = Inputs { baseline: 4_000.0 / loss, ..base };
+    assert_eq!(choose(&batched(), &enough, &batch), Some((0, Trigger::Pays)));
+    let short = Inputs { baseline: 4_000.0 / loss - 100.0, ..base };
+    assert_eq!(choose(&batched(), &short, &batch), None);
+    // What dcp's own head and lists cost is the tools' price, not the rewrites' loss.
+    let tools = Inputs { banked: -3_000.0, added: 3_000.0, ..enough };
+    assert_eq!(choose(&batched(), &tools, &batch), Some((0, Trigger::Pays)));
+    // A rewrite that lost the bank's worth already leaves less for the next one.
+    let lost = Inputs { banked: -1_000.0, ..enough };
+    assert_eq!(choose(&batched(), &lost, &batch), None);
+    // Off, only what the bank covers goes.
+    let off = Rewrite { loss_bound: 0.0, ..batched() };
+    assert_eq!(choose(&off, &enough, &batch), None);
+}
+
+#[test]
+fn a_rewrite_that_costs_nothing_extra_goes_whatever_the_balance() {
+    let base = Inputs { context: 40_000, requests: 5, warm: 5, banked: -5_000.0, ..Inputs::default() };
+    let free = [Pending { tokens: 9_500, tail: 10_000, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &base, &free), Some((0, Trigger::Pays)));
+}
+
+#[test]
+fn the_cost_without_pruning_reads_the_previous_request_from_the_cache() {
+    assert!((unpruned_cost(None, 1_000, false) - 1_250.0).abs() < 1e-9);
+    assert!((unpruned_cost(Some(800), 1_000, false) - (80.0 + 250.0)).abs() < 1e-9);
+    assert!((unpruned_cost(Some(800), 1_000, true) - 1_250.0).abs() < 1e-9);
+    // A history that shrank (a compaction) is read from the cache up to its new size.
+    assert!((unpruned_cost(Some(2_000), 1_000, false) - 100.0).abs() < 1e-9);
+}
+
+#[test]
+fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
+    // Simulated continuous runs: each request adds a step (an output of random size and
+    // some assistant text); outputs beyond the last five wait for the policy, which is
+    // asked every request. By the cost model, at the end of every request the run has
+    // cost at most (1 + lossBound) x what it would have without pruning.
+    let config = batched();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut rewrites = 0;
+    for _run in 0..200 {
+        let steps = 5 + next(100) as usize;
+        // What each request added: an output (its size now: 0 once masked) and text.
+        let mut items: Vec<(u64, bool)> = vec![(2_000, false)];
+        let (mut unpruned, mut previous) = (2_000u64, None);
+        let (mut banked, mut baseline, mut in_force) = (0.0, 0.0, 0u64);
+        for step in 1..=steps {
+            let big = next(4) == 0;
+            let size = 50 + next(if big { 12_000 } else { 1_500 });
+            let text = 20 + next(400);
+            items.push((size, true));
+            items.push((text, false));
+            unpruned += size + text;
+            baseline += unpruned_cost(previous, unpruned, false);
+            previous = Some(unpruned);
+            let tail = |from: usize, items: &[(u64, bool)]| items[from..].iter().map(|i| i.0).sum::<u64>();
+            let outputs: Vec<usize> = (0..items.len()).filter(|&i| items[i].1).collect();
+            let waiting: Vec<usize> =
+                outputs[..outputs.len().saturating_sub(5)].iter().copied().filter(|&i| items[i].0 > 0).collect();
+            let pending: Vec<Pending> = waiting
+                .iter()
+                .map(|&i| Pending { tokens: items[i].0, tail: tail(i, &items), ..Pending::default() })
+                .collect();
+            let context = tail(0, &items);
+            let base =
+                Inputs { context, requests: step as u32, warm: step as u32, banked, baseline, ..Inputs::default() };
+            let mut request = Request { in_force, ..Request::default() };
+            if let Some((cut, _)) = choose(&config, &base, &pending) {
+                request.applied = pending[cut..].iter().map(|p| p.tokens).sum();
+                request.tail = pending[cut].tail;
+                for &i in &waiting[cut..] {
+                    items[i].0 = 0;
+                }
+                in_force += request.applied;
+                rewrites += 1;
+            }
+            banked += balance(&request);
+            let bound = -config.loss_bound * baseline - 1e-6;
+            assert!(banked >= bound, "run lost {banked:.0} of {baseline:.0} at step {step}");
+        }
+    }
+    assert!(rewrites > 400, "only {rewrites} rewrites in 200 runs");
+}
+
+#[test]
+fn the_prunable_list_goes_only_when_what_it_names_is_worth_more_than_the_list() {
+    // Written uncached with every request: 1.25 x 40 against a cached read of what it names.
+    assert!(!list_pays(400, 40));
+    assert!(list_pays(500, 40));
+}
+
+#[test]
+fn pressure_cold_cache_and_immediate_mode_apply() {
+    let i = Inputs {
+        context: 90_000,
+        tail: 80_000,
+        pending: 100,
+        requests: 3,
+        context_limit: Some(128_000),
+        ..Inputs::default()
+    };
+    assert_eq!(decide(&batched(), &i), Some(Trigger::Pressure));
+    let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
+    assert_eq!(decide(&batched(), &cold), Some(Trigger::ColdCache));
+    let warm = Inputs { idle_seconds: Some(30), ..cold };
+    assert_eq!(decide(&batched(), &warm), None);
+    let immediate = Rewrite { mode: RewriteMode::Immediate, ..batched() };
+    assert_eq!(decide(&immediate, &warm), Some(Trigger::Immediate));
+    assert_eq!(decide(&immediate, &Inputs::default()), None, "nothing pending");
+}
