@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::context::Analysis;
 use crate::format;
-use crate::stats::{AllTime, SessionStats};
+use crate::stats::{AllTime, Figures, SessionStats};
 
 /// The by-category context report, with the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
@@ -79,8 +79,10 @@ pub fn shorten(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
-/// The statistics panel: the session's savings, if given, and all-time. Every token count
-/// in it has the same precision (`~1,234`), so its rows compare at a glance.
+/// The statistics panel: the session's savings, if given, and all-time. What reached the
+/// model comes first (kept out of requests, cost saved, in force), then what waits, then DCP's
+/// one-time figure. Every token count has the same precision (`~1,234`), so rows compare at a
+/// glance.
 pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     let mut out = String::from("DCP statistics\n");
     if let Some(s) = session {
@@ -93,8 +95,13 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
                 let _ = writeln!(out, "Session {}:", s.session_id);
             }
         }
-        let _ = writeln!(out, "  Tokens pruned: {}", format::approx(s.tokens_pruned));
-        let _ = writeln!(out, "  Tools pruned:  {}", s.tools_pruned);
+        figures(&mut out, &s.figures, Some((s.in_force_prunes, s.waiting_prunes)));
+        let _ = writeln!(
+            out,
+            "  Pruned (DCP):    {}, {}",
+            format::approx(s.pruned_tokens),
+            format::count(s.tools_pruned, "tool")
+        );
         for t in &s.by_strategy {
             let _ = writeln!(
                 out,
@@ -107,8 +114,44 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "All-time ({}, {}):", format::count(all.files, "state file"), format::bytes(all.bytes));
-    let _ = writeln!(out, "  Tokens saved:  {}", format::approx(all.tokens_saved));
-    let _ = writeln!(out, "  Tools pruned:  {}", all.tools_pruned);
-    let _ = writeln!(out, "  Sessions:      {}", all.sessions);
+    figures(&mut out, &all.figures, None);
+    let _ = writeln!(
+        out,
+        "  Pruned (DCP):    {}, {}",
+        format::approx(all.pruned_tokens),
+        format::count(all.tools_pruned, "tool")
+    );
+    let _ = writeln!(out, "  Sessions:        {}", all.sessions);
     out
+}
+
+/// The rows of what reached the model; `prunes` counts those in force and waiting.
+fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
+    let kept = f.kept_out_tokens;
+    let sign = if kept < 0 { "-" } else { "" };
+    let _ = writeln!(
+        out,
+        "  Kept out:        {sign}{} tokens over {}",
+        format::approx(kept.unsigned_abs()),
+        format::count(f.requests, "request")
+    );
+    let _ = writeln!(out, "  Cost saved:      {}", share(f.cost_saved_share));
+    let count = |n: Option<u64>| n.map(|n| format!(" ({})", format::count(n, "prune"))).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "  In force:        {} per request{}",
+        format::approx(f.in_force_tokens),
+        count(prunes.map(|p| p.0))
+    );
+    let _ = writeln!(
+        out,
+        "  Waiting:         {}{}, not sent yet",
+        format::approx(f.waiting_tokens),
+        count(prunes.map(|p| p.1))
+    );
+}
+
+/// A share of the cost without dcp, as a signed percentage: `12.3%`, `-0.4%`.
+pub fn share(share: f64) -> String {
+    format!("{:.1}% of the cost without dcp", 100.0 * share)
 }

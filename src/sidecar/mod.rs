@@ -19,6 +19,7 @@ pub mod mirror;
 pub mod protocol;
 mod ranges;
 mod rewrites;
+mod savings;
 mod stdio;
 pub mod stream;
 mod tools;

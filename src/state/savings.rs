@@ -1,0 +1,173 @@
+//! What reached the model: a session's running figures, request by request, behind the
+//! savings `dcp stats` and `dcp report` show.
+//!
+//! A prune recorded is not a prune sent: its rewrite may wait for the policy, and a waiting
+//! prune keeps nothing out of any request. So the sidecar adds up, as it answers each request,
+//! what it removed from that request net of what it added (its instructions and tools at the
+//! head, the prunable list and the message id tags), what the request would have cost without
+//! dcp, and what dcp saved on it (the policy's balance, `crate::policy::balance`). Costs are in
+//! tokens at the base input price, the ledger's unit. The state file keeps the sums in its
+//! `stats` object (flat, beside DCP's keys, so the all-time report reads them from a file's
+//! head) and each request's context size with and without dcp in `dcp.trail`.
+
+use crate::policy::{CACHE_READ, CACHE_WRITE};
+
+/// A session's running savings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Savings {
+    /// Requests dcp answered.
+    pub requests: u64,
+    /// Tokens kept out of those requests, net of what dcp added (below 0 when what it added
+    /// weighed more).
+    pub kept_out_tokens: i64,
+    /// What the requests would have cost without dcp, in tokens at the base input price.
+    pub cost_without: f64,
+    /// What dcp saved of it: the sum of the policy's balance, request by request.
+    pub cost_saved: f64,
+    /// The last request's size without dcp (the prefix the provider cached for the next).
+    pub last_context: u64,
+    /// Each request's context with and without dcp.
+    pub trail: Vec<Point>,
+}
+
+/// One request's context size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    /// When it was made (ms).
+    pub time: i64,
+    pub without: u64,
+    pub with: u64,
+    pub mark: Mark,
+}
+
+/// What happened to the history on a request besides new messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    None,
+    /// dcp applied waiting rewrites.
+    Rewrite,
+    /// OpenCode compacted the session since the last request.
+    Compaction,
+}
+
+impl Mark {
+    fn letter(self) -> char {
+        match self {
+            Mark::None => '-',
+            Mark::Rewrite => 'r',
+            Mark::Compaction => 'c',
+        }
+    }
+
+    fn from_letter(c: &str) -> Option<Mark> {
+        match c {
+            "-" => Some(Mark::None),
+            "r" => Some(Mark::Rewrite),
+            "c" => Some(Mark::Compaction),
+            _ => None,
+        }
+    }
+}
+
+impl Point {
+    /// The point as `dcp.trail` holds it: `"<time> <without> <with> <mark>"`, one short line
+    /// per request in a pretty-printed file.
+    pub fn to_line(self) -> String {
+        format!("{} {} {} {}", self.time, self.without, self.with, self.mark.letter())
+    }
+
+    pub fn from_line(line: &str) -> Option<Point> {
+        let mut fields = line.split(' ');
+        let time = fields.next()?.parse().ok()?;
+        let without = fields.next()?.parse().ok()?;
+        let with = fields.next()?.parse().ok()?;
+        let mark = Mark::from_letter(fields.next()?)?;
+        fields.next().is_none().then_some(Point { time, without, with, mark })
+    }
+}
+
+/// One request's figures, as the sidecar answers it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    pub time: i64,
+    /// The request's size without dcp: the history as OpenCode sent it and OpenCode's own
+    /// system prompt and tools.
+    pub without: u64,
+    /// Tokens dcp removed from it, and tokens it added.
+    pub removed: u64,
+    pub added: u64,
+    /// Whether the provider's cache had gone cold.
+    pub cold: bool,
+    /// The policy's balance for the request: what dcp saved on it, in the cost unit.
+    pub saved: f64,
+    pub mark: Mark,
+}
+
+impl Savings {
+    /// Adds one answered request.
+    pub fn add(&mut self, r: &Request) {
+        self.requests += 1;
+        self.kept_out_tokens += r.removed as i64 - r.added as i64;
+        // Without dcp the provider reads the last request's prompt from its cache, and writes
+        // what is new; a shorter history (a compaction) shares only what comes before it.
+        let cached = if r.cold || r.without < self.last_context { 0 } else { self.last_context };
+        self.cost_without += CACHE_READ * cached as f64 + CACHE_WRITE * (r.without - cached) as f64;
+        self.cost_saved += r.saved;
+        self.last_context = r.without;
+        let with = (r.without + r.added).saturating_sub(r.removed);
+        self.trail.push(Point { time: r.time, without: r.without, with, mark: r.mark });
+    }
+
+    /// The share of what the requests would have cost without dcp that dcp saved (below 0 when
+    /// it cost more).
+    pub fn cost_saved_share(&self) -> f64 {
+        if self.cost_without <= 0.0 {
+            return 0.0;
+        }
+        self.cost_saved / self.cost_without
+    }
+}
+
+impl super::SessionState {
+    /// Tokens the prunes and compressed ranges in force take out of each request, and those
+    /// of the ones still waiting for the policy. DCP's one-time figure for both.
+    pub fn in_force_and_waiting(&self) -> (u64, u64) {
+        let (mut in_force, mut waiting) = (0u64, 0u64);
+        let records = self.pruned.values().map(|r| (r.applied, r.tokens));
+        let blocks = self.blocks.active().map(|b| (b.applied, b.net_tokens()));
+        for (applied, tokens) in records.chain(blocks) {
+            let sum = if applied { &mut in_force } else { &mut waiting };
+            *sum = sum.saturating_add(tokens);
+        }
+        (in_force, waiting)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_round_trips_through_its_line_and_a_bad_line_is_refused() {
+        let p = Point { time: 1_790_000_000_000, without: 12_000, with: 9_000, mark: Mark::Rewrite };
+        assert_eq!(Point::from_line(&p.to_line()), Some(p));
+        for bad in ["", "1 2 3", "1 2 3 x", "1 2 3 r 4", "a 2 3 -", "1 -2 3 -"] {
+            assert_eq!(Point::from_line(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_without_pruning_in_force_saves_nothing_and_costs_what_dcp_added() {
+        let mut s = Savings::default();
+        let r = Request { time: 0, without: 1_000, removed: 0, added: 50, cold: false, saved: -5.0, mark: Mark::None };
+        s.add(&r);
+        assert_eq!((s.requests, s.kept_out_tokens, s.last_context), (1, -50, 1_000));
+        assert_eq!(s.cost_without, 1_250.0);
+        assert!(s.cost_saved_share() < 0.0);
+        // The next request reads the first from the cache and writes what is new.
+        s.add(&Request { time: 1, without: 1_200, removed: 300, added: 50, saved: 25.0, ..r });
+        assert_eq!(s.kept_out_tokens, 200);
+        assert_eq!(s.cost_without, 1_250.0 + 100.0 + 250.0);
+        assert_eq!(s.trail[1].with, 950);
+    }
+}
