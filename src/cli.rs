@@ -1,4 +1,4 @@
-//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep`, `dcp stats` and `dcp doctor`.
+//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep`, `dcp stats`, `dcp report` and `dcp doctor`.
 //!
 //! It works on OpenCode's data without OpenCode running: it reads sessions read-only and
 //! writes only dcp's own state files. Every command takes `--data-dir DIR` and `--json`;
@@ -68,6 +68,16 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },
+    /// Write the savings report: one HTML page (all-time savings over time, by strategy, the
+    /// sessions that saved most, each one's context per request with and without dcp).
+    Report {
+        /// Where to write it [default: report.html in dcp's cache dir]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Open it in the desktop's browser (where there is a desktop).
+        #[arg(long)]
+        open: bool,
+    },
     /// Check the install: the binary and the plugin, OpenCode's config, every dcp.jsonc, the
     /// state dir, opencode.db and the logs. Exits 1 when something is wrong.
     Doctor,
@@ -128,6 +138,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             sweep(&ctx, &session, last, mode, out)
         }
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+        Command::Report { out: file, open } => report_cmd(&ctx, &env, file, open, out),
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
@@ -342,5 +353,29 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
+    Ok(())
+}
+
+/// `dcp report`: writes the page and says where it is; with `--open`, opens it where a
+/// desktop is.
+fn report_cmd(ctx: &Ctx, env: &Env, file: Option<PathBuf>, open: bool, out: &mut dyn Write) -> Result<()> {
+    use crate::html_report::{self, Inputs, Opened};
+    let file = file.unwrap_or_else(|| html_report::default_path(env));
+    let state_dir = ctx.state_dir();
+    let inputs = Inputs { data_dir: &ctx.data_dir, state_dir: &state_dir, env, config: &ctx.config };
+    html_report::write(&inputs, &file)?;
+    let file = std::fs::canonicalize(&file).unwrap_or(file);
+    if ctx.json {
+        return print_json(out, &serde_json::json!({ "report": file }));
+    }
+    writeln!(out, "Report written to {}", file.display())?;
+    if open {
+        match html_report::open(&file) {
+            Opened::Opened => writeln!(out, "Opened in the browser.")?,
+            Opened::NoDesktop => {
+                writeln!(out, "No desktop here to open it: open file://{} in a browser.", file.display())?
+            }
+        }
+    }
     Ok(())
 }

@@ -2,11 +2,13 @@
 
 use std::fmt::Write as _;
 
-use crate::context::Analysis;
+use crate::context::{Analysis, Status};
 use crate::format;
 use crate::stats::{AllTime, Figures, SessionStats};
 
-/// The by-category context report, with the steps and the pruned calls.
+/// The by-category context report: what the model is sent without pruning, what it is sent
+/// now (the prunes in force), and what it would be sent with every prune applied (those
+/// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{header}");
@@ -16,28 +18,36 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         analysis.messages, analysis.tool_calls, analysis.estimator
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<18} {:>10} {:>10}", "Category", "Before", "After");
-    for ((name, before), (_, after)) in analysis.before.rows().iter().zip(analysis.after.rows()) {
-        let _ = writeln!(out, "  {:<16} {:>10} {:>10}", name, format::thousands(*before), format::thousands(after));
+    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>12}", "Category", "Unpruned", "Sent now", "All applied");
+    let rows = analysis.before.rows().into_iter().zip(analysis.in_force.rows()).zip(analysis.after.rows());
+    for (((name, before), (_, now)), (_, after)) in rows {
+        let [b, n, a] = [before, now, after].map(format::thousands);
+        let _ = writeln!(out, "  {name:<16} {b:>10} {n:>10} {a:>12}");
     }
-    let (b, a) = (analysis.before.total, analysis.after.total);
-    let pct = if b > 0 { 100.0 * b.saturating_sub(a) as f64 / b as f64 } else { 0.0 };
+    let (b, n, a) = (analysis.before.total, analysis.in_force.total, analysis.after.total);
     let _ = writeln!(
         out,
-        "  {:<16} {:>10} {:>10}   -{} ({pct:.1}%)",
+        "  {:<16} {:>10} {:>10} {:>12}",
         "total",
         format::thousands(b),
-        format::thousands(a),
-        format::thousands(b.saturating_sub(a))
+        format::thousands(n),
+        format::thousands(a)
     );
+    let _ = writeln!(out, "  in force now:    -{} ({})", format::thousands(b.saturating_sub(n)), percent(b, n));
+    let _ = writeln!(out, "  all applied:     -{} ({})", format::thousands(b.saturating_sub(a)), percent(b, a));
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Saved", "Tools");
-    let _ = writeln!(out, "  {:<16} {:>10}", "before pruning", format::thousands(b));
+    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Removes", "Tools");
+    let _ = writeln!(out, "  {:<16} {:>10}", "unpruned", format::thousands(b));
     for s in &analysis.steps {
+        let step = if matches!(s.step, "in force" | "waiting") {
+            s.step.to_string()
+        } else {
+            format!("{} (proposed)", s.step)
+        };
         let _ = writeln!(
             out,
             "  {:<16} {:>10} {:>10} {:>6}",
-            s.step,
+            shorten(&step, 16),
             format::thousands(s.tokens),
             format::thousands(s.saved),
             s.tools
@@ -48,24 +58,33 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         let _ = writeln!(out, "Nothing to prune.");
         return out;
     }
-    let recorded = analysis.pruned.iter().filter(|p| p.recorded).count();
+    let of = |status: Status| analysis.pruned.iter().filter(|p| p.status == status).count();
     let _ = writeln!(
         out,
-        "Pruned ({recorded} recorded in the state file, {} proposed now)",
-        analysis.pruned.len() - recorded
+        "Pruned ({} in force, {} waiting for the policy, {} proposed now)",
+        of(Status::InForce),
+        of(Status::Waiting),
+        of(Status::Proposed)
     );
     for p in &analysis.pruned {
         let _ = writeln!(
             out,
-            "  {:<22} {:<6} {:<17} {:>7}  {}",
+            "  {:<22} {:<6} {:<17} {:<9} {:>7}  {}",
             p.call_id,
             p.tool,
             p.strategy,
+            p.status.name(),
             format::thousands(p.tokens),
-            p.key.as_deref().map(|k| shorten(k, 60)).unwrap_or_default()
+            p.key.as_deref().map(|k| shorten(k, 50)).unwrap_or_default()
         );
     }
     out
+}
+
+/// How much of `before` is gone in `after`, as a percentage.
+fn percent(before: u64, after: u64) -> String {
+    let pct = if before > 0 { 100.0 * before.saturating_sub(after) as f64 / before as f64 } else { 0.0 };
+    format!("{pct:.1}%")
 }
 
 /// `text` on one line, keeping its end (where a path's file name is) when too long.

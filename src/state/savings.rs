@@ -37,6 +37,8 @@ pub struct Point {
     pub time: i64,
     pub without: u64,
     pub with: u64,
+    /// What dcp saved on it, in tokens at the base input price, rounded.
+    pub saved: i64,
     pub mark: Mark,
 }
 
@@ -70,10 +72,10 @@ impl Mark {
 }
 
 impl Point {
-    /// The point as `dcp.trail` holds it: `"<time> <without> <with> <mark>"`, one short line
-    /// per request in a pretty-printed file.
+    /// The point as `dcp.trail` holds it: `"<time> <without> <with> <saved> <mark>"`, one
+    /// short line per request in a pretty-printed file.
     pub fn to_line(self) -> String {
-        format!("{} {} {} {}", self.time, self.without, self.with, self.mark.letter())
+        format!("{} {} {} {} {}", self.time, self.without, self.with, self.saved, self.mark.letter())
     }
 
     pub fn from_line(line: &str) -> Option<Point> {
@@ -81,8 +83,9 @@ impl Point {
         let time = fields.next()?.parse().ok()?;
         let without = fields.next()?.parse().ok()?;
         let with = fields.next()?.parse().ok()?;
+        let saved = fields.next()?.parse().ok()?;
         let mark = Mark::from_letter(fields.next()?)?;
-        fields.next().is_none().then_some(Point { time, without, with, mark })
+        fields.next().is_none().then_some(Point { time, without, with, saved, mark })
     }
 }
 
@@ -115,7 +118,7 @@ impl Savings {
         self.cost_saved += r.saved;
         self.last_context = r.without;
         let with = (r.without + r.added).saturating_sub(r.removed);
-        self.trail.push(Point { time: r.time, without: r.without, with, mark: r.mark });
+        self.trail.push(Point { time: r.time, without: r.without, with, saved: r.saved.round() as i64, mark: r.mark });
     }
 
     /// The share of what the requests would have cost without dcp that dcp saved (below 0 when
@@ -149,9 +152,9 @@ mod tests {
 
     #[test]
     fn a_point_round_trips_through_its_line_and_a_bad_line_is_refused() {
-        let p = Point { time: 1_790_000_000_000, without: 12_000, with: 9_000, mark: Mark::Rewrite };
+        let p = Point { time: 1_790_000_000_000, without: 12_000, with: 9_000, saved: -40, mark: Mark::Rewrite };
         assert_eq!(Point::from_line(&p.to_line()), Some(p));
-        for bad in ["", "1 2 3", "1 2 3 x", "1 2 3 r 4", "a 2 3 -", "1 -2 3 -"] {
+        for bad in ["", "1 2 3 4", "1 2 3 4 x", "1 2 3 4 r 5", "a 2 3 4 -", "1 -2 3 4 -"] {
             assert_eq!(Point::from_line(bad), None, "{bad:?}");
         }
     }

@@ -316,7 +316,8 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
 /// The figures a summary keeps, from their columns in the cache (floats as their bits).
 fn figures(columns: &[u64; 6]) -> Figures {
     let [in_force_tokens, waiting_tokens, requests, kept_out, without, saved] = *columns;
-    let mut f = Figures { in_force_tokens, waiting_tokens, requests, kept_out_tokens: kept_out as i64, ..Figures::default() };
+    let mut f =
+        Figures { in_force_tokens, waiting_tokens, requests, kept_out_tokens: kept_out as i64, ..Figures::default() };
     f.add(&Figures { cost_without: f64::from_bits(without), cost_saved: f64::from_bits(saved), ..Figures::default() });
     f
 }
@@ -413,8 +414,7 @@ fn write_cache(cache: &Path, dir: &Path, files: &HashMap<String, Remembered>) {
     for (name, file) in files {
         let Summary::Counts { tokens, tools, figures } = &file.summary else { continue };
         let Some(since) = file.modified.and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok()) else { continue };
-        let _ =
-            write!(text, "{name}\t{}\t{}\t{}\t{tokens}\t{tools}", file.len, since.as_secs(), since.subsec_nanos());
+        let _ = write!(text, "{name}\t{}\t{}\t{}\t{tokens}\t{tools}", file.len, since.as_secs(), since.subsec_nanos());
         for column in columns(figures) {
             let _ = write!(text, "\t{column}");
         }

@@ -199,8 +199,8 @@ fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(),
     let trail = trail.as_array().ok_or_else(|| type_error("dcp.trail", "a list", trail))?;
     for (i, line) in trail.iter().enumerate() {
         let point = line.as_str().and_then(crate::state::savings::Point::from_line);
-        let point =
-            point.ok_or_else(|| type_error(&format!("dcp.trail.{i}"), "\"<time> <without> <with> <mark>\"", line))?;
+        let point = point
+            .ok_or_else(|| type_error(&format!("dcp.trail.{i}"), "\"<time> <without> <with> <saved> <mark>\"", line))?;
         state.savings.trail.push(point);
     }
     Ok(())

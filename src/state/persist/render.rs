@@ -146,11 +146,11 @@ pub fn now_iso() -> String {
 }
 
 /// dcp's savings keys of `stats` (see `crate::state::savings`), beside DCP's: the prunes in
-/// force and waiting when there are any, the request sums once a request was answered.
+/// force and waiting when they are above 0, the request sums once a request was answered.
 fn savings_stats(state: &SessionState) -> Vec<(&'static str, Value)> {
     let mut out = Vec::new();
-    if !state.pruned.is_empty() || !state.blocks.is_empty() {
-        let (in_force, waiting) = state.in_force_and_waiting();
+    let (in_force, waiting) = state.in_force_and_waiting();
+    if in_force > 0 || waiting > 0 {
         out.extend([("inForceTokens", json!(in_force)), ("waitingTokens", json!(waiting))]);
     }
     let s = &state.savings;
