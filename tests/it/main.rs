@@ -21,6 +21,7 @@ mod package;
 mod persistence;
 mod protocol;
 mod replay;
+mod savings;
 mod sidecar;
 mod sidecar_compress;
 mod slim;

@@ -186,10 +186,10 @@ fn batched_mode_tells_a_waiting_prune_when_it_is_recorded() {
     let t0 = 1_800_000_000_000i64;
     let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
     let notice = first["notify"].as_str().unwrap();
-    assert!(notice.starts_with("▣ DCP | -"), "{notice}");
+    assert!(notice.starts_with("▣ DCP | in force: -"), "{notice}");
     // The process's first request knows no warm run, so only rewrites that pay on this very
     // request go; the rest wait, and the notification says so.
-    assert!(notice.contains("applied later, when it pays"), "{notice}");
+    assert!(notice.contains("waiting, applied when it pays"), "{notice}");
     assert!(notice.contains("\n→ deduplication: ~"), "{notice}");
     assert!(!notice.contains(" 1 tools"), "{notice}");
     // Told once: the same request again records nothing new.
