@@ -173,7 +173,6 @@ impl Server {
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
         let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
         let cut = applied_now.as_ref().map_or((0, 0), |a| (a.tokens, a.tail));
-        let banked = session.banked;
         session.banked += policy::balance(&policy::Request {
             cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
             in_force,
@@ -183,8 +182,8 @@ impl Server {
             appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
         });
         let cold = request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds);
-        let (saved, rewrite, compacted) = (session.banked - banked, applied_now.is_some(), observed.compacted);
-        let answered = Answered { mirror, appended: &append, offered, cold, saved, rewrite, compacted };
+        let (rewritten, compacted) = (applied_now.as_ref().map(|_| cut.1), observed.compacted);
+        let answered = Answered { mirror, appended: &append, offered, cold, rewritten, compacted };
         savings::record(Counting { rules: &self.rules, head: &mut self.head }, session, slot, &answered);
         // The ledger goes to the state file with the next save (see `Server::save_dirty`).
         slot.state.ledger = ledger(session);

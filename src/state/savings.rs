@@ -4,11 +4,15 @@
 //! A prune recorded is not a prune sent: its rewrite may wait for the policy, and a waiting
 //! prune keeps nothing out of any request. So the sidecar adds up, as it answers each request,
 //! what it removed from that request net of what it added (its instructions and tools at the
-//! head, the prunable list and the message id tags), what the request would have cost without
-//! dcp, and what dcp saved on it (the policy's balance, `crate::policy::balance`). Costs are in
-//! tokens at the base input price, the ledger's unit. The state file keeps the sums in its
-//! `stats` object (flat, beside DCP's keys, so the all-time report reads them from a file's
-//! head) and each request's context size with and without dcp in `dcp.trail`.
+//! head, the prunable list and the message id tags), and what the request would have cost
+//! with and without dcp under the prompt-cache model `dcp replay` bills with (the prefix shared
+//! with the last request read at 0.1x the input price, the rest written at 1.25x). Sizes are
+//! tokens, costs tokens at the base input price. The policy's ledger weighs the same things
+//! to decide, but in the mirror's unit (characters / 4) for what is in force, which for dense
+//! outputs (code, CSV) runs well under their tokens: its balance is the policy's, not a
+//! figure to report. The state file keeps the sums in its `stats` object (flat, beside DCP's
+//! keys, so the all-time report reads them from a file's head) and each request's context
+//! size with and without dcp in `dcp.trail`.
 
 use crate::policy::{CACHE_READ, CACHE_WRITE};
 
@@ -22,12 +26,34 @@ pub struct Savings {
     pub kept_out_tokens: i64,
     /// What the requests would have cost without dcp, in tokens at the base input price.
     pub cost_without: f64,
-    /// What dcp saved of it: the sum of the policy's balance, request by request.
+    /// What dcp saved of it: the same requests' cost without dcp minus their cost with it.
     pub cost_saved: f64,
-    /// The last request's size without dcp (the prefix the provider cached for the next).
+    /// The last request's size without dcp and as sent (the prefixes the provider cached).
     pub last_context: u64,
+    pub last_sent: u64,
     /// Each request's context with and without dcp.
     pub trail: Vec<Point>,
+    /// What only this process needs to count the next request.
+    pub meter: Meter,
+}
+
+/// What the sidecar remembers between requests to count the next one, and no file keeps: a
+/// restarted sidecar counts the history once more.
+#[derive(Debug, Clone, Default)]
+pub struct Meter {
+    /// Tokens of each message of the last request's history, as OpenCode sent it.
+    pub messages: Vec<u64>,
+    /// Tokens dcp appended after the last request's history (never part of the next prefix).
+    pub appended: u64,
+    /// Whether the last request carried dcp's head.
+    pub offered: Option<bool>,
+}
+
+/// The meter is no part of what a session's state is.
+impl PartialEq for Meter {
+    fn eq(&self, _: &Meter) -> bool {
+        true
+    }
 }
 
 /// One request's context size.
@@ -89,36 +115,65 @@ impl Point {
     }
 }
 
-/// One request's figures, as the sidecar answers it.
+/// One request's figures, as the sidecar answers it, in tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Request {
     pub time: i64,
-    /// The request's size without dcp: the history as OpenCode sent it and OpenCode's own
+    /// The request's size without dcp: the history as OpenCode sent it, and OpenCode's own
     /// system prompt and tools.
     pub without: u64,
-    /// Tokens dcp removed from it, and tokens it added.
+    /// Tokens dcp removed from it, and tokens it added: its head (instructions and tools, in
+    /// front of everything when `offered`), the message id tags, and `appended` after the
+    /// history (the prunable list).
     pub removed: u64,
     pub added: u64,
+    pub appended: u64,
+    pub offered: bool,
+    /// Tokens every request starts with, whether or not dcp prunes (OpenCode's system prompt
+    /// and tools): a compaction keeps them cached.
+    pub fixed: u64,
     /// Whether the provider's cache had gone cold.
     pub cold: bool,
-    /// The policy's balance for the request: what dcp saved on it, in the cost unit.
-    pub saved: f64,
+    /// When a rewrite applied on this request changed what was sent before: the tokens of the
+    /// prompt in front of the first part it changed, which the provider still has cached.
+    pub rewritten: Option<u64>,
     pub mark: Mark,
 }
 
 impl Savings {
-    /// Adds one answered request.
+    /// Adds one answered request. Its cost with and without dcp is the replay's prompt-cache
+    /// model (`crate::replay::cost`): the prefix the last request shares with this one is read
+    /// from the cache, the rest is written.
     pub fn add(&mut self, r: &Request) {
         self.requests += 1;
         self.kept_out_tokens += r.removed as i64 - r.added as i64;
-        // Without dcp the provider reads the last request's prompt from its cache, and writes
-        // what is new; a shorter history (a compaction) shares only what comes before it.
-        let cached = if r.cold || r.without < self.last_context { 0 } else { self.last_context };
-        self.cost_without += CACHE_READ * cached as f64 + CACHE_WRITE * (r.without - cached) as f64;
-        self.cost_saved += r.saved;
-        self.last_context = r.without;
         let with = (r.without + r.added).saturating_sub(r.removed);
-        self.trail.push(Point { time: r.time, without: r.without, with, saved: r.saved.round() as i64, mark: r.mark });
+        let compacted = r.mark == Mark::Compaction;
+        let shared_without = match (r.cold, compacted || r.without < self.last_context) {
+            (true, _) => 0,
+            (false, true) => r.fixed,
+            (false, false) => self.last_context,
+        };
+        let head_moved = self.meter.offered.is_some_and(|o| o != r.offered);
+        let shared_with = match (r.cold, compacted, head_moved) {
+            (true, _, _) | (false, _, true) => 0,
+            (false, true, false) => r.fixed,
+            (false, false, false) => {
+                let history = self.last_sent.saturating_sub(self.meter.appended);
+                r.rewritten.unwrap_or(history).min(history).min(with)
+            }
+        };
+        let cost =
+            |size: u64, cached: u64| CACHE_READ * cached as f64 + CACHE_WRITE * size.saturating_sub(cached) as f64;
+        let (without_cost, with_cost) = (cost(r.without, shared_without), cost(with, shared_with));
+        self.cost_without += without_cost;
+        self.cost_saved += without_cost - with_cost;
+        self.last_context = r.without;
+        self.last_sent = with;
+        self.meter.appended = r.appended;
+        self.meter.offered = Some(r.offered);
+        let saved = (without_cost - with_cost).round() as i64;
+        self.trail.push(Point { time: r.time, without: r.without, with, saved, mark: r.mark });
     }
 
     /// The share of what the requests would have cost without dcp that dcp saved (below 0 when
@@ -162,15 +217,30 @@ mod tests {
     #[test]
     fn a_request_without_pruning_in_force_saves_nothing_and_costs_what_dcp_added() {
         let mut s = Savings::default();
-        let r = Request { time: 0, without: 1_000, removed: 0, added: 50, cold: false, saved: -5.0, mark: Mark::None };
+        let r = Request {
+            time: 0,
+            without: 1_000,
+            removed: 0,
+            added: 50,
+            appended: 20,
+            offered: true,
+            fixed: 500,
+            cold: false,
+            rewritten: None,
+            mark: Mark::None,
+        };
         s.add(&r);
-        assert_eq!((s.requests, s.kept_out_tokens, s.last_context), (1, -50, 1_000));
-        assert_eq!(s.cost_without, 1_250.0);
+        assert_eq!((s.requests, s.kept_out_tokens, s.last_context, s.last_sent), (1, -50, 1_000, 1_050));
+        assert_eq!((s.cost_without, s.cost_saved), (1_250.0, -62.5));
         assert!(s.cost_saved_share() < 0.0);
-        // The next request reads the first from the cache and writes what is new.
-        s.add(&Request { time: 1, without: 1_200, removed: 300, added: 50, saved: 25.0, ..r });
+        // The next request reads the last one from the cache (but for what was appended after
+        // its history) and writes what is new.
+        s.add(&Request { time: 1, without: 1_200, removed: 300, ..r });
         assert_eq!(s.kept_out_tokens, 200);
         assert_eq!(s.cost_without, 1_250.0 + 100.0 + 250.0);
+        // What was sent before is all cached: the 950 tokens sent now are inside it.
+        let with_cost = 0.1 * 950.0;
+        assert!((s.cost_saved - (-62.5 + 350.0 - with_cost)).abs() < 1e-9, "{}", s.cost_saved);
         assert_eq!(s.trail[1].with, 950);
     }
 }

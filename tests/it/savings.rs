@@ -55,7 +55,10 @@ fn a_waiting_prune_is_never_counted_as_saved() {
     assert!(text.contains("  Kept out:        ~0 tokens over 3 requests\n"), "{text}");
     assert!(text.contains("  In force:        ~0 per request (0 prunes)\n"), "{text}");
     assert!(text.contains("  Waiting:         ~"), "{text}");
-    assert!(text.contains("  Cost saved:      0.0% of the cost without dcp\n") && !text.contains("Tokens saved"), "{text}");
+    assert!(
+        text.contains("  Cost saved:      0.0% of the cost without dcp\n") && !text.contains("Tokens saved"),
+        "{text}"
+    );
     sidecar.shutdown();
 
     let v = stats_json(&s);

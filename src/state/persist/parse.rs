@@ -190,10 +190,13 @@ fn parse_savings(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(
     Ok(())
 }
 
-/// `dcp.lastContext` and `dcp.trail`.
+/// `dcp.lastContext`, `dcp.lastSent` and `dcp.trail`.
 fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(v) = own.get("lastContext") {
         state.savings.last_context = count(v, "dcp.lastContext")?;
+    }
+    if let Some(v) = own.get("lastSent") {
+        state.savings.last_sent = count(v, "dcp.lastSent")?;
     }
     let Some(trail) = own.get("trail") else { return Ok(()) };
     let trail = trail.as_array().ok_or_else(|| type_error("dcp.trail", "a list", trail))?;

@@ -165,14 +165,14 @@ fn savings_stats(state: &SessionState) -> Vec<(&'static str, Value)> {
     out
 }
 
-/// dcp's savings keys of its own section: the last request's size and each request's point.
+/// dcp's savings keys of its own section: the last request's sizes and each request's point.
 fn savings_own(state: &SessionState) -> Vec<(&'static str, Value)> {
     let s = &state.savings;
     if s.requests == 0 {
         return Vec::new();
     }
     let trail: Vec<Value> = s.trail.iter().map(|p| Value::String(p.to_line())).collect();
-    vec![("lastContext", json!(s.last_context)), ("trail", Value::Array(trail))]
+    vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent)), ("trail", Value::Array(trail))]
 }
 
 /// The policy's ledger as the state file holds it.

@@ -10,6 +10,7 @@
 mod compress;
 mod fake_llm;
 mod registry;
+mod savings;
 mod scenarios;
 mod tui;
 
