@@ -85,6 +85,8 @@ struct Session {
     precounted: usize,
     /// When its state was last handed out for saving.
     saves: SaveTiming,
+    /// What counting the next request's savings needs of this one (see [`savings`]).
+    savings: savings::Meter,
 }
 
 impl Session {

@@ -5,11 +5,15 @@
 //! a live session records and those a replay of it gives agree. Each message is counted once,
 //! when it is new or changed.
 
+use rustc_hash::FxHashSet as HashSet;
+
 use super::mirror::Mirror;
-use super::{head, Session};
+use super::protocol::Transformed;
+use super::{head, Server, Session};
 use crate::session::{str_field, Message};
 use crate::state::savings::{Mark, Request};
 use crate::state::store::Slot;
+use crate::strategies::incremental::Index;
 use crate::strategies::{compress, Rules};
 use crate::tokens::TokenCounter;
 
@@ -23,67 +27,86 @@ const OPENCODE_OVERHEAD: u64 = 6_700;
 const FRAME_TEXT: u64 = 8;
 const FRAME_TOOL: u64 = 25 + 17;
 
-/// What the transform knows of the request it answered.
-pub(super) struct Answered<'a> {
-    pub mirror: &'a Mirror,
-    pub appended: &'a [super::protocol::Synthetic],
-    pub offered: bool,
-    pub cold: bool,
-    /// The tail a rewrite applied on this request re-bills (the mirror's unit), if it applied one.
-    pub rewritten: Option<u64>,
-    pub compacted: bool,
+/// What counting a session's next request needs of the last one, in this process: a
+/// restarted sidecar counts the history once more.
+#[derive(Debug, Default)]
+pub(super) struct Meter {
+    /// Tokens of each message of the last request's history, as OpenCode sent it.
+    messages: Vec<u64>,
+    /// Tokens dcp appended after the last request's history.
+    appended: u64,
+    /// Whether the last request carried dcp's head; `None` before the first.
+    offered: Option<bool>,
+    /// The prunes and ranges in force at the last request, and the slot's revision then.
+    applied: HashSet<String>,
+    blocks: HashSet<u32>,
+    revision: u64,
+    /// The newest compaction the last request's history had.
+    compaction: i64,
 }
 
-/// The server's parts the figures need: its rules and the size of dcp's head, counted once.
-pub(super) struct Counting<'a> {
-    pub rules: &'a Rules,
-    pub head: &'a mut Option<u64>,
-}
-
-/// Adds request `a` to the session's savings.
-pub(super) fn record(c: Counting<'_>, session: &Session, slot: &mut Slot, a: &Answered<'_>) {
-    let messages = a.mirror.messages();
-    let appended: u64 =
-        a.appended.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
-    let head = if a.offered { head::tokens(c.head, c.rules, &slot.tokens) } else { 0 };
-    let added = appended + head + if a.offered { tags(c.rules, slot, messages) } else { 0 };
-    let removed = removed(session, slot, messages, messages.len());
-    let history = history_tokens(&mut slot.state.savings.meter.messages, a.mirror, &slot.tokens);
-    // What stays cached in front of a rewrite: the messages before the first one it changed,
-    // as they were sent (the prunes already in force there applied).
-    let rewritten = a.rewritten.map(|tail| {
-        let first = first_rewritten(a.mirror.sizes(), tail);
-        let counted = &slot.state.savings.meter.messages;
-        let before: u64 = counted[..first.min(counted.len())].iter().sum();
-        OPENCODE_OVERHEAD + head + before.saturating_sub(removed_before(session, slot, messages, first))
-    });
-    let mark = match (a.compacted, a.rewritten.is_some()) {
-        (true, _) => Mark::Compaction,
-        (false, true) => Mark::Rewrite,
-        (false, false) => Mark::None,
-    };
-    let request = Request {
-        time: session.last_request_ms.unwrap_or_default(),
-        without: history + OPENCODE_OVERHEAD,
-        removed,
-        added,
-        appended,
-        offered: a.offered,
-        fixed: OPENCODE_OVERHEAD,
-        cold: a.cold,
-        rewritten,
-        mark,
-    };
-    slot.state.savings.add(&request);
+impl Server {
+    /// Adds the request `answer` answered to session `sid`'s savings. `idle_seconds` is the gap
+    /// since the session's last request.
+    pub(super) fn record_savings(
+        &mut self,
+        session: &mut Session,
+        sid: &str,
+        mirror: &Mirror,
+        answer: &Transformed,
+        idle_seconds: Option<u64>,
+    ) {
+        let Ok((slot, _)) = self.store.slot(sid) else { return };
+        let offered = head::offered(&self.rules, session);
+        let head = if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 };
+        let messages = mirror.messages();
+        let appended: u64 =
+            answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
+        let added = appended + head + if offered { tags(&self.rules, slot, messages) } else { 0 };
+        let index = &session.index;
+        let in_force = removed(index, slot, messages, messages.len());
+        let meter = &mut session.savings;
+        let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
+        // A rewrite changes what was sent before from its first changed message on; what is in
+        // front of it, as it was sent, stays cached.
+        let first = first_applied_now(meter, index, slot, messages);
+        let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
+        let rewritten =
+            first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, messages, f)));
+        let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
+        let mark = match (compacted, rewritten.is_some()) {
+            (true, _) => Mark::Compaction,
+            (false, true) => Mark::Rewrite,
+            (false, false) => Mark::None,
+        };
+        let request = Request {
+            time: session.last_request_ms.unwrap_or_default(),
+            without: history + OPENCODE_OVERHEAD,
+            removed: in_force,
+            added,
+            appended,
+            appended_before: meter.appended,
+            head_moved: meter.offered.is_some_and(|o| o != offered),
+            fixed: OPENCODE_OVERHEAD,
+            cold: idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
+            rewritten,
+            mark,
+        };
+        (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
+        slot.state.savings.add(&request);
+        // Saved as a prune is, at most once per save interval: the sidecar may not outlive
+        // OpenCode long enough for a last save.
+        slot.dirty = true;
+        self.save(session, sid);
+    }
 }
 
 /// Tokens the prunes and ranges in force take out of the first `upto` messages of this
 /// request's history.
-fn removed(session: &Session, slot: &Slot, messages: &[Message], upto: usize) -> u64 {
+fn removed(index: &Index, slot: &Slot, messages: &[Message], upto: usize) -> u64 {
     // A pruned call inside a compressed range is gone with the range: counted once.
     let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
     let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
-    let index = &session.index;
     let in_history = |id: &str| index.position(id).is_some_and(|at| at.0 < upto && outside(at.0));
     let calls = slot.state.pruned.iter().filter(|(id, r)| r.applied && in_history(id));
     let ranges = ranges.iter().filter(|s| s.to < upto);
@@ -91,23 +114,31 @@ fn removed(session: &Session, slot: &Slot, messages: &[Message], upto: usize) ->
         + ranges.map(|s| slot.state.blocks.by_id[&s.block].net_tokens()).sum::<u64>()
 }
 
-/// What the prunes in force before message `first` took out, those this request applied
-/// (none lie before the first message it changed) aside.
-fn removed_before(session: &Session, slot: &Slot, messages: &[Message], first: usize) -> u64 {
-    removed(session, slot, messages, first)
-}
-
-/// The first message a rewrite that re-bills `tail` (the mirror's unit) changed: where the
-/// history from there on weighs `tail`.
-fn first_rewritten(sizes: &[u64], tail: u64) -> usize {
-    let mut rest: u64 = sizes.iter().sum();
-    for (i, size) in sizes.iter().enumerate() {
-        if rest <= tail {
-            return i;
-        }
-        rest -= size;
+/// The first message of the history that a prune or range put in force since the last request
+/// changed, if one did. The first request a process answers takes what is in force as it
+/// finds it: those rewrites were sent before.
+fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, messages: &[Message]) -> Option<usize> {
+    if slot.revision == meter.revision && meter.offered.is_some() {
+        return None;
     }
-    sizes.len()
+    let seen = meter.offered.is_some();
+    meter.revision = slot.revision;
+    let mut first: Option<usize> = None;
+    let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
+    for (id, _) in slot.state.pruned.iter().filter(|(_, r)| r.applied) {
+        if !meter.applied.contains(id.as_str()) {
+            meter.applied.insert(id.clone());
+            if let Some(position) = index.position(id).filter(|_| seen) {
+                at(position.0);
+            }
+        }
+    }
+    for span in compress::spans(messages, &slot.state.blocks, |b| b.applied) {
+        if meter.blocks.insert(span.block) && seen {
+            at(span.from);
+        }
+    }
+    first
 }
 
 /// Tokens of the history as OpenCode sent it: the messages the last request had unchanged are

@@ -14,7 +14,6 @@ use super::protocol::{
     Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
-use super::savings::{self, Answered, Counting};
 use super::{head, internal, now_ms, rewrites, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
@@ -98,6 +97,9 @@ impl Server {
             Ok(_) => self.rewrite(session, &sid, &mirror, request),
             Err(e) => Err(e),
         };
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
+            self.record_savings(session, &sid, &mirror, answer, idle_seconds);
+        }
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result
@@ -181,10 +183,6 @@ impl Server {
             head: if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 },
             appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
         });
-        let cold = request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds);
-        let (rewritten, compacted) = (applied_now.as_ref().map(|_| cut.1), observed.compacted);
-        let answered = Answered { mirror, appended: &append, offered, cold, rewritten, compacted };
-        savings::record(Counting { rules: &self.rules, head: &mut self.head }, session, slot, &answered);
         // The ledger goes to the state file with the next save (see `Server::save_dirty`).
         slot.state.ledger = ledger(session);
         let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);

@@ -33,27 +33,6 @@ pub struct Savings {
     pub last_sent: u64,
     /// Each request's context with and without dcp.
     pub trail: Vec<Point>,
-    /// What only this process needs to count the next request.
-    pub meter: Meter,
-}
-
-/// What the sidecar remembers between requests to count the next one, and no file keeps: a
-/// restarted sidecar counts the history once more.
-#[derive(Debug, Clone, Default)]
-pub struct Meter {
-    /// Tokens of each message of the last request's history, as OpenCode sent it.
-    pub messages: Vec<u64>,
-    /// Tokens dcp appended after the last request's history (never part of the next prefix).
-    pub appended: u64,
-    /// Whether the last request carried dcp's head.
-    pub offered: Option<bool>,
-}
-
-/// The meter is no part of what a session's state is.
-impl PartialEq for Meter {
-    fn eq(&self, _: &Meter) -> bool {
-        true
-    }
 }
 
 /// One request's context size.
@@ -128,7 +107,11 @@ pub struct Request {
     pub removed: u64,
     pub added: u64,
     pub appended: u64,
-    pub offered: bool,
+    /// Tokens dcp appended after the last request's history, which were never part of the
+    /// prefix this request shares with it.
+    pub appended_before: u64,
+    /// dcp's head came or went since the last request: nothing of it stays cached.
+    pub head_moved: bool,
     /// Tokens every request starts with, whether or not dcp prunes (OpenCode's system prompt
     /// and tools): a compaction keeps them cached.
     pub fixed: u64,
@@ -154,12 +137,11 @@ impl Savings {
             (false, true) => r.fixed,
             (false, false) => self.last_context,
         };
-        let head_moved = self.meter.offered.is_some_and(|o| o != r.offered);
-        let shared_with = match (r.cold, compacted, head_moved) {
+        let shared_with = match (r.cold, compacted, r.head_moved) {
             (true, _, _) | (false, _, true) => 0,
             (false, true, false) => r.fixed,
             (false, false, false) => {
-                let history = self.last_sent.saturating_sub(self.meter.appended);
+                let history = self.last_sent.saturating_sub(r.appended_before);
                 r.rewritten.unwrap_or(history).min(history).min(with)
             }
         };
@@ -170,8 +152,6 @@ impl Savings {
         self.cost_saved += without_cost - with_cost;
         self.last_context = r.without;
         self.last_sent = with;
-        self.meter.appended = r.appended;
-        self.meter.offered = Some(r.offered);
         let saved = (without_cost - with_cost).round() as i64;
         self.trail.push(Point { time: r.time, without: r.without, with, saved, mark: r.mark });
     }
@@ -223,7 +203,8 @@ mod tests {
             removed: 0,
             added: 50,
             appended: 20,
-            offered: true,
+            appended_before: 0,
+            head_moved: false,
             fixed: 500,
             cold: false,
             rewritten: None,
@@ -235,7 +216,7 @@ mod tests {
         assert!(s.cost_saved_share() < 0.0);
         // The next request reads the last one from the cache (but for what was appended after
         // its history) and writes what is new.
-        s.add(&Request { time: 1, without: 1_200, removed: 300, ..r });
+        s.add(&Request { time: 1, without: 1_200, removed: 300, appended_before: 20, ..r });
         assert_eq!(s.kept_out_tokens, 200);
         assert_eq!(s.cost_without, 1_250.0 + 100.0 + 250.0);
         // What was sent before is all cached: the 950 tokens sent now are inside it.
