@@ -18,24 +18,8 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         analysis.messages, analysis.tool_calls, analysis.estimator
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>12}", "Category", "Unpruned", "Sent now", "All applied");
-    let rows = analysis.before.rows().into_iter().zip(analysis.in_force.rows()).zip(analysis.after.rows());
-    for (((name, before), (_, now)), (_, after)) in rows {
-        let [b, n, a] = [before, now, after].map(format::thousands);
-        let _ = writeln!(out, "  {name:<16} {b:>10} {n:>10} {a:>12}");
-    }
-    let (b, n, a) = (analysis.before.total, analysis.in_force.total, analysis.after.total);
-    let _ = writeln!(
-        out,
-        "  {:<16} {:>10} {:>10} {:>12}",
-        "total",
-        format::thousands(b),
-        format::thousands(n),
-        format::thousands(a)
-    );
-    let _ = writeln!(out, "  in force now:    -{} ({})", format::thousands(b.saturating_sub(n)), percent(b, n));
-    let _ = writeln!(out, "  all applied:     -{} ({})", format::thousands(b.saturating_sub(a)), percent(b, a));
-    let _ = writeln!(out);
+    categories(&mut out, analysis);
+    let b = analysis.before.total;
     let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Removes", "Tools");
     let _ = writeln!(out, "  {:<16} {:>10}", "unpruned", format::thousands(b));
     for s in &analysis.steps {
@@ -79,6 +63,22 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         );
     }
     out
+}
+
+/// The categories' tokens unpruned, sent now and with everything applied, and the totals.
+fn categories(out: &mut String, analysis: &Analysis) {
+    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>12}", "Category", "Unpruned", "Sent now", "All applied");
+    let rows = analysis.before.rows().into_iter().zip(analysis.in_force.rows()).zip(analysis.after.rows());
+    let totals = ("total", analysis.before.total);
+    let totals = ((totals, ("", analysis.in_force.total)), ("", analysis.after.total));
+    for (((name, before), (_, now)), (_, after)) in rows.chain([totals]) {
+        let [b, n, a] = [before, now, after].map(format::thousands);
+        let _ = writeln!(out, "  {name:<16} {b:>10} {n:>10} {a:>12}");
+    }
+    let (b, n, a) = (analysis.before.total, analysis.in_force.total, analysis.after.total);
+    let _ = writeln!(out, "  in force now:    -{} ({})", format::thousands(b.saturating_sub(n)), percent(b, n));
+    let _ = writeln!(out, "  all applied:     -{} ({})", format::thousands(b.saturating_sub(a)), percent(b, a));
+    let _ = writeln!(out);
 }
 
 /// How much of `before` is gone in `after`, as a percentage.

@@ -49,17 +49,7 @@ pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> Stri
         r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg">"#,
         esc(axes.label)
     );
-    for v in [lo, (lo + hi) / 2.0, hi] {
-        let _ = write!(
-            svg,
-            r#"<line class="grid" x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text class="axis" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-            WIDTH - right,
-            left - 6.0,
-            y(v) + 4.0,
-            esc(&axis_value(v, axes.unit)),
-            y = y(v),
-        );
-    }
+    grid(&mut svg, [lo, (lo + hi) / 2.0, hi].map(|v| (v, y(v))), axes.unit);
     if lo < 0.0 {
         let _ = write!(
             svg,
@@ -98,6 +88,21 @@ pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> Stri
         esc(axes.last)
     );
     svg
+}
+
+/// The grid lines at `rows` (a value and its height), labelled on the left.
+fn grid(svg: &mut String, rows: [(f64, f64); 3], unit: &str) {
+    let (left, right, _, _) = PAD;
+    for (v, y) in rows {
+        let _ = write!(
+            svg,
+            r#"<line class="grid" x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text class="axis" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            WIDTH - right,
+            left - 6.0,
+            y + 4.0,
+            esc(&axis_value(v, unit)),
+        );
+    }
 }
 
 /// A value on an axis: tokens as `12K`, shares as percentages.

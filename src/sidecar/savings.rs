@@ -94,10 +94,10 @@ impl Server {
         };
         (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
         slot.state.savings.add(&request);
-        // Saved as a prune is, at most once per save interval: the sidecar may not outlive
-        // OpenCode long enough for a last save.
-        slot.dirty = true;
-        self.save(session, sid);
+        // The figures ride along with the session's next save, as the policy's ledger does;
+        // when this request's answer handed one out already (without them), another follows
+        // once the save interval is up.
+        session.saves.defer();
     }
 }
 

@@ -193,24 +193,7 @@ fn png_colours(png: &[u8]) -> (usize, f64) {
             let a = if x >= channels { pixels[y * stride + x - channels] as i32 } else { 0 };
             let b = if y > 0 { pixels[(y - 1) * stride + x] as i32 } else { 0 };
             let c = if x >= channels && y > 0 { pixels[(y - 1) * stride + x - channels] as i32 } else { 0 };
-            let predicted = match filter {
-                0 => 0,
-                1 => a,
-                2 => b,
-                3 => (a + b) / 2,
-                _ => {
-                    let p = a + b - c;
-                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
-                    if pa <= pb && pa <= pc {
-                        a
-                    } else if pb <= pc {
-                        b
-                    } else {
-                        c
-                    }
-                }
-            };
-            pixels[y * stride + x] = (line[x] as i32 + predicted) as u8;
+            pixels[y * stride + x] = (line[x] as i32 + predicted(filter, a, b, c)) as u8;
         }
     }
     let mut counts: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
@@ -219,6 +202,27 @@ fn png_colours(png: &[u8]) -> (usize, f64) {
     }
     let background = counts.values().copied().max().unwrap_or(0);
     (counts.len(), 1.0 - background as f64 / (width * height) as f64)
+}
+
+/// What PNG filter `filter` predicts from the bytes left (`a`), above (`b`) and above left (`c`).
+fn predicted(filter: u8, a: i32, b: i32, c: i32) -> i32 {
+    match filter {
+        0 => 0,
+        1 => a,
+        2 => b,
+        3 => (a + b) / 2,
+        _ => {
+            let p = a + b - c;
+            let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+            if pa <= pb && pa <= pc {
+                a
+            } else if pb <= pc {
+                b
+            } else {
+                c
+            }
+        }
+    }
 }
 
 /// `/dcp report` in the session writes the page and answers with its path, without a model
