@@ -20,18 +20,15 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
     let _ = writeln!(out);
     categories(&mut out, analysis);
     let b = analysis.before.total;
-    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Removes", "Tools");
-    let _ = writeln!(out, "  {:<16} {:>10}", "unpruned", format::thousands(b));
+    let _ = writeln!(out, "{:<28} {:>10} {:>10} {:>6}", "After step", "Tokens", "Removes", "Tools");
+    let _ = writeln!(out, "  {:<26} {:>10}", "unpruned", format::thousands(b));
     for s in &analysis.steps {
-        let step = if matches!(s.step, "in force" | "waiting") {
-            s.step.to_string()
-        } else {
-            format!("{} (proposed)", s.step)
-        };
+        let step =
+            if matches!(s.step, "in force" | "waiting") { s.step.to_string() } else { format!("{}, proposed", s.step) };
         let _ = writeln!(
             out,
-            "  {:<16} {:>10} {:>10} {:>6}",
-            shorten(&step, 16),
+            "  {:<26} {:>10} {:>10} {:>6}",
+            step,
             format::thousands(s.tokens),
             format::thousands(s.saved),
             s.tools
