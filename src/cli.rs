@@ -174,7 +174,7 @@ fn date(ms: i64) -> String {
 struct SessionRow<'a> {
     #[serde(flatten)]
     info: &'a SessionInfo,
-    tokens_saved: u64,
+    pruned_tokens: u64,
 }
 
 fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
@@ -184,11 +184,11 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
     let rows: Vec<SessionRow> = list
         .iter()
         .map(|info| {
-            let tokens_saved = match persist::load(&dir, &info.id) {
+            let pruned_tokens = match persist::load(&dir, &info.id) {
                 Ok(persist::LoadOutcome::Loaded(s)) => s.stats.tokens(),
                 _ => 0,
             };
-            SessionRow { info, tokens_saved }
+            SessionRow { info, pruned_tokens }
         })
         .collect();
     if ctx.json {
@@ -198,7 +198,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "No sessions in {}.", ctx.data_dir.display())?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "SAVED")?;
+    writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "PRUNED")?;
     for r in &rows {
         let mut title = r.info.title.clone();
         if r.info.parent_id.is_some() {
@@ -211,7 +211,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
             r.info.source.name(),
             r.info.messages,
             date(r.info.time_updated),
-            format::tokens(r.tokens_saved),
+            format::tokens(r.pruned_tokens),
             title
         )?;
     }
