@@ -38,7 +38,7 @@ const TOOL_ARGS = {
 };
 
 /** `/dcp`'s description while the sidecar cannot say it. */
-const COMMAND_DESCRIPTION = "Dynamic context pruning: /dcp stats | context | sweep [N] | help";
+const COMMAND_DESCRIPTION = "Dynamic context pruning: /dcp stats | context | report | sweep [N] | decompress [ID] | help";
 
 function isSideRequest(system) {
   const first = Array.isArray(system) ? String(system[0] ?? "") : "";

@@ -1,4 +1,4 @@
-//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep`, `dcp stats` and `dcp doctor`.
+//! The terminal CLI: `dcp sessions`, `dcp context`, `dcp sweep`, `dcp stats`, `dcp report` and `dcp doctor`.
 //!
 //! It works on OpenCode's data without OpenCode running: it reads sessions read-only and
 //! writes only dcp's own state files. Every command takes `--data-dir DIR` and `--json`;
@@ -67,6 +67,16 @@ pub enum Command {
     Stats {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
+    },
+    /// Write the savings report: one HTML page (all-time savings over time, by strategy, the
+    /// sessions that saved most, each one's context per request with and without dcp).
+    Report {
+        /// Where to write it [default: report.html in dcp's cache dir]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Open it in the desktop's browser (where there is a desktop).
+        #[arg(long)]
+        open: bool,
     },
     /// Check the install: the binary and the plugin, OpenCode's config, every dcp.jsonc, the
     /// state dir, opencode.db and the logs. Exits 1 when something is wrong.
@@ -138,6 +148,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             sweep(&ctx, &session, last, mode, out)
         }
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
+        Command::Report { out: file, open } => report_cmd(&ctx, &env, file, open, out),
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
@@ -177,7 +188,7 @@ fn date(ms: i64) -> String {
 struct SessionRow<'a> {
     #[serde(flatten)]
     info: &'a SessionInfo,
-    tokens_saved: u64,
+    pruned_tokens: u64,
 }
 
 fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
@@ -187,11 +198,11 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
     let rows: Vec<SessionRow> = list
         .iter()
         .map(|info| {
-            let tokens_saved = match persist::load(&dir, &info.id) {
+            let pruned_tokens = match persist::load(&dir, &info.id) {
                 Ok(persist::LoadOutcome::Loaded(s)) => s.stats.tokens(),
                 _ => 0,
             };
-            SessionRow { info, tokens_saved }
+            SessionRow { info, pruned_tokens }
         })
         .collect();
     if ctx.json {
@@ -201,7 +212,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "No sessions in {}.", ctx.data_dir.display())?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "SAVED")?;
+    writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "PRUNED")?;
     for r in &rows {
         let mut title = r.info.title.clone();
         if r.info.parent_id.is_some() {
@@ -214,7 +225,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
             r.info.source.name(),
             r.info.messages,
             date(r.info.time_updated),
-            format::tokens(r.tokens_saved),
+            format::tokens(r.pruned_tokens),
             title
         )?;
     }
@@ -356,5 +367,29 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
+    Ok(())
+}
+
+/// `dcp report`: writes the page and says where it is; with `--open`, opens it where a
+/// desktop is.
+fn report_cmd(ctx: &Ctx, env: &Env, file: Option<PathBuf>, open: bool, out: &mut dyn Write) -> Result<()> {
+    use crate::html_report::{self, Inputs, Opened};
+    let file = file.unwrap_or_else(|| html_report::default_path(env));
+    let state_dir = ctx.state_dir();
+    let inputs = Inputs { data_dir: &ctx.data_dir, state_dir: &state_dir, env, config: &ctx.config };
+    html_report::write(&inputs, &file)?;
+    let file = std::fs::canonicalize(&file).unwrap_or(file);
+    if ctx.json {
+        return print_json(out, &serde_json::json!({ "report": file }));
+    }
+    writeln!(out, "Report written to {}", file.display())?;
+    if open {
+        match html_report::open(&file) {
+            Opened::Opened => writeln!(out, "Opened in the browser.")?,
+            Opened::NoDesktop => {
+                writeln!(out, "No desktop here to open it: open file://{} in a browser.", file.display())?
+            }
+        }
+    }
     Ok(())
 }

@@ -2,9 +2,11 @@
 //!
 //! [`measure`] counts the tokens of a message list the way the model sees it: text, reasoning,
 //! tool inputs, tool outputs and tool errors (an output OpenCode already cleared counts as its
-//! short replacement). [`analyse`] applies the decisions already recorded in the session's
-//! state (compressed ranges included), then each automatic strategy in turn, and measures
-//! after every step, so the report says what each strategy saves on its own.
+//! short replacement). [`analyse`] applies the decisions in force (those requests carry now,
+//! compressed ranges included), then those recorded but waiting for the policy, then each
+//! automatic strategy's proposals in turn, and measures after every step, so the report says
+//! what the model is sent now apart from what would follow, and what each strategy saves on
+//! its own.
 
 use serde::Serialize;
 
@@ -93,7 +95,8 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
 /// One step of the report: the context after a strategy has run.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Step {
-    /// `recorded` (the decisions already in the state file), or a strategy name.
+    /// `in force` or `waiting` (the decisions already in the state file, applied or not), or
+    /// a strategy name (its proposals).
     pub step: &'static str,
     pub tokens: u64,
     pub saved: u64,
@@ -111,6 +114,27 @@ pub struct Pruned {
     pub tokens: u64,
     /// Already in the session's state file, rather than proposed now.
     pub recorded: bool,
+    pub status: Status,
+}
+
+/// Where a prune stands: requests carry it, it waits for the policy, or a strategy proposes
+/// it now.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    InForce,
+    Waiting,
+    Proposed,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::InForce => "in force",
+            Status::Waiting => "waiting",
+            Status::Proposed => "proposed",
+        }
+    }
 }
 
 /// The whole `context` report.
@@ -122,6 +146,9 @@ pub struct Analysis {
     pub messages: usize,
     pub tool_calls: usize,
     pub before: Breakdown,
+    /// What requests carry now: the prunes in force applied.
+    pub in_force: Breakdown,
+    /// With every prune applied: in force, waiting and proposed.
     pub after: Breakdown,
     pub steps: Vec<Step>,
     pub pruned: Vec<Pruned>,
@@ -138,8 +165,8 @@ fn action_name(action: &Action) -> &'static str {
     }
 }
 
-/// Measures `messages` before pruning, with the decisions `state` already holds, and after
-/// each automatic strategy.
+/// Measures `messages` before pruning, with the decisions in force, with those waiting, and
+/// after each automatic strategy's proposals.
 pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Analysis {
     let history = History::new(messages);
     let calls = &history.calls;
@@ -148,29 +175,28 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     // Only the recorded decisions for calls still in the history matter here.
     scratch.pruned.retain(|id, _| calls.iter().any(|c| c.call_id == id));
     let mut pruned: Vec<Pruned> = Vec::new();
-    let describe = |call_id: &str, record: &PruneRecord, recorded: bool| describe(calls, call_id, record, recorded);
     let mut steps = Vec::new();
     let mut previous = before.total;
+    let in_force = measure(&rewritten(messages, &in_force_only(&scratch)), counter);
     if !scratch.pruned.is_empty() || scratch.blocks.active().next().is_some() {
-        let after = rewritten(messages, &scratch, counter);
-        steps.push(Step {
-            step: "recorded",
-            tokens: after,
-            saved: previous.saturating_sub(after),
-            tools: scratch.pruned.len() as u64,
-        });
-        previous = after;
-        for (id, record) in &scratch.pruned {
-            pruned.push(describe(id, record, true));
+        for status in [Status::InForce, Status::Waiting] {
+            let applied = status == Status::InForce;
+            let upto = if applied { in_force_only(&scratch) } else { scratch.clone() };
+            let after = measure(&rewritten(messages, &upto), counter).total;
+            let of: Vec<_> = scratch.pruned.iter().filter(|(_, r)| r.applied == applied).collect();
+            let tools = of.len() as u64;
+            steps.push(Step { step: status.name(), tokens: after, saved: previous.saturating_sub(after), tools });
+            previous = after;
+            pruned.extend(of.into_iter().map(|(id, record)| describe(calls, id, record, status)));
         }
     }
     for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors, Strategy::Masking] {
         let found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
-            pruned.push(describe(&d.call_id, &d.record, false));
+            pruned.push(describe(calls, &d.call_id, &d.record, Status::Proposed));
         }
-        let after = if found.is_empty() { previous } else { rewritten(messages, &scratch, counter) };
+        let after = if found.is_empty() { previous } else { measure(&rewritten(messages, &scratch), counter).total };
         steps.push(Step {
             step: strategy.name(),
             tokens: after,
@@ -179,22 +205,28 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         });
         previous = after;
     }
-    let mut final_messages = messages.to_vec();
-    strategies::apply(&mut final_messages, &scratch, |_| true);
-    strategies::compress::replace_spans(&mut final_messages, &scratch.blocks, |_| true);
     Analysis {
         estimator: counter.estimator().name(),
         messages: messages.iter().filter(|m| m.parts.iter().any(|p| !is_ignored(p))).count(),
         tool_calls: calls.len(),
         before,
-        after: measure(&final_messages, counter),
+        in_force,
+        after: measure(&rewritten(messages, &scratch), counter),
         steps,
         pruned,
     }
 }
 
+/// `state` with only its prunes and ranges in force.
+fn in_force_only(state: &SessionState) -> SessionState {
+    let mut only = state.clone();
+    only.pruned.retain(|_, r| r.applied);
+    only.blocks.by_id.retain(|_, b| b.applied);
+    only
+}
+
 /// The report line of a pruned call, found among `calls` when it is still in the history.
-fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, recorded: bool) -> Pruned {
+fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, status: Status) -> Pruned {
     let call = calls.iter().find(|c| c.call_id == call_id);
     Pruned {
         call_id: call_id.to_string(),
@@ -203,13 +235,15 @@ fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, recorde
         strategy: record.strategy.name(),
         action: action_name(&record.action),
         tokens: record.tokens,
-        recorded,
+        recorded: status != Status::Proposed,
+        status,
     }
 }
 
-fn rewritten(messages: &[Message], state: &SessionState, counter: &TokenCounter) -> u64 {
+/// `messages` with every prune and range of `state` applied.
+fn rewritten(messages: &[Message], state: &SessionState) -> Vec<Message> {
     let mut copy = messages.to_vec();
     strategies::apply(&mut copy, state, |_| true);
     strategies::compress::replace_spans(&mut copy, &state.blocks, |_| true);
-    measure(&copy, counter).total
+    copy
 }

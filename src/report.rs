@@ -2,11 +2,13 @@
 
 use std::fmt::Write as _;
 
-use crate::context::Analysis;
+use crate::context::{Analysis, Status};
 use crate::format;
-use crate::stats::{AllTime, SessionStats};
+use crate::stats::{AllTime, Figures, SessionStats};
 
-/// The by-category context report, with the steps and the pruned calls.
+/// The by-category context report: what the model is sent without pruning, what it is sent
+/// now (the prunes in force), and what it would be sent with every prune applied (those
+/// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{header}");
@@ -16,28 +18,17 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         analysis.messages, analysis.tool_calls, analysis.estimator
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<18} {:>10} {:>10}", "Category", "Before", "After");
-    for ((name, before), (_, after)) in analysis.before.rows().iter().zip(analysis.after.rows()) {
-        let _ = writeln!(out, "  {:<16} {:>10} {:>10}", name, format::thousands(*before), format::thousands(after));
-    }
-    let (b, a) = (analysis.before.total, analysis.after.total);
-    let pct = if b > 0 { 100.0 * b.saturating_sub(a) as f64 / b as f64 } else { 0.0 };
-    let _ = writeln!(
-        out,
-        "  {:<16} {:>10} {:>10}   -{} ({pct:.1}%)",
-        "total",
-        format::thousands(b),
-        format::thousands(a),
-        format::thousands(b.saturating_sub(a))
-    );
-    let _ = writeln!(out);
-    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>6}", "After step", "Tokens", "Saved", "Tools");
-    let _ = writeln!(out, "  {:<16} {:>10}", "before pruning", format::thousands(b));
+    categories(&mut out, analysis);
+    let b = analysis.before.total;
+    let _ = writeln!(out, "{:<28} {:>10} {:>10} {:>6}", "After step", "Tokens", "Removes", "Tools");
+    let _ = writeln!(out, "  {:<26} {:>10}", "unpruned", format::thousands(b));
     for s in &analysis.steps {
+        let step =
+            if matches!(s.step, "in force" | "waiting") { s.step.to_string() } else { format!("{}, proposed", s.step) };
         let _ = writeln!(
             out,
-            "  {:<16} {:>10} {:>10} {:>6}",
-            s.step,
+            "  {:<26} {:>10} {:>10} {:>6}",
+            step,
             format::thousands(s.tokens),
             format::thousands(s.saved),
             s.tools
@@ -48,24 +39,49 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         let _ = writeln!(out, "Nothing to prune.");
         return out;
     }
-    let recorded = analysis.pruned.iter().filter(|p| p.recorded).count();
+    let of = |status: Status| analysis.pruned.iter().filter(|p| p.status == status).count();
     let _ = writeln!(
         out,
-        "Pruned ({recorded} recorded in the state file, {} proposed now)",
-        analysis.pruned.len() - recorded
+        "Pruned ({} in force, {} waiting for the policy, {} proposed now)",
+        of(Status::InForce),
+        of(Status::Waiting),
+        of(Status::Proposed)
     );
     for p in &analysis.pruned {
         let _ = writeln!(
             out,
-            "  {:<22} {:<6} {:<17} {:>7}  {}",
+            "  {:<22} {:<6} {:<17} {:<9} {:>7}  {}",
             p.call_id,
             p.tool,
             p.strategy,
+            p.status.name(),
             format::thousands(p.tokens),
-            p.key.as_deref().map(|k| shorten(k, 60)).unwrap_or_default()
+            p.key.as_deref().map(|k| shorten(k, 50)).unwrap_or_default()
         );
     }
     out
+}
+
+/// The categories' tokens unpruned, sent now and with everything applied, and the totals.
+fn categories(out: &mut String, analysis: &Analysis) {
+    let _ = writeln!(out, "{:<18} {:>10} {:>10} {:>12}", "Category", "Unpruned", "Sent now", "All applied");
+    let rows = analysis.before.rows().into_iter().zip(analysis.in_force.rows()).zip(analysis.after.rows());
+    let totals = ("total", analysis.before.total);
+    let totals = ((totals, ("", analysis.in_force.total)), ("", analysis.after.total));
+    for (((name, before), (_, now)), (_, after)) in rows.chain([totals]) {
+        let [b, n, a] = [before, now, after].map(format::thousands);
+        let _ = writeln!(out, "  {name:<16} {b:>10} {n:>10} {a:>12}");
+    }
+    let (b, n, a) = (analysis.before.total, analysis.in_force.total, analysis.after.total);
+    let _ = writeln!(out, "  in force now:    -{} ({})", format::thousands(b.saturating_sub(n)), percent(b, n));
+    let _ = writeln!(out, "  all applied:     -{} ({})", format::thousands(b.saturating_sub(a)), percent(b, a));
+    let _ = writeln!(out);
+}
+
+/// How much of `before` is gone in `after`, as a percentage.
+fn percent(before: u64, after: u64) -> String {
+    let pct = if before > 0 { 100.0 * before.saturating_sub(after) as f64 / before as f64 } else { 0.0 };
+    format!("{pct:.1}%")
 }
 
 /// `text` on one line, keeping its end (where a path's file name is) when too long.
@@ -79,8 +95,10 @@ pub fn shorten(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
-/// The statistics panel: the session's savings, if given, and all-time. Every token count
-/// in it has the same precision (`~1,234`), so its rows compare at a glance.
+/// The statistics panel: the session's savings, if given, and all-time. What reached the
+/// model comes first (kept out of requests, cost saved, in force), then what waits, then DCP's
+/// one-time figure. Every token count has the same precision (`~1,234`), so rows compare at a
+/// glance.
 pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     let mut out = String::from("DCP statistics\n");
     if let Some(s) = session {
@@ -93,8 +111,13 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
                 let _ = writeln!(out, "Session {}:", s.session_id);
             }
         }
-        let _ = writeln!(out, "  Tokens pruned: {}", format::approx(s.tokens_pruned));
-        let _ = writeln!(out, "  Tools pruned:  {}", s.tools_pruned);
+        figures(&mut out, &s.figures, Some((s.in_force_prunes, s.waiting_prunes)));
+        let _ = writeln!(
+            out,
+            "  Pruned (DCP):    {}, {}",
+            format::approx(s.pruned_tokens),
+            format::count(s.tools_pruned, "tool")
+        );
         for t in &s.by_strategy {
             let _ = writeln!(
                 out,
@@ -107,8 +130,44 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "All-time ({}, {}):", format::count(all.files, "state file"), format::bytes(all.bytes));
-    let _ = writeln!(out, "  Tokens saved:  {}", format::approx(all.tokens_saved));
-    let _ = writeln!(out, "  Tools pruned:  {}", all.tools_pruned);
-    let _ = writeln!(out, "  Sessions:      {}", all.sessions);
+    figures(&mut out, &all.figures, None);
+    let _ = writeln!(
+        out,
+        "  Pruned (DCP):    {}, {}",
+        format::approx(all.pruned_tokens),
+        format::count(all.tools_pruned, "tool")
+    );
+    let _ = writeln!(out, "  Sessions:        {}", all.sessions);
     out
+}
+
+/// The rows of what reached the model; `prunes` counts those in force and waiting.
+fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
+    let kept = f.kept_out_tokens;
+    let sign = if kept < 0 { "-" } else { "" };
+    let _ = writeln!(
+        out,
+        "  Kept out:        {sign}{} tokens over {}",
+        format::approx(kept.unsigned_abs()),
+        format::count(f.requests, "request")
+    );
+    let _ = writeln!(out, "  Cost saved:      {}", share(f.cost_saved_share));
+    let count = |n: Option<u64>| n.map(|n| format!(" ({})", format::count(n, "prune"))).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "  In force:        {} per request{}",
+        format::approx(f.in_force_tokens),
+        count(prunes.map(|p| p.0))
+    );
+    let _ = writeln!(
+        out,
+        "  Waiting:         {}{}, not sent yet",
+        format::approx(f.waiting_tokens),
+        count(prunes.map(|p| p.1))
+    );
+}
+
+/// A share of the cost without dcp, as a signed percentage: `12.3%`, `-0.4%`.
+pub fn share(share: f64) -> String {
+    format!("{:.1}% of the cost without dcp", 100.0 * share)
 }

@@ -124,12 +124,16 @@ pub fn notification(
     waiting: &[(&str, &PruneRecord)],
     older_waiting: usize,
 ) -> String {
-    const LATER: &str = "applied later, when it pays";
+    const LATER: &str = "applied when it pays";
     let tokens = |of: &[(&str, &PruneRecord)]| -> u64 { of.iter().map(|(_, r)| r.tokens).sum() };
     let now = !applied.is_empty() || !ranges.is_empty();
     let shown = if now { applied } else { waiting };
     let range_tokens: u64 = ranges.iter().map(Block::net_tokens).sum();
-    let mut text = format!("▣ DCP | -{} tokens", format::compact(tokens(shown) + range_tokens));
+    // A waiting prune has kept nothing out of any request yet: it is never shown as removed.
+    let mut text = match now {
+        true => format!("▣ DCP | in force: -{} tokens", format::compact(tokens(shown) + range_tokens)),
+        false => format!("▣ DCP | waiting: {} tokens", format::compact(tokens(shown))),
+    };
     if !shown.is_empty() {
         let _ = write!(text, ", {}", format::count(shown.len() as u64, "tool"));
     }
@@ -166,17 +170,18 @@ pub fn notification(
     let more = if now { waiting.len() + older_waiting } else { older_waiting };
     if more > 0 {
         let tools = if more == 1 { "tool" } else { "tools" };
-        let _ = write!(text, "\n→ {more} more {tools} recorded, {LATER}");
+        let _ = write!(text, "\n→ {more} more {tools} waiting, {LATER}");
     }
     text
 }
 
 pub const COMMAND_DESCRIPTION: &str =
-    "Dynamic context pruning: /dcp stats | context | sweep [N] | decompress [ID] | help";
+    "Dynamic context pruning: /dcp stats | context | report | sweep [N] | decompress [ID] | help";
 
 pub const HELP: &str = "DCP commands:
-  /dcp stats          tokens and tools pruned, this session and all-time
-  /dcp context        what the model is sent, by category, before and after pruning
+  /dcp stats          what pruning kept out of requests and saved, this session and all-time
+  /dcp context        what the model is sent, by category, with the prunes in force
+  /dcp report         write the savings report (an HTML page) and say where it is
   /dcp sweep [N]      prune every tool output since your last message, or the last N
   /dcp decompress     the ranges the agent compressed into summaries
   /dcp decompress ID  send the messages of range ID (b1) again instead of its summary
@@ -249,6 +254,17 @@ pub fn swept(n: usize, tokens: u64) -> String {
     format!("Swept {} ({} tokens).", format::count(n as u64, "tool output"), format::tokens(tokens))
 }
 
+/// `/dcp report`'s answer: where the page is.
+pub fn report_written(file: &std::path::Path) -> String {
+    format!("Savings report written to {}\nOpen file://{} in a browser.", file.display(), file.display())
+}
+
+/// `/dcp report`'s answer when `dcp report` failed: what it said, on one line.
+pub fn report_failed(stderr: &str) -> String {
+    let said: String = stderr.trim().chars().filter(|c| !c.is_control()).take(300).collect();
+    format!("Cannot write the savings report: {said}")
+}
+
 /// The title of `/dcp context`'s report: the session's title, if it has one, and its id.
 pub fn context_title(session_id: &str, title: Option<&str>) -> String {
     match title {
@@ -267,22 +283,22 @@ mod tests {
     }
 
     #[test]
-    fn a_notification_says_when_its_rewrite_waits() {
+    fn a_notification_says_waiting_or_in_force_and_never_counts_a_waiting_prune_as_removed() {
         let dedup = record(Strategy::Deduplication, 805);
         let one = [("call_1", &dedup)];
         assert_eq!(
             notification(Notification::Minimal, &[], &[], &one, 0),
-            "▣ DCP | -805 tokens, 1 tool, applied later, when it pays"
+            "▣ DCP | waiting: 805 tokens, 1 tool, applied when it pays"
         );
         assert_eq!(
             notification(Notification::Detailed, &one, &[], &[], 2),
-            "▣ DCP | -805 tokens, 1 tool\n→ deduplication: ~805 (1 tool)\n→ 2 more tools recorded, applied later, when it pays"
+            "▣ DCP | in force: -805 tokens, 1 tool\n→ deduplication: ~805 (1 tool)\n→ 2 more tools waiting, applied when it pays"
         );
         let write = record(Strategy::SupersedeWrites, 1_250);
         let two = [("call_1", &dedup), ("call_2", &write)];
         assert_eq!(
             notification(Notification::Detailed, &two, &[], &[], 0),
-            "▣ DCP | -2.1K tokens, 2 tools\n→ deduplication: ~805 (1 tool)\n→ supersede-writes: ~1.3K (1 tool)"
+            "▣ DCP | in force: -2.1K tokens, 2 tools\n→ deduplication: ~805 (1 tool)\n→ supersede-writes: ~1.3K (1 tool)"
         );
     }
 }

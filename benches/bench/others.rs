@@ -24,10 +24,10 @@ pub(crate) fn stats_rows(rows: &mut Vec<Row>, notes: &mut Vec<String>) {
     let first = dcp::stats::all_time(&dir, Some(&cache.join("dcp")));
     let cold = ms(t.elapsed());
     match first {
-        Ok(all) if all.tokens_saved == summary.tokens_saved && all.tools_pruned == summary.tools_pruned => {}
+        Ok(all) if all.pruned_tokens == summary.tokens_saved && all.tools_pruned == summary.tools_pruned => {}
         Ok(all) => notes.push(format!(
             "all_time disagrees with the generator: {} tokens / {} tools vs {} / {}.",
-            all.tokens_saved, all.tools_pruned, summary.tokens_saved, summary.tools_pruned
+            all.pruned_tokens, all.tools_pruned, summary.tokens_saved, summary.tools_pruned
         )),
         Err(e) => {
             notes.push(format!("all_time failed: {e}."));
@@ -80,7 +80,7 @@ fn stats_processes(root: &Path, data: &Path, cache: &Path, tokens_saved: u64, no
         match out {
             Ok(out) if out.status.success() => {
                 let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-                if v["all_time"]["tokens_saved"].as_u64() != Some(tokens_saved) {
+                if v["all_time"]["pruned_tokens"].as_u64() != Some(tokens_saved) {
                     notes.push("`dcp stats` disagrees with the generator.".to_string());
                     break;
                 }

@@ -1,4 +1,10 @@
-//! `command`: the `/dcp` commands (`stats`, `context`, `sweep [N]`, `decompress [ID]`, `help`).
+//! `command`: the `/dcp` commands (`stats`, `context`, `report`, `sweep [N]`, `decompress [ID]`,
+//! `help`).
+//!
+//! `stats` and `report` read the state files, so what this process holds unsaved (the figures
+//! of the requests since the last save) is written first. `report` runs `dcp report` as a
+//! child process: the page replays sessions whose files hold no requests, and the replay
+//! drives a sidecar of its own, which this one must not import.
 //!
 //! Each answers with text the user reads in the session; none makes a model request. A
 //! sweep is the user's own decision: recorded, applied on the next request and saved at once.
@@ -41,6 +47,7 @@ impl Server {
             _ if !self.rules.config().commands.enabled => texts::COMMANDS_DISABLED.to_string(),
             ["stats"] => self.stats(&sid)?,
             ["context"] => self.context(&sid)?,
+            ["report"] => self.report()?,
             ["decompress"] => self.list_blocks(&sid)?,
             ["decompress", id] => self.decompress(&sid, id)?,
             ["sweep"] | ["sweep", _] => {
@@ -61,6 +68,7 @@ impl Server {
     /// `/dcp stats`: this session's savings and the all-time ones.
     fn stats(&mut self, sid: &str) -> Result<String, RpcError> {
         let title = self.title(sid);
+        self.save_unsaved();
         self.store.refresh(sid).map_err(internal)?;
         let (slot, _) = self.store.slot(sid).map_err(internal)?;
         let mut session = crate::stats::session(sid, &slot.state);
@@ -79,6 +87,36 @@ impl Server {
             });
         self.put_history(sid, history);
         Ok(crate::report::context(&header, &analysis?))
+    }
+
+    /// Writes every session's unsaved figures now, on this thread, so that what reads the
+    /// state files finds them. A save that fails is logged and retried later, as any save.
+    fn save_unsaved(&mut self) {
+        for sid in self.store.dirty() {
+            if let Err(e) = self.store.save_now(&sid) {
+                tracing::warn!(session = sid, "cannot save before a report: {}", crate::error_chain(&e));
+            }
+        }
+    }
+
+    /// `/dcp report`: writes the savings report with `dcp report` and says where it is.
+    fn report(&mut self) -> Result<String, RpcError> {
+        self.save_unsaved();
+        let file = self.options.env.cache_dir().join("report.html");
+        let exe = std::env::current_exe().map_err(|e| internal(format!("cannot find dcp's own binary: {e}")))?;
+        let output = std::process::Command::new(exe)
+            .arg("--data-dir")
+            .arg(&self.options.data_dir)
+            .arg("report")
+            .arg("--out")
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| internal(format!("cannot run dcp report: {e}")))?;
+        if !output.status.success() {
+            return Ok(texts::report_failed(&String::from_utf8_lossy(&output.stderr)));
+        }
+        Ok(texts::report_written(&file))
     }
 
     /// `/dcp decompress`: the ranges the agent compressed, newest last.

@@ -19,6 +19,7 @@ pub mod mirror;
 pub mod protocol;
 mod ranges;
 mod rewrites;
+mod savings;
 mod stdio;
 pub mod stream;
 mod tools;
@@ -90,6 +91,8 @@ struct Session {
     precounted: usize,
     /// When its state was last handed out for saving.
     saves: SaveTiming,
+    /// What counting the next request's savings needs of this one (see [`savings`]).
+    savings: savings::Meter,
 }
 
 impl Session {

@@ -100,6 +100,9 @@ impl Server {
             }
             Err(e) => Err(e),
         };
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
+            self.record_savings(session, &sid, &mirror, answer, idle_seconds);
+        }
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result

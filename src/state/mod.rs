@@ -8,6 +8,7 @@
 pub mod blocks;
 pub mod persist;
 pub mod saver;
+pub mod savings;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -175,6 +176,8 @@ pub struct SessionState {
     pub ledger: Ledger,
     /// The compressed ranges (`prune.messages`).
     pub blocks: blocks::Blocks,
+    /// What reached the model, request by request (see [`savings`]).
+    pub savings: savings::Savings,
     /// The file's `lastUpdated`, as read.
     pub last_updated: Option<String>,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.

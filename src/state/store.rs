@@ -41,6 +41,9 @@ pub struct Slot {
     pub dirty: bool,
     /// The ledger as it was last loaded or handed out for saving.
     saved_ledger: Ledger,
+    /// The requests the savings counted when last loaded or handed out (see
+    /// `crate::state::savings`): like the ledger, they ride along with the next save.
+    saved_requests: u64,
     /// Bumped whenever the rewrites in force may change (an applied record, a compaction, a
     /// merge), so the sidecar can tell that the edits it last sent still hold.
     pub revision: u64,
@@ -113,7 +116,7 @@ impl Slot {
     /// write after every request (it moves with each one, and every write wakes every reader
     /// of the state dir); it rides along with the next save and the sidecar's last one.
     pub fn unsaved(&self) -> bool {
-        self.dirty || self.state.ledger != self.saved_ledger
+        self.dirty || self.state.ledger != self.saved_ledger || self.state.savings.requests != self.saved_requests
     }
 
     /// Takes calls a compressed range hid off the prunable list.
@@ -291,6 +294,7 @@ impl SessionStore {
             let stamp = if corrupt.is_some() { None } else { stamp };
             let slot = Slot {
                 saved_ledger: state.ledger,
+                saved_requests: state.savings.requests,
                 state,
                 tokens: TokenCounter::new(self.estimator),
                 corrupt,
@@ -397,6 +401,7 @@ impl SessionStore {
         slot.state.fold_counter();
         slot.dirty = false;
         slot.saved_ledger = slot.state.ledger;
+        slot.saved_requests = slot.state.savings.requests;
         slot.corrupt = None;
         slot.handed += 1;
         Ok(SaveJob {

@@ -19,19 +19,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::watch::{Changes, Watch};
-use super::{tools_of, AllTime, CorruptFile};
+use super::{tools_of, AllTime, CorruptFile, Figures};
 use crate::state::persist::{self, LoadOutcome};
 
 /// What one state file adds to the all-time report.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Summary {
-    Counts { tokens: u64, tools: u64 },
+    Counts { tokens: u64, tools: u64, figures: Figures },
     Corrupt(String),
     Missing,
 }
 
 /// A file's summary, with the size and modification time it was read at.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Remembered {
     len: u64,
     modified: Option<SystemTime>,
@@ -211,7 +211,9 @@ fn remember(path: &Path, meta: Option<Metadata>) -> Remembered {
         }
     };
     let summary = summary.unwrap_or_else(|| match persist::load_path(path) {
-        LoadOutcome::Loaded(state) => Summary::Counts { tokens: state.stats.tokens(), tools: tools_of(&state) },
+        LoadOutcome::Loaded(state) => {
+            Summary::Counts { tokens: state.stats.tokens(), tools: tools_of(&state), figures: Figures::of(&state) }
+        }
         LoadOutcome::Corrupt { reason, .. } => Summary::Corrupt(reason),
         LoadOutcome::Missing => Summary::Missing,
     });
@@ -271,6 +273,19 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
         prune_token_counter: u64,
         total_prune_tokens: u64,
         total_pruned_tools: u64,
+        // dcp's savings keys (see `crate::state::savings`).
+        #[serde(default)]
+        in_force_tokens: u64,
+        #[serde(default)]
+        waiting_tokens: u64,
+        #[serde(default)]
+        requests: u64,
+        #[serde(default)]
+        kept_out_tokens: i64,
+        #[serde(default)]
+        cost_without: f64,
+        #[serde(default)]
+        cost_saved: f64,
     }
     // `stats` comes first: its 4 KB are enough, and they may end inside a character.
     let head = &head[..head.len().min(4096)];
@@ -283,7 +298,34 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
     // `stats` is flat: its object ends at the first `}`.
     let end = rest.find('}')?;
     let head: Head = serde_json::from_str(&rest[..=end]).ok()?;
-    Some(Summary::Counts { tokens: head.total_prune_tokens + head.prune_token_counter, tools: head.total_pruned_tools })
+    let figures = figures(&[
+        head.in_force_tokens,
+        head.waiting_tokens,
+        head.requests,
+        head.kept_out_tokens as u64,
+        head.cost_without.to_bits(),
+        head.cost_saved.to_bits(),
+    ]);
+    Some(Summary::Counts {
+        tokens: head.total_prune_tokens + head.prune_token_counter,
+        tools: head.total_pruned_tools,
+        figures,
+    })
+}
+
+/// The figures a summary keeps, from their columns in the cache (floats as their bits).
+fn figures(columns: &[u64; 6]) -> Figures {
+    let [in_force_tokens, waiting_tokens, requests, kept_out, without, saved] = *columns;
+    let mut f =
+        Figures { in_force_tokens, waiting_tokens, requests, kept_out_tokens: kept_out as i64, ..Figures::default() };
+    f.add(&Figures { cost_without: f64::from_bits(without), cost_saved: f64::from_bits(saved), ..Figures::default() });
+    f
+}
+
+/// The columns of [`figures`].
+fn columns(f: &Figures) -> [u64; 6] {
+    let kept_out = f.kept_out_tokens as u64;
+    [f.in_force_tokens, f.waiting_tokens, f.requests, kept_out, f.cost_without.to_bits(), f.cost_saved.to_bits()]
 }
 
 /// The report over the files known now, with corrupt files in name order.
@@ -294,8 +336,9 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
         report.files += 1;
         report.bytes += file.len;
         match &file.summary {
-            Summary::Counts { tokens, tools } => {
-                report.tokens_saved += tokens;
+            Summary::Counts { tokens, tools, figures } => {
+                report.figures.add(figures);
+                report.pruned_tokens += tokens;
                 report.tools_pruned += tools;
                 report.sessions += u64::from(*tokens > 0);
             }
@@ -311,7 +354,7 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
     report
 }
 
-const CACHE_HEADER: &str = "dcp all-time cache 1";
+const CACHE_HEADER: &str = "dcp all-time cache 2";
 
 /// The cache file for `dir` under `cache_dir`, named by a hash of the dir's path (FNV-1a,
 /// stable across builds). `None` for a path that is not UTF-8 or holds a tab or newline,
@@ -349,11 +392,12 @@ fn parse_cache(text: &str, dir: &Path) -> Option<HashMap<String, Remembered>> {
         }
         let mut number = || fields.next()?.parse::<u64>().ok();
         let (len, secs, nanos, tokens, tools) = (number()?, number()?, number()?, number()?, number()?);
+        let more = [number()?, number()?, number()?, number()?, number()?, number()?];
         if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) {
             return None;
         }
         let modified = SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos as u32))?;
-        let summary = Summary::Counts { tokens, tools };
+        let summary = Summary::Counts { tokens, tools, figures: figures(&more) };
         files.insert(name.to_string(), Remembered { len, modified: Some(modified), summary });
     }
     // No count line: the file was cut short.
@@ -368,10 +412,13 @@ fn write_cache(cache: &Path, dir: &Path, files: &HashMap<String, Remembered>) {
     let mut text = format!("{CACHE_HEADER}\t{dir_text}\n");
     let mut count = 0;
     for (name, file) in files {
-        let Summary::Counts { tokens, tools } = file.summary else { continue };
+        let Summary::Counts { tokens, tools, figures } = &file.summary else { continue };
         let Some(since) = file.modified.and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok()) else { continue };
-        let _ =
-            writeln!(text, "{name}\t{}\t{}\t{}\t{tokens}\t{tools}", file.len, since.as_secs(), since.subsec_nanos());
+        let _ = write!(text, "{name}\t{}\t{}\t{}\t{tokens}\t{tools}", file.len, since.as_secs(), since.subsec_nanos());
+        for column in columns(figures) {
+            let _ = write!(text, "\t{column}");
+        }
+        text.push('\n');
         count += 1;
     }
     let _ = writeln!(text, "end\t{count}");
@@ -399,7 +446,8 @@ mod tests {
         let dir = Path::new("/data/storage/plugin/dcp");
         let modified = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
         let mut files = HashMap::default();
-        let counts = Summary::Counts { tokens: 907, tools: 2 };
+        let f = Figures { in_force_tokens: 5, kept_out_tokens: -3, cost_saved: -1.5, ..Figures::default() };
+        let counts = Summary::Counts { tokens: 907, tools: 2, figures: figures(&columns(&f)) };
         files.insert("ses_a.json".to_string(), Remembered { len: 10, modified: Some(modified), summary: counts });
         let corrupt = Summary::Corrupt("bad".into());
         files.insert("ses_b.json".to_string(), Remembered { len: 3, modified: Some(modified), summary: corrupt });
@@ -427,6 +475,7 @@ mod tests {
             .as_bytes()
             .to_vec();
         text.truncate(text.len() - 3);
-        assert_eq!(summary_from_head(&text), Some(Summary::Counts { tokens: 5, tools: 1 }));
+        let figures = Figures::default();
+        assert_eq!(summary_from_head(&text), Some(Summary::Counts { tokens: 5, tools: 1, figures }));
     }
 }

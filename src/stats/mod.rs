@@ -1,6 +1,10 @@
 //! Savings: per session, and all-time across every state file.
 //!
-//! All-time figures follow DCP: tokens saved is the sum of `totalPruneTokens`, tools pruned
+//! What reached the model comes first: the prunes in force and those waiting apart (a waiting
+//! prune has saved nothing), the tokens kept out of the requests so far and the cost saved as
+//! a share, from the figures the sidecar records request by request (`crate::state::savings`).
+//!
+//! DCP's figures are kept beside them: pruned tokens is the sum of `totalPruneTokens`, tools pruned
 //! counts the pruned ids of every layout (or dcp's own per-strategy tally when that is
 //! larger, since it survives compactions), and sessions counts the files whose savings are
 //! above 0. A corrupt file counts for nothing and is listed; it never stops the report.
@@ -18,17 +22,88 @@ use serde::Serialize;
 
 use crate::state::{SessionState, Strategy, Tally};
 
-/// One session's savings.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+/// One session's savings. `pruned_tokens` is DCP's figure (the one-time size of everything
+/// pruned, waiting or not); what reached the model is in force, waiting and kept out.
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SessionStats {
     pub session_id: String,
     /// The session's title, as its state file remembers it.
     pub title: Option<String>,
-    pub tokens_pruned: u64,
+    pub pruned_tokens: u64,
     pub tools_pruned: u64,
-    /// Calls whose prune is in force now (cleared by compactions).
-    pub active_prunes: u64,
+    /// Calls and ranges whose prune is in force now (cleared by compactions), and those waiting
+    /// for the policy.
+    pub in_force_prunes: u64,
+    pub waiting_prunes: u64,
+    #[serde(flatten)]
+    pub figures: Figures,
     pub by_strategy: Vec<StrategyTally>,
+}
+
+/// What reached the model, for a session or summed over sessions (see
+/// `crate::state::savings`).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Figures {
+    /// Tokens the prunes in force take out of each request, and those of the prunes waiting.
+    pub in_force_tokens: u64,
+    pub waiting_tokens: u64,
+    /// Tokens kept out of the requests so far, net of what dcp added.
+    pub kept_out_tokens: i64,
+    pub requests: u64,
+    /// What dcp saved of what the requests would have cost without it, as a share.
+    #[serde(serialize_with = "four_places")]
+    pub cost_saved_share: f64,
+    /// The same in tokens at the base input price, and what the requests would have cost.
+    #[serde(serialize_with = "one_place")]
+    pub cost_saved: f64,
+    #[serde(serialize_with = "one_place")]
+    pub cost_without: f64,
+}
+
+impl Figures {
+    /// The figures of `state`.
+    pub fn of(state: &SessionState) -> Figures {
+        let (in_force_tokens, waiting_tokens) = state.in_force_and_waiting();
+        let s = &state.savings;
+        let mut f = Figures {
+            in_force_tokens,
+            waiting_tokens,
+            kept_out_tokens: s.kept_out_tokens,
+            requests: s.requests,
+            cost_saved: s.cost_saved,
+            cost_without: s.cost_without,
+            cost_saved_share: 0.0,
+        };
+        f.cost_saved_share = share(f.cost_saved, f.cost_without);
+        f
+    }
+
+    /// Adds another session's figures.
+    pub fn add(&mut self, other: &Figures) {
+        self.in_force_tokens = self.in_force_tokens.saturating_add(other.in_force_tokens);
+        self.waiting_tokens = self.waiting_tokens.saturating_add(other.waiting_tokens);
+        self.kept_out_tokens = self.kept_out_tokens.saturating_add(other.kept_out_tokens);
+        self.requests = self.requests.saturating_add(other.requests);
+        self.cost_saved += other.cost_saved;
+        self.cost_without += other.cost_without;
+        self.cost_saved_share = share(self.cost_saved, self.cost_without);
+    }
+}
+
+fn share(saved: f64, without: f64) -> f64 {
+    if without > 0.0 {
+        saved / without
+    } else {
+        0.0
+    }
+}
+
+fn four_places<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((v * 10_000.0).round() / 10_000.0)
+}
+
+fn one_place<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((v * 10.0).round() / 10.0)
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -38,12 +113,14 @@ pub struct StrategyTally {
     pub tools: u64,
 }
 
-/// The all-time report.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+/// The all-time report. `pruned_tokens` is DCP's figure, summed.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct AllTime {
-    pub tokens_saved: u64,
+    pub pruned_tokens: u64,
     pub tools_pruned: u64,
     pub sessions: u64,
+    #[serde(flatten)]
+    pub figures: Figures,
     /// State files read, corrupt ones included.
     pub files: u64,
     pub bytes: u64,
@@ -65,12 +142,17 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
             Some(StrategyTally { strategy: s.name(), tokens: t.tokens, tools: t.tools })
         })
         .collect();
+    let records = state.pruned.values().map(|r| r.applied);
+    let all: Vec<bool> = records.chain(state.blocks.active().map(|b| b.applied)).collect();
+    let in_force_prunes = all.iter().filter(|a| **a).count() as u64;
     SessionStats {
         session_id: session_id.to_string(),
         title: state.session_name.clone(),
-        tokens_pruned: state.stats.tokens(),
+        pruned_tokens: state.stats.tokens(),
         tools_pruned: tools_of(state),
-        active_prunes: state.pruned.len() as u64,
+        in_force_prunes,
+        waiting_prunes: all.len() as u64 - in_force_prunes,
+        figures: Figures::of(state),
         by_strategy,
     }
 }

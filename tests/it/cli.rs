@@ -69,7 +69,7 @@ fn stats_json_has_the_documented_fields() {
     let out = dcp(&s, &["stats", "--json"]);
     let json_text = out.split("----- stdout -----\n").nth(1).unwrap().split("----- stderr -----").next().unwrap();
     let v: serde_json::Value = serde_json::from_str(json_text).unwrap();
-    assert_eq!(v["all_time"]["tokens_saved"], 907 + 1520 + 2300);
+    assert_eq!(v["all_time"]["pruned_tokens"], 907 + 1520 + 2300);
     assert_eq!(v["all_time"]["tools_pruned"], 2 + 2 + 3);
     assert_eq!(v["all_time"]["sessions"], 3);
     assert_eq!(v["all_time"]["corrupt"].as_array().unwrap().len(), 2);
@@ -225,7 +225,7 @@ fn all_time(s: &Sandbox) -> serde_json::Value {
 fn stats_remembers_summaries_across_runs_in_the_cache_dir() {
     let s = Sandbox::new();
     let first = all_time(&s);
-    assert_eq!(first["tokens_saved"], 907 + 1520 + 2300);
+    assert_eq!(first["pruned_tokens"], 907 + 1520 + 2300);
     let cache_dir = s.dir.path().join("home/.cache/dcp");
     let cache = std::fs::read_dir(&cache_dir).unwrap().next().unwrap().unwrap().path();
     let text = std::fs::read_to_string(&cache).unwrap();
@@ -241,7 +241,7 @@ fn stats_remembers_summaries_across_runs_in_the_cache_dir() {
     let tokens: u64 = fields[4].parse().unwrap();
     fields[4] = "1000000";
     std::fs::write(&cache, text.replace(line, &fields.join("\t"))).unwrap();
-    assert_eq!(all_time(&s)["tokens_saved"], 907 + 1520 + 2300 - tokens + 1_000_000);
+    assert_eq!(all_time(&s)["pruned_tokens"], 907 + 1520 + 2300 - tokens + 1_000_000);
 
     // ...until the file's time changes.
     let file = std::fs::File::options().append(true).open(s.state_dir().join(id)).unwrap();
@@ -252,7 +252,7 @@ fn stats_remembers_summaries_across_runs_in_the_cache_dir() {
     std::fs::remove_file(s.state_dir().join(id)).unwrap();
     std::fs::write(&cache, "dcp all-time cache 1\tgarbage").unwrap();
     let after = all_time(&s);
-    assert_eq!(after["tokens_saved"], 907 + 1520 + 2300 - tokens);
+    assert_eq!(after["pruned_tokens"], 907 + 1520 + 2300 - tokens);
     assert_eq!(after["files"], first["files"].as_u64().unwrap() - 1);
 }
 

@@ -178,7 +178,8 @@ fn stats_sums_generated_state_files() {
     let all = &stats["all_time"];
     assert_eq!(all["files"], 250);
     assert_eq!(all["corrupt"].as_array().unwrap().len(), 0);
-    for key in ["tokens_saved", "tools_pruned", "sessions", "bytes"] {
+    assert_eq!(all["pruned_tokens"], summary["tokens_saved"]);
+    for key in ["tools_pruned", "sessions", "bytes"] {
         assert_eq!(all[key], summary[key], "{key}");
     }
     // Some sessions pruned nothing, so sessions counts fewer than the files.

@@ -24,6 +24,7 @@ mod protocol;
 mod proxy;
 mod replay;
 mod replay_misses;
+mod savings;
 mod sidecar;
 mod sidecar_compress;
 mod slim;

@@ -214,7 +214,7 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     let bytes = std::fs::read(dir.path().join("ses_b.json")).unwrap();
     assert!(String::from_utf8_lossy(&bytes).starts_with("{\n  \"stats\": {"), "stats come first");
     let all = dcp::stats::all_time(dir.path(), None).unwrap();
-    assert_eq!((all.files, all.tokens_saved, all.tools_pruned, all.sessions), (2, 31, 3, 2));
+    assert_eq!((all.files, all.pruned_tokens, all.tools_pruned, all.sessions), (2, 31, 3, 2));
     // A later save is seen by a repeated report.
     let (slot, _) = m.slot("ses_a").unwrap();
     let record = PruneRecord {
@@ -227,11 +227,11 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     slot.record("c9", record);
     m.save_now("ses_a").unwrap();
     let all = dcp::stats::all_time(dir.path(), None).unwrap();
-    assert_eq!((all.tokens_saved, all.tools_pruned), (131, 4));
+    assert_eq!((all.pruned_tokens, all.tools_pruned), (131, 4));
     // A file cut short keeps a good head, but is reported, not counted.
     std::fs::write(dir.path().join("ses_b.json"), &bytes[..bytes.len() - 40]).unwrap();
     let all = dcp::stats::all_time(dir.path(), None).unwrap();
-    assert_eq!((all.tokens_saved, all.corrupt.len()), (110, 1));
+    assert_eq!((all.pruned_tokens, all.corrupt.len()), (110, 1));
 }
 
 /// A long-lived process watches the state dir: a file rewritten in place, even one that
@@ -249,10 +249,10 @@ fn a_repeated_all_time_report_sees_an_in_place_rewrite_that_keeps_size_and_time(
     write(111);
     let path = dir.path().join("ses_w.json");
     let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
-    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().tokens_saved, 111);
+    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().pruned_tokens, 111);
     write(222);
     std::fs::File::options().append(true).open(&path).unwrap().set_modified(modified).unwrap();
-    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().tokens_saved, 222);
+    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().pruned_tokens, 222);
 }
 
 /// The largest state file dcp reads, plus one byte.

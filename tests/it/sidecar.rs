@@ -83,7 +83,7 @@ fn transform_prunes_duplicates_and_lists_the_rest() {
     let text = tail["parts"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("<prunable-tools>\n"), "{text}");
     assert!(text.contains(": read, /tmp/fixture-lab/work/base/proj/src/parser.py\n"), "{text}");
-    assert!(result["notify"].as_str().unwrap().starts_with("▣ DCP | -"), "{result}");
+    assert!(result["notify"].as_str().unwrap().starts_with("▣ DCP | in force: -"), "{result}");
     sidecar.shutdown();
     let file = state_file(&s);
     let ids = file["prune"]["toolIds"].as_array().unwrap();
@@ -187,10 +187,10 @@ fn batched_mode_tells_a_waiting_prune_when_it_is_recorded() {
     let t0 = 1_800_000_000_000i64;
     let first = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages.clone()}));
     let notice = first["notify"].as_str().unwrap();
-    assert!(notice.starts_with("▣ DCP | -"), "{notice}");
     // The process's first request knows no warm run, so only rewrites that pay on this very
-    // request go; the rest wait, and the notification says so.
-    assert!(notice.contains("applied later, when it pays"), "{notice}");
+    // request go; the rest wait, and the notification says so: never as removed.
+    assert!(notice.starts_with("▣ DCP | waiting: ") || notice.starts_with("▣ DCP | in force: -"), "{notice}");
+    assert!(notice.contains("applied when it pays"), "{notice}");
     assert!(notice.contains("\n→ deduplication: ~"), "{notice}");
     assert!(!notice.contains(" 1 tools"), "{notice}");
     // Told once: the same request again records nothing new (the next one may apply what

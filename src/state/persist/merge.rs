@@ -18,6 +18,10 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     if mine.ledger.last_request >= out.ledger.last_request {
         out.ledger = mine.ledger;
     }
+    // So do the savings of the process that answered more requests.
+    if mine.savings.requests >= out.savings.requests {
+        out.savings.clone_from(&mine.savings);
+    }
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
         out.blocks.clear();

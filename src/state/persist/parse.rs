@@ -60,6 +60,7 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
     state.last_updated = opt_string(&raw, "lastUpdated")?;
     let legacy = legacy_ids(&raw)?;
     parse_stats(&raw, &mut state)?;
+    parse_savings(&raw, &mut state)?;
     state.blocks = parse_blocks(&raw)?;
     if let Some(own) = raw.get("dcp") {
         parse_own(own, &mut state)?;
@@ -158,6 +159,54 @@ fn drop_rendered_fields(raw: &mut Map<String, Value>) {
     if let Some(ids) = raw.get_mut("prunedIds") {
         *ids = Value::Null;
     }
+    // dcp's savings keys are written afresh from the state, or left out when they would be 0.
+    if let Some(Value::Object(stats)) = raw.get_mut("stats") {
+        for key in SAVINGS_KEYS {
+            stats.shift_remove(key);
+        }
+    }
+}
+
+/// dcp's keys in `stats`, beside DCP's (see `crate::state::savings`).
+const SAVINGS_KEYS: [&str; 6] =
+    ["inForceTokens", "waitingTokens", "requests", "keptOutTokens", "costWithout", "costSaved"];
+
+/// dcp's running savings: the sums in `stats`, the points in `dcp.trail`.
+fn parse_savings(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
+    let Some(stats) = raw.get("stats").and_then(Value::as_object) else { return Ok(()) };
+    let s = &mut state.savings;
+    let number = |key: &str| -> Result<Option<f64>, FormatError> {
+        let Some(v) = stats.get(key).filter(|v| !v.is_null()) else { return Ok(None) };
+        v.as_f64().map(Some).ok_or_else(|| type_error(&format!("stats.{key}"), "a number", v))
+    };
+    if let Some(v) = stats.get("requests") {
+        s.requests = count(v, "stats.requests")?;
+    }
+    if let Some(v) = stats.get("keptOutTokens") {
+        s.kept_out_tokens = v.as_i64().ok_or_else(|| type_error("stats.keptOutTokens", "a whole number", v))?;
+    }
+    s.cost_without = number("costWithout")?.unwrap_or(0.0);
+    s.cost_saved = number("costSaved")?.unwrap_or(0.0);
+    Ok(())
+}
+
+/// `dcp.lastContext`, `dcp.lastSent` and `dcp.trail`.
+fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
+    if let Some(v) = own.get("lastContext") {
+        state.savings.last_context = count(v, "dcp.lastContext")?;
+    }
+    if let Some(v) = own.get("lastSent") {
+        state.savings.last_sent = count(v, "dcp.lastSent")?;
+    }
+    let Some(trail) = own.get("trail") else { return Ok(()) };
+    let trail = trail.as_array().ok_or_else(|| type_error("dcp.trail", "a list", trail))?;
+    for (i, line) in trail.iter().enumerate() {
+        let point = line.as_str().and_then(crate::state::savings::Point::from_line);
+        let point = point
+            .ok_or_else(|| type_error(&format!("dcp.trail.{i}"), "\"<time> <without> <with> <saved> <mark>\"", line))?;
+        state.savings.trail.push(point);
+    }
+    Ok(())
 }
 
 fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
@@ -199,6 +248,7 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(v) = own.get("lastCompaction") {
         state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
+    parse_trail(own, state)?;
     if let Some(ledger) = own.get("ledger") {
         let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
         if let Some(v) = number("banked") {

@@ -45,9 +45,12 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     set(&mut stats, "totalPruneTokens", Out::Owned(json!(state.stats.total_prune_tokens)));
     let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
     set(&mut stats, "totalPrunedTools", Out::Owned(json!(tally.max(state.pruned.len() as u64))));
+    for (key, value) in savings_stats(state) {
+        set(&mut stats, key, Out::Owned(value));
+    }
     set(&mut out, "stats", Out::Object(stats));
     set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
-    let dcp = vec![
+    let mut dcp = vec![
         ("version", Out::Owned(json!(FORMAT_VERSION))),
         ("pruned", Out::Records(&state.pruned)),
         ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
@@ -57,6 +60,9 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
         ("ledger", Out::Owned(ledger(&state.ledger))),
     ];
+    for (key, value) in savings_own(state) {
+        dcp.push((key, Out::Owned(value)));
+    }
     set(&mut out, "dcp", Out::Object(dcp));
     let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
     serde_json::to_writer_pretty(&mut bytes, &Out::Object(out)).expect("writing JSON to memory cannot fail");
@@ -139,6 +145,36 @@ pub fn now_iso() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// dcp's savings keys of `stats` (see `crate::state::savings`), beside DCP's: the prunes in
+/// force and waiting when they are above 0, the request sums once a request was answered.
+fn savings_stats(state: &SessionState) -> Vec<(&'static str, Value)> {
+    let mut out = Vec::new();
+    let (in_force, waiting) = state.in_force_and_waiting();
+    if in_force > 0 || waiting > 0 {
+        out.extend([("inForceTokens", json!(in_force)), ("waitingTokens", json!(waiting))]);
+    }
+    let s = &state.savings;
+    if s.requests > 0 {
+        out.extend([
+            ("requests", json!(s.requests)),
+            ("keptOutTokens", json!(s.kept_out_tokens)),
+            ("costWithout", json!((s.cost_without * 10.0).round() / 10.0)),
+            ("costSaved", json!((s.cost_saved * 10.0).round() / 10.0)),
+        ]);
+    }
+    out
+}
+
+/// dcp's savings keys of its own section: the last request's sizes and each request's point.
+fn savings_own(state: &SessionState) -> Vec<(&'static str, Value)> {
+    let s = &state.savings;
+    if s.requests == 0 {
+        return Vec::new();
+    }
+    let trail: Vec<Value> = s.trail.iter().map(|p| Value::String(p.to_line())).collect();
+    vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent)), ("trail", Value::Array(trail))]
+}
+
 /// The policy's ledger as the state file holds it.
 fn ledger(l: &crate::state::Ledger) -> Value {
     json!({
@@ -194,6 +230,7 @@ mod tests {
         stats.insert("totalPruneTokens".into(), json!(state.stats.total_prune_tokens));
         let tally: u64 = state.stats.by_strategy.values().map(|t| t.tools).sum();
         stats.insert("totalPrunedTools".into(), json!(tally.max(state.pruned.len() as u64)));
+        stats.extend(savings_stats(state).into_iter().map(|(k, v)| (k.to_string(), v)));
         out.insert("stats".into(), Value::Object(stats));
         out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
         out.insert("dcp".into(), own_via_value(state));
@@ -211,7 +248,7 @@ mod tests {
             .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
             .collect();
         let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-        json!({
+        let mut own = json!({
             "version": FORMAT_VERSION,
             "pruned": state.pruned,
             "byStrategy": by,
@@ -220,7 +257,11 @@ mod tests {
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
             "ledger": ledger(&state.ledger),
-        })
+        });
+        for (k, v) in savings_own(state) {
+            own[k] = v;
+        }
+        own
     }
 
     fn rec(strategy: Strategy, tokens: u64, applied: bool) -> PruneRecord {

@@ -323,6 +323,7 @@ fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
         println!("--- the pane's answer to {command} ---\n{}", screen.filtered(&block(&text, command)));
         let name = command.trim_start_matches('/').replace(' ', "_");
         insta::assert_snapshot!(format!("tui_{name}"), answer(&screen, &text, command));
+        nothing_waiting_is_counted_as_saved(command, &screen.filtered(&block(&text, command)));
     }
     assert!(no_new_request(&lab, requests), "a /dcp command sent a model request");
     drop(screen);
@@ -420,6 +421,14 @@ fn tui_tells_a_bad_config_value_naming_the_file_and_key() {
 /// The text of the toast holding `needle`. OpenCode draws a toast in the pane's top right
 /// corner, framed by `┃` on both sides, and wraps its text; the rows are joined back into one
 /// paragraph (directly after a row ending in `/`, where a path was wrapped).
+/// The scenario's deduplication waits for the cache: `/dcp stats` counts nothing of it as kept
+/// out or in force.
+fn nothing_waiting_is_counted_as_saved(command: &str, pane: &str) {
+    if command == "/dcp stats" {
+        assert!(pane.contains("Kept out:        ~0 tokens") && pane.contains("In force:        ~0"), "{pane}");
+    }
+}
+
 fn toast(text: &str, needle: &str) -> String {
     let rows: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
     let at =

@@ -1,0 +1,179 @@
+//! What one answered request adds to the session's savings (`crate::state::savings`): the
+//! tokens dcp kept out of it, net of what it added, and its size with and without dcp, in
+//! tokens. Counted as `dcp replay` counts a request (`crate::replay`: o200k, the frames around
+//! each part, OpenCode's own system prompt and tools as a fixed estimate), so that the figures
+//! a live session records and those a replay of it gives agree. Each message is counted once,
+//! when it is new or changed.
+
+use rustc_hash::FxHashSet as HashSet;
+
+use super::mirror::Mirror;
+use super::protocol::Transformed;
+use super::{head, Server, Session};
+use crate::session::{str_field, Message};
+use crate::state::savings::{Mark, Request};
+use crate::state::store::Slot;
+use crate::strategies::incremental::Index;
+use crate::strategies::{compress, Rules};
+use crate::tokens::TokenCounter;
+
+/// Tokens of OpenCode 1.18.33's system prompt and tool definitions, which every request
+/// carries besides the history and the sidecar never sees (`dcp replay`'s estimate,
+/// `crate::replay::OPENCODE_OVERHEAD`).
+const OPENCODE_OVERHEAD: u64 = 6_700;
+
+/// Tokens a request spends around a text message, a tool call and a tool result besides their
+/// text (`dcp replay`'s frames, `crate::replay::pieces`).
+const FRAME_TEXT: u64 = 8;
+const FRAME_TOOL: u64 = 25 + 17;
+
+/// What counting a session's next request needs of the last one, in this process: a
+/// restarted sidecar counts the history once more.
+#[derive(Debug, Default)]
+pub(super) struct Meter {
+    /// Tokens of each message of the last request's history, as OpenCode sent it.
+    messages: Vec<u64>,
+    /// Tokens dcp appended after the last request's history.
+    appended: u64,
+    /// Whether the last request carried dcp's head; `None` before the first.
+    offered: Option<bool>,
+    /// The prunes and ranges in force at the last request, and the slot's revision then.
+    applied: HashSet<String>,
+    blocks: HashSet<u32>,
+    revision: u64,
+    /// The newest compaction the last request's history had.
+    compaction: i64,
+}
+
+impl Server {
+    /// Adds the request `answer` answered to session `sid`'s savings. `idle_seconds` is the gap
+    /// since the session's last request.
+    pub(super) fn record_savings(
+        &mut self,
+        session: &mut Session,
+        sid: &str,
+        mirror: &Mirror,
+        answer: &Transformed,
+        idle_seconds: Option<u64>,
+    ) {
+        let Ok((slot, _)) = self.store.slot(sid) else { return };
+        let offered = head::offered(&self.rules, session);
+        let head = if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 };
+        let messages = mirror.messages();
+        let appended: u64 =
+            answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
+        let added = appended + head + if offered { tags(&self.rules, slot, messages) } else { 0 };
+        let index = &session.index;
+        let in_force = removed(index, slot, messages, messages.len());
+        let meter = &mut session.savings;
+        let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
+        // A rewrite changes what was sent before from its first changed message on; what is in
+        // front of it, as it was sent, stays cached.
+        let first = first_applied_now(meter, index, slot, messages);
+        let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
+        let rewritten =
+            first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, messages, f)));
+        let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
+        let mark = match (compacted, rewritten.is_some()) {
+            (true, _) => Mark::Compaction,
+            (false, true) => Mark::Rewrite,
+            (false, false) => Mark::None,
+        };
+        let request = Request {
+            time: session.last_request_ms.unwrap_or_default(),
+            without: history + OPENCODE_OVERHEAD,
+            removed: in_force,
+            added,
+            appended,
+            appended_before: meter.appended,
+            head_moved: meter.offered.is_some_and(|o| o != offered),
+            fixed: OPENCODE_OVERHEAD,
+            cold: idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
+            rewritten,
+            mark,
+        };
+        (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
+        slot.state.savings.add(&request);
+        // The figures ride along with the session's next save, as the policy's ledger does;
+        // when this request's answer handed one out already (without them), another follows
+        // once the save interval is up.
+        session.saves.defer();
+    }
+}
+
+/// Tokens the prunes and ranges in force take out of the first `upto` messages of this
+/// request's history.
+fn removed(index: &Index, slot: &Slot, messages: &[Message], upto: usize) -> u64 {
+    // A pruned call inside a compressed range is gone with the range: counted once.
+    let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+    let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
+    let in_history = |id: &str| index.position(id).is_some_and(|at| at.0 < upto && outside(at.0));
+    let calls = slot.state.pruned.iter().filter(|(id, r)| r.applied && in_history(id));
+    let ranges = ranges.iter().filter(|s| s.to < upto);
+    calls.map(|(_, r)| r.tokens).sum::<u64>()
+        + ranges.map(|s| slot.state.blocks.by_id[&s.block].net_tokens()).sum::<u64>()
+}
+
+/// The first message of the history that a prune or range put in force since the last request
+/// changed, if one did. The first request a process answers takes what is in force as it
+/// finds it: those rewrites were sent before.
+fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, messages: &[Message]) -> Option<usize> {
+    if slot.revision == meter.revision && meter.offered.is_some() {
+        return None;
+    }
+    let seen = meter.offered.is_some();
+    meter.revision = slot.revision;
+    let mut first: Option<usize> = None;
+    let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
+    for (id, _) in slot.state.pruned.iter().filter(|(_, r)| r.applied) {
+        if !meter.applied.contains(id.as_str()) {
+            meter.applied.insert(id.clone());
+            if let Some(position) = index.position(id).filter(|_| seen) {
+                at(position.0);
+            }
+        }
+    }
+    for span in compress::spans(messages, &slot.state.blocks, |b| b.applied) {
+        if meter.blocks.insert(span.block) && seen {
+            at(span.from);
+        }
+    }
+    first
+}
+
+/// Tokens of the history as OpenCode sent it: the messages the last request had unchanged are
+/// not counted again.
+fn history_tokens(counted: &mut Vec<u64>, mirror: &Mirror, counter: &TokenCounter) -> u64 {
+    let messages = mirror.messages();
+    counted.truncate(mirror.kept().min(messages.len()));
+    for message in &messages[counted.len()..] {
+        counted.push(message_tokens(message, counter));
+    }
+    counted.iter().sum()
+}
+
+/// A message's tokens as `dcp replay` counts them: its texts, inputs and results, and the
+/// frame of each.
+fn message_tokens(message: &Message, counter: &TokenCounter) -> u64 {
+    let frames: u64 = message
+        .parts
+        .iter()
+        .map(|p| match str_field(p, "type") {
+            Some("text") => FRAME_TEXT,
+            Some("tool") => FRAME_TOOL,
+            _ => 0,
+        })
+        .sum();
+    crate::context::measure(std::slice::from_ref(message), counter).total + frames
+}
+
+/// Tokens of the message id tags a request carries when the agent may compress ranges: one
+/// per message that has a field the model sees, each the same few tokens.
+fn tags(rules: &Rules, slot: &Slot, messages: &[crate::session::Message]) -> u64 {
+    if !rules.config().tools.compress.enabled {
+        return 0;
+    }
+    let sites = compress::tag_sites(messages, 0);
+    let each = sites.last().map_or(0, |s| slot.tokens.count(&s.text));
+    sites.len() as u64 * each
+}

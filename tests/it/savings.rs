@@ -1,0 +1,110 @@
+//! What `dcp stats` counts as saved: only what reached the model. A prune whose rewrite waits
+//! for the policy is waiting, never saved; the tokens kept out add up, request by request,
+//! what the requests the sidecar answered left out; and `dcp report` shows the same figures.
+
+use serde_json::{json, Value};
+
+use crate::support::{dcp, Sandbox, SessionBuilder, Sidecar};
+
+const SID: &str = "ses_test";
+
+/// A session whose first read of `a.py` the second makes obsolete, followed by a big read: the
+/// duplicate's rewrite would re-bill everything after it.
+fn session(extra_steps: usize) -> Vec<Value> {
+    let path = json!({"filePath": "/p/a.py"});
+    let a = "def a():\n    return 1\n".repeat(200);
+    let c = "row,value,more\n".repeat(3000);
+    let mut b = SessionBuilder::new()
+        .user("look around")
+        .tool("a1", "read", path.clone(), &a)
+        .tool("a2", "read", path, &a)
+        .tool("c1", "read", json!({"filePath": "/p/c.csv"}), &c);
+    for i in 0..extra_steps {
+        b = b.text(&format!("step {i} done"));
+    }
+    b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
+}
+
+/// Sends `requests` requests of the growing session, a second apart; returns the answers.
+fn drive(sidecar: &mut Sidecar, requests: usize) -> Vec<Value> {
+    let t0 = 1_800_000_000_000i64;
+    (0..requests)
+        .map(|i| {
+            let params = json!({"sessionID": SID, "now": t0 + 1000 * i as i64, "messages": session(i)});
+            sidecar.result("transform", params)
+        })
+        .collect()
+}
+
+fn stats_json(s: &Sandbox) -> Value {
+    let out = dcp(s, &["--json", "stats", "--session", SID]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_waiting_prune_is_never_counted_as_saved() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}, "pruneNotification": "minimal"}"#);
+    let answers = drive(&mut sidecar, 3);
+    let notice = answers[0]["notify"].as_str().unwrap();
+    assert!(notice.starts_with("▣ DCP | waiting: "), "{notice}");
+    assert!(!notice.contains('-') && !notice.contains("saved"), "{notice}");
+    let text = sidecar.result("command", json!({"sessionID": SID, "arguments": "stats"}))["text"].clone();
+    let text = text.as_str().unwrap();
+    assert!(text.contains("  Kept out:        ~0 tokens over 3 requests\n"), "{text}");
+    assert!(text.contains("  In force:        ~0 per request (0 prunes)\n"), "{text}");
+    assert!(text.contains("  Waiting:         ~"), "{text}");
+    assert!(
+        text.contains("  Cost saved:      0.0% of the cost without dcp\n") && !text.contains("Tokens saved"),
+        "{text}"
+    );
+    sidecar.shutdown();
+
+    let v = stats_json(&s);
+    let session = &v["session"];
+    assert!(session["waiting_tokens"].as_u64().unwrap() > 100, "{session}");
+    assert_eq!(session["waiting_tokens"], session["pruned_tokens"], "{session}");
+    assert_eq!((session["in_force_tokens"].as_u64(), session["kept_out_tokens"].as_i64()), (Some(0), Some(0)));
+    assert_eq!((session["requests"].as_u64(), session["cost_saved_share"].as_f64()), (Some(3), Some(0.0)));
+    // The sandbox's other state files hold no requests: all-time has kept nothing out either.
+    let all = &v["all_time"];
+    assert_eq!((all["kept_out_tokens"].as_i64(), all["requests"].as_u64()), (Some(0), Some(3)), "{all}");
+    assert!(all["waiting_tokens"].as_u64() >= session["waiting_tokens"].as_u64(), "{all}");
+}
+
+#[test]
+fn the_tokens_kept_out_add_up_what_each_request_left_out() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "immediate"}}"#);
+    let answers = drive(&mut sidecar, 4);
+    let notice = answers[0]["notify"].as_str().unwrap();
+    assert!(notice.starts_with("▣ DCP | in force: -"), "{notice}");
+    sidecar.shutdown();
+
+    let v = stats_json(&s);
+    let session = &v["session"];
+    let pruned = session["pruned_tokens"].as_u64().unwrap();
+    assert!(pruned > 100, "{session}");
+    assert_eq!(session["in_force_tokens"].as_u64(), Some(pruned), "{session}");
+    assert_eq!(session["waiting_tokens"].as_u64(), Some(0), "{session}");
+    // Applied from the first request on, and nothing added (the agent's tools are not offered
+    // yet): four requests, each without the pruned output.
+    assert_eq!(session["kept_out_tokens"].as_i64(), Some(4 * pruned as i64), "{session}");
+    assert_eq!(session["requests"].as_u64(), Some(4));
+    let share = session["cost_saved_share"].as_f64().unwrap();
+    let (saved, without) = (session["cost_saved"].as_f64().unwrap(), session["cost_without"].as_f64().unwrap());
+    assert!(without > 0.0 && (share - saved / without).abs() < 1e-3, "{session}");
+    // The state file keeps each request's context, with and without dcp.
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(s.state_dir().join(format!("{SID}.json"))).unwrap()).unwrap();
+    let trail = file["dcp"]["trail"].as_array().unwrap();
+    assert_eq!(trail.len(), 4, "{file}");
+    for line in trail {
+        let fields: Vec<u64> = line.as_str().unwrap().split(' ').take(3).map(|f| f.parse().unwrap()).collect();
+        assert_eq!(fields[1] - fields[2], pruned, "{line}");
+    }
+    // DCP's keys stay where DCP reads them, and dcp's sit beside them.
+    assert_eq!(file["stats"]["totalPruneTokens"].as_u64(), Some(pruned));
+    assert_eq!(file["stats"]["keptOutTokens"].as_i64(), Some(4 * pruned as i64));
+}
