@@ -1,4 +1,12 @@
-//! Number formatting for people: token counts like DCP (`~15.4K`), sizes with humansize.
+//! Formatting for people: token counts like DCP (`~15.4K`), sizes with humansize, and text
+//! made safe for a terminal.
+//!
+//! Text from the history, from files and from error messages can hold anything: ESC and CSI
+//! sequences, OSC 52 (clipboard writes), C1 controls, carriage returns that fake lines, bidi
+//! overrides that reorder what is shown. [`terminal`] is the one place that escapes them, and
+//! every surface that prints to a terminal (the CLI, errors, `/dcp` answers, notices) passes
+//! such text through it. JSON output is never escaped: serde_json already encodes controls,
+//! and its values must stay exact.
 
 /// A token count as DCP shows it: `~850`, `~15.4K`, `~1.2M`.
 pub fn tokens(n: u64) -> String {
@@ -75,6 +83,76 @@ pub fn bytes(n: u64) -> String {
     humansize::format_size(n, humansize::BINARY)
 }
 
+/// What [`terminal`] does with line breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// A one-line field (a title, a path, a pattern): `\n` and `\t` are escaped too.
+    One,
+    /// Text of several lines (a message, a notice): `\n` and `\t` stay, everything else is escaped.
+    Keep,
+}
+
+/// Longest title shown in text output, in bytes; JSON output carries the whole title.
+pub const MAX_TITLE_BYTES: usize = 200;
+
+/// `text` with every character a terminal would act on escaped visibly: C0 controls (ESC,
+/// BEL, CR, ...), DEL, C1 controls, bidi embeddings, overrides, isolates and marks, and the
+/// Unicode line and paragraph separators. They show as `\x1b`, `\r`, `\u{202e}`. Text with
+/// none of them is returned as it is, without a copy.
+pub fn terminal(text: &str, lines: Lines) -> std::borrow::Cow<'_, str> {
+    let Some(first) = text.find(|c| needs_escape(c, lines)) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if !needs_escape(c, lines) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A one-line field as text output shows it: cut to `max` bytes (with `…`), then escaped.
+pub fn field(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return terminal(text, Lines::One).into_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut shown = terminal(&text[..end], Lines::One).into_owned();
+    shown.push('…');
+    shown
+}
+
+/// A session title as text output shows it: cut to [`MAX_TITLE_BYTES`], escaped.
+pub fn title(text: &str) -> String {
+    field(text, MAX_TITLE_BYTES)
+}
+
+/// Whether a terminal would act on `c` rather than show it.
+fn needs_escape(c: char, lines: Lines) -> bool {
+    match c {
+        '\n' | '\t' => lines == Lines::One,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        // Bidi: the Arabic letter mark, LRM and RLM, embeddings and overrides, isolates.
+        '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        // Line and paragraph separators break a line in some terminals.
+        '\u{2028}' | '\u{2029}' => true,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +173,18 @@ mod tests {
         assert_eq!(count(1, "tool"), "1 tool");
         assert_eq!(count(0, "tool"), "0 tools");
         assert_eq!(count(3, "session"), "3 sessions");
+    }
+
+    #[test]
+    fn terminal_escapes_controls_and_bidi_visibly_and_leaves_clean_text_alone() {
+        let hostile = "a\u{1b}]52;c;aGk=\u{7}b\u{1b}[2Jc\rd\u{9b}e\u{7f}f\u{202e}g\nh\ti";
+        assert_eq!(
+            terminal(hostile, Lines::One),
+            "a\\x1b]52;c;aGk=\\x07b\\x1b[2Jc\\rd\\u{9b}e\\x7ff\\u{202e}g\\nh\\ti"
+        );
+        assert_eq!(terminal("x\ny\tz\u{1b}", Lines::Keep), "x\ny\tz\\x1b");
+        let clean = "Fix the café's ünïcode 🦀 title";
+        assert!(matches!(terminal(clean, Lines::One), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(title(&"é".repeat(300)).len(), MAX_TITLE_BYTES + '…'.len_utf8());
     }
 }
