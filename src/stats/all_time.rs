@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use super::watch::{Changes, Watch};
 use super::{tools_of, AllTime, CorruptFile};
-use crate::state::persist::{self, LoadOutcome};
+use crate::state::persist::{self, LoadOutcome, MAX_COUNT};
 
 /// What one state file adds to the all-time report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,6 +283,10 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
     // `stats` is flat: its object ends at the first `}`.
     let end = rest.find('}')?;
     let head: Head = serde_json::from_str(&rest[..=end]).ok()?;
+    // A count past the bound is corruption: the loader names the key.
+    if [head.total_prune_tokens, head.prune_token_counter, head.total_pruned_tools].iter().any(|n| *n > MAX_COUNT) {
+        return None;
+    }
     Some(Summary::Counts { tokens: head.total_prune_tokens + head.prune_token_counter, tools: head.total_pruned_tools })
 }
 
@@ -295,8 +299,8 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
         report.bytes += file.len;
         match &file.summary {
             Summary::Counts { tokens, tools } => {
-                report.tokens_saved += tokens;
-                report.tools_pruned += tools;
+                report.tokens_saved = report.tokens_saved.saturating_add(*tokens);
+                report.tools_pruned = report.tools_pruned.saturating_add(*tools);
                 report.sessions += u64::from(*tokens > 0);
             }
             Summary::Corrupt(reason) => corrupt.push((name, reason)),
@@ -349,7 +353,8 @@ fn parse_cache(text: &str, dir: &Path) -> Option<HashMap<String, Remembered>> {
         }
         let mut number = || fields.next()?.parse::<u64>().ok();
         let (len, secs, nanos, tokens, tools) = (number()?, number()?, number()?, number()?, number()?);
-        if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) {
+        // A count no state file may hold makes the whole cache suspect.
+        if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) || tokens.max(tools) > MAX_COUNT {
             return None;
         }
         let modified = SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos as u32))?;

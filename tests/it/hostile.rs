@@ -8,6 +8,7 @@ use crate::support::{dcp, Sandbox, DB_SESSION};
 
 mod links;
 mod text;
+mod totals;
 
 /// Makes a FIFO at `path`.
 pub fn mkfifo(path: &Path) {

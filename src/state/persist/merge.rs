@@ -74,9 +74,9 @@ fn add_journal(out: &mut SessionState, journal: &[(String, PruneRecord)]) {
             continue;
         }
         let tally = out.stats.by_strategy.entry(record.strategy).or_default();
-        tally.tokens += record.tokens;
-        tally.tools += 1;
-        out.stats.total_prune_tokens += record.tokens;
+        tally.tokens = tally.tokens.saturating_add(record.tokens);
+        tally.tools = tally.tools.saturating_add(1);
+        out.stats.total_prune_tokens = out.stats.total_prune_tokens.saturating_add(record.tokens);
     }
 }
 
@@ -100,6 +100,17 @@ mod tests {
         let out = merge(disk, &SessionState::default(), &journal);
         assert_eq!(out.stats.tokens(), 0);
         assert_eq!(out.stats.by_strategy[&Strategy::Compress], crate::state::Tally { tokens: 0, tools: 0 });
+    }
+
+    #[test]
+    fn a_merge_into_totals_at_the_top_saturates_instead_of_wrapping() {
+        let mut disk = SessionState::default();
+        disk.stats.total_prune_tokens = u64::MAX - 1;
+        disk.stats.by_strategy.insert(Strategy::Sweep, crate::state::Tally { tokens: u64::MAX, tools: u64::MAX });
+        let journal = [("c1".to_string(), rec(Strategy::Sweep, 3_580, true))];
+        let out = merge(disk, &SessionState::default(), &journal);
+        assert_eq!(out.stats.tokens(), u64::MAX);
+        assert_eq!(out.stats.by_strategy[&Strategy::Sweep], crate::state::Tally { tokens: u64::MAX, tools: u64::MAX });
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub use self::render::{digest_but_time, now_iso, render};
 /// State files larger than this are not read: no real session comes near it.
 pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The largest token or tool count a state file may hold: 10^15, a million times the
+/// largest session's lifetime. A count past it is read as corruption (the file is set aside
+/// and the user told), so sums of counts cannot wrap; sums are saturating besides.
+pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
+
 /// Version of the `dcp` section dcp writes.
 pub const FORMAT_VERSION: u64 = 1;
 

@@ -27,7 +27,7 @@ pub enum FormatError {
     Invalid { key: String, what: &'static str, detail: String },
     #[error("`dcp.byStrategy` has unknown strategy {0:?}")]
     UnknownStrategy(String),
-    #[error("`{0}` is too large")]
+    #[error("`{0}` is too large: no real session comes near it")]
     TooLarge(String),
 }
 
@@ -126,7 +126,7 @@ fn import_legacy(state: &mut SessionState, legacy: BTreeMap<String, u64>) {
             continue;
         }
         imported.tools += 1;
-        imported.tokens += tokens;
+        imported.tokens = imported.tokens.saturating_add(tokens);
         let record = PruneRecord {
             strategy: Strategy::Imported,
             action: Action::Output,
@@ -170,6 +170,7 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
                 what: "a prune record",
                 detail: e.to_string(),
             })?;
+            bounded(record.tokens, &format!("dcp.pruned.{id}.tokens"))?;
             state.pruned.insert(id.clone(), record);
         }
     }
@@ -182,6 +183,8 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
                 what: "a tally",
                 detail: e.to_string(),
             })?;
+            bounded(tally.tokens, &format!("dcp.byStrategy.{name}.tokens"))?;
+            bounded(tally.tools, &format!("dcp.byStrategy.{name}.tools"))?;
             state.stats.by_strategy.insert(strategy, tally);
         }
     }
@@ -241,14 +244,22 @@ fn string_list(value: Option<&Value>, key: &str) -> Result<Vec<String>, FormatEr
     }
 }
 
+/// A count: a number from 0 to [`MAX_COUNT`](super::MAX_COUNT); one past it is corruption.
 fn count(value: &Value, key: &str) -> Result<u64, FormatError> {
-    if let Some(n) = value.as_u64() {
-        return Ok(n);
+    let n = match (value.as_u64(), value.as_f64()) {
+        (Some(n), _) => n,
+        (None, Some(f)) if f >= 0.0 && f.is_finite() => f as u64,
+        _ => return Err(type_error(key, "a number >= 0", value)),
+    };
+    bounded(n, key)
+}
+
+/// `n`, if it is within [`MAX_COUNT`](super::MAX_COUNT).
+fn bounded(n: u64, key: &str) -> Result<u64, FormatError> {
+    if n > super::MAX_COUNT {
+        return Err(FormatError::TooLarge(key.to_string()));
     }
-    match value.as_f64() {
-        Some(f) if f >= 0.0 && f.is_finite() => Ok(f as u64),
-        _ => Err(type_error(key, "a number >= 0", value)),
-    }
+    Ok(n)
 }
 
 #[cfg(test)]
