@@ -27,7 +27,7 @@ pub enum FormatError {
     Invalid { key: String, what: &'static str, detail: String },
     #[error("`dcp.byStrategy` has unknown strategy {0:?}")]
     UnknownStrategy(String),
-    #[error("`{0}` is too large: no real session comes near it")]
+    #[error("`{0}` is too large")]
     TooLarge(String),
 }
 
