@@ -136,6 +136,7 @@ fn import_legacy(state: &mut SessionState, legacy: BTreeMap<String, u64>) {
         };
         state.pruned.insert(id, record);
     }
+    imported.tokens = imported.tokens.min(super::MAX_COUNT);
     if imported.tools > 0 && !state.stats.by_strategy.contains_key(&Strategy::Imported) {
         state.stats.by_strategy.insert(Strategy::Imported, imported);
     }
