@@ -140,6 +140,60 @@ pub fn title(text: &str) -> String {
     field(text, MAX_TITLE_BYTES)
 }
 
+/// A writer that escapes, as [`terminal`] does with [`Lines::Keep`], everything written
+/// through it: the CLI's text output goes through one, so no print site can pass a control
+/// character to the terminal. Bytes that are not UTF-8 show as `\xNN`; a character split
+/// across two writes is held until its end comes.
+pub struct TerminalWriter<W: std::io::Write> {
+    inner: W,
+    /// The start of a character whose end has not been written yet (at most 3 bytes).
+    pending: Vec<u8>,
+}
+
+impl<W: std::io::Write> TerminalWriter<W> {
+    pub fn new(inner: W) -> Self {
+        TerminalWriter { inner, pending: Vec::new() }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for TerminalWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        let mut rest: &[u8] = &std::mem::take(&mut self.pending);
+        while !rest.is_empty() {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    self.inner.write_all(terminal(text, Lines::Keep).as_bytes())?;
+                    rest = &[];
+                }
+                Err(e) => {
+                    let (good, bad) = rest.split_at(e.valid_up_to());
+                    // `good` ends at `valid_up_to`: it is UTF-8.
+                    let text = std::str::from_utf8(good).unwrap_or_default();
+                    self.inner.write_all(terminal(text, Lines::Keep).as_bytes())?;
+                    let Some(len) = e.error_len() else {
+                        // An incomplete character at the end: wait for the rest of it.
+                        self.pending = bad.to_vec();
+                        break;
+                    };
+                    for b in &bad[..len] {
+                        write!(self.inner, "\\x{b:02x}")?;
+                    }
+                    rest = &bad[len..];
+                }
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        for b in std::mem::take(&mut self.pending) {
+            write!(self.inner, "\\x{b:02x}")?;
+        }
+        self.inner.flush()
+    }
+}
+
 /// Whether a terminal would act on `c` rather than show it.
 fn needs_escape(c: char, lines: Lines) -> bool {
     match c {
@@ -186,5 +240,18 @@ mod tests {
         let clean = "Fix the café's ünïcode 🦀 title";
         assert!(matches!(terminal(clean, Lines::One), std::borrow::Cow::Borrowed(_)));
         assert_eq!(title(&"é".repeat(300)).len(), MAX_TITLE_BYTES + '…'.len_utf8());
+    }
+
+    #[test]
+    fn the_terminal_writer_escapes_across_writes_and_keeps_split_characters() {
+        use std::io::Write as _;
+        let mut out = TerminalWriter::new(Vec::new());
+        let bytes = "ok é\u{1b}[2J\n".as_bytes();
+        // `é` is split between two writes.
+        out.write_all(&bytes[..4]).unwrap();
+        out.write_all(&bytes[4..]).unwrap();
+        out.write_all(&[b'x', 0xff, b'y', 0xc3]).unwrap();
+        out.flush().unwrap();
+        assert_eq!(String::from_utf8(out.inner).unwrap(), "ok é\\x1b[2J\nx\\xffy\\xc3");
     }
 }

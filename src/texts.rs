@@ -168,7 +168,7 @@ pub fn notification(
         let tools = if more == 1 { "tool" } else { "tools" };
         let _ = write!(text, "\n→ {more} more {tools} recorded, {LATER}");
     }
-    text
+    format::terminal(&text, format::Lines::Keep).into_owned()
 }
 
 pub const COMMAND_DESCRIPTION: &str =
@@ -252,7 +252,7 @@ pub fn swept(n: usize, tokens: u64) -> String {
 /// The title of `/dcp context`'s report: the session's title, if it has one, and its id.
 pub fn context_title(session_id: &str, title: Option<&str>) -> String {
     match title {
-        Some(title) => format!("Session \"{title}\" ({session_id})"),
+        Some(title) => format!("Session \"{}\" ({session_id})", format::title(title)),
         None => format!("Session {session_id}"),
     }
 }
