@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::support::{dcp, Sandbox, DB_SESSION};
 
+mod files;
 mod links;
 mod text;
 mod totals;
