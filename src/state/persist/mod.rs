@@ -15,6 +15,7 @@
 //! brings two processes' states together.
 
 mod fs;
+mod layout;
 mod merge;
 mod parse;
 mod render;

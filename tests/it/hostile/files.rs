@@ -95,3 +95,21 @@ fn an_opencode_db_that_is_a_directory_or_a_fifo_is_named_not_taken_for_missing()
         assert_eq!(status, "fail", "{kind}: {message}");
     }
 }
+
+#[test]
+fn a_big_legacy_state_file_is_rewritten_no_larger_than_it_came() {
+    let s = Sandbox::new();
+    let file = s.state_dir().join(format!("{DB_SESSION}.json"));
+    let ids: Vec<String> = (0..200_000).map(|i| format!("toolu_{i:016}")).collect();
+    let legacy =
+        serde_json::json!({"sessionName": "legacy", "prune": {"toolIds": ids}, "stats": {"totalPruneTokens": 5}});
+    let bytes = serde_json::to_vec(&legacy).unwrap();
+    std::fs::write(&file, &bytes).unwrap();
+    super::sweep(&s);
+    let after = std::fs::read(&file).unwrap();
+    // Two new prunes with their records, and dcp's own section: well under 4 KB.
+    assert!(after.len() <= bytes.len() + 4096, "{} bytes rewritten as {}", bytes.len(), after.len());
+    let state = dcp::state::persist::parse(&after).unwrap();
+    assert_eq!(state.pruned.len(), ids.len() + 2);
+    assert!(ids.iter().all(|id| state.pruned[id].strategy == dcp::state::Strategy::Imported));
+}
