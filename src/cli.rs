@@ -174,6 +174,9 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
     let data = DataDir::new(&ctx.data_dir, &Env::from_process());
     let list = data.sessions()?;
     let dir = ctx.state_dir();
+    if std::fs::symlink_metadata(&dir).is_ok() && !dir.is_dir() {
+        tracing::warn!("state dir {} is not a directory: no savings can be read or saved", dir.display());
+    }
     let rows: Vec<SessionRow> = list
         .iter()
         .map(|info| {

@@ -34,6 +34,10 @@ fn doctor_reports_a_state_dir_that_is_a_regular_file_instead_of_ok() {
     let (status, message) = doctor_check(&s, "state dir");
     assert_eq!(status, "fail", "{message}");
     assert!(message.contains("not a directory") && message.contains("storage/plugin/dcp"), "{message}");
+    // The commands say so too.
+    let err = crate::support::stderr(&dcp(&s, &["sessions"]));
+    assert!(err.contains("storage/plugin/dcp is not a directory"), "{err}");
+    assert_error(&dcp(&s, &["sweep", "--session", DB_SESSION, "2"]), &["storage/plugin/dcp"]);
 }
 
 #[test]
