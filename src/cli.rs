@@ -75,6 +75,16 @@ pub enum Command {
     Replay(crate::replay::cli::Args),
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
+    /// Run a local HTTP gateway that prunes what any client sends (Anthropic Messages, OpenAI
+    /// Chat Completions and Responses) and forwards it to the upstream.
+    Proxy {
+        /// The address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788")]
+        listen: std::net::SocketAddr,
+        /// The API's upstream, `http://host:port` (the request's path is kept).
+        #[arg(long, value_name = "URL")]
+        upstream: String,
+    },
 }
 
 /// What every command needs: where the data is, the config, and how to print.
@@ -135,6 +145,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
+        Command::Proxy { listen, upstream } => {
+            let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
+            crate::proxy::run(crate::proxy::Options { listen, upstream, sidecar })
+        }
     }
 }
 

@@ -14,7 +14,7 @@
 //!   render, atomic writes and locks, merging two processes' states);
 //! * [`stats`], [`context`] and [`replay`] report what that saves, [`report`] draws it;
 //! * the surfaces: [`cli`] (the terminal), [`sidecar`] (`dcp serve`, for the plugin in
-//!   `plugin/`), [`doctor`] (checks an install). [`texts`] holds every word the model or the
+//!   `plugin/`), [`proxy`] (`dcp proxy`, for any other client), [`doctor`] (checks an install). [`texts`] holds every word the model or the
 //!   user reads in a session.
 //!
 //! [`config`], [`tokens`], [`format`] and [`logging`] serve them all. Test tooling (the
@@ -28,6 +28,7 @@ pub mod format;
 pub mod host;
 pub mod logging;
 pub mod policy;
+pub mod proxy;
 pub mod replay;
 pub mod report;
 pub mod session;

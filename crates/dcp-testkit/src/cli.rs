@@ -4,6 +4,8 @@
 //! cargo run -p dcp-testkit -- gen session --messages 2000 --steps 200 --seed 1 --out /tmp/s2000.json
 //! cargo run -p dcp-testkit -- gen states --count 10000 --dir /tmp/d/storage/plugin/dcp
 //! cargo run -p dcp-testkit -- save-loop --session ses_x --data-dir /tmp/d
+//! cargo run -p dcp-testkit -- import --manifest bench/real/sources.json --out target/real
+//! cargo run -p dcp-testkit -- import claude-transcript session.jsonl --out /tmp/one
 //! ```
 
 use std::io::Write;
@@ -45,6 +47,31 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
     },
+    /// Import recorded sessions of other harnesses as an OpenCode 1.18 database
+    /// (`OUT/opencode.db`): one log (`import FORMAT SOURCE`) or a corpus manifest.
+    Import {
+        /// The log's format (not with --manifest).
+        #[arg(value_enum, required_unless_present = "manifest")]
+        format: Option<crate::import::Format>,
+        /// The log (plain or .gz).
+        #[arg(required_unless_present = "manifest")]
+        source: Option<PathBuf>,
+        /// A corpus manifest (`bench/real/sources.json`): build every session it lists.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["format", "source"])]
+        manifest: Option<PathBuf>,
+        /// With --manifest: only these sessions.
+        #[arg(long, value_name = "NAME")]
+        only: Vec<String>,
+        /// The task prompt, for formats whose log lacks it.
+        #[arg(long, value_name = "FILE")]
+        prompt: Option<PathBuf>,
+        /// A transcript's subagent folder (`agent-<agentId>.jsonl`), for child sessions.
+        #[arg(long, value_name = "DIR")]
+        subagents: Option<PathBuf>,
+        /// The data dir to write `opencode.db` in.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// What `dcp-testkit gen` generates. The same seed always gives byte-identical files.
@@ -85,7 +112,63 @@ where
     match &cli.command {
         Command::Gen { what } => gen(what, if cli.json { Format::Json } else { Format::Sentence }, out),
         Command::SaveLoop { session, count, prefix, data_dir } => crate::save_loop(data_dir, session, *count, prefix),
+        Command::Import { format, source, manifest, only, prompt, subagents, out: dir } => {
+            let written = match (manifest, format, source) {
+                (Some(m), _, _) => crate::import::manifest::build(m, dir, only)?,
+                (None, Some(f), Some(src)) => {
+                    vec![import_one(*f, src, (prompt.as_deref(), subagents.as_deref()), dir)?]
+                }
+                _ => anyhow::bail!("give FORMAT and SOURCE, or --manifest"),
+            };
+            report_import(&written, dir, if cli.json { Format::Json } else { Format::Sentence }, out)
+        }
     }
+}
+
+/// Imports one log into `dir/opencode.db`, with its prompt file and subagent folder.
+fn import_one(
+    format: crate::import::Format,
+    src: &std::path::Path,
+    (prompt, subagents): (Option<&std::path::Path>, Option<&std::path::Path>),
+    dir: &std::path::Path,
+) -> Result<crate::import::writer::Written> {
+    let prompt = prompt.map(crate::import::source::read_text).transpose()?;
+    let subagents = subagents.map(std::path::Path::to_path_buf);
+    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let end_ms = std::fs::metadata(src)
+        .and_then(|m| m.modified())
+        .ok()
+        .map_or(0, |t| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64));
+    let meta = crate::import::SourceMeta { title: name.clone(), name, prompt, end_ms, subagents, ..Default::default() };
+    let session = crate::import::parse(format, src, &meta)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let db_path = dir.join("opencode.db");
+    let mut db = crate::import::writer::Database::create(&db_path)
+        .with_context(|| format!("cannot create {}", db_path.display()))?;
+    let written = db.add(&session).with_context(|| format!("cannot write {}", db_path.display()))?;
+    db.finish()?;
+    Ok(written)
+}
+
+/// Says what `import` wrote.
+fn report_import(
+    written: &[crate::import::writer::Written],
+    dir: &std::path::Path,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if format == Format::Json {
+        return print_json(out, &written);
+    }
+    for w in written {
+        writeln!(
+            out,
+            "{}: session {}, {} sessions, {} messages, {} tool calls ({} errors).",
+            w.name, w.session_id, w.sessions, w.messages, w.tool_calls, w.errors
+        )?;
+    }
+    writeln!(out, "Wrote {} sessions to {}.", written.len(), dir.join("opencode.db").display())?;
+    Ok(())
 }
 
 fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {

@@ -2,12 +2,15 @@
 //!
 //! [`gen`] makes deterministic synthetic sessions and state files for the benchmarks and
 //! tests; [`save_loop`] saves one session's state again and again, for the crash and
-//! concurrency tests to kill and race; [`cli`] is the `dcp-testkit` command over both
+//! concurrency tests to kill and race; [`import`] turns other harnesses' recorded sessions
+//! into OpenCode databases (the real-session corpus, `bench/real/`); [`cli`] is the
+//! `dcp-testkit` command over them
 //! (`cargo run -p dcp-testkit -- gen session …`). The tests and benches use this crate as a
 //! dev-dependency.
 
 pub mod cli;
 pub mod gen;
+pub mod import;
 
 use std::path::Path;
 

@@ -9,6 +9,8 @@
 
 mod compress;
 mod fake_llm;
+mod proxy;
+mod proxy_upstream;
 mod registry;
 mod scenarios;
 mod tui;

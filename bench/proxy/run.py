@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Times `dcp proxy` against a direct call to the same upstream.
+
+    python3 bench/proxy/run.py --session FILE [--bin target/release/dcp] [--steps N] [--stages]
+
+FILE is a generated session (`dcp-testkit gen session`, see BENCHMARKS.md, The generated data).
+Its history and steps are sent as OpenCode sends them to an OpenAI-compatible provider: one
+Chat Completions request per step (`stream: true`), the history growing by one step each time.
+A fake upstream on 127.0.0.1 reads each body and answers with a server-sent event stream whose
+first event goes out at once. Each request is sent twice, directly and through the proxy, in
+alternating order, so both see the same machine; the first request (the whole history, which
+the engine reads once) is reported apart. Prints one JSON line: p50 and p99 of the total time
+of a request and of the time to its first streamed byte, both ways, and the added time. With
+--stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
+engine, write) is added from it.
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+STREAM = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "ok"}}]}).encode() + b"\n\n"
+
+
+def chat_messages(messages):
+    """OpenCode's messages as the Chat Completions messages an OpenAI-compatible provider gets."""
+    out = []
+    for m in messages:
+        role = m["info"].get("role")
+        for part in m.get("parts", []):
+            kind = part.get("type")
+            if kind == "text" and role in ("user", "assistant"):
+                out.append({"role": role, "content": part.get("text", "")})
+            elif kind == "tool":
+                state = part.get("state", {})
+                call = {"id": part["callID"], "type": "function",
+                        "function": {"name": part["tool"], "arguments": json.dumps(state.get("input", {}))}}
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                text = state.get("output") if state.get("status") == "completed" else state.get("error", "")
+                out.append({"role": "tool", "tool_call_id": part["callID"], "content": text or ""})
+    return out
+
+
+def serve_upstream(listener):
+    """The fake upstream: reads a request, answers with an event stream."""
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+
+def answer(conn):
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:"))
+        while len(body) < length:
+            body += conn.recv(1 << 20)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + STREAM)
+        conn.sendall(b"data: [DONE]\n\n")
+
+
+def timed_post(port, body):
+    """Sends one request; returns (seconds to the first body byte, seconds to the end)."""
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer sk-bench\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    start = time.perf_counter()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(head + body)
+    got, first = b"", None
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+        if first is None and b"\r\n\r\n" in got and got.split(b"\r\n\r\n", 1)[1]:
+            first = time.perf_counter() - start
+    s.close()
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    return first, time.perf_counter() - start
+
+
+def start_proxy(binary, upstream_port, home, stages):
+    env = dict(os.environ, HOME=home, XDG_DATA_HOME=f"{home}/data", XDG_CONFIG_HOME=f"{home}/config")
+    if stages:
+        os.makedirs(f"{home}/config/opencode")
+        with open(f"{home}/config/opencode/dcp.jsonc", "w") as f:
+            f.write('{"debug": true}')
+    proc = subprocess.Popen([binary, "proxy", "--listen", "127.0.0.1:0", "--upstream", f"http://127.0.0.1:{upstream_port}"],
+                            stdout=subprocess.PIPE, env=env)
+    line = proc.stdout.readline().decode()
+    return proc, int(line.split("http://127.0.0.1:")[1].split(",")[0])
+
+
+def pct(values, q):
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
+
+
+def measure(args, session, upstream_port, proxy_port):
+    base = chat_messages(session["messages"])
+    times = {"direct": [], "proxy": []}
+    first = {}
+    history = list(base)
+    for step in range(args.steps + 1):
+        if step:
+            history += chat_messages(session["steps"][step - 1])
+        body = json.dumps({"model": "m", "stream": True, "messages": history}).encode()
+        order = [("direct", upstream_port), ("proxy", proxy_port)]
+        for name, port in (order if step % 2 else order[::-1]):
+            t = timed_post(port, body)
+            if step == 0:
+                first[name] = t
+            else:
+                times[name].append(t)
+    return base, times, first
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--session", required=True)
+    p.add_argument("--bin", default="target/release/dcp")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--stages", action="store_true")
+    args = p.parse_args()
+    session = json.load(open(args.session))
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=serve_upstream, args=(listener,), daemon=True).start()
+    with tempfile.TemporaryDirectory() as home:
+        proc, proxy_port = start_proxy(args.bin, listener.getsockname()[1], home, args.stages)
+        try:
+            base, times, first = measure(args, session, listener.getsockname()[1], proxy_port)
+        finally:
+            proc.terminate()
+            proc.wait()
+        found = stages(f"{home}/config/opencode/logs/dcp") if args.stages else {}
+    total = {k: [t[1] for t in v] for k, v in times.items()}
+    ttfb = {k: [t[0] for t in v] for k, v in times.items()}
+    added = [p_ - d for p_, d in zip(total["proxy"], total["direct"])]
+    print(json.dumps({
+        "messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
+        "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first["proxy"][1] * 1000, 1),
+        "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total["proxy"], 0.5),
+        "added_p50_ms": pct(added, 0.5), "added_p99_ms": pct(added, 0.99),
+        "ttfb_p50_direct_ms": pct(ttfb["direct"], 0.5), "ttfb_p50_proxy_ms": pct(ttfb["proxy"], 0.5),
+        **found,
+    }))
+
+
+def stages(log_dir):
+    """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms."""
+    found = {"parse": [], "map": [], "engine": [], "write": []}
+    for name in os.listdir(log_dir):
+        for line in open(os.path.join(log_dir, name)):
+            if "pruned" not in line:
+                continue
+            for key in found:
+                m = re.search(rf"\b{key}=([0-9.]+)(ms|µs|s)\b", line)
+                if m:
+                    scale = {"ms": 1e-3, "µs": 1e-6, "s": 1}[m.group(2)]
+                    found[key].append(float(m.group(1)) * scale)
+    return {f"stage_{k}_p50_ms": pct(v, 0.5) for k, v in found.items() if v}
+
+
+if __name__ == "__main__":
+    main()

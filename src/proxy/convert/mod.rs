@@ -1,0 +1,327 @@
+//! The proxy's mapping between each API's request and dcp's session model, both ways.
+//!
+//! A request's conversation becomes OpenCode-shaped messages (`{info, parts}`, see
+//! `crate::session`): a tool call and its result become one `tool` part, as OpenCode keeps
+//! them, so the engine's strategies read a Claude Code or Codex history as they read an
+//! OpenCode one. Tool names are lower-cased and the usual snake-case input keys renamed
+//! (`file_path` to `filePath`), which is the vocabulary the strategies know. Each tool part
+//! remembers where its output and input sit in the request's JSON ([`Target`]), so that the
+//! engine's edits (`{m, p, path, value}`) are written back in place, and nothing else of the
+//! request changes. A result that carries a cache marker the client set (Anthropic
+//! `cache_control`) or anything but text is never rewritten: the marker must stay where it is.
+
+mod anthropic;
+mod chat;
+mod responses;
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// The APIs the proxy rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic Messages, `/v1/messages`.
+    Anthropic,
+    /// OpenAI Chat Completions, `/v1/chat/completions`.
+    Chat,
+    /// OpenAI Responses, `/v1/responses`.
+    Responses,
+}
+
+impl Api {
+    /// The API a request path is for (any prefix before the API's own path is allowed).
+    pub fn of_path(path: &str) -> Option<Api> {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/messages") {
+            Some(Api::Anthropic)
+        } else if path.ends_with("/chat/completions") {
+            Some(Api::Chat)
+        } else if path.ends_with("/responses") {
+            Some(Api::Responses)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Anthropic => "anthropic",
+            Api::Chat | Api::Responses => "openai",
+        }
+    }
+}
+
+/// One step into a JSON value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    Key(&'static str),
+    Index(usize),
+}
+
+/// How a call's input is held in the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputForm {
+    /// A JSON object (Anthropic `tool_use.input`).
+    Object,
+    /// A string of JSON (OpenAI `arguments`).
+    JsonText,
+}
+
+/// Where a tool part's fields are in the request.
+#[derive(Debug, Clone, Default)]
+struct Target {
+    output: Option<Vec<Seg>>,
+    input: Option<(Vec<Seg>, InputForm)>,
+    /// The result holds a cache marker or non-text content: its output is left alone.
+    locked: bool,
+}
+
+/// One of the engine's edits, as the sidecar answers it (PROTOCOL.md, `transform`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct EngineEdit {
+    pub m: usize,
+    pub p: usize,
+    pub path: Vec<String>,
+    #[serde(default)]
+    pub value: Option<Value>,
+}
+
+/// A request mapped onto the session model: its messages, and where each tool part's
+/// fields are in the request.
+#[derive(Debug, Default)]
+pub struct Mapped {
+    pub messages: Vec<Value>,
+    targets: HashMap<(usize, usize), Target>,
+}
+
+/// Maps a request's body onto the session model; `None` when it holds no conversation.
+pub fn map(api: Api, body: &Value, sid: &str) -> Option<Mapped> {
+    let mut b = Builder::new(sid);
+    match api {
+        Api::Anthropic => anthropic::map(body, &mut b)?,
+        Api::Chat => chat::map(body, &mut b)?,
+        Api::Responses => responses::map(body, &mut b)?,
+    }
+    Some(b.done())
+}
+
+impl Mapped {
+    /// Writes the engine's edits into `body`; returns how many fields changed.
+    pub fn apply(&self, body: &mut Value, edits: &[EngineEdit]) -> usize {
+        let mut changed = 0;
+        for edit in edits {
+            let (Some(value), Some(target)) = (&edit.value, self.targets.get(&(edit.m, edit.p))) else { continue };
+            let path: Vec<&str> = edit.path.iter().map(String::as_str).collect();
+            let done = match path.as_slice() {
+                ["state", "output"] | ["state", "error"] if !target.locked => {
+                    target.output.as_ref().is_some_and(|at| set(body, at, value.clone()))
+                }
+                ["state", "input", key] => target.input.as_ref().is_some_and(|at| set_input(body, at, key, value)),
+                _ => false,
+            };
+            changed += usize::from(done);
+        }
+        changed
+    }
+
+    pub fn calls(&self) -> usize {
+        self.targets.len()
+    }
+}
+
+fn at_mut<'a>(body: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
+    path.iter().try_fold(body, |v, seg| match seg {
+        Seg::Key(k) => v.get_mut(*k),
+        Seg::Index(i) => v.get_mut(*i),
+    })
+}
+
+fn set(body: &mut Value, path: &[Seg], value: Value) -> bool {
+    match at_mut(body, path) {
+        Some(slot) => {
+            *slot = value;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets input field `key` (the engine's name for it) of a call, under the client's own name.
+fn set_input(body: &mut Value, (path, form): &(Vec<Seg>, InputForm), key: &str, value: &Value) -> bool {
+    let Some(slot) = at_mut(body, path) else { return false };
+    let set_key = |input: &mut Map<String, Value>| {
+        let name = [key.to_string(), client_key(key)].into_iter().find(|k| input.contains_key(k));
+        name.map(|k| input.insert(k, value.clone())).is_some()
+    };
+    match form {
+        InputForm::Object => slot.as_object_mut().is_some_and(set_key),
+        InputForm::JsonText => {
+            let Some(mut input) = slot.as_str().and_then(|s| serde_json::from_str::<Map<String, Value>>(s).ok()) else {
+                return false;
+            };
+            if !set_key(&mut input) {
+                return false;
+            }
+            *slot = Value::String(Value::Object(input).to_string());
+            true
+        }
+    }
+}
+
+/// The input keys whose snake-case spelling clients use, and the engine's name for them.
+const KEYS: &[(&str, &str)] = &[("file_path", "filePath"), ("old_string", "oldString"), ("new_string", "newString")];
+
+fn engine_key(key: &str) -> &str {
+    KEYS.iter().find(|(client, _)| *client == key).map_or(key, |(_, engine)| engine)
+}
+
+fn client_key(key: &str) -> String {
+    KEYS.iter().find(|(_, engine)| *engine == key).map_or(key, |(client, _)| client).to_string()
+}
+
+/// A call's input in the engine's vocabulary.
+fn engine_input(input: Option<&Value>) -> Value {
+    match input {
+        Some(Value::Object(o)) => {
+            Value::Object(o.iter().map(|(k, v)| (engine_key(k).to_string(), v.clone())).collect())
+        }
+        Some(other) => json!({ "input": other }),
+        None => json!({}),
+    }
+}
+
+/// The text of a result's content: a string, or the text blocks of a list, joined.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            items.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Whether a result's content is anything but text, or carries a cache marker.
+fn locked(content: &Value) -> bool {
+    match content {
+        Value::Array(items) => items.iter().any(|b| {
+            b.get("cache_control").is_some()
+                || !matches!(b.get("type").and_then(Value::as_str), Some("text" | "input_text" | "output_text"))
+        }),
+        Value::String(_) | Value::Null => false,
+        _ => true,
+    }
+}
+
+/// Whether a result only says to look at an earlier one (Claude Code answers a second read
+/// of an unchanged file so).
+fn points_back(text: &str) -> bool {
+    text.len() < 400 && text.to_ascii_lowercase().contains("unchanged since")
+}
+
+/// Builds the session model's messages from a request, in order.
+struct Builder<'a> {
+    sid: &'a str,
+    messages: Vec<Value>,
+    targets: HashMap<(usize, usize), Target>,
+    /// Where each call id's part is.
+    calls: HashMap<String, (usize, usize)>,
+    /// Whether the last message was started by the model.
+    in_assistant: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn new(sid: &'a str) -> Builder<'a> {
+        Builder { sid, messages: Vec::new(), targets: HashMap::new(), calls: HashMap::new(), in_assistant: false }
+    }
+
+    fn done(self) -> Mapped {
+        Mapped { messages: self.messages, targets: self.targets }
+    }
+
+    fn start(&mut self, role: &str) {
+        let id = format!("msg_{:06}", self.messages.len());
+        let info = json!({ "id": id, "sessionID": self.sid, "role": role, "time": { "created": 0 } });
+        self.messages.push(json!({ "info": info, "parts": [] }));
+        self.in_assistant = role == "assistant";
+    }
+
+    /// Starts a new assistant message: the model's next response.
+    fn assistant(&mut self) {
+        self.start("assistant");
+    }
+
+    /// Ends the model's response: the next model item starts a new assistant message.
+    fn end_assistant(&mut self) {
+        self.in_assistant = false;
+    }
+
+    /// The model's item: in the current assistant message, or a new one.
+    fn model_item(&mut self) {
+        if !self.in_assistant {
+            self.assistant();
+        }
+    }
+
+    fn push_part(&mut self, mut part: Value) -> (usize, usize) {
+        let m = self.messages.len() - 1;
+        let parts = self.messages[m]["parts"].as_array_mut().expect("a message built here has parts");
+        let p = parts.len();
+        part["id"] = Value::String(format!("prt_{m:06}_{p:03}"));
+        parts.push(part);
+        (m, p)
+    }
+
+    /// A user's text: a user message of its own, unless the last one is the user's too.
+    fn user_text(&mut self, text: &str) {
+        let last_is_user = !self.in_assistant && !self.messages.is_empty() && {
+            let last = &self.messages[self.messages.len() - 1];
+            last["info"]["role"] == "user"
+        };
+        if !last_is_user {
+            self.start("user");
+        }
+        self.push_part(json!({ "type": "text", "text": text }));
+    }
+
+    fn model_text(&mut self, text: &str) {
+        self.model_item();
+        self.push_part(json!({ "type": "text", "text": text }));
+    }
+
+    /// A tool call the model made; its result comes with [`Builder::result`].
+    fn call(&mut self, call_id: &str, name: &str, input: Option<&Value>, at: Option<(Vec<Seg>, InputForm)>) {
+        self.model_item();
+        let state = json!({ "status": "pending", "input": engine_input(input) });
+        let part = json!({ "type": "tool", "callID": call_id, "tool": name.to_lowercase(), "state": state });
+        let pos = self.push_part(part);
+        self.calls.insert(call_id.to_string(), pos);
+        self.targets.insert(pos, Target { input: at, ..Target::default() });
+    }
+
+    /// The result of call `call_id`, whose content is at `at`.
+    fn result(&mut self, call_id: &str, content: &Value, is_error: bool, at: Vec<Seg>) {
+        self.end_assistant();
+        let Some(&(m, p)) = self.calls.get(call_id) else { return };
+        let text = content_text(content);
+        let state = &mut self.messages[m]["parts"][p]["state"];
+        // A result that only points back at an earlier one is no output of its own: were it
+        // the newest of identical calls, deduplication would prune the output it points at.
+        if is_error || points_back(&text) {
+            state["status"] = json!("error");
+            state["error"] = Value::String(text);
+        } else {
+            state["status"] = json!("completed");
+            state["output"] = Value::String(text);
+        }
+        if let Some(target) = self.targets.get_mut(&(m, p)) {
+            target.output = Some(at);
+            target.locked = locked(content);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

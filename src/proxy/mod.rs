@@ -1,0 +1,192 @@
+//! `dcp proxy`: a local HTTP gateway that prunes what any client sends to its model.
+//!
+//! Claude Code, Codex, OpenCode 2 and any other client that lets its user set the API's base
+//! URL reach dcp here instead of through the OpenCode plugin. A request to one of the APIs
+//! the proxy knows ([`convert::Api`]: Anthropic Messages, OpenAI Chat Completions and
+//! Responses) is mapped onto the session model, run through the same engine as `dcp serve`
+//! ([`engine`]: strategies, cache-aware policy, state files under the conversation's id from
+//! [`identity`]), and the edits are written back into the request, which is forwarded to the
+//! upstream ([`forward`]); anything else is forwarded as it came. The answer streams back as
+//! the upstream sends it. Whatever goes wrong on dcp's side (a body that is too big, not JSON
+//! or compressed, an engine error or timeout) sends the client's own bytes on unchanged, with
+//! one warning that names the reason and never the content; no header, key or message text is
+//! logged or stored.
+
+pub mod convert;
+mod engine;
+pub mod forward;
+pub mod identity;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use self::convert::Api;
+pub use self::engine::Engine;
+use self::forward::{Body, Changed, Outgoing, Upstream, UpstreamClient};
+use crate::config::{self};
+use crate::sidecar::Server;
+use crate::state::saver::Saver;
+
+/// Bodies over this size are sent on as they came, unread by the engine.
+pub const MAX_BODY: usize = 64 << 20;
+/// How long a request waits for the engine before it is sent on unpruned.
+pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `dcp proxy` is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub listen: SocketAddr,
+    pub upstream: String,
+    /// Where the state and the config are, as for `dcp serve`.
+    pub sidecar: crate::sidecar::Options,
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub upstream: Upstream,
+    pub client: UpstreamClient,
+}
+
+/// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
+/// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
+pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
+    let locations = config::Locations::standard(&options.env, options.project.as_deref());
+    let loaded = config::load(&locations)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let mut config = loaded.config;
+    config.tools.discard.enabled = false;
+    config.tools.extract.enabled = false;
+    config.tools.compress.enabled = false;
+    Server::with_config(options.clone(), config, saver)
+}
+
+/// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
+pub fn run(options: Options) -> anyhow::Result<()> {
+    let upstream = Upstream::parse(&options.upstream)?;
+    crate::tokens::preload();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async move {
+        let saver = Saver::spawn();
+        let engine = Engine::start(server(&options.sidecar, Some(saver.clone()))?);
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
+        let shared = Arc::new(Shared { engine: engine.clone(), upstream, client: forward::client() });
+        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstream);
+        tokio::select! {
+            result = accept_loop(&listener, &shared) => result?,
+            () = interrupted() => {}
+        }
+        drop(shared);
+        tokio::task::spawn_blocking(move || engine.stop()).await?;
+        saver.flush().await;
+        Ok(())
+    })
+}
+
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Accepts connections and serves each on its own task.
+pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared>) -> anyhow::Result<()> {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(req, Arc::clone(&shared)));
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!("connection: {e}");
+            }
+        });
+    }
+}
+
+/// Serves one request: prunes it when it is one of the APIs', and forwards it.
+pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
+    let Some(api) = api else {
+        return Ok(forward::forward(&shared.client, &shared.upstream, parts, Outgoing::Stream(body)).await);
+    };
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let message = format!("dcp proxy: the request's body could not be read: {e}");
+            return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
+        }
+    };
+    let outgoing = match prune(&shared, api, &parts.headers, &bytes).await {
+        Ok(Some(pruned)) => Outgoing::Bytes(pruned, Changed::Yes),
+        Ok(None) => Outgoing::Bytes(bytes, Changed::No),
+        Err(reason) => {
+            tracing::warn!("{} {}: sent on unpruned: {reason}", parts.method, parts.uri.path());
+            Outgoing::Bytes(bytes, Changed::No)
+        }
+    };
+    Ok(forward::forward(&shared.client, &shared.upstream, parts, outgoing).await)
+}
+
+/// The pruned body of a request, `None` when nothing in it changes, or why it is not pruned.
+pub async fn prune(
+    shared: &Shared,
+    api: Api,
+    headers: &hyper::HeaderMap,
+    bytes: &Bytes,
+) -> Result<Option<Bytes>, String> {
+    let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
+        return Err("the body is compressed".into());
+    }
+    if bytes.len() > MAX_BODY {
+        return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
+    }
+    let started = std::time::Instant::now();
+    let mut body: Value = serde_json::from_slice(bytes).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let parsed = started.elapsed();
+    let sid = identity::session_id(api, headers, &body);
+    let Some(mut mapped) = convert::map(api, &body, &sid) else { return Ok(None) };
+    let messages = std::mem::take(&mut mapped.messages);
+    let was_mapped = started.elapsed();
+    let edits =
+        shared.engine.transform(sid.clone(), messages, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
+    let engine = started.elapsed();
+    if mapped.apply(&mut body, &edits) == 0 {
+        return Ok(None);
+    }
+    let pruned = serde_json::to_vec(&body).map_err(|e| format!("the pruned body could not be written: {e}"))?;
+    let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
+    tracing::debug!(session = sid, edits = edits.len(), bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
+    Ok(Some(Bytes::from(pruned)))
+}

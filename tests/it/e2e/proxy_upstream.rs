@@ -1,0 +1,195 @@
+//! A scripted fake upstream on 127.0.0.1 that speaks Anthropic Messages (`/v1/messages`) and
+//! OpenAI Responses (`/v1/responses`), streaming as the real APIs do, for driving Claude Code
+//! and Codex through `dcp proxy`.
+//!
+//! Every request that carries tools takes the next scripted step: a tool call or a final
+//! text. Other requests (a client's title and topic checks) get a canned text. Every request
+//! is logged with its headers and its body.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// One scripted answer: a call of `tool` with `input`, or a text.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Tool(&'static str, Value),
+    Text(&'static str),
+}
+
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    /// The scripted step this request was answered with, if any.
+    pub step: Option<usize>,
+}
+
+#[derive(Default)]
+struct Script {
+    steps: Vec<Step>,
+    next: usize,
+    log: Vec<Logged>,
+}
+
+pub struct FakeUpstream {
+    pub port: u16,
+    script: Arc<Mutex<Script>>,
+}
+
+impl FakeUpstream {
+    pub fn start(steps: Vec<Step>) -> FakeUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let port = listener.local_addr().unwrap().port();
+        let script = Arc::new(Mutex::new(Script { steps, ..Script::default() }));
+        let s = script.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let _ = handle(conn, &s);
+                });
+            }
+        });
+        FakeUpstream { port, script }
+    }
+
+    pub fn remaining(&self) -> usize {
+        let s = self.script.lock().unwrap();
+        s.steps.len() - s.next
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.script.lock().unwrap().log.clone()
+    }
+}
+
+fn read_request(conn: &TcpStream) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let length = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok((request_line, headers, body))
+}
+
+fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
+    let (request_line, headers, body) = read_request(&conn)?;
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut out = conn;
+    let responses = path.starts_with("/v1/responses");
+    if !(path.starts_with("/v1/messages") || responses) || path.contains("count_tokens") {
+        let mut s = script.lock().unwrap();
+        s.log.push(Logged { path, headers, body, step: None });
+        return respond(&mut out, "application/json", &json!({"input_tokens": 10}).to_string());
+    }
+    let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (step, index) = {
+        let mut s = script.lock().unwrap();
+        let index = (scripted && s.next < s.steps.len()).then_some(s.next);
+        if let Some(i) = index {
+            s.next = i + 1;
+        }
+        let step = index.map_or(Step::Text("ok"), |i| s.steps[i].clone());
+        s.log.push(Logged { path, headers, body: body.clone(), step: index });
+        (step, index)
+    };
+    let id = format!("toolu_{:02}", index.unwrap_or(99));
+    if responses {
+        return respond(&mut out, "text/event-stream", &response_events(&step, &id));
+    }
+    if body["stream"].as_bool() == Some(true) {
+        respond(&mut out, "text/event-stream", &events(&step, &id))
+    } else {
+        respond(&mut out, "application/json", &whole(&step, &id).to_string())
+    }
+}
+
+fn respond(out: &mut TcpStream, kind: &str, body: &str) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    out.flush()
+}
+
+fn usage() -> Value {
+    json!({"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+}
+
+fn whole(step: &Step, id: &str) -> Value {
+    let (content, stop) = match step {
+        Step::Tool(name, input) => (json!([{"type": "tool_use", "id": id, "name": name, "input": input}]), "tool_use"),
+        Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+    };
+    json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage()})
+}
+
+/// The answer as the API's server-sent events.
+fn events(step: &Step, id: &str) -> String {
+    let mut start = whole(step, id);
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    let (block, delta, stop) = match step {
+        Step::Tool(name, input) => (
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": input.to_string()}),
+            "tool_use",
+        ),
+        Step::Text(text) => {
+            (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}), "end_turn")
+        }
+    };
+    let events = [
+        ("message_start", json!({"type": "message_start", "message": start})),
+        ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": block})),
+        ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": delta})),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
+}
+
+/// The answer as the Responses API's server-sent events.
+fn response_events(step: &Step, id: &str) -> String {
+    let item = match step {
+        Step::Tool(name, input) => json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+            "name": name, "arguments": input.to_string(), "status": "completed"}),
+        Step::Text(text) => {
+            json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+    };
+    let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110});
+    let response = |status: &str, output: Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
+    let events = [
+        ("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))})),
+        ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
+        ("response.completed", json!({"type": "response.completed", "response": response("completed", json!([item]))})),
+    ];
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
+}
