@@ -126,6 +126,10 @@ impl Ctx {
 
 /// Runs the CLI on already parsed arguments, printing to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    // Text output goes to a terminal: whatever it quotes from the history or from files has
+    // its control characters escaped. JSON stays exact (serde_json encodes controls).
+    let mut escaped = format::TerminalWriter::new(&mut *out);
+    let out: &mut dyn Write = if cli.json { out } else { &mut escaped };
     let env = Env::from_process();
     if let Command::Doctor = cli.command {
         // Before the config is loaded: a bad config is one of its findings.
@@ -195,6 +199,9 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
     let data = DataDir::new(&ctx.data_dir, &Env::from_process());
     let list = data.sessions()?;
     let dir = ctx.state_dir();
+    if std::fs::symlink_metadata(&dir).is_ok() && !dir.is_dir() {
+        tracing::warn!("state dir {} is not a directory: no savings can be read or saved", dir.display());
+    }
     let rows: Vec<SessionRow> = list
         .iter()
         .map(|info| {
@@ -214,7 +221,7 @@ fn sessions(ctx: &Ctx, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(out, "{:<32} {:<11} {:>8} {:<16} {:>7}  TITLE", "ID", "SOURCE", "MESSAGES", "UPDATED (UTC)", "PRUNED")?;
     for r in &rows {
-        let mut title = r.info.title.clone();
+        let mut title = format::title(&r.info.title);
         if r.info.parent_id.is_some() {
             title = format!("(subagent) {title}");
         }
@@ -258,7 +265,7 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
         return print_json(out, &ContextJson { session: &loaded.info, analysis: &analysis });
     }
     let info = &loaded.info;
-    let header = format!("Session {}  \"{}\"  ({})", info.id, info.title, info.source.name());
+    let header = format!("Session {}  \"{}\"  ({})", info.id, format::title(&info.title), info.source.name());
     out.write_all(report::context(&header, &analysis).as_bytes())?;
     Ok(())
 }
@@ -332,7 +339,8 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, mode: SweepMode, out: &mut dy
     let verb = if dry_run { "Would prune" } else { "Pruned" };
     writeln!(out, "{verb} {} tool calls, {} tokens:", items.len(), format::tokens(tokens))?;
     for i in &items {
-        writeln!(out, "  {:<22} {:<6} {:<13} {:>7}", i.call_id, i.tool, i.action, format::thousands(i.tokens))?;
+        let (call, tool) = (format::field(&i.call_id, 64), format::field(&i.tool, 64));
+        writeln!(out, "  {call:<22} {tool:<6} {:<13} {:>7}", i.action, format::thousands(i.tokens))?;
     }
     if let Some(file) = state_file {
         writeln!(out, "Saved to {}", file.display())?;

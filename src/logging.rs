@@ -48,7 +48,8 @@ impl<S: Subscriber> Layer<S> for StderrWarnings {
         let mut text = String::new();
         event.record(&mut Message(&mut text));
         let kind = if level == Level::ERROR { "error" } else { "warning" };
-        eprintln!("dcp: {kind}: {text}");
+        // A warning can quote a path or a title: escape what a terminal would act on.
+        eprintln!("dcp: {kind}: {}", crate::format::terminal(&text, crate::format::Lines::Keep));
     }
 }
 

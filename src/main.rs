@@ -17,7 +17,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("dcp: {err:#}");
+            // An error can quote a path, a key or a value: escape what a terminal would act on.
+            let text = format!("{err:#}");
+            eprintln!("dcp: {}", dcp::format::terminal(&text, dcp::format::Lines::Keep));
             ExitCode::FAILURE
         }
     }

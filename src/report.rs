@@ -51,12 +51,12 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         let _ = writeln!(
             out,
             "  {:<22} {:<6} {:<17} {:<9} {:>7}  {}",
-            p.call_id,
-            p.tool,
+            format::field(&p.call_id, 64),
+            format::field(&p.tool, 64),
             p.strategy,
             p.status.name(),
             format::thousands(p.tokens),
-            p.key.as_deref().map(|k| shorten(k, 50)).unwrap_or_default()
+            p.key.as_deref().map(|k| format::field(&shorten(k, 50), 256)).unwrap_or_default()
         );
     }
     out
@@ -105,7 +105,7 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
         let _ = writeln!(out);
         match &s.title {
             Some(title) => {
-                let _ = writeln!(out, "Session \"{title}\" ({}):", s.session_id);
+                let _ = writeln!(out, "Session \"{}\" ({}):", format::title(title), s.session_id);
             }
             None => {
                 let _ = writeln!(out, "Session {}:", s.session_id);

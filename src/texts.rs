@@ -172,7 +172,7 @@ pub fn notification(
         let tools = if more == 1 { "tool" } else { "tools" };
         let _ = write!(text, "\n→ {more} more {tools} waiting, {LATER}");
     }
-    text
+    format::terminal(&text, format::Lines::Keep).into_owned()
 }
 
 pub const COMMAND_DESCRIPTION: &str =
@@ -268,7 +268,7 @@ pub fn report_failed(stderr: &str) -> String {
 /// The title of `/dcp context`'s report: the session's title, if it has one, and its id.
 pub fn context_title(session_id: &str, title: Option<&str>) -> String {
     match title {
-        Some(title) => format!("Session \"{title}\" ({session_id})"),
+        Some(title) => format!("Session \"{}\" ({session_id})", format::title(title)),
         None => format!("Session {session_id}"),
     }
 }

@@ -75,7 +75,41 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("config {path}: `{key}` {message}")]
     Value { path: PathBuf, key: String, message: String },
+    /// Something is at a config file's name that cannot be read as one.
+    #[error("config {path} is {what}; fix or remove it")]
+    NotAFile { path: PathBuf, what: String },
 }
+
+/// What is at a config file's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Missing,
+    /// A plain file, or a link to one.
+    File,
+    /// Something that cannot be read as a config file; says what.
+    Bad(String),
+}
+
+/// What is at `path`: nothing, a file to read, or something else, named.
+pub fn entry(path: &Path) -> Entry {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Entry::Missing;
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Entry::File,
+        Ok(meta) if meta.is_dir() => Entry::Bad("a directory, not a file".to_string()),
+        Ok(_) => Entry::Bad("not a regular file (a FIFO, a socket or a device)".to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Entry::Bad("a symbolic link to nothing".to_string()),
+        Err(e) if e.raw_os_error() == Some(LOOP) => Entry::Bad("a symbolic link loop".to_string()),
+        Err(e) => Entry::Bad(format!("unreadable ({e})")),
+    }
+}
+
+/// `ELOOP`: too many levels of symbolic links.
+#[cfg(unix)]
+const LOOP: i32 = libc::ELOOP;
+#[cfg(not(unix))]
+const LOOP: i32 = -1;
 
 /// The merged configuration, with where it came from and what was odd about it.
 #[derive(Debug, Clone)]
@@ -104,18 +138,24 @@ impl Locations {
         }
     }
 
-    fn files(&self) -> Vec<PathBuf> {
+    /// The layer files, in order: in each dir, `dcp.jsonc`, else `dcp.json`. Something at
+    /// either name that is not a file (a directory, a FIFO, a link loop) is an error, not a
+    /// layer silently missing.
+    fn files(&self) -> Result<Vec<PathBuf>, ConfigError> {
         let dirs = [&self.global, &self.config_dir, &self.project];
         let mut out: Vec<PathBuf> = Vec::new();
         for dir in dirs.into_iter().flatten() {
-            let file = ["dcp.jsonc", "dcp.json"].iter().map(|n| dir.join(n)).find(|p| p.is_file());
-            if let Some(file) = file {
-                if !out.contains(&file) {
-                    out.push(file);
+            for path in ["dcp.jsonc", "dcp.json"].iter().map(|n| dir.join(n)) {
+                match entry(&path) {
+                    Entry::Missing => continue,
+                    Entry::Bad(what) => return Err(ConfigError::NotAFile { path, what }),
+                    Entry::File if out.contains(&path) => {}
+                    Entry::File => out.push(path),
                 }
+                break;
             }
         }
-        out
+        Ok(out)
     }
 }
 
@@ -123,9 +163,9 @@ impl Locations {
 pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
     let mut merged = Value::Object(Map::new());
     let mut warnings = Vec::new();
-    let sources = locations.files();
+    let sources = locations.files()?;
     for path in &sources {
-        let text = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = read_file(path)?;
         let text = String::from_utf8(text)
             .map_err(|_| ConfigError::Syntax { path: path.clone(), message: "not UTF-8".to_string() })?;
         let layer = parse_layer(&text, path, &mut warnings)?;
@@ -139,10 +179,30 @@ pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
     Ok(Loaded { config, sources, warnings })
 }
 
+/// Reads a layer file, opened without blocking (it may have become a FIFO since it was
+/// looked at) and checked to be a plain file on the open handle.
+fn read_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use std::io::Read;
+    let read = |source| ConfigError::Read { path: path.to_path_buf(), source };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let mut file = options.open(path).map_err(read)?;
+    if !file.metadata().map_err(read)?.is_file() {
+        return Err(ConfigError::NotAFile { path: path.to_path_buf(), what: "not a regular file".to_string() });
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(read)?;
+    Ok(bytes)
+}
+
 /// Parses one layer's text and checks it against the schema. Unknown keys are dropped with a
 /// warning; a bad value is an error naming `path` and the key.
 pub fn parse_layer(text: &str, path: &Path, warnings: &mut Vec<String>) -> Result<Value, ConfigError> {
     let syntax = |message: String| ConfigError::Syntax { path: path.to_path_buf(), message };
+    // Editors on Windows start UTF-8 files with a byte order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if nesting_depth(text) > 64 {
         return Err(syntax("nested more than 64 levels deep".to_string()));
     }
@@ -167,11 +227,9 @@ fn check_object(
     for (key, value) in map {
         let dotted = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
         if let Some((_, kind)) = SCHEMA.iter().find(|(k, _)| *k == dotted) {
-            check_value(&value, *kind).map_err(|message| ConfigError::Value {
-                path: path.to_path_buf(),
-                key: dotted.clone(),
-                message,
-            })?;
+            check_value(&value, *kind)
+                .and_then(|()| check_globs(&dotted, &value))
+                .map_err(|message| ConfigError::Value { path: path.to_path_buf(), key: dotted.clone(), message })?;
             if dotted != "$schema" {
                 out.insert(key, value);
             }
@@ -218,6 +276,21 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::OneOf(options) => format!("one of {}", options.join(", ")),
     };
     Err(format!("must be {expected}, not {}", crate::format::excerpt(value)))
+}
+
+/// For `protectedFilePatterns`: each pattern is a glob (as `crate::strategies::Rules` compiles
+/// them), so that a bad one is named with its file and key.
+fn check_globs(key: &str, value: &Value) -> Result<(), String> {
+    if key != "protectedFilePatterns" {
+        return Ok(());
+    }
+    for (i, pattern) in value.as_array().into_iter().flatten().filter_map(Value::as_str).enumerate() {
+        if let Err(e) = globset::Glob::new(pattern) {
+            let shown = crate::format::excerpt(&Value::String(pattern.to_string()));
+            return Err(format!("item {i}, {shown}, is not a valid glob: {}", e.kind()));
+        }
+    }
+    Ok(())
 }
 
 /// Merges `layer` into `base`: objects key by key, protected lists unioned, anything else

@@ -13,7 +13,7 @@ mod layers;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::layers::{load, parse_layer, ConfigError, Loaded, Locations};
+pub use self::layers::{entry, load, parse_layer, ConfigError, Entry, Loaded, Locations};
 
 /// Tools whose outputs are never pruned, whatever the config says.
 pub const DEFAULT_PROTECTED_TOOLS: &[&str] =

@@ -130,8 +130,18 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
     let mut good = true;
     let mut seen = Vec::new();
     for dir in dirs.into_iter().flatten() {
-        let files: Vec<PathBuf> =
-            ["dcp.jsonc", "dcp.json"].iter().map(|n| dir.join(n)).filter(|p| p.is_file()).collect();
+        let mut files: Vec<PathBuf> = Vec::new();
+        for path in ["dcp.jsonc", "dcp.json"].iter().map(|n| dir.join(n)) {
+            match config::entry(&path) {
+                config::Entry::Missing => {}
+                config::Entry::File => files.push(path),
+                config::Entry::Bad(what) => {
+                    let message = format!("{} is {what}; pruning is off until it is fixed or removed", path.display());
+                    checks.push(Check::new("dcp.jsonc", Status::Fail, message));
+                    good = false;
+                }
+            }
+        }
         if let [used, ignored] = files.as_slice() {
             let message = format!("{} is ignored: {} is read instead", ignored.display(), used.display());
             checks.push(Check::new("dcp.jsonc", Status::Warn, message));
@@ -143,7 +153,7 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
         good &= config_layer(&file, checks);
         seen.push(file);
     }
-    if seen.is_empty() {
+    if seen.is_empty() && good {
         let message =
             format!("no dcp.jsonc: the defaults apply (create {} to change them)", locations_hint(&locations));
         checks.push(Check::new("dcp.jsonc", Status::Ok, message));
@@ -172,7 +182,8 @@ fn locations_hint(locations: &config::Locations) -> String {
 /// unknown key. Returns whether the layer is usable.
 fn config_layer(file: &Path, checks: &mut Vec<Check>) -> bool {
     let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
+        // A byte order mark is not part of the JSONC: the parser skips it too.
+        Ok(text) => text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text),
         Err(e) => {
             checks.push(Check::new("dcp.jsonc", Status::Fail, format!("cannot read {}: {e}", file.display())));
             return false;
@@ -232,6 +243,10 @@ fn without_key(text: &str, key: &str) -> Option<String> {
 /// The state dir exists and takes a new file, or can be created.
 fn state_dir(dir: &Path) -> Check {
     const NAME: &str = "state dir";
+    if let Some(what) = not_a_dir(dir) {
+        let message = format!("{}: {what}; pruning cannot be remembered until it is removed", dir.display());
+        return Check::new(NAME, Status::Fail, message);
+    }
     if dir.is_dir() {
         let files = std::fs::read_dir(dir)
             .map(|entries| {
@@ -268,6 +283,18 @@ fn state_dir(dir: &Path) -> Check {
     }
 }
 
+/// What is at `dir` when it is there but not a directory: a file, a FIFO, a link to nothing
+/// or a loop of links. `None` for a directory or nothing.
+fn not_a_dir(dir: &Path) -> Option<String> {
+    std::fs::symlink_metadata(dir).ok()?;
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => None,
+        Ok(meta) if meta.is_file() => Some("a regular file is there, not a directory".to_string()),
+        Ok(_) => Some("a FIFO, socket or device is there, not a directory".to_string()),
+        Err(e) => Some(format!("a symbolic link that leads nowhere ({e})")),
+    }
+}
+
 /// Creates and removes a probe file in `dir`.
 fn probe_write(dir: &Path) -> std::io::Result<()> {
     let probe = dir.join(format!(".dcp-doctor-{}.tmp", std::process::id()));
@@ -279,6 +306,9 @@ fn probe_write(dir: &Path) -> std::io::Result<()> {
 fn database(inputs: &Inputs) -> Check {
     const NAME: &str = "opencode.db";
     let db = inputs.env.db_path(&inputs.data_dir);
+    if let Some(what) = crate::host::not_a_file(&db) {
+        return Check::new(NAME, Status::Fail, format!("{} is {what}, not OpenCode's database file", db.display()));
+    }
     if !db.exists() {
         if inputs.data_dir.join("storage/session").is_dir() {
             let message = format!("{} not found; sessions are read from the older storage/ tree", db.display());

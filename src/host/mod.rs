@@ -65,6 +65,8 @@ pub struct DataDir {
 pub enum HostError {
     #[error("no OpenCode data in {0}: neither opencode.db nor storage/ exists")]
     NoData(PathBuf),
+    #[error("{path} is {what}, not OpenCode's database file")]
+    NotADatabase { path: PathBuf, what: &'static str },
     #[error("session {id} not found in {root}")]
     SessionNotFound { id: String, root: PathBuf },
     #[error(transparent)]
@@ -86,12 +88,22 @@ impl DataDir {
         self.db.is_file()
     }
 
+    /// Fails when something is at the database's name that is not a file: a directory, a
+    /// FIFO (which would block a read) or a link to nothing. Saying so beats "no data".
+    fn check_db(&self) -> Result<(), HostError> {
+        match not_a_file(&self.db) {
+            Some(what) => Err(HostError::NotADatabase { path: self.db.clone(), what }),
+            None => Ok(()),
+        }
+    }
+
     fn has_tree(&self) -> bool {
         self.storage().join("session").is_dir()
     }
 
     /// Every session of both stores, most recently updated first.
     pub fn sessions(&self) -> Result<Vec<SessionInfo>, HostError> {
+        self.check_db()?;
         if !self.has_db() && !self.has_tree() {
             return Err(HostError::NoData(self.root.clone()));
         }
@@ -110,6 +122,7 @@ impl DataDir {
 
     /// The session `id`, with all its messages in history order.
     pub fn load(&self, id: &str) -> Result<LoadedSession, HostError> {
+        self.check_db()?;
         if !self.has_db() && !self.has_tree() {
             return Err(HostError::NoData(self.root.clone()));
         }
@@ -129,6 +142,18 @@ impl DataDir {
     /// The most recently updated top-level session, if any.
     pub fn latest(&self) -> Result<Option<SessionInfo>, HostError> {
         Ok(self.sessions()?.into_iter().find(|s| s.parent_id.is_none()))
+    }
+}
+
+/// What is at `path` when it is there but is not a file (following links): a directory, a
+/// FIFO or device, or a link that leads nowhere. `None` for a file or nothing at all.
+pub fn not_a_file(path: &Path) -> Option<&'static str> {
+    std::fs::symlink_metadata(path).ok()?;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => None,
+        Ok(meta) if meta.is_dir() => Some("a directory"),
+        Ok(_) => Some("a FIFO, socket or device"),
+        Err(_) => Some("a symbolic link that leads nowhere"),
     }
 }
 

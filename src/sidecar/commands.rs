@@ -62,6 +62,8 @@ impl Server {
             }
             _ => texts::unknown_command(p.arguments.trim()),
         };
+        // The answer quotes titles, paths and arguments: nothing in it may act on a terminal.
+        let text = crate::format::terminal(&text, crate::format::Lines::Keep).into_owned();
         Ok(CommandOutput { text })
     }
 

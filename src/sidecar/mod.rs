@@ -119,7 +119,8 @@ fn now_ms() -> i64 {
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
-    RpcError::new(code::INTERNAL, e.to_string())
+    // The plugin shows the message to the user: it may quote a path or a title.
+    RpcError::new(code::INTERNAL, crate::format::terminal(&e.to_string(), crate::format::Lines::Keep).into_owned())
 }
 
 /// The params of a `transform`. The messages, which the request holds apart from its params,

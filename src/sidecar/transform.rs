@@ -5,9 +5,8 @@
 //! hold yet, and appends the `<prunable-tools>` list (with a nudge when one is due). A
 //! compaction's copy of the history gets the edits in force and nothing else.
 
-use std::collections::HashMap;
-
 use rustc_hash::FxHashSet as HashSet;
+use std::collections::HashMap;
 
 use super::mirror::Mirror;
 use super::protocol::{
@@ -35,8 +34,7 @@ pub(super) struct EditsSent {
     tags: usize,
 }
 
-/// What a set of edits was computed from: the slot's revision and resets, and the number of
-/// messages.
+/// What a set of edits was computed from: the slot's revision and resets, the messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct EditsBasis {
     revision: u64,

@@ -126,12 +126,12 @@ pub struct Stats {
 impl Stats {
     /// Tools pruned over the session's life, across compactions.
     pub fn tools(&self) -> u64 {
-        self.by_strategy.values().map(|t| t.tools).sum()
+        self.by_strategy.values().fold(0, |sum, t| sum.saturating_add(t.tools))
     }
 
     /// Tokens pruned over the session's life.
     pub fn tokens(&self) -> u64 {
-        self.total_prune_tokens + self.prune_token_counter
+        self.total_prune_tokens.saturating_add(self.prune_token_counter)
     }
 
     /// Takes `tokens` back out of the session's total (a prune undone), from the counter
@@ -192,9 +192,9 @@ impl SessionState {
             return false;
         }
         let tally = self.stats.by_strategy.entry(record.strategy).or_default();
-        tally.tokens += record.tokens;
-        tally.tools += 1;
-        self.stats.prune_token_counter += record.tokens;
+        tally.tokens = tally.tokens.saturating_add(record.tokens);
+        tally.tools = tally.tools.saturating_add(1);
+        self.stats.prune_token_counter = self.stats.prune_token_counter.saturating_add(record.tokens);
         self.pruned.insert(call_id.to_string(), record);
         true
     }
@@ -209,7 +209,7 @@ impl SessionState {
 
     /// Moves the pending counter into the total, as DCP does before it saves.
     pub fn fold_counter(&mut self) {
-        self.stats.total_prune_tokens += self.stats.prune_token_counter;
+        self.stats.total_prune_tokens = self.stats.tokens();
         self.stats.prune_token_counter = 0;
     }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use super::watch::{Changes, Watch};
 use super::{tools_of, AllTime, CorruptFile, Figures};
-use crate::state::persist::{self, LoadOutcome};
+use crate::state::persist::{self, LoadOutcome, MAX_COUNT};
 
 /// What one state file adds to the all-time report.
 #[derive(Debug, Clone, PartialEq)]
@@ -298,6 +298,10 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
     // `stats` is flat: its object ends at the first `}`.
     let end = rest.find('}')?;
     let head: Head = serde_json::from_str(&rest[..=end]).ok()?;
+    // A count past the bound is corruption: the loader names the key.
+    if [head.total_prune_tokens, head.prune_token_counter, head.total_pruned_tools].iter().any(|n| *n > MAX_COUNT) {
+        return None;
+    }
     let figures = figures(&[
         head.in_force_tokens,
         head.waiting_tokens,
@@ -338,8 +342,8 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
         match &file.summary {
             Summary::Counts { tokens, tools, figures } => {
                 report.figures.add(figures);
-                report.pruned_tokens += tokens;
-                report.tools_pruned += tools;
+                report.pruned_tokens = report.pruned_tokens.saturating_add(*tokens);
+                report.tools_pruned = report.tools_pruned.saturating_add(*tools);
                 report.sessions += u64::from(*tokens > 0);
             }
             Summary::Corrupt(reason) => corrupt.push((name, reason)),
@@ -393,7 +397,8 @@ fn parse_cache(text: &str, dir: &Path) -> Option<HashMap<String, Remembered>> {
         let mut number = || fields.next()?.parse::<u64>().ok();
         let (len, secs, nanos, tokens, tools) = (number()?, number()?, number()?, number()?, number()?);
         let more = [number()?, number()?, number()?, number()?, number()?, number()?];
-        if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) {
+        // A count no state file may hold makes the whole cache suspect.
+        if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) || tokens.max(tools) > MAX_COUNT {
             return None;
         }
         let modified = SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos as u32))?;

@@ -13,6 +13,7 @@ mod e2e;
 mod engine;
 mod gen;
 mod host;
+mod hostile;
 mod import;
 mod index;
 mod masking;

@@ -1,7 +1,7 @@
-//! A state dir that cannot be written, and a full disk: pruning goes on in memory, the
+//! A state dir that cannot be written, and a write that fails part way (a full disk): pruning goes on in memory, the
 //! failure is reported once, nothing already saved is damaged, and the save is retried.
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dcp::state::persist;
@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::sidecar::IMMEDIATE;
 use crate::support::Sidecar;
-use crate::support::{duplicate_reads, poll, Sandbox};
+use crate::support::{duplicate_reads, poll, run_with_limit, Sandbox, DB_SESSION};
 
 fn record(tokens: u64) -> PruneRecord {
     PruneRecord { strategy: Strategy::Sweep, action: Action::Output, tokens, tool: String::new(), applied: true }
@@ -52,26 +52,36 @@ fn a_state_dir_that_cannot_be_written_keeps_pruning_in_memory_and_saves_later() 
 }
 
 #[test]
-fn a_full_disk_keeps_the_old_file_names_the_error_and_loses_no_prune() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    m.slot("ses_full").unwrap().0.record("c1", record(10));
-    m.save_now("ses_full").unwrap();
-    let file = dir.path().join("ses_full.json");
+fn a_write_that_fails_midway_keeps_the_old_file_names_the_error_and_leaves_no_temp_file() {
+    use std::os::unix::process::CommandExt;
+    let s = Sandbox::new();
+    let file = s.state_dir().join(format!("{DB_SESSION}.json"));
     let before = std::fs::read(&file).unwrap();
-    // The next write lands on /dev/full, which fails every write with ENOSPC.
-    std::os::unix::fs::symlink("/dev/full", dir.path().join(".ses_full.json.tmp")).unwrap();
-    m.slot("ses_full").unwrap().0.record("c2", record(20));
-    let err = dcp::error_chain(&m.save_now("ses_full").unwrap_err());
-    assert!(err.contains("cannot write state file") && err.contains("ses_full.json"), "{err}");
-    assert!(err.contains("No space left on device"), "{err}");
+    // A file size limit below the new file's size: its write fails part way, as on a full
+    // disk (dcp writes only files it has just created, so /dev/full cannot stand in).
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dcp"));
+    command.args(["sweep", "--session", DB_SESSION, "4", "--data-dir"]).arg(s.data());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit { rlim_cur: 200, rlim_max: libc::RLIM_INFINITY };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
+            Ok(())
+        });
+    }
+    let out = run_with_limit(command, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write state file") && err.contains(&format!("{DB_SESSION}.json")), "{err}");
+    assert!(err.contains("File too large"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), before, "a failed save damaged the saved file");
-    // Space is back (the failed save removed its temp file): the next save has both prunes.
-    m.save_now("ses_full").unwrap();
-    let state = persist::parse(&std::fs::read(&file).unwrap()).unwrap();
-    assert_eq!(state.pruned.len(), 2);
-    assert_eq!(state.stats.tokens(), 30);
-    assert_eq!(state.stats.by_strategy[&Strategy::Sweep].tools, 2);
+    let left: Vec<_> = std::fs::read_dir(s.state_dir()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!left.iter().any(|n| n.to_string_lossy().ends_with(".tmp")), "{left:?}");
+    // Without the limit, the same sweep saves.
+    let again = crate::support::dcp(&s, &["sweep", "--session", DB_SESSION, "4"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(persist::parse(&std::fs::read(&file).unwrap()).unwrap().pruned.len() >= 4);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Merging two processes' states of one session (see [`merge`]).
 
+use super::MAX_COUNT;
 use crate::state::{PruneRecord, SessionState};
 
 /// Brings `disk`, the state another process may have written since this one last read it,
@@ -59,7 +60,19 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     if mine.session_name.is_some() {
         out.session_name.clone_from(&mine.session_name);
     }
+    clamp_counts(&mut out);
     out
+}
+
+/// Keeps every count within [`MAX_COUNT`]: two files' counts, each within it, may add up past
+/// it, and a file dcp writes must read back.
+fn clamp_counts(out: &mut SessionState) {
+    out.stats.total_prune_tokens = out.stats.total_prune_tokens.min(MAX_COUNT);
+    out.stats.prune_token_counter = out.stats.prune_token_counter.min(MAX_COUNT);
+    for tally in out.stats.by_strategy.values_mut() {
+        tally.tokens = tally.tokens.min(MAX_COUNT);
+        tally.tools = tally.tools.min(MAX_COUNT);
+    }
 }
 
 /// Adds the stats of `journal`'s prunes to `out`'s, but for calls `out` already has, and takes
@@ -78,9 +91,9 @@ fn add_journal(out: &mut SessionState, journal: &[(String, PruneRecord)]) {
             continue;
         }
         let tally = out.stats.by_strategy.entry(record.strategy).or_default();
-        tally.tokens += record.tokens;
-        tally.tools += 1;
-        out.stats.total_prune_tokens += record.tokens;
+        tally.tokens = tally.tokens.saturating_add(record.tokens);
+        tally.tools = tally.tools.saturating_add(1);
+        out.stats.total_prune_tokens = out.stats.total_prune_tokens.saturating_add(record.tokens);
     }
 }
 
@@ -104,6 +117,20 @@ mod tests {
         let out = merge(disk, &SessionState::default(), &journal);
         assert_eq!(out.stats.tokens(), 0);
         assert_eq!(out.stats.by_strategy[&Strategy::Compress], crate::state::Tally { tokens: 0, tools: 0 });
+    }
+
+    #[test]
+    fn a_merge_into_totals_at_the_top_saturates_at_the_bound_instead_of_wrapping() {
+        let mut disk = SessionState::default();
+        disk.stats.total_prune_tokens = u64::MAX - 1;
+        disk.stats.by_strategy.insert(Strategy::Sweep, crate::state::Tally { tokens: u64::MAX, tools: u64::MAX });
+        let journal = [("c1".to_string(), rec(Strategy::Sweep, 3_580, true))];
+        let out = merge(disk, &SessionState::default(), &journal);
+        assert_eq!(out.stats.tokens(), MAX_COUNT);
+        assert_eq!(
+            out.stats.by_strategy[&Strategy::Sweep],
+            crate::state::Tally { tokens: MAX_COUNT, tools: MAX_COUNT }
+        );
     }
 
     #[test]

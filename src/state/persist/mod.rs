@@ -6,7 +6,8 @@
 //! `manualMode`) layouts. Fields it does not understand are kept on rewrite. Writes are atomic
 //! (temp file, fsync, rename, fsync of the directory), so a crash leaves the old file or the
 //! new one, never a torn one. A file that cannot be parsed is never overwritten: it is set
-//! aside as `<id>.json.corrupt-<time>` first.
+//! aside as `<id>.json.corrupt-<time>` first, and so is a state path that is a symbolic link:
+//! dcp follows no link it did not make, in reads, temp files or locks.
 //!
 //! This module holds the paths and the read-merge-write of a save ([`sync`]); `parse.rs`
 //! reads every layout ([`parse`], with a [`FormatError`] naming the key), `render.rs` writes
@@ -14,6 +15,7 @@
 //! brings two processes' states together.
 
 mod fs;
+mod layout;
 mod merge;
 mod parse;
 mod render;
@@ -29,6 +31,11 @@ pub use self::render::{digest_but_time, now_iso, render};
 
 /// State files larger than this are not read: no real session comes near it.
 pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The largest token or tool count a state file may hold: 10^15, a million times the
+/// largest session's lifetime. A count past it is read as corruption (the file is set aside
+/// and the user told), so sums of counts cannot wrap; sums are saturating besides.
+pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 
 /// Version of the `dcp` section dcp writes.
 pub const FORMAT_VERSION: u64 = 1;
@@ -105,14 +112,24 @@ pub fn load(dir: &Path, id: &str) -> Result<LoadOutcome, StateError> {
     Ok(load_path(&path))
 }
 
-/// Reads one state file.
+/// Reads one state file. It is opened without following a link and checked on the open
+/// handle, so what is checked is what is read.
 pub fn load_path(path: &Path) -> LoadOutcome {
     let corrupt = |reason: String| LoadOutcome::Corrupt { path: path.to_path_buf(), reason };
-    match std::fs::metadata(path) {
+    // dcp follows no link it did not make, and it makes none: a link is set aside like a
+    // corrupt file, and the state starts afresh.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return corrupt("a symbolic link, which dcp does not follow".to_string());
+    }
+    let mut file = match self::fs::open_read(path) {
         // No dir, or a file where the dir should be: there is no state file either way.
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
             return LoadOutcome::Missing
         }
+        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Ok(file) => file,
+    };
+    match file.metadata() {
         Err(e) => return corrupt(format!("cannot read it: {e}")),
         // A FIFO or a device would block the read, or never end: only plain files are read.
         Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
@@ -121,10 +138,12 @@ pub fn load_path(path: &Path) -> LoadOutcome {
         }
         Ok(_) => {}
     }
-    match std::fs::read(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LoadOutcome::Missing,
+    let mut bytes = Vec::new();
+    let read = std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, MAX_STATE_BYTES + 1), &mut bytes);
+    match read {
         Err(e) => corrupt(format!("cannot read it: {e}")),
-        Ok(bytes) => match parse(&bytes) {
+        Ok(n) if n as u64 > MAX_STATE_BYTES => corrupt(format!("it grew past the {MAX_STATE_BYTES}-byte limit")),
+        Ok(_) => match parse(&bytes) {
             Ok(state) => LoadOutcome::Loaded(Box::new(state)),
             Err(e) => corrupt(e.to_string()),
         },
@@ -190,7 +209,7 @@ pub fn sync(
             (render(&merged, &time), Some(merged))
         }
         outcome => {
-            if matches!(outcome, LoadOutcome::Corrupt { .. }) && path.exists() {
+            if matches!(outcome, LoadOutcome::Corrupt { .. }) && std::fs::symlink_metadata(&path).is_ok() {
                 aside = Some(set_aside(&path)?);
             }
             (render_own(mine, &time), None)

@@ -3,8 +3,6 @@
 //! into a [`SessionState`], naming the key of anything wrong in a [`FormatError`]. Ids only an
 //! older layout knows are imported as pruned by another DCP. Writing is in `render.rs`.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
 
 use crate::state::blocks::Blocks;
@@ -48,17 +46,19 @@ impl FormatError {
 pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
     let text = std::str::from_utf8(bytes).map_err(|e| FormatError::NotUtf8(e.to_string()))?;
     let value: Value = serde_json::from_str(text).map_err(|e| FormatError::NotJson(e.to_string()))?;
-    let Value::Object(raw) = value else {
+    let Value::Object(mut raw) = value else {
         return Err(FormatError::NotAnObject);
     };
-    let mut state = SessionState { raw: raw.clone(), ..SessionState::default() };
+    // The legacy lists (often most of the file) are taken out of the tree, not copied: a file
+    // is held in memory about twice over at most, as text and as its tree.
+    let legacy = legacy_ids(&mut raw)?;
+    let mut state = SessionState::default();
     // A file written before `offered` existed is of a session whose requests carried the
     // agent tools from the start (so did the published DCP's): taking them away now would
     // re-bill its cached prompt.
     state.ledger.offered = true;
     state.session_name = opt_string(&raw, "sessionName")?;
     state.last_updated = opt_string(&raw, "lastUpdated")?;
-    let legacy = legacy_ids(&raw)?;
     parse_stats(&raw, &mut state)?;
     parse_savings(&raw, &mut state)?;
     state.blocks = parse_blocks(&raw)?;
@@ -66,33 +66,47 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
         parse_own(own, &mut state)?;
     }
     import_legacy(&mut state, legacy);
-    drop_rendered_fields(&mut state.raw);
+    drop_rendered_fields(&mut raw);
+    state.raw = raw;
     Ok(state)
 }
 
-/// The pruned ids of the older layouts, with their tokens where the layout says.
-fn legacy_ids(raw: &Map<String, Value>) -> Result<BTreeMap<String, u64>, FormatError> {
-    let mut legacy: BTreeMap<String, u64> = BTreeMap::new();
+/// The pruned ids of the older layouts, with their tokens where the layout says, taken out of
+/// `raw` (their keys stay, holding `null`, as [`drop_rendered_fields`] leaves them). Sorted by
+/// id, each once: where lists disagree, `prune.tools` (which has tokens) wins.
+fn legacy_ids(raw: &mut Map<String, Value>) -> Result<Vec<(String, u64)>, FormatError> {
+    let mut legacy: Vec<(String, u64)> = Vec::new();
     // 0.3: a flat list of pruned ids.
-    for id in string_list(raw.get("prunedIds"), "prunedIds")? {
-        legacy.entry(id).or_insert(0);
-    }
-    if let Some(prune) = raw.get("prune") {
-        let prune = prune.as_object().ok_or_else(|| type_error("prune", "an object", prune))?;
+    legacy.extend(string_list(take(raw, "prunedIds"), "prunedIds")?.into_iter().map(|id| (id, 0)));
+    if let Some(prune) = raw.get_mut("prune") {
+        let Value::Object(prune) = prune else {
+            return Err(type_error("prune", "an object", prune));
+        };
         // 1.x: a list of ids.
-        for id in string_list(prune.get("toolIds"), "prune.toolIds")? {
-            legacy.entry(id).or_insert(0);
-        }
+        legacy.extend(string_list(take(prune, "toolIds"), "prune.toolIds")?.into_iter().map(|id| (id, 0)));
         // 2.x/3.x: ids with their token counts.
-        if let Some(tools) = prune.get("tools") {
-            let tools = tools.as_object().ok_or_else(|| type_error("prune.tools", "an object", tools))?;
-            for (id, tokens) in tools {
-                let n = count(tokens, &format!("prune.tools.{id}"))?;
-                legacy.insert(id.clone(), n);
+        match take(prune, "tools") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(tools)) => {
+                for (id, tokens) in tools {
+                    let n = count(&tokens, &format!("prune.tools.{id}"))?;
+                    legacy.push((id, n));
+                }
             }
+            Some(tools) => return Err(type_error("prune.tools", "an object", &tools)),
         }
     }
+    // Reversed, a stable sort puts the last-listed of each id first, and dedup keeps it.
+    legacy.reverse();
+    legacy.sort_by(|a, b| a.0.cmp(&b.0));
+    legacy.dedup_by(|later, first| later.0 == first.0);
     Ok(legacy)
+}
+
+/// The value at `key`, taken out of `object` and `null` left in its place; `None` when the
+/// key is not there.
+fn take(object: &mut Map<String, Value>, key: &str) -> Option<Value> {
+    object.get_mut(key).map(Value::take)
 }
 
 /// 3.x: the compressed ranges of `prune.messages`.
@@ -120,23 +134,29 @@ fn parse_stats(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(),
 }
 
 /// Ids only an older layout knows about were pruned by another DCP: keeps them in force.
-fn import_legacy(state: &mut SessionState, legacy: BTreeMap<String, u64>) {
+/// The prune list is built in one go from sorted ids, so its nodes are full: a legacy file of
+/// millions of ids takes about half the memory that inserting them one by one would.
+fn import_legacy(state: &mut SessionState, legacy: Vec<(String, u64)>) {
+    let own = std::mem::take(&mut state.pruned);
     let mut imported = Tally::default();
-    for (id, tokens) in legacy {
-        if state.pruned.contains_key(&id) {
-            continue;
-        }
-        imported.tools += 1;
-        imported.tokens += tokens;
-        let record = PruneRecord {
-            strategy: Strategy::Imported,
-            action: Action::Output,
-            tokens,
-            tool: String::new(),
-            applied: true,
-        };
-        state.pruned.insert(id, record);
-    }
+    let record = |tokens| PruneRecord {
+        strategy: Strategy::Imported,
+        action: Action::Output,
+        tokens,
+        tool: String::new(),
+        applied: true,
+    };
+    let fresh: Vec<(String, PruneRecord)> = legacy
+        .into_iter()
+        .filter(|(id, _)| !own.contains_key(id))
+        .inspect(|(_, tokens)| {
+            imported.tools += 1;
+            imported.tokens = imported.tokens.saturating_add(*tokens);
+        })
+        .map(|(id, tokens)| (id, record(tokens)))
+        .collect();
+    state.pruned = if own.is_empty() { fresh.into_iter().collect() } else { fresh.into_iter().chain(own).collect() };
+    imported.tokens = imported.tokens.min(super::MAX_COUNT);
     if imported.tools > 0 && !state.stats.by_strategy.contains_key(&Strategy::Imported) {
         state.stats.by_strategy.insert(Strategy::Imported, imported);
     }
@@ -219,6 +239,7 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
                 what: "a prune record",
                 detail: e.to_string(),
             })?;
+            bounded(record.tokens, &format!("dcp.pruned.{id}.tokens"))?;
             state.pruned.insert(id.clone(), record);
         }
     }
@@ -231,6 +252,8 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
                 what: "a tally",
                 detail: e.to_string(),
             })?;
+            bounded(tally.tokens, &format!("dcp.byStrategy.{name}.tokens"))?;
+            bounded(tally.tools, &format!("dcp.byStrategy.{name}.tools"))?;
             state.stats.by_strategy.insert(strategy, tally);
         }
     }
@@ -249,6 +272,11 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
         state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
     parse_trail(own, state)?;
+    parse_ledger(own, state)
+}
+
+/// The policy's ledger under `dcp.ledger`.
+fn parse_ledger(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(ledger) = own.get("ledger") {
         let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
         if let Some(v) = number("banked") {
@@ -280,25 +308,36 @@ fn opt_string(raw: &Map<String, Value>, key: &str) -> Result<Option<String>, For
     }
 }
 
-fn string_list(value: Option<&Value>, key: &str) -> Result<Vec<String>, FormatError> {
+fn string_list(value: Option<Value>, key: &str) -> Result<Vec<String>, FormatError> {
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| type_error(key, "a list of strings", v)))
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                other => Err(type_error(key, "a list of strings", &other)),
+            })
             .collect(),
-        Some(other) => Err(type_error(key, "a list of strings", other)),
+        Some(other) => Err(type_error(key, "a list of strings", &other)),
     }
 }
 
+/// A count: a number from 0 to [`MAX_COUNT`](super::MAX_COUNT); one past it is corruption.
 fn count(value: &Value, key: &str) -> Result<u64, FormatError> {
-    if let Some(n) = value.as_u64() {
-        return Ok(n);
+    let n = match (value.as_u64(), value.as_f64()) {
+        (Some(n), _) => n,
+        (None, Some(f)) if f >= 0.0 && f.is_finite() => f as u64,
+        _ => return Err(type_error(key, "a number >= 0", value)),
+    };
+    bounded(n, key)
+}
+
+/// `n`, if it is within [`MAX_COUNT`](super::MAX_COUNT).
+fn bounded(n: u64, key: &str) -> Result<u64, FormatError> {
+    if n > super::MAX_COUNT {
+        return Err(FormatError::TooLarge(key.to_string()));
     }
-    match value.as_f64() {
-        Some(f) if f >= 0.0 && f.is_finite() => Ok(f as u64),
-        _ => Err(type_error(key, "a number >= 0", value)),
-    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::FORMAT_VERSION;
-use crate::state::{PruneRecord, SessionState, Strategy, Tally};
+use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// The file contents for `state`: its original fields, with dcp's own brought up to date.
 ///
@@ -30,8 +30,10 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         _ => Vec::new(),
     };
     set(&mut prune, "toolIds", Out::PrunedIds(&state.pruned));
+    let mut carried = Carried::Ids;
     if prune.iter().any(|(k, _)| *k == "tools") {
         set(&mut prune, "tools", Out::PrunedTokens(&state.pruned));
+        carried = Carried::IdsAndTokens;
     }
     if !state.blocks.is_empty() || prune.iter().any(|(k, _)| *k == "messages") {
         set(&mut prune, "messages", Out::Owned(state.blocks.to_value()));
@@ -52,7 +54,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
     let mut dcp = vec![
         ("version", Out::Owned(json!(FORMAT_VERSION))),
-        ("pruned", Out::Records(&state.pruned)),
+        ("pruned", Out::Records(&state.pruned, carried)),
         ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
         ("ids", Out::Ids(&state.ids)),
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
@@ -65,7 +67,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     }
     set(&mut out, "dcp", Out::Object(dcp));
     let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
-    serde_json::to_writer_pretty(&mut bytes, &Out::Object(out)).expect("writing JSON to memory cannot fail");
+    super::layout::write(&mut bytes, &Out::Object(out));
     bytes.push(b'\n');
     bytes
 }
@@ -84,10 +86,32 @@ enum Out<'a> {
     PrunedIds(&'a BTreeMap<String, PruneRecord>),
     /// `prune.tools`: tokens by pruned call id.
     PrunedTokens(&'a BTreeMap<String, PruneRecord>),
-    /// `dcp.pruned`: the records.
-    Records(&'a BTreeMap<String, PruneRecord>),
+    /// `dcp.pruned`: the records the prune lists do not carry already.
+    Records(&'a BTreeMap<String, PruneRecord>, Carried),
     ByStrategy(&'a BTreeMap<Strategy, Tally>),
     Ids(&'a BTreeMap<String, u32>),
+}
+
+/// What the prune lists written beside `dcp.pruned` carry of each pruned call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    /// `prune.toolIds`: the id.
+    Ids,
+    /// `prune.toolIds` and `prune.tools`: the id and its tokens.
+    IdsAndTokens,
+}
+
+impl Carried {
+    /// Whether `record` is what parsing imports for an id found only in the prune lists, so
+    /// that `dcp.pruned` need not repeat it: an id another DCP pruned. A legacy file of
+    /// millions of such ids is written back about as large as it was, not seven times larger.
+    fn covers(self, record: &PruneRecord) -> bool {
+        record.strategy == Strategy::Imported
+            && record.action == Action::Output
+            && record.tool.is_empty()
+            && record.applied
+            && (record.tokens == 0 || self == Carried::IdsAndTokens)
+    }
 }
 
 /// Sets `key` of an object being rendered: in place if it is there, else at the end.
@@ -113,7 +137,7 @@ impl serde::Serialize for Out<'_> {
             }
             Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
             Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
-            Out::Records(pruned) => pruned.serialize(s),
+            Out::Records(pruned, carried) => s.collect_map(pruned.iter().filter(|(_, r)| !carried.covers(r))),
             Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.name(), tally))),
             Out::Ids(ids) => ids.serialize(s),
         }
@@ -212,6 +236,7 @@ mod tests {
             Some(Value::Object(p)) => std::mem::take(p),
             _ => Map::new(),
         };
+        let tokens_listed = prune.contains_key("tools");
         let ids: Vec<Value> = state.pruned.keys().map(|k| Value::String(k.clone())).collect();
         prune.insert("toolIds".into(), Value::Array(ids));
         if prune.contains_key("tools") {
@@ -233,14 +258,22 @@ mod tests {
         stats.extend(savings_stats(state).into_iter().map(|(k, v)| (k.to_string(), v)));
         out.insert("stats".into(), Value::Object(stats));
         out.insert("lastUpdated".into(), Value::String(last_updated.to_string()));
-        out.insert("dcp".into(), own_via_value(state));
-        let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).expect("a JSON value always serialises");
+        out.insert("dcp".into(), own_via_value(state, tokens_listed));
+        let mut bytes = Vec::new();
+        crate::state::persist::layout::write(&mut bytes, &Value::Object(out));
         bytes.push(b'\n');
         bytes
     }
 
     /// The `dcp` section, as the old renderer built it.
-    fn own_via_value(state: &SessionState) -> Value {
+    /// Records parsing gets back from the prune lists alone (imported ids, with their
+    /// tokens when `prune.tools` lists them) are left out.
+    fn own_via_value(state: &SessionState, tokens_listed: bool) -> Value {
+        let listed = |r: &PruneRecord| {
+            let plain = PruneRecord { tokens: r.tokens, ..rec(Strategy::Imported, 0, true) };
+            *r == plain && (r.tokens == 0 || tokens_listed)
+        };
+        let pruned: BTreeMap<&String, &PruneRecord> = state.pruned.iter().filter(|(_, r)| !listed(r)).collect();
         let by: Map<String, Value> = state
             .stats
             .by_strategy
@@ -250,7 +283,7 @@ mod tests {
         let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let mut own = json!({
             "version": FORMAT_VERSION,
-            "pruned": state.pruned,
+            "pruned": pruned,
             "byStrategy": by,
             "ids": ids,
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
