@@ -1,0 +1,241 @@
+//! A proxied conversation as the proxy last read it, so that each request is read, mapped
+//! and sent to the engine only where it differs from the one before, and written back only
+//! where the engine changes it.
+//!
+//! A client resends its whole history on every request. The request's list (`messages` or
+//! `input`) is read as raw JSON spans ([`Raw`]); an item whose bytes equal the previous
+//! request's is neither parsed nor mapped again: the conversation keeps the [`Builder`] that
+//! read the previous list (a left fold, so reading only the new items gives what reading all
+//! of them would), and the engine is sent only the messages from the first one the new items
+//! made or changed (`base`). The edits are written into copies of the items they touch, and
+//! those items' spans are replaced in the request's own bytes: every other byte is forwarded
+//! as the client sent it. A history that changed anywhere but at its end is read whole again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::convert::{Api, Builder, EngineEdit};
+
+/// A request's body read as raw JSON: its top-level fields, and its list's items with their
+/// spans in the body.
+pub struct Raw<'a> {
+    fields: BTreeMap<String, &'a RawValue>,
+    items: Vec<&'a RawValue>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl<'a> Raw<'a> {
+    /// Reads `bytes`; `None` when it holds no conversation list, or why it cannot be read.
+    pub fn read(api: Api, bytes: &'a [u8]) -> Result<Option<Raw<'a>>, String> {
+        let fields: BTreeMap<String, &RawValue> = match serde_json::from_slice(bytes) {
+            Ok(fields) => fields,
+            Err(e) => {
+                return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                    Ok(_) => Ok(None),
+                    Err(_) => Err(format!("the body is not JSON: {e}")),
+                }
+            }
+        };
+        let Some(list) = fields.get(api.list_key()) else { return Ok(None) };
+        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(list.get()) else { return Ok(None) };
+        let origin = bytes.as_ptr() as usize;
+        let spans = items
+            .iter()
+            .map(|item| {
+                let start = item.get().as_ptr() as usize - origin;
+                (start, start + item.get().len())
+            })
+            .collect();
+        Ok(Some(Raw { fields, items, spans }))
+    }
+
+    /// What [`super::identity::session_id`] reads of the body: the fields that name the
+    /// conversation, and the list's first system and first user messages.
+    pub fn identity_body(&self, api: Api) -> Value {
+        let mut body = Map::new();
+        for key in ["metadata", "prompt_cache_key", "system", "instructions"] {
+            if let Some(v) = self.fields.get(key).and_then(|raw| serde_json::from_str(raw.get()).ok()) {
+                body.insert(key.to_string(), v);
+            }
+        }
+        #[derive(Deserialize)]
+        struct Role<'r> {
+            #[serde(borrow)]
+            role: Option<std::borrow::Cow<'r, str>>,
+        }
+        let mut list = Vec::new();
+        let mut wanted: Vec<&str> = if api == Api::Chat { vec!["system", "user"] } else { vec!["user"] };
+        for item in &self.items {
+            let role = serde_json::from_str::<Role<'_>>(item.get()).ok().and_then(|r| r.role);
+            let Some(at) = role.and_then(|r| wanted.iter().position(|w| *w == r)) else { continue };
+            wanted.remove(at);
+            list.extend(serde_json::from_str::<Value>(item.get()).ok());
+            if wanted.is_empty() {
+                break;
+            }
+        }
+        body.insert(api.list_key().to_string(), Value::Array(list));
+        Value::Object(body)
+    }
+
+    fn item(&self, i: usize) -> Value {
+        serde_json::from_str(self.items[i].get()).unwrap_or(Value::Null)
+    }
+}
+
+/// What the proxy keeps of a conversation's last request: its body, its items' spans, and
+/// the builder that read them.
+pub struct Conversation {
+    body: Bytes,
+    spans: Vec<(usize, usize)>,
+    builder: Builder,
+}
+
+/// The builder for `raw`: `held`'s, fed only the items after those it read, when they are
+/// unchanged; else a new one that reads them all.
+pub fn fold(api: Api, sid: &str, body: &[u8], raw: &Raw<'_>, held: Option<Conversation>) -> Builder {
+    let kept = held.filter(|c| {
+        c.spans.len() <= raw.spans.len()
+            && c.spans.iter().zip(&raw.spans).all(|(&(a, b), &(x, y))| c.body[a..b] == body[x..y])
+    });
+    let (mut builder, from) = match kept {
+        Some(c) => (c.builder, c.spans.len()),
+        None => (Builder::new(sid), 0),
+    };
+    for i in from..raw.items.len() {
+        builder.fold(api, i, &raw.item(i));
+    }
+    builder
+}
+
+impl Conversation {
+    pub fn new(body: Bytes, raw: &Raw<'_>, builder: Builder) -> Conversation {
+        Conversation { body, spans: raw.spans.clone(), builder }
+    }
+}
+
+/// `body` with `edits` written in: only the items they change are written anew; `None`
+/// when nothing changes.
+pub fn splice(body: &[u8], raw: &Raw<'_>, builder: &Builder, edits: &[EngineEdit]) -> Option<Vec<u8>> {
+    let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
+    for edit in edits {
+        if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.items.len()) {
+            by_item.entry(i).or_default().push(edit);
+        }
+    }
+    let mut out = Vec::new();
+    let mut copied = 0;
+    for (i, edits) in by_item {
+        let mut item = raw.item(i);
+        let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
+        if changed == 0 {
+            continue;
+        }
+        let (start, end) = raw.spans[i];
+        if out.is_empty() {
+            out.reserve(body.len() + body.len() / 8);
+        }
+        out.extend_from_slice(&body[copied..start]);
+        serde_json::to_writer(&mut out, &item).ok()?;
+        copied = end;
+    }
+    if copied == 0 {
+        return None;
+    }
+    out.extend_from_slice(&body[copied..]);
+    Some(out)
+}
+
+/// Every conversation's last request, each behind a lock of its own so that a
+/// conversation's requests are read in turn.
+#[derive(Default)]
+pub struct Conversations {
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+pub type Slot = Arc<tokio::sync::Mutex<Option<Conversation>>>;
+
+/// How many conversations are kept; past it, those not in use are dropped (their next
+/// request is read whole).
+const KEPT: usize = 64;
+
+impl Conversations {
+    pub fn slot(&self, sid: &str) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slots.len() >= KEPT && !slots.contains_key(sid) {
+            slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
+        Arc::clone(slots.entry(sid.to_string()).or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::proxy::convert;
+
+    fn chat(outputs: &[&str]) -> Vec<u8> {
+        let mut messages = vec![json!({"role": "user", "content": "go"})];
+        for (i, output) in outputs.iter().enumerate() {
+            let call =
+                json!({"id": format!("c{i}"), "function": {"name": "Read", "arguments": "{\"file_path\":\"/a\"}"}});
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": output}));
+        }
+        serde_json::to_vec_pretty(&json!({"model": "m", "messages": messages})).unwrap()
+    }
+
+    /// The builder `fold` gives for `body` after `before`, and the one a whole read gives.
+    fn both(before: &[u8], body: &[u8]) -> (Builder, Builder) {
+        let raw = Raw::read(Api::Chat, before).unwrap().unwrap();
+        let mut held = fold(Api::Chat, "s", before, &raw, None);
+        held.mark_sent();
+        let held = Conversation::new(Bytes::copy_from_slice(before), &raw, held);
+        let raw = Raw::read(Api::Chat, body).unwrap().unwrap();
+        (fold(Api::Chat, "s", body, &raw, Some(held)), fold(Api::Chat, "s", body, &raw, None))
+    }
+
+    #[test]
+    fn a_conversation_read_on_from_its_last_request_maps_as_one_read_whole() {
+        let (resumed, whole) = both(&chat(&["a", "b"]), &chat(&["a", "b", "c"]));
+        assert_eq!(resumed.messages(), whole.messages());
+        assert_eq!(resumed.dirty_from(), 3, "only the new call's message is sent again");
+        assert_eq!(whole.dirty_from(), 0);
+    }
+
+    #[test]
+    fn a_history_changed_before_its_end_is_read_whole_again() {
+        let (resumed, whole) = both(&chat(&["a", "b"]), &chat(&["x", "b", "c"]));
+        assert_eq!(resumed.messages(), whole.messages());
+        assert_eq!(resumed.dirty_from(), 0);
+    }
+
+    #[test]
+    fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
+        let body = chat(&["a", "b"]);
+        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
+        let builder = fold(Api::Chat, "s", &body, &raw, None);
+        let edits = [convert::EngineEdit {
+            m: 1,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!("pruned")),
+        }];
+        let spliced = splice(&body, &raw, &builder, &edits).unwrap();
+        let mut whole: Value = serde_json::from_slice(&body).unwrap();
+        let mapped = convert::map(Api::Chat, &whole, "s").unwrap();
+        assert_eq!(mapped.apply(&mut whole, &edits), 1);
+        assert_eq!(serde_json::from_slice::<Value>(&spliced).unwrap(), whole);
+        let (start, end) = raw.spans[2];
+        assert_eq!(spliced[..start], body[..start]);
+        assert_eq!(spliced[spliced.len() - (body.len() - end)..], body[end..]);
+        assert_eq!(splice(&body, &raw, &builder, &[]), None, "no edit, no new body");
+    }
+}
