@@ -88,60 +88,79 @@ impl<'a> Raw<'a> {
     }
 }
 
-/// What the proxy keeps of a conversation's last request: its body, its items' spans, and
-/// the builder that read them.
+/// What the proxy keeps of a conversation's last request: its body, its items' spans, the
+/// builder that read them, and each rewritten item with the edits written into it.
 pub struct Conversation {
     body: Bytes,
     spans: Vec<(usize, usize)>,
     builder: Builder,
+    written: Written,
 }
 
+/// Rewritten items by index: the edits written into each, and its new bytes.
+pub type Written = HashMap<usize, (Vec<EngineEdit>, Vec<u8>)>;
+
 /// The builder for `raw`: `held`'s, fed only the items after those it read, when they are
-/// unchanged; else a new one that reads them all.
-pub fn fold(api: Api, sid: &str, body: &[u8], raw: &Raw<'_>, held: Option<Conversation>) -> Builder {
+/// unchanged; else a new one that reads them all. Also the rewritten items of `held` that
+/// are still good: every one, when the builder is `held`'s.
+pub fn fold(api: Api, sid: &str, body: &[u8], raw: &Raw<'_>, held: Option<Conversation>) -> (Builder, Written) {
     let kept = held.filter(|c| {
         c.spans.len() <= raw.spans.len()
             && c.spans.iter().zip(&raw.spans).all(|(&(a, b), &(x, y))| c.body[a..b] == body[x..y])
     });
-    let (mut builder, from) = match kept {
-        Some(c) => (c.builder, c.spans.len()),
-        None => (Builder::new(sid), 0),
+    let (mut builder, from, written) = match kept {
+        Some(c) => (c.builder, c.spans.len(), c.written),
+        None => (Builder::new(sid), 0, Written::new()),
     };
     for i in from..raw.items.len() {
         builder.fold(api, i, &raw.item(i));
     }
-    builder
+    (builder, written)
 }
 
 impl Conversation {
-    pub fn new(body: Bytes, raw: &Raw<'_>, builder: Builder) -> Conversation {
-        Conversation { body, spans: raw.spans.clone(), builder }
+    pub fn new(body: Bytes, raw: &Raw<'_>, builder: Builder, written: Written) -> Conversation {
+        Conversation { body, spans: raw.spans.clone(), builder, written }
     }
 }
 
-/// `body` with `edits` written in: only the items they change are written anew; `None`
-/// when nothing changes.
-pub fn splice(body: &[u8], raw: &Raw<'_>, builder: &Builder, edits: &[EngineEdit]) -> Option<Vec<u8>> {
-    let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
+/// `body` with `edits` written in: only the items they change are written anew (or taken
+/// from `written`, which is left holding this request's); `None` when nothing changes.
+pub fn splice(
+    body: &[u8],
+    raw: &Raw<'_>,
+    builder: &Builder,
+    edits: &[EngineEdit],
+    written: &mut Written,
+) -> Option<Vec<u8>> {
+    let mut by_item: BTreeMap<usize, Vec<EngineEdit>> = BTreeMap::new();
     for edit in edits {
         if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.items.len()) {
-            by_item.entry(i).or_default().push(edit);
+            by_item.entry(i).or_default().push(edit.clone());
         }
     }
+    let mut before = std::mem::take(written);
     let mut out = Vec::new();
     let mut copied = 0;
     for (i, edits) in by_item {
-        let mut item = raw.item(i);
-        let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
-        if changed == 0 {
-            continue;
-        }
+        let new = match before.remove(&i) {
+            Some((same, new)) if same == edits => new,
+            _ => {
+                let mut item = raw.item(i);
+                let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
+                if changed == 0 {
+                    continue;
+                }
+                serde_json::to_vec(&item).ok()?
+            }
+        };
         let (start, end) = raw.spans[i];
         if out.is_empty() {
             out.reserve(body.len() + body.len() / 8);
         }
         out.extend_from_slice(&body[copied..start]);
-        serde_json::to_writer(&mut out, &item).ok()?;
+        out.extend_from_slice(&new);
+        written.insert(i, (edits, new));
         copied = end;
     }
     if copied == 0 {
@@ -195,11 +214,11 @@ mod tests {
     /// The builder `fold` gives for `body` after `before`, and the one a whole read gives.
     fn both(before: &[u8], body: &[u8]) -> (Builder, Builder) {
         let raw = Raw::read(Api::Chat, before).unwrap().unwrap();
-        let mut held = fold(Api::Chat, "s", before, &raw, None);
+        let (mut held, written) = fold(Api::Chat, "s", before, &raw, None);
         held.mark_sent();
-        let held = Conversation::new(Bytes::copy_from_slice(before), &raw, held);
+        let held = Conversation::new(Bytes::copy_from_slice(before), &raw, held, written);
         let raw = Raw::read(Api::Chat, body).unwrap().unwrap();
-        (fold(Api::Chat, "s", body, &raw, Some(held)), fold(Api::Chat, "s", body, &raw, None))
+        (fold(Api::Chat, "s", body, &raw, Some(held)).0, fold(Api::Chat, "s", body, &raw, None).0)
     }
 
     #[test]
@@ -221,14 +240,15 @@ mod tests {
     fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
         let body = chat(&["a", "b"]);
         let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
-        let builder = fold(Api::Chat, "s", &body, &raw, None);
+        let (builder, mut written) = fold(Api::Chat, "s", &body, &raw, None);
         let edits = [convert::EngineEdit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
         }];
-        let spliced = splice(&body, &raw, &builder, &edits).unwrap();
+        let spliced = splice(&body, &raw, &builder, &edits, &mut written).unwrap();
+        assert_eq!(splice(&body, &raw, &builder, &edits, &mut written).as_ref(), Some(&spliced), "taken as written");
         let mut whole: Value = serde_json::from_slice(&body).unwrap();
         let mapped = convert::map(Api::Chat, &whole, "s").unwrap();
         assert_eq!(mapped.apply(&mut whole, &edits), 1);
@@ -236,6 +256,6 @@ mod tests {
         let (start, end) = raw.spans[2];
         assert_eq!(spliced[..start], body[..start]);
         assert_eq!(spliced[spliced.len() - (body.len() - end)..], body[end..]);
-        assert_eq!(splice(&body, &raw, &builder, &[]), None, "no edit, no new body");
+        assert_eq!(splice(&body, &raw, &builder, &[], &mut written), None, "no edit, no new body");
     }
 }

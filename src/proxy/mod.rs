@@ -184,7 +184,7 @@ pub async fn prune(
     let parsed = started.elapsed();
     let slot = shared.conversations.slot(&sid);
     let mut held = slot.lock().await;
-    let mut builder = conversation::fold(api, &sid, bytes, &raw, held.take());
+    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, held.take());
     let base = builder.dirty_from();
     let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
@@ -193,8 +193,8 @@ pub async fn prune(
         shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
     builder.mark_sent();
     let engine = started.elapsed();
-    let pruned = conversation::splice(bytes, &raw, &builder, &edits);
-    *held = Some(conversation::Conversation::new(bytes.clone(), &raw, builder));
+    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
+    *held = Some(conversation::Conversation::new(bytes.clone(), &raw, builder, written));
     let Some(pruned) = pruned else { return Ok(None) };
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
     tracing::debug!(session = sid, edits = edits.len(), base, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");

@@ -87,7 +87,7 @@ struct Target {
 }
 
 /// One of the engine's edits, as the sidecar answers it (PROTOCOL.md, `transform`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct EngineEdit {
     pub m: usize,
     pub p: usize,
