@@ -31,9 +31,13 @@ pub struct Raw<'a> {
 
 impl<'a> Raw<'a> {
     /// Reads `bytes`; `None` when it holds no conversation list, or why it cannot be read.
+    /// One pass: the list's items are taken as raw spans as the body is read.
     pub fn read(api: Api, bytes: &'a [u8]) -> Result<Option<Raw<'a>>, String> {
-        let fields: BTreeMap<String, &RawValue> = match serde_json::from_slice(bytes) {
-            Ok(fields) => fields,
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let top = serde::Deserializer::deserialize_map(&mut de, TopVisitor { list_key: api.list_key() })
+            .and_then(|top| de.end().map(|()| top));
+        let (fields, list) = match top {
+            Ok(top) => top,
             Err(e) => {
                 return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
                     Ok(_) => Ok(None),
@@ -41,8 +45,7 @@ impl<'a> Raw<'a> {
                 }
             }
         };
-        let Some(list) = fields.get(api.list_key()) else { return Ok(None) };
-        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(list.get()) else { return Ok(None) };
+        let Some(items) = list else { return Ok(None) };
         let origin = bytes.as_ptr() as usize;
         let spans = items
             .iter()
@@ -58,7 +61,7 @@ impl<'a> Raw<'a> {
     /// conversation, and the list's first system and first user messages.
     pub fn identity_body(&self, api: Api) -> Value {
         let mut body = Map::new();
-        for key in ["metadata", "prompt_cache_key", "system", "instructions"] {
+        for key in IDENTITY_KEYS {
             if let Some(v) = self.fields.get(key).and_then(|raw| serde_json::from_str(raw.get()).ok()) {
                 body.insert(key.to_string(), v);
             }
@@ -85,6 +88,95 @@ impl<'a> Raw<'a> {
 
     fn item(&self, i: usize) -> Value {
         serde_json::from_str(self.items[i].get()).unwrap_or(Value::Null)
+    }
+}
+
+/// The top-level fields [`Raw::identity_body`] reads.
+const IDENTITY_KEYS: [&str; 4] = ["metadata", "prompt_cache_key", "system", "instructions"];
+
+type Top<'a> = (BTreeMap<String, &'a RawValue>, Option<Vec<&'a RawValue>>);
+
+/// Reads a body's top level: the list's items (the last list, as a JSON value would keep
+/// it; `None` when it is no array) and the fields that name the conversation; skips the rest.
+struct TopVisitor {
+    list_key: &'static str,
+}
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor {
+    type Value = Top<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Top<'de>, M::Error> {
+        let (mut fields, mut list) = (BTreeMap::new(), None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == self.list_key {
+                list = map.next_value::<List<'de>>()?.0;
+            } else if IDENTITY_KEYS.contains(&key.as_ref()) {
+                fields.insert(key.into_owned(), map.next_value::<&RawValue>()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok((fields, list))
+    }
+}
+
+/// A list's items as raw spans; `None` for any value but an array.
+struct List<'a>(Option<Vec<&'a RawValue>>);
+
+impl<'de> Deserialize<'de> for List<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<List<'de>, D::Error> {
+        d.deserialize_any(ListVisitor)
+    }
+}
+
+struct ListVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ListVisitor {
+    type Value = List<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<List<'de>, S::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<&RawValue>()? {
+            items.push(item);
+        }
+        Ok(List(Some(items)))
+    }
+
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<List<'de>, M::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        Ok(List(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<List<'de>, E> {
+        Ok(List(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<List<'de>, E> {
+        Ok(List(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<List<'de>, E> {
+        Ok(List(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<List<'de>, E> {
+        Ok(List(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<List<'de>, E> {
+        Ok(List(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<List<'de>, E> {
+        Ok(List(None))
     }
 }
 
@@ -227,6 +319,16 @@ mod tests {
         assert_eq!(resumed.messages(), whole.messages());
         assert_eq!(resumed.dirty_from(), 3, "only the new call's message is sent again");
         assert_eq!(whole.dirty_from(), 0);
+    }
+
+    #[test]
+    fn a_body_without_a_list_holds_no_conversation_and_one_that_is_not_json_is_refused() {
+        assert!(Raw::read(Api::Chat, br#"{"messages": "x", "system": {"a": [1]}}"#).unwrap().is_none());
+        assert!(Raw::read(Api::Chat, br#"[{"messages": []}]"#).unwrap().is_none());
+        assert!(Raw::read(Api::Chat, br#"{"messages": [1], "messages": null}"#).unwrap().is_none());
+        assert!(Raw::read(Api::Chat, br#"{"messages": [1]} x"#).err().unwrap().contains("not JSON"));
+        let raw = Raw::read(Api::Responses, br#"{"model": {"k": [2]}, "input": [ {"a": 1} , 2 ]}"#).unwrap().unwrap();
+        assert_eq!(raw.spans, [(33, 41), (44, 45)]);
     }
 
     #[test]
