@@ -2,6 +2,7 @@
 """Times `dcp proxy` against a direct call to the same upstream.
 
     python3 bench/proxy/run.py --session FILE [--bin target/release/dcp] [--steps N] [--stages]
+                               [--compare OTHER_DCP]
 
 FILE is a generated session (`dcp-testkit gen session`, see BENCHMARKS.md, The generated data).
 Its history and steps are sent as OpenCode sends them to an OpenAI-compatible provider: one
@@ -12,7 +13,9 @@ alternating order, so both see the same machine; the first request (the whole hi
 the engine reads once) is reported apart. Prints one JSON line: p50 and p99 of the total time
 of a request and of the time to its first streamed byte, both ways, and the added time. With
 --stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
-engine, write) is added from it.
+engine, write) is added from it. With --compare, a second proxy (another dcp binary, say
+the one before a change) gets each request too, in turn with the others, and its figures
+are reported under `compare_`, from the same run.
 """
 import argparse
 import json
@@ -108,16 +111,17 @@ def pct(values, q):
     return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
 
 
-def measure(args, session, upstream_port, proxy_port):
+def measure(args, session, targets):
     base = chat_messages(session["messages"])
-    times = {"direct": [], "proxy": []}
+    times = {name: [] for name, _ in targets}
     first = {}
     history = list(base)
     for step in range(args.steps + 1):
         if step:
             history += chat_messages(session["steps"][step - 1])
         body = json.dumps({"model": "m", "stream": True, "messages": history}).encode()
-        order = [("direct", upstream_port), ("proxy", proxy_port)]
+        turn = step % len(targets)
+        order = targets[turn:] + targets[:turn]
         for name, port in (order if step % 2 else order[::-1]):
             t = timed_post(port, body)
             if step == 0:
@@ -133,29 +137,47 @@ def main():
     p.add_argument("--bin", default="target/release/dcp")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--stages", action="store_true")
+    p.add_argument("--compare", help="a second dcp binary, measured in the same run")
     args = p.parse_args()
     session = json.load(open(args.session))
     listener = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=serve_upstream, args=(listener,), daemon=True).start()
-    with tempfile.TemporaryDirectory() as home:
-        proc, proxy_port = start_proxy(args.bin, listener.getsockname()[1], home, args.stages)
+    upstream = listener.getsockname()[1]
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as other_home:
+        procs, targets = [], [("direct", upstream)]
         try:
-            base, times, first = measure(args, session, listener.getsockname()[1], proxy_port)
+            for name, binary, where in [("proxy", args.bin, home), ("compare", args.compare, other_home)]:
+                if binary:
+                    proc, port = start_proxy(binary, upstream, where, args.stages)
+                    procs.append(proc)
+                    targets.append((name, port))
+            base, times, first = measure(args, session, targets)
         finally:
-            proc.terminate()
-            proc.wait()
+            for proc in procs:
+                proc.terminate()
+                proc.wait()
         found = stages(f"{home}/config/opencode/logs/dcp") if args.stages else {}
+        if args.stages and args.compare:
+            found.update({f"compare_{k}": v for k, v in stages(f"{other_home}/config/opencode/logs/dcp").items()})
+    out = {"messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
+           "load_average": round(os.getloadavg()[0], 1)}
+    for name, _ in targets[1:]:
+        out.update(figures(name, times, first))
+    print(json.dumps({**out, **found}))
+
+
+def figures(name, times, first):
+    """The figures of proxy `name` against the direct calls; keys prefixed `compare_` for the second."""
     total = {k: [t[1] for t in v] for k, v in times.items()}
     ttfb = {k: [t[0] for t in v] for k, v in times.items()}
-    added = [p_ - d for p_, d in zip(total["proxy"], total["direct"])]
-    print(json.dumps({
-        "messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
-        "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first["proxy"][1] * 1000, 1),
-        "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total["proxy"], 0.5),
+    added = [p_ - d for p_, d in zip(total[name], total["direct"])]
+    prefix = "" if name == "proxy" else "compare_"
+    return {f"{prefix}{k}": v for k, v in {
+        "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first[name][1] * 1000, 1),
+        "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total[name], 0.5),
         "added_p50_ms": pct(added, 0.5), "added_p99_ms": pct(added, 0.99),
-        "ttfb_p50_direct_ms": pct(ttfb["direct"], 0.5), "ttfb_p50_proxy_ms": pct(ttfb["proxy"], 0.5),
-        **found,
-    }))
+        "ttfb_p50_direct_ms": pct(ttfb["direct"], 0.5), "ttfb_p50_proxy_ms": pct(ttfb[name], 0.5),
+    }.items()}
 
 
 def stages(log_dir):

@@ -1,13 +1,12 @@
 //! The proxy's engine: the same [`Server`] `dcp serve` runs (strategies, cache-aware policy,
 //! state files), on a thread of its own, fed one `transform` per proxied request.
 //!
-//! The server is handed requests as the plugin sends them (PROTOCOL.md): a client resends
-//! the whole conversation every time, so the engine remembers a digest of each message it
-//! sent per conversation and sends only what follows the unchanged prefix (`base`), as the
-//! plugin does, and holds the last answer's edits so that the server sends only what changed
-//! of them. Between requests it counts tokens ahead and hands out the saves that fall
+//! The server is handed requests as the plugin sends them (PROTOCOL.md): the caller sends
+//! only what follows the messages the server already holds unchanged (`base`, which
+//! `super::conversation` finds), and the engine holds the last answer's edits so that the
+//! server sends only what changed of them. Between requests it counts tokens ahead and hands out the saves that fall
 //! due, as the sidecar's line loop does. An error of the server drops what the engine
-//! remembers of that conversation, so that its next request is sent whole.
+//! remembers of that conversation; the caller then sends its next request whole.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -34,6 +33,7 @@ pub enum EngineError {
 
 struct Job {
     sid: String,
+    base: usize,
     messages: Vec<Value>,
     reply: tokio::sync::oneshot::Sender<Result<Vec<EngineEdit>, EngineError>>,
 }
@@ -56,15 +56,17 @@ impl Engine {
         Engine { jobs, done: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) }
     }
 
-    /// The engine's edits for conversation `sid`, whose messages are `messages`.
+    /// The engine's edits for conversation `sid`, whose messages from index `base` on are
+    /// `messages` (those before are the ones of its last transform).
     pub async fn transform(
         &self,
         sid: String,
+        base: usize,
         messages: Vec<Value>,
         timeout: Duration,
     ) -> Result<Vec<EngineEdit>, EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs.send(Job { sid, messages, reply }).map_err(|_| EngineError::Stopped)?;
+        self.jobs.send(Job { sid, base, messages, reply }).map_err(|_| EngineError::Stopped)?;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EngineError::Stopped),
@@ -86,8 +88,8 @@ impl Engine {
 fn run(mut server: Server, jobs: &Receiver<Job>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
     while let Some(job) = next_job(&mut server, jobs) {
-        let result = transform(&mut server, &mut sent, &job.sid, job.messages);
-        let _ = job.reply.send(result);
+        let Job { sid, base, messages, reply } = job;
+        let _ = reply.send(transform(&mut server, &mut sent, &sid, base, messages));
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
     server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
@@ -119,12 +121,10 @@ fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
     }
 }
 
-/// What the engine sent of a conversation: each message's digest, and the edits of the last
-/// answer with its number, which the server then sends only the changes of (as the plugin
-/// holds them, PROTOCOL.md `have`).
+/// The edits of a conversation's last answer with its number, which the server then sends
+/// only the changes of (as the plugin holds them, PROTOCOL.md `have`).
 #[derive(Default)]
 struct Sent {
-    digests: Vec<u64>,
     seq: Option<u64>,
     edits: Vec<EngineEdit>,
 }
@@ -134,12 +134,11 @@ fn transform(
     server: &mut Server,
     sent: &mut HashMap<String, Sent>,
     sid: &str,
+    base: usize,
     messages: Vec<Value>,
 ) -> Result<Vec<EngineEdit>, EngineError> {
-    let digests: Vec<u64> = messages.iter().map(digest).collect();
     let mut before = sent.remove(sid).unwrap_or_default();
-    let base = before.digests.iter().zip(&digests).take_while(|(a, b)| a == b).count();
-    let tail: Vec<Node> = messages.into_iter().skip(base).map(Node::from).collect();
+    let tail: Vec<Node> = messages.into_iter().map(Node::from).collect();
     let request = Request {
         id: Some(json!(1)),
         method: "transform".to_string(),
@@ -166,35 +165,6 @@ fn transform(
     }
     let answer = before.edits.clone();
     let seq = result.get("seq").and_then(Value::as_u64);
-    sent.insert(sid.to_string(), Sent { digests, seq, edits: before.edits });
+    sent.insert(sid.to_string(), Sent { seq, edits: before.edits });
     Ok(answer)
-}
-
-/// A digest of a message, for telling an unchanged prefix. FxHash, not SipHash: it reads a
-/// long history's every byte on every request, and no one chooses these bytes to collide.
-fn digest(message: &Value) -> u64 {
-    let mut h = rustc_hash::FxHasher::default();
-    hash_value(message, &mut h);
-    std::hash::Hasher::finish(&h)
-}
-
-fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
-    use std::hash::Hash;
-    match v {
-        Value::Null => 0u8.hash(h),
-        Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
-        Value::String(s) => (3u8, s).hash(h),
-        Value::Array(items) => {
-            (4u8, items.len()).hash(h);
-            items.iter().for_each(|i| hash_value(i, h));
-        }
-        Value::Object(o) => {
-            (5u8, o.len()).hash(h);
-            for (k, v) in o {
-                k.hash(h);
-                hash_value(v, h);
-            }
-        }
-    }
 }

@@ -12,6 +12,7 @@
 //! one warning that names the reason and never the content; no header, key or message text is
 //! logged or stored.
 
+pub mod conversation;
 pub mod convert;
 mod engine;
 pub mod forward;
@@ -28,7 +29,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 
 use self::convert::Api;
 pub use self::engine::Engine;
@@ -54,6 +54,7 @@ pub struct Options {
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
+    pub conversations: conversation::Conversations,
     pub upstream: Upstream,
     pub client: UpstreamClient,
 }
@@ -84,7 +85,12 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
-        let shared = Arc::new(Shared { engine: engine.clone(), upstream, client: forward::client() });
+        let shared = Arc::new(Shared {
+            engine: engine.clone(),
+            conversations: conversation::Conversations::default(),
+            upstream,
+            client: forward::client(),
+        });
         println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstream);
         tokio::select! {
             result = accept_loop(&listener, &shared) => result?,
@@ -173,20 +179,24 @@ pub async fn prune(
         return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
     }
     let started = std::time::Instant::now();
-    let mut body: Value = serde_json::from_slice(bytes).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let Some(raw) = conversation::Raw::read(api, bytes)? else { return Ok(None) };
+    let sid = identity::session_id(api, headers, &raw.identity_body(api));
     let parsed = started.elapsed();
-    let sid = identity::session_id(api, headers, &body);
-    let Some(mut mapped) = convert::map(api, &body, &sid) else { return Ok(None) };
-    let messages = std::mem::take(&mut mapped.messages);
+    let slot = shared.conversations.slot(&sid);
+    let mut held = slot.lock().await;
+    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, held.take());
+    let base = builder.dirty_from();
+    let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
+    // On an error the conversation is not kept: its next request is read and sent whole.
     let edits =
-        shared.engine.transform(sid.clone(), messages, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
+        shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
+    builder.mark_sent();
     let engine = started.elapsed();
-    if mapped.apply(&mut body, &edits) == 0 {
-        return Ok(None);
-    }
-    let pruned = serde_json::to_vec(&body).map_err(|e| format!("the pruned body could not be written: {e}"))?;
+    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
+    *held = Some(conversation::Conversation::new(bytes.clone(), &raw, builder, written));
+    let Some(pruned) = pruned else { return Ok(None) };
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
-    tracing::debug!(session = sid, edits = edits.len(), bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
+    tracing::debug!(session = sid, edits = edits.len(), base, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
     Ok(Some(Bytes::from(pruned)))
 }

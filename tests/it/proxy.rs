@@ -240,6 +240,38 @@ fn a_proxied_conversation_is_rewritten_as_dcp_serve_rewrites_the_same_history() 
     assert_eq!(pruned, 36, "every read but the newest of each of the four files is pruned");
 }
 
+/// `body` pretty-printed, with escapes a serialiser would not write (`\/`).
+fn hand_written(body: &Value) -> Vec<u8> {
+    serde_json::to_string_pretty(body).unwrap().replace("/p/", "\\/p\\/").into_bytes()
+}
+
+#[test]
+fn an_unchanged_request_is_forwarded_byte_for_byte_and_a_pruned_one_keeps_every_byte_it_does_not_prune() {
+    let upstream = Recorder::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("config/opencode")).unwrap();
+    std::fs::write(dir.path().join("config/opencode/dcp.jsonc"), r#"{"rewrite": {"mode": "immediate"}}"#).unwrap();
+    let proxy = proxy_for(upstream.port, dir.path());
+    let first = hand_written(&as_chat(&reads(2)));
+    assert!(post_bytes(proxy.port, "/v1/chat/completions", &first).starts_with("HTTP/1.1 200"));
+    assert_eq!(upstream.last_bytes(), first, "nothing to prune: the client's bytes as they came");
+    let sent = hand_written(&as_chat(&reads(8)));
+    assert!(post_bytes(proxy.port, "/v1/chat/completions", &sent).starts_with("HTTP/1.1 200"));
+    let pruned = upstream.last_bytes();
+    let outputs = proxied_outputs(&serde_json::from_slice(&pruned).unwrap());
+    let placeholders: Vec<&str> =
+        outputs.iter().filter(|(_, o)| o == OUTPUT_PLACEHOLDER).map(|(id, _)| id.as_str()).collect();
+    assert_eq!(placeholders, ["call_0", "call_1", "call_2", "call_3"]);
+    let text = String::from_utf8(sent.clone()).unwrap();
+    let first_pruned = text[..text.find(r#""tool_call_id": "call_0""#).unwrap()].rfind('{').unwrap();
+    let after_pruned = text.find(r#""id": "call_4""#).unwrap();
+    assert_eq!(pruned[..first_pruned], sent[..first_pruned]);
+    assert!(pruned.ends_with(&sent[after_pruned..]), "the messages after the last pruned one are the client's bytes");
+    assert!(post_bytes(proxy.port, "/v1/chat/completions", &sent).starts_with("HTTP/1.1 200"));
+    assert_eq!(upstream.last_bytes(), pruned, "the same request again: the same pruned bytes");
+    assert!(proxy.stop());
+}
+
 /// A proxy in front of `upstream`, in its own dirs, with its stderr kept in `dir/stderr`.
 fn proxy_for(upstream: u16, dir: &std::path::Path) -> ProxyProcess {
     let env =

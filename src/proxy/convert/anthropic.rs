@@ -5,24 +5,21 @@ use serde_json::Value;
 
 use super::{Builder, InputForm, Seg};
 
-pub(super) fn map(body: &Value, b: &mut Builder<'_>) -> Option<()> {
-    let messages = body.get("messages")?.as_array()?;
-    for (i, message) in messages.iter().enumerate() {
-        let content = message.get("content").unwrap_or(&Value::Null);
-        match message.get("role").and_then(Value::as_str) {
-            Some("assistant") => {
-                b.assistant();
-                assistant(b, i, content);
-                b.end_assistant();
-            }
-            Some("user") => user(b, i, content),
-            _ => {}
+/// Reads message `i` of `messages`.
+pub(super) fn item(b: &mut Builder, i: usize, message: &Value) {
+    let content = message.get("content").unwrap_or(&Value::Null);
+    match message.get("role").and_then(Value::as_str) {
+        Some("assistant") => {
+            b.assistant();
+            assistant(b, i, content);
+            b.end_assistant();
         }
+        Some("user") => user(b, i, content),
+        _ => {}
     }
-    Some(())
 }
 
-fn assistant(b: &mut Builder<'_>, i: usize, content: &Value) {
+fn assistant(b: &mut Builder, i: usize, content: &Value) {
     let blocks = match content {
         Value::String(text) => return b.model_text(text),
         Value::Array(blocks) => blocks,
@@ -42,7 +39,7 @@ fn assistant(b: &mut Builder<'_>, i: usize, content: &Value) {
     }
 }
 
-fn user(b: &mut Builder<'_>, i: usize, content: &Value) {
+fn user(b: &mut Builder, i: usize, content: &Value) {
     let blocks = match content {
         Value::String(text) => return b.user_text(text),
         Value::Array(blocks) => blocks,

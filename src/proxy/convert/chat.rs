@@ -6,27 +6,24 @@ use serde_json::Value;
 
 use super::{Builder, InputForm, Seg};
 
-pub(super) fn map(body: &Value, b: &mut Builder<'_>) -> Option<()> {
-    let messages = body.get("messages")?.as_array()?;
-    for (i, message) in messages.iter().enumerate() {
-        let content = message.get("content").unwrap_or(&Value::Null);
-        match message.get("role").and_then(Value::as_str) {
-            Some("assistant") => assistant(b, i, message, content),
-            Some("user") => {
-                let text = super::content_text(content);
-                b.user_text(&text);
-            }
-            Some("tool") => {
-                let Some(id) = message.get("tool_call_id").and_then(Value::as_str) else { continue };
-                b.result(id, content, false, vec![Seg::Key("messages"), Seg::Index(i), Seg::Key("content")]);
-            }
-            _ => {}
+/// Reads message `i` of `messages`.
+pub(super) fn item(b: &mut Builder, i: usize, message: &Value) {
+    let content = message.get("content").unwrap_or(&Value::Null);
+    match message.get("role").and_then(Value::as_str) {
+        Some("assistant") => assistant(b, i, message, content),
+        Some("user") => {
+            let text = super::content_text(content);
+            b.user_text(&text);
         }
+        Some("tool") => {
+            let Some(id) = message.get("tool_call_id").and_then(Value::as_str) else { return };
+            b.result(id, content, false, vec![Seg::Key("messages"), Seg::Index(i), Seg::Key("content")]);
+        }
+        _ => {}
     }
-    Some(())
 }
 
-fn assistant(b: &mut Builder<'_>, i: usize, message: &Value, content: &Value) {
+fn assistant(b: &mut Builder, i: usize, message: &Value, content: &Value) {
     b.assistant();
     let text = super::content_text(content);
     if !text.is_empty() {

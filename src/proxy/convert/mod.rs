@@ -45,6 +45,14 @@ impl Api {
         }
     }
 
+    /// The key of the request's conversation list.
+    pub fn list_key(self) -> &'static str {
+        match self {
+            Api::Anthropic | Api::Chat => "messages",
+            Api::Responses => "input",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Api::Anthropic => "anthropic",
@@ -79,7 +87,7 @@ struct Target {
 }
 
 /// One of the engine's edits, as the sidecar answers it (PROTOCOL.md, `transform`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct EngineEdit {
     pub m: usize,
     pub p: usize,
@@ -98,11 +106,10 @@ pub struct Mapped {
 
 /// Maps a request's body onto the session model; `None` when it holds no conversation.
 pub fn map(api: Api, body: &Value, sid: &str) -> Option<Mapped> {
+    let items = body.get(api.list_key())?.as_array()?;
     let mut b = Builder::new(sid);
-    match api {
-        Api::Anthropic => anthropic::map(body, &mut b)?,
-        Api::Chat => chat::map(body, &mut b)?,
-        Api::Responses => responses::map(body, &mut b)?,
+    for (i, item) in items.iter().enumerate() {
+        b.fold(api, i, item);
     }
     Some(b.done())
 }
@@ -110,24 +117,39 @@ pub fn map(api: Api, body: &Value, sid: &str) -> Option<Mapped> {
 impl Mapped {
     /// Writes the engine's edits into `body`; returns how many fields changed.
     pub fn apply(&self, body: &mut Value, edits: &[EngineEdit]) -> usize {
-        let mut changed = 0;
-        for edit in edits {
-            let (Some(value), Some(target)) = (&edit.value, self.targets.get(&(edit.m, edit.p))) else { continue };
-            let path: Vec<&str> = edit.path.iter().map(String::as_str).collect();
-            let done = match path.as_slice() {
-                ["state", "output"] | ["state", "error"] if !target.locked => {
-                    target.output.as_ref().is_some_and(|at| set(body, at, value.clone()))
-                }
-                ["state", "input", key] => target.input.as_ref().is_some_and(|at| set_input(body, at, key, value)),
-                _ => false,
-            };
-            changed += usize::from(done);
-        }
-        changed
+        let mut apply = |edit: &EngineEdit| {
+            self.targets.get(&(edit.m, edit.p)).is_some_and(|target| apply_edit(target, edit, body, None))
+        };
+        edits.iter().filter(|edit| apply(edit)).count()
     }
 
     pub fn calls(&self) -> usize {
         self.targets.len()
+    }
+}
+
+/// Writes `edit` into `body`: the whole request, or (`item` set) the list's item of that
+/// index, which the target's path then starts inside of.
+fn apply_edit(target: &Target, edit: &EngineEdit, body: &mut Value, item: Option<usize>) -> bool {
+    let Some(value) = &edit.value else { return false };
+    let inside = |at: &[Seg]| -> Option<Vec<Seg>> {
+        match item {
+            None => Some(at.to_vec()),
+            Some(i) if at.get(1) == Some(&Seg::Index(i)) => Some(at[2..].to_vec()),
+            Some(_) => None,
+        }
+    };
+    let path: Vec<&str> = edit.path.iter().map(String::as_str).collect();
+    match path.as_slice() {
+        ["state", "output"] | ["state", "error"] if !target.locked => {
+            target.output.as_deref().and_then(inside).is_some_and(|at| set(body, &at, value.clone()))
+        }
+        ["state", "input", key] => target
+            .input
+            .as_ref()
+            .and_then(|(at, form)| Some((inside(at)?, *form)))
+            .is_some_and(|at| set_input(body, &at, key, value)),
+        _ => false,
     }
 }
 
@@ -221,29 +243,89 @@ fn points_back(text: &str) -> bool {
     text.len() < 400 && text.to_ascii_lowercase().contains("unchanged since")
 }
 
-/// Builds the session model's messages from a request, in order.
-struct Builder<'a> {
-    sid: &'a str,
+/// Builds the session model's messages from a request's list, one item after another: a
+/// left fold, so a builder that has read a conversation's first items reads its next ones
+/// as a builder that reads them all at once would.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    sid: String,
     messages: Vec<Value>,
     targets: HashMap<(usize, usize), Target>,
     /// Where each call id's part is.
     calls: HashMap<String, (usize, usize)>,
     /// Whether the last message was started by the model.
     in_assistant: bool,
+    /// The first message made or changed since [`Builder::mark_sent`].
+    dirty_from: usize,
 }
 
-impl<'a> Builder<'a> {
-    fn new(sid: &'a str) -> Builder<'a> {
-        Builder { sid, messages: Vec::new(), targets: HashMap::new(), calls: HashMap::new(), in_assistant: false }
+impl Builder {
+    pub fn new(sid: &str) -> Builder {
+        Builder {
+            sid: sid.to_string(),
+            messages: Vec::new(),
+            targets: HashMap::new(),
+            calls: HashMap::new(),
+            in_assistant: false,
+            dirty_from: 0,
+        }
+    }
+
+    /// Reads item `i` of the request's list.
+    pub fn fold(&mut self, api: Api, i: usize, item: &Value) {
+        match api {
+            Api::Anthropic => anthropic::item(self, i, item),
+            Api::Chat => chat::item(self, i, item),
+            Api::Responses => responses::item(self, i, item),
+        }
     }
 
     fn done(self) -> Mapped {
         Mapped { messages: self.messages, targets: self.targets }
     }
 
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    /// The first message made or changed since the engine was last sent them.
+    pub fn dirty_from(&self) -> usize {
+        self.dirty_from
+    }
+
+    /// Notes that the engine holds every message as it is now.
+    pub fn mark_sent(&mut self) {
+        self.dirty_from = self.messages.len();
+    }
+
+    /// Where a tool part's fields are in the request.
+    fn touched(&self, m: usize, p: usize) -> Option<&Target> {
+        self.targets.get(&(m, p))
+    }
+
+    /// The list item `edit` writes into, if it writes anywhere.
+    pub fn item_of(&self, edit: &EngineEdit) -> Option<usize> {
+        let target = self.touched(edit.m, edit.p)?;
+        let at = match edit.path.get(1).map(String::as_str) {
+            Some("input") => &target.input.as_ref()?.0,
+            _ => target.output.as_ref()?,
+        };
+        match at.get(1) {
+            Some(Seg::Index(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Writes `edit` into `item`, item `i` of the list; whether a field changed.
+    pub fn apply_to_item(&self, i: usize, item: &mut Value, edit: &EngineEdit) -> bool {
+        let Some(target) = self.touched(edit.m, edit.p) else { return false };
+        apply_edit(target, edit, item, Some(i))
+    }
+
     fn start(&mut self, role: &str) {
+        self.dirty_from = self.dirty_from.min(self.messages.len());
         let id = format!("msg_{:06}", self.messages.len());
-        let info = json!({ "id": id, "sessionID": self.sid, "role": role, "time": { "created": 0 } });
+        let info = json!({ "id": id, "sessionID": &self.sid, "role": role, "time": { "created": 0 } });
         self.messages.push(json!({ "info": info, "parts": [] }));
         self.in_assistant = role == "assistant";
     }
@@ -267,6 +349,7 @@ impl<'a> Builder<'a> {
 
     fn push_part(&mut self, mut part: Value) -> (usize, usize) {
         let m = self.messages.len() - 1;
+        self.dirty_from = self.dirty_from.min(m);
         let parts = self.messages[m]["parts"].as_array_mut().expect("a message built here has parts");
         let p = parts.len();
         part["id"] = Value::String(format!("prt_{m:06}_{p:03}"));
@@ -305,6 +388,7 @@ impl<'a> Builder<'a> {
     fn result(&mut self, call_id: &str, content: &Value, is_error: bool, at: Vec<Seg>) {
         self.end_assistant();
         let Some(&(m, p)) = self.calls.get(call_id) else { return };
+        self.dirty_from = self.dirty_from.min(m);
         let text = content_text(content);
         let state = &mut self.messages[m]["parts"][p]["state"];
         // A result that only points back at an earlier one is no output of its own: were it
