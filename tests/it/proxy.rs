@@ -233,10 +233,13 @@ fn both_ways(config: &str) -> usize {
 
 #[test]
 fn a_proxied_conversation_is_rewritten_as_dcp_serve_rewrites_the_same_history() {
+    // The proxy offers no agent tools (a proxied client cannot run them): neither does serve here.
+    const NO_TOOLS: &str =
+        r#""tools": {"discard": {"enabled": false}, "extract": {"enabled": false}, "compress": {"enabled": false}}"#;
     // The cache-aware policy's own pace (a short, warm run: it waits) ...
-    both_ways("{}");
+    both_ways(&format!("{{{NO_TOOLS}}}"));
     // ... and every decision applied at once.
-    let pruned = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#);
+    let pruned = both_ways(&format!(r#"{{"rewrite": {{"mode": "immediate"}}, {NO_TOOLS}}}"#));
     assert_eq!(pruned, 36, "every read but the newest of each of the four files is pruned");
 }
 

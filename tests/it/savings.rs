@@ -45,7 +45,10 @@ fn stats_json(s: &Sandbox) -> Value {
 #[test]
 fn a_waiting_prune_is_never_counted_as_saved() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}, "pruneNotification": "minimal"}"#);
+    let mut sidecar = Sidecar::spawn(
+        &s,
+        r#"{"rewrite": {"mode": "batched"}, "pruneNotification": "minimal", "tools": {"settings": {"offer": "paid"}}}"#,
+    );
     let answers = drive(&mut sidecar, 3);
     let notice = answers[0]["notify"].as_str().unwrap();
     assert!(notice.starts_with("▣ DCP | waiting: "), "{notice}");
@@ -76,7 +79,9 @@ fn a_waiting_prune_is_never_counted_as_saved() {
 #[test]
 fn the_tokens_kept_out_add_up_what_each_request_left_out() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "immediate"}}"#);
+    // The agent's tools wait until paid for, so dcp adds nothing to these requests.
+    let mut sidecar =
+        Sidecar::spawn(&s, r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"offer": "paid"}}}"#);
     let answers = drive(&mut sidecar, 4);
     let notice = answers[0]["notify"].as_str().unwrap();
     assert!(notice.starts_with("▣ DCP | in force: -"), "{notice}");
