@@ -233,7 +233,7 @@ impl Default for ToolSettings {
             nudge_frequency: 10,
             protected_tools: Vec::new(),
             min_tokens: 200,
-            offer: Offer::Always,
+            offer: Offer::Paid,
         }
     }
 }

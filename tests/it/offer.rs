@@ -1,6 +1,6 @@
 //! dcp's head (its agent tools, their instructions, the prunable list and the message id
-//! tags): from a session's first request by default, and with `tools.settings.offer = "paid"`
-//! only once its ledger has paid for it (`turn`, `policy::offer`).
+//! tags): by default (`tools.settings.offer = "paid"`) only once its ledger has paid for it
+//! (`turn`, `policy::offer`), and with `"always"` from a session's first request.
 
 use serde_json::{json, Value};
 
@@ -79,10 +79,10 @@ fn the_tools_come_at_a_cold_turn_once_the_bank_covers_them_and_stay() {
 }
 
 #[test]
-fn by_default_the_tools_are_offered_from_a_sessions_first_request() {
+fn with_offer_always_the_tools_are_offered_from_a_sessions_first_request() {
     let sandbox = Sandbox::new();
     let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
-    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"tools": {"settings": {"offer": "always"}}}"#);
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(offer, "the first turn has the tools");
     assert!(system[0].as_str().unwrap().contains("Call `discard`"), "{system}");

@@ -39,9 +39,8 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
         (m.keep_last, m.keep_tokens, m.working_calls) = (10, 10_000, 0);
         (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
         config.rewrite.loss_bound = 0.0;
-        if !name.ends_with("-always") {
-            config.tools.settings.offer = dcp::config::Offer::Paid;
-        }
+        config.tools.settings.offer =
+            if name.ends_with("-always") { dcp::config::Offer::Always } else { dcp::config::Offer::Paid };
         let options = Options {
             modes: Vec::new(),
             ttl: replay::cost::Ttl::Never,

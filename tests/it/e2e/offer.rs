@@ -1,5 +1,5 @@
-//! The agent tools under the default config: offered from a session's first request, and a
-//! discard by the model reaching the next request, in the real OpenCode.
+//! The agent tools with `tools.settings.offer = "always"`: offered from a session's first
+//! request, and a discard by the model reaching the next request, in the real OpenCode.
 
 use serde_json::json;
 
@@ -8,12 +8,12 @@ use super::scenarios::{call_id_of, read, result};
 use super::Lab;
 use dcp::strategies::OUTPUT_PLACEHOLDER;
 
-/// The default config, but for the notifications this run does not look at.
-const DEFAULTS: &str = r#"{ "pruneNotification": "off" }"#;
+/// The tools from the first request, and no notifications (this run does not look at them).
+const ALWAYS: &str = r#"{ "pruneNotification": "off", "tools": { "settings": { "offer": "always" } } }"#;
 
 #[test]
 fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_request() {
-    let lab = Lab::new(DEFAULTS);
+    let lab = Lab::new(ALWAYS);
     lab.prompt(
         None,
         "Look at the records, then clean up.",
