@@ -152,8 +152,10 @@ fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
     assert!(tools.contains(&"discard") && tools.contains(&"extract"), "{tools:?}");
     assert!(answer.text().contains("<prunable-tools> list"), "system prompt");
     // The prune notification is shown in the session once the turn ends, never to the model.
-    let notice = lab.stored_parts(&session).into_iter().find(|p| p.contains("▣ DCP |"));
-    let notice: Value = serde_json::from_str(&notice.expect("a notification in the session")).unwrap();
+    // Stored as the turn ends: on a loaded machine that can come a moment after `run` returns.
+    let notice = || lab.stored_parts(&session).into_iter().find(|p| p.contains("▣ DCP |"));
+    crate::support::poll(|| notice().is_some(), std::time::Duration::from_secs(10));
+    let notice: Value = serde_json::from_str(&notice().expect("a notification in the session")).unwrap();
     assert_eq!(notice["ignored"], true);
     FirstPrompt { session, parser_first, records }
 }
