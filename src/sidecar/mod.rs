@@ -16,10 +16,10 @@
 
 mod commands;
 mod head;
+mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
-mod rewrites;
 mod savings;
 mod stdio;
 pub mod stream;
