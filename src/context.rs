@@ -1,8 +1,6 @@
 //! What the model is sent, by category, before and after pruning: the `context` report.
 //!
-//! [`measure`] counts the tokens of a message list the way the model sees it: text, reasoning,
-//! tool inputs, tool outputs and tool errors (an output OpenCode already cleared counts as its
-//! short replacement). [`analyse`] applies the decisions in force (those requests carry now,
+//! [`measure`](crate::measure) counts a message list's tokens by category; [`analyse`] applies the decisions in force (those requests carry now,
 //! compressed ranges included), then those recorded but waiting for the policy, then each
 //! automatic strategy's proposals in turn, and measures after every step, so the report says
 //! what the model is sent now apart from what would follow, and what each strategy saves on
@@ -10,87 +8,12 @@
 
 use serde::Serialize;
 
-use crate::session::node::NULL;
-use crate::session::{slim, str_field, History, Message, Node, Role, ToolCall};
+use crate::measure::is_ignored;
+pub use crate::measure::{measure, Breakdown, OPENCODE_CLEARED};
+use crate::session::{History, Message, ToolCall};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
 use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
-
-/// What OpenCode sends in place of an output it cleared itself.
-pub const OPENCODE_CLEARED: &str = "[Old tool result content cleared]";
-
-/// Tokens by category.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Breakdown {
-    pub user_text: u64,
-    pub assistant_text: u64,
-    pub reasoning: u64,
-    pub tool_inputs: u64,
-    pub tool_outputs: u64,
-    pub tool_errors: u64,
-    pub total: u64,
-}
-
-impl Breakdown {
-    /// The categories with their names, in display order.
-    pub fn rows(&self) -> [(&'static str, u64); 6] {
-        [
-            ("user text", self.user_text),
-            ("assistant text", self.assistant_text),
-            ("reasoning", self.reasoning),
-            ("tool inputs", self.tool_inputs),
-            ("tool outputs", self.tool_outputs),
-            ("tool errors", self.tool_errors),
-        ]
-    }
-}
-
-/// Whether `part` is text the model is never sent.
-fn is_ignored(part: &Node) -> bool {
-    part.get("ignored").and_then(Node::as_bool) == Some(true)
-}
-
-/// Counts what the model would be sent for `messages`.
-pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
-    let mut b = Breakdown::default();
-    for message in messages {
-        let role = message.role();
-        for part in &message.parts {
-            match str_field(part, "type") {
-                Some("text") => {
-                    if part.get("ignored").and_then(Node::as_bool) == Some(true) {
-                        continue;
-                    }
-                    let n = slim::count(str_field(part, "text").unwrap_or(""), counter);
-                    if role == Role::User {
-                        b.user_text += n;
-                    } else {
-                        b.assistant_text += n;
-                    }
-                }
-                Some("reasoning") => b.reasoning += slim::count(str_field(part, "text").unwrap_or(""), counter),
-                Some("tool") => {
-                    let state = part.get("state").unwrap_or(&NULL);
-                    if let Some(input) = state.get("input") {
-                        b.tool_inputs += slim::input_count(input).unwrap_or_else(|| counter.count(&input.to_string()));
-                    }
-                    let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
-                    match str_field(state, "status") {
-                        Some("completed") if compacted => b.tool_outputs += counter.count(OPENCODE_CLEARED),
-                        Some("completed") => {
-                            b.tool_outputs += slim::count(str_field(state, "output").unwrap_or(""), counter)
-                        }
-                        Some("error") => b.tool_errors += slim::count(str_field(state, "error").unwrap_or(""), counter),
-                        _ => {}
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    b.total = b.user_text + b.assistant_text + b.reasoning + b.tool_inputs + b.tool_outputs + b.tool_errors;
-    b
-}
 
 /// One step of the report: the context after a strategy has run.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

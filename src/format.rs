@@ -207,6 +207,17 @@ fn needs_escape(c: char, lines: Lines) -> bool {
     }
 }
 
+/// `text` on one line, keeping its end (where a path's file name is) when too long.
+pub fn shorten(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let n = flat.chars().count();
+    if n <= max {
+        return flat;
+    }
+    let tail: String = flat.chars().skip(n - (max - 1)).collect();
+    format!("…{tail}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

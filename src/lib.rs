@@ -1,26 +1,31 @@
 //! dcp: dynamic context pruning for OpenCode.
 //!
-//! Data flows through the modules in this order, and no module imports one later in it:
+//! The modules form layers, and data flows up through them:
 //!
-//! * [`host`] reads OpenCode's sessions (SQLite or the old JSON tree) into the [`session`]
-//!   model;
-//! * [`strategies`] decide what to prune, by the [`strategies::Rules`] of the [`config`]:
-//!   one module per strategy, the `<prunable-tools>` list ([`strategies::prunable`]) and the
-//!   sidecar's incremental engine ([`strategies::incremental`]); [`policy`] decides when a
-//!   recorded prune's rewrite reaches the model;
+//! * [`format`], [`tokens`] and [`logging`] serve every other module;
+//! * [`session`] is the message model, which [`host`] reads OpenCode's sessions (SQLite or the
+//!   old JSON tree) into; [`config`] reads the `dcp.jsonc` layers;
+//! * [`policy`] decides, in pure functions, when a recorded prune's rewrite reaches the model;
 //! * [`state`] remembers the decisions and the compressed ranges ([`state::blocks`]) per
-//!   session ([`state::store`]), saves them ([`state::saver`]; a save that would change only
-//!   the time writes nothing) and reads and writes state files ([`state::persist`]: parse,
-//!   render, atomic writes and locks, merging two processes' states);
-//! * [`stats`], [`context`] and [`replay`] report what that saves, [`report`] draws it;
-//! * the surfaces: [`cli`] (the terminal), [`sidecar`] (`dcp serve`, for the plugin in
-//!   `plugin/`), [`proxy`] (`dcp proxy`, for any other client), [`doctor`] (checks an
-//!   install), [`html_report`] (`dcp report`, the savings as an HTML page; `/dcp report` runs
-//!   it as a child process). [`texts`] holds every word the model or the
-//!   user reads in a session.
+//!   session ([`state::store`]), saves them ([`state::saver`]) and reads and writes state
+//!   files ([`state::persist`]);
+//! * [`measure`] counts a message list's tokens by category; [`texts`] holds every word the
+//!   model or the user reads in a session, made from plain data;
+//! * [`strategies`] decide what to prune, by the [`strategies::Rules`] of the config: one
+//!   module per strategy, the `<prunable-tools>` list ([`strategies::prunable`]) and the
+//!   sidecar's incremental engine ([`strategies::incremental`]);
+//! * [`context`] and [`stats`] say what that saves, and [`report`] renders it as text;
+//! * the surfaces: [`sidecar`] (`dcp serve`, for the plugin in `plugin/`), then [`replay`]
+//!   (`dcp replay`) and [`proxy`] (`dcp proxy`, for any other client), which drive the
+//!   sidecar's server, [`html_report`] (`dcp report`) and [`doctor`] (checks an install), and
+//!   [`cli`] (the terminal) over them all.
 //!
-//! [`config`], [`tokens`], [`format`] and [`logging`] serve them all. Test tooling (the
-//! session generator, the save loop) is in `crates/dcp-testkit`, not here.
+//! Layers, lowest first: `format` `tokens` `logging` → `session` → `host` → `config` →
+//! `policy` → `state` → `measure` → `texts` → `strategies` → `context` `stats` → `report` →
+//! `sidecar` → `replay` `proxy` → `html_report` `doctor` → `cli`.
+//! A module imports only from its own layer (never in a cycle) and from the layers before it;
+//! `node .ci/layers.mjs` checks it. Test tooling (the session generator, the save loop) is in
+//! `crates/dcp-testkit`, not here.
 
 pub mod cli;
 pub mod config;
@@ -30,6 +35,7 @@ pub mod format;
 pub mod host;
 pub mod html_report;
 pub mod logging;
+pub mod measure;
 pub mod policy;
 pub mod proxy;
 pub mod replay;

@@ -66,9 +66,7 @@
 //! turn (OpenCode decides a turn's tools when its user message is created) on a cold cache,
 //! once the ledger has banked their cost: `1.25 x head`, plus `0.1 x head` over the horizon
 //! of `expectedRequests`. Offered, they stay. On a warm cache they would re-bill everything,
-//! OpenCode's own system prompt and tools included, which dcp cannot see: in the lab
-//! (`long`), tools that came at a warm turn paid from the bank took the session from 0.72 to
-//! 0.81 of no pruning's cost.
+//! OpenCode's own system prompt and tools included, which dcp cannot see.
 //!
 //! Observation masking (`crate::strategies::masking`) is timed by the same rule: outputs that
 //! leave the window of recent calls wait as candidates, and are masked in one rewrite when the
@@ -85,20 +83,16 @@
 //! when it removes at least `rewrite.spendMinShare` of the context (2%) and its extra cost is
 //! at most `rewrite.spendBanked` of what the session has banked (half): the bank buys a
 //! smaller context, the session still costs no more than no pruning were it to end right
-//! after, and half the bank stays for the rewrites that pay. On the suite this lowered the
-//! median cost too (0.710 to 0.705 at a 5-minute cache): a context made smaller earlier is
+//! after, and half the bank stays for the rewrites that pay. A context made smaller earlier is
 //! cheaper on every later request, and the batches that follow are smaller.
 //!
 //! The masked inputs of old edits and writes are *unsure* ([`Pending::unsure`]): they count at
 //! half their size in a rewrite's gain. Their text (file contents, often prose or word
 //! lists) runs cheaper in tokens than characters / 4 beside a tail of code that runs dearer,
-//! so counted whole they made near-tail rewrites look free that were not: one session of the
-//! suite cost 1.008 of no pruning, a rewrite that removed 0.92 of its tail in characters and
-//! 0.88 in tokens. Half is a margin on the unit that leaves the outputs, which start a
-//! session's bank, counted as before. Weighing every chosen rewrite again in tokens instead
-//! (the tail counted, frames included) was measured: it blocks exactly those bank-starting
-//! rewrites (0.92 of the tail in characters is about 0.88 in tokens there too), and the
-//! suite's median cost went from 0.717 to 0.753.
+//! so counted whole they make near-tail rewrites look free that are not. Half is a margin on
+//! the unit that leaves the outputs, which start a session's bank. Weighing every chosen
+//! rewrite again in tokens instead (the tail counted, frames included) blocks exactly those
+//! bank-starting rewrites and costs more (docs/design.md, BENCHMARKS.md).
 
 use crate::config::{Rewrite, RewriteMode};
 

@@ -56,7 +56,7 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
             p.strategy,
             p.status.name(),
             format::thousands(p.tokens),
-            p.key.as_deref().map(|k| format::field(&shorten(k, 50), 256)).unwrap_or_default()
+            p.key.as_deref().map(|k| format::field(&format::shorten(k, 50), 256)).unwrap_or_default()
         );
     }
     out
@@ -82,17 +82,6 @@ fn categories(out: &mut String, analysis: &Analysis) {
 fn percent(before: u64, after: u64) -> String {
     let pct = if before > 0 { 100.0 * before.saturating_sub(after) as f64 / before as f64 } else { 0.0 };
     format!("{pct:.1}%")
-}
-
-/// `text` on one line, keeping its end (where a path's file name is) when too long.
-pub fn shorten(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let n = flat.chars().count();
-    if n <= max {
-        return flat;
-    }
-    let tail: String = flat.chars().skip(n - (max - 1)).collect();
-    format!("…{tail}")
 }
 
 /// The statistics panel: the session's savings, if given, and all-time. What reached the

@@ -2,6 +2,10 @@
 //! refusals, the prunable list, nudges, notifications and the `/dcp` answers. All of it lives
 //! here, in Rust; the plugin only carries it (but for the two lines it shows when the sidecar
 //! cannot answer). The CLI's and `/dcp`'s reports are tables, drawn by [`crate::report`].
+//!
+//! It takes plain data (the state's records and blocks, the answers' own structs such as
+//! [`ToolDone`]) and imports nothing above [`crate::state`], so the strategies and every
+//! surface can speak through it.
 
 use std::fmt::Write as _;
 
@@ -9,7 +13,6 @@ use crate::config::{Notification, Tools};
 use crate::format;
 use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
-use crate::strategies::manual::Applied;
 
 /// Added to the system prompt when an agent tool is enabled. Constant for a given config, so
 /// the prompt prefix stays byte-stable.
@@ -81,19 +84,38 @@ pub fn nudge(items: usize, tokens: u64) -> String {
     )
 }
 
+/// One call a `discard` or `extract` pruned, as its answer names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunedCall {
+    /// The name the agent used (`7`, `call_…`, `m0012`).
+    pub name: String,
+    pub tool: String,
+    pub key: Option<String>,
+}
+
+/// What a `discard` or `extract` did, as its answer says it: the tokens and the calls it
+/// pruned, and what was wrong with the rest of the request.
+pub struct ToolDone<'a> {
+    pub verb: &'a str,
+    pub tokens: u64,
+    pub done: &'a [PrunedCall],
+    pub problems: &'a [String],
+}
+
 /// The answer to a `discard` or `extract`: what was pruned, and what was not and why.
-pub fn tool_done(verb: &str, applied: &Applied) -> String {
-    let tokens: u64 = applied.decisions.iter().map(|d| d.record.tokens).sum();
+pub fn tool_done(applied: &ToolDone<'_>) -> String {
+    let verb = applied.verb;
+    let tokens = applied.tokens;
     let mut text = String::new();
     if applied.done.is_empty() {
         text.push_str("Nothing was pruned.");
     } else {
         let n = applied.done.len() as u64;
         let _ = write!(text, "{verb} {} ({} tokens):", format::count(n, "tool output"), format::tokens(tokens));
-        for done in &applied.done {
+        for done in applied.done {
             let _ = write!(text, " {}: {}", done.name, done.tool);
             if let Some(k) = &done.key {
-                let _ = write!(text, " {}", crate::report::shorten(k, 80));
+                let _ = write!(text, " {}", format::shorten(k, 80));
             }
             text.push(';');
         }
@@ -202,7 +224,7 @@ pub fn blocks(blocks: &Blocks) -> String {
             format::count(b.effective_messages.len() as u64, "message"),
             format::tokens(b.net_tokens()),
             if b.applied { "" } else { " (waiting for the cache)" },
-            if b.topic.is_empty() { String::new() } else { format!("  {}", crate::report::shorten(&b.topic, 60)) },
+            if b.topic.is_empty() { String::new() } else { format!("  {}", format::shorten(&b.topic, 60)) },
         );
     }
     text.push_str("\n/dcp decompress ID sends a range's messages again instead of its summary.");
@@ -412,7 +434,7 @@ pub mod refusals {
 
 /// The answer the agent reads after `compress`: the ranges made, the notes on them, and what
 /// was not applied and why.
-pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::strategies::compress::Outcome) -> String {
+pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::state::blocks::Outcome) -> String {
     let mut text = String::new();
     for id in &outcome.made {
         let Some(b) = state.blocks.by_id.get(id) else { continue };

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::cost::Piece;
-use crate::context::OPENCODE_CLEARED;
+use crate::measure::OPENCODE_CLEARED;
 use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node};
 use crate::tokens::TokenCounter;

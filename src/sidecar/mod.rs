@@ -10,15 +10,16 @@
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
 //!
 //! This module is the server and its dispatch; each method lives in its own module:
-//! [`transform`] (what the model sees, and the system prompt), [`tools`] (the agent's
-//! `discard` and `extract`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
+//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
+//! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
+//! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
 
 mod commands;
 mod head;
+mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
-mod rewrites;
 mod savings;
 mod stdio;
 pub mod stream;

@@ -164,7 +164,7 @@ fn message_tokens(message: &Message, counter: &TokenCounter) -> u64 {
             _ => 0,
         })
         .sum();
-    crate::context::measure(std::slice::from_ref(message), counter).total + frames
+    crate::measure::measure(std::slice::from_ref(message), counter).total + frames
 }
 
 /// Tokens of the message id tags a request carries when the agent may compress ranges: one

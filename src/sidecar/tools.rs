@@ -75,7 +75,9 @@ impl Server {
             manual::extract(&ctx, &ids, &distillation, &mut slot.tokens)
         };
         let verb = if p.name == "discard" { "Discarded" } else { "Extracted" };
-        let text = texts::tool_done(verb, &applied);
+        let tokens = applied.decisions.iter().map(|d| d.record.tokens).sum();
+        let text =
+            texts::tool_done(&texts::ToolDone { verb, tokens, done: &applied.done, problems: &applied.problems });
         if !applied.decisions.is_empty() {
             for d in applied.decisions {
                 slot.record(&d.call_id, d.record);

@@ -1,9 +1,9 @@
 //! `transform`: what the model sees on a request.
 //!
-//! A transform records what the automatic strategies decided, applies the pending rewrites
-//! when the cache-aware [`policy`] says they pay, answers with the edits the plugin does not
-//! hold yet, and appends the `<prunable-tools>` list (with a nudge when one is due). A
-//! compaction's copy of the history gets the edits in force and nothing else.
+//! A transform ([`Server::decide_request`], the per-request entry) records the automatic
+//! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks, and appends
+//! the `<prunable-tools>` list (and a nudge when due). A compaction's copy gets the edits in force.
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use super::protocol::{
     Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
-use super::{head, internal, now_ms, rewrites, validate_session_id, Server, Session};
+use super::{head, internal, masking_candidates, now_ms, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -94,7 +94,7 @@ impl Server {
         let result = match mirror.resolve(p.base, p.messages) {
             Ok(_) => {
                 count_unpruned(&self.rules, session, &mirror, &request);
-                self.rewrite(session, &sid, &mirror, request)
+                self.decide_request(session, &sid, &mirror, request)
             }
             Err(e) => Err(e),
         };
@@ -133,7 +133,7 @@ impl Server {
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
     /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
-    fn rewrite(
+    fn decide_request(
         &mut self,
         session: &mut Session,
         sid: &str,
@@ -164,7 +164,7 @@ impl Server {
             }
         }
         dirty |= !recorded_now.is_empty();
-        let in_force = rewrites::in_force(slot, &session.index, mirror);
+        let in_force = masking_candidates::in_force(slot, &session.index, mirror);
         let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
         dirty |= applied_now.is_some();
         let applied =
@@ -301,7 +301,7 @@ fn apply_pending(
     let tails = tails(mirror.sizes());
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
-    let masking = rewrites::mask_pending(rules, slot, &mut session.index, mirror, &tails);
+    let masking = masking_candidates::mask_pending(rules, slot, &mut session.index, mirror, &tails);
     let index = &session.index;
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
         .state
@@ -310,7 +310,7 @@ fn apply_pending(
         .filter(|(_, r)| !r.applied)
         .filter_map(|(id, r)| {
             let at = index.position(id)?;
-            let tokens = rewrites::approx_saving(mirror, at, &r.action);
+            let tokens = masking_candidates::approx_saving(mirror, at, &r.action);
             Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0], ..Default::default() }))
         })
         .collect();

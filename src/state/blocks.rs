@@ -332,6 +332,14 @@ fn block_value(b: &Block) -> Value {
     Value::Object(out)
 }
 
+/// What a `compress` call did: the blocks it made, and what was wrong with the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub made: Vec<u32>,
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
-use crate::context;
+use crate::measure;
 use crate::session::node::NULL;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::{Block, Blocks};
@@ -234,13 +234,7 @@ pub struct Request<'a> {
     pub now: i64,
 }
 
-/// What a `compress` call did: the blocks it made, and what was wrong with the rest.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Outcome {
-    pub made: Vec<u32>,
-    pub problems: Vec<String>,
-    pub notes: Vec<String>,
-}
+pub use crate::state::blocks::Outcome;
 
 /// What an agent's id names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,7 +350,7 @@ fn ref_of(messages: &[Message], blocks: &Blocks, i: usize) -> String {
 fn sent_tokens(messages: &[Message], state: &SessionState, counter: &TokenCounter) -> Vec<u64> {
     let mut copy = messages.to_vec();
     super::apply(&mut copy, state, |r| r.applied);
-    copy.iter().map(|m| context::measure(std::slice::from_ref(m), counter).total).collect()
+    copy.iter().map(|m| measure::measure(std::slice::from_ref(m), counter).total).collect()
 }
 
 fn make_block(

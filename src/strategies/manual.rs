@@ -10,6 +10,7 @@ use super::{finished, open_for_pruning, output_tokens, Decision, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::texts::refusals;
+pub use crate::texts::PrunedCall;
 use crate::tokens::TokenCounter;
 
 /// Why the agent discards outputs.
@@ -30,21 +31,12 @@ pub struct Ctx<'a> {
     pub rules: &'a Rules,
 }
 
-/// One call a tool request pruned, as the answer names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Done {
-    /// The name the agent used (`7`, `call_…`, `m0012`).
-    pub name: String,
-    pub tool: String,
-    pub key: Option<String>,
-}
-
 /// What a `discard` or `extract` did: the decisions to record, the calls they prune, and
 /// what was wrong with the rest of the request. One bad id never voids the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {
     pub decisions: Vec<Decision>,
-    pub done: Vec<Done>,
+    pub done: Vec<PrunedCall>,
     pub problems: Vec<String>,
 }
 
@@ -124,8 +116,8 @@ fn resolve<'c>(ctx: &'c Ctx<'_>, names: &[String], problems: &mut Vec<String>) -
     out
 }
 
-fn done(name: String, call: &ToolCall<'_>) -> Done {
-    Done { name, tool: call.tool.to_string(), key: call.key_argument().map(str::to_string) }
+fn done(name: String, call: &ToolCall<'_>) -> PrunedCall {
+    PrunedCall { name, tool: call.tool.to_string(), key: call.key_argument().map(str::to_string) }
 }
 
 /// Splits DCP 1.2's form, where a leading `"completion"` or `"noise"` inside `ids` is the

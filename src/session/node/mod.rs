@@ -2,8 +2,8 @@
 //!
 //! A long session's history is held for as long as the sidecar runs, and
 //! `serde_json::Value` with `preserve_order` spends about 80 bytes a value, 112 an object
-//! field and an allocation per key: at 20,000 messages its trees were 117 MB of the heap, most
-//! of the sidecar's peak (BENCHMARKS.md, issue 17). A [`Node`] is 24 bytes: a string of up to
+//! field and an allocation per key, which makes a long history most of the sidecar's memory.
+//! A [`Node`] is 24 bytes: a string of up to
 //! 22 bytes is held inline (keys, types, statuses, tool names), a longer one as a boxed
 //! string, a list as a boxed slice of nodes and an object as a boxed slice of its fields in
 //! order ([`Object`]), each field 48 bytes with its key inline when short. A parsed object

@@ -1,7 +1,12 @@
-//! What the rewrite policy needs from the session besides the recorded prunes and ranges:
-//! the calls observation masking would take now (`crate::strategies::masking`), as pending
-//! rewrites that are recorded only when the policy applies them, and the tokens of the
-//! prunes in force, for the session's balance against no pruning (`crate::policy::balance`).
+//! The masking candidates: the outputs observation masking would take now
+//! (`crate::strategies::masking` says which, by its window), held as pending rewrites that are
+//! recorded only when the policy applies them; and the tokens of the prunes in force, for the
+//! session's balance against no pruning (`crate::policy::balance`).
+//!
+//! Whether an old output is masked on a request is decided here and in two steps after it:
+//! `transform`'s `Server::decide_request` (the per-request entry) gathers these candidates,
+//! the pure `crate::policy::choose` says whether their rewrite goes on this request, and
+//! `transform`'s `apply_pending` records and applies it.
 
 use super::mirror::Mirror;
 use crate::config::RewriteMode;
