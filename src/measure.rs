@@ -11,6 +11,23 @@ use crate::session::node::NULL;
 use crate::session::{slim, str_field, Message, Node, Role};
 use crate::tokens::TokenCounter;
 
+/// Tokens of OpenCode 1.18.33's system prompt and tool definitions for its `build` agent, as
+/// the lab's requests carry them (o200k: 4,673 for the tool definitions, 2,020 for the system
+/// prompt): the estimate of what every request holds besides the history, which neither
+/// `dcp replay` nor the sidecar sees.
+pub const OPENCODE_OVERHEAD: u64 = 6_700;
+/// The same in characters / 4 (29,419 characters).
+pub const OPENCODE_OVERHEAD_CHARS: u64 = 7_355;
+
+/// Tokens a request spends around each piece besides its text: the role, the tool call's id
+/// and name, the JSON of the provider's message format. Measured on the lab's requests
+/// (OpenAI chat format, characters / 4 of everything outside the texts): about 100
+/// characters per tool call, 67 per tool result, 30 per text message. Replay and the
+/// sidecar's savings count with the same frames, so their figures agree.
+pub const FRAME_CALL: u64 = 25;
+pub const FRAME_RESULT: u64 = 17;
+pub const FRAME_TEXT: u64 = 8;
+
 /// What OpenCode sends in place of an output it cleared itself.
 pub const OPENCODE_CLEARED: &str = "[Old tool result content cleared]";
 

@@ -36,12 +36,7 @@ use crate::session::Message;
 use crate::state::Strategy;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
-/// Tokens of OpenCode 1.18.33's system prompt and tool definitions for its `build` agent, as
-/// the lab's requests carry them (o200k: 4,673 for the tool definitions, 2,020 for the system
-/// prompt): the default estimate of what every request holds besides the history.
-pub const OPENCODE_OVERHEAD: u64 = 6_700;
-/// The same in characters / 4 (29,419 characters).
-pub const OPENCODE_OVERHEAD_CHARS: u64 = 7_355;
+pub use crate::measure::{OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 
 /// Tokens of the JSON schema of one dcp tool's arguments, beside its description.
 const TOOL_SCHEMA: u64 = 60;

@@ -19,13 +19,7 @@ use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node};
 use crate::tokens::TokenCounter;
 
-/// Tokens a request spends around each piece besides its text: the role, the tool call's id
-/// and name, the JSON of the provider's message format. Measured on the lab's requests
-/// (OpenAI chat format, characters / 4 of everything outside the texts): about 100
-/// characters per tool call, 67 per tool result, 30 per text message.
-const FRAME_CALL: u64 = 25;
-const FRAME_RESULT: u64 = 17;
-const FRAME_TEXT: u64 = 8;
+use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT};
 
 /// What OpenCode sends for a tool call that never finished.
 const INTERRUPTED: &str = "[Tool execution was interrupted]";

@@ -10,22 +10,17 @@ use rustc_hash::FxHashSet as HashSet;
 use super::mirror::Mirror;
 use super::protocol::Transformed;
 use super::{head, Server, Session};
+use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::session::{str_field, Message};
 use crate::state::savings::{Mark, Request};
 use crate::state::store::Slot;
+use crate::strategies::compress::{self, Span};
 use crate::strategies::incremental::Index;
-use crate::strategies::{compress, Rules};
+use crate::strategies::Rules;
 use crate::tokens::TokenCounter;
 
-/// Tokens of OpenCode 1.18.33's system prompt and tool definitions, which every request
-/// carries besides the history and the sidecar never sees (`dcp replay`'s estimate,
-/// `crate::replay::OPENCODE_OVERHEAD`).
-const OPENCODE_OVERHEAD: u64 = 6_700;
-
-/// Tokens a request spends around a text message, a tool call and a tool result besides their
-/// text (`dcp replay`'s frames, `crate::replay::pieces`).
-const FRAME_TEXT: u64 = 8;
-const FRAME_TOOL: u64 = 25 + 17;
+/// A tool part is sent as a call and its result, each in its frame.
+const FRAME_TOOL: u64 = FRAME_CALL + FRAME_RESULT;
 
 /// What counting a session's next request needs of the last one, in this process: a
 /// restarted sidecar counts the history once more.
@@ -64,15 +59,16 @@ impl Server {
             answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
         let added = appended + head + if offered { tags(&self.rules, slot, messages) } else { 0 };
         let index = &session.index;
-        let in_force = removed(index, slot, messages, messages.len());
+        let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+        let in_force = removed(index, slot, &ranges, messages.len());
         let meter = &mut session.savings;
         let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
         // A rewrite changes what was sent before from its first changed message on; what is in
         // front of it, as it was sent, stays cached.
-        let first = first_applied_now(meter, index, slot, messages);
+        let first = first_applied_now(meter, index, slot, &ranges);
         let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
         let rewritten =
-            first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, messages, f)));
+            first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, &ranges, f)));
         let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
         let mark = match (compacted, rewritten.is_some()) {
             (true, _) => Mark::Compaction,
@@ -101,11 +97,10 @@ impl Server {
     }
 }
 
-/// Tokens the prunes and ranges in force take out of the first `upto` messages of this
-/// request's history.
-fn removed(index: &Index, slot: &Slot, messages: &[Message], upto: usize) -> u64 {
+/// Tokens the prunes and the ranges in force (`ranges`, their spans in this request's
+/// history) take out of the first `upto` messages of it.
+fn removed(index: &Index, slot: &Slot, ranges: &[Span], upto: usize) -> u64 {
     // A pruned call inside a compressed range is gone with the range: counted once.
-    let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
     let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
     let in_history = |id: &str| index.position(id).is_some_and(|at| at.0 < upto && outside(at.0));
     let calls = slot.state.pruned.iter().filter(|(id, r)| r.applied && in_history(id));
@@ -117,7 +112,7 @@ fn removed(index: &Index, slot: &Slot, messages: &[Message], upto: usize) -> u64
 /// The first message of the history that a prune or range put in force since the last request
 /// changed, if one did. The first request a process answers takes what is in force as it
 /// finds it: those rewrites were sent before.
-fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, messages: &[Message]) -> Option<usize> {
+fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Span]) -> Option<usize> {
     if slot.revision == meter.revision && meter.offered.is_some() {
         return None;
     }
@@ -133,7 +128,7 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, messages: &[
             }
         }
     }
-    for span in compress::spans(messages, &slot.state.blocks, |b| b.applied) {
+    for span in ranges {
         if meter.blocks.insert(span.block) && seen {
             at(span.from);
         }

@@ -108,18 +108,23 @@ const CLAUDE_CODE_VERSION: &str = "2.1.197";
 
 /// Claude Code from npm (`@anthropic-ai/claude-code`), installed into `target/e2e/claude`.
 fn claude() -> std::path::PathBuf {
-    let dir = super::e2e_dir().join("claude");
-    let bin = dir.join("node_modules/.bin/claude");
-    if !bin.exists() {
+    npm_client("claude", &format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"))
+}
+
+/// The client `bin` of npm package `spec`, installed into `target/e2e/<bin>` unless there.
+fn npm_client(bin: &str, spec: &str) -> std::path::PathBuf {
+    let dir = super::e2e_dir().join(bin);
+    let path = dir.join("node_modules/.bin").join(bin);
+    if !path.exists() {
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
             .arg(&dir)
-            .arg(format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"))
+            .arg(spec)
             .status()
-            .expect("npm is needed to install Claude Code for the end-to-end tests");
-        assert!(status.success(), "npm install @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} failed");
+            .unwrap_or_else(|e| panic!("npm is needed to install {spec} for the end-to-end tests: {e}"));
+        assert!(status.success(), "npm install {spec} failed");
     }
-    bin
+    path
 }
 
 #[test]
@@ -191,18 +196,7 @@ const CODEX_VERSION: &str = "0.169.0";
 
 /// Codex CLI from npm (`@openai/codex`), installed into `target/e2e/codex`.
 fn codex() -> std::path::PathBuf {
-    let dir = super::e2e_dir().join("codex");
-    let bin = dir.join("node_modules/.bin/codex");
-    if !bin.exists() {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .arg(format!("@openai/codex@{CODEX_VERSION}"))
-            .status()
-            .expect("npm is needed to install Codex for the end-to-end tests");
-        assert!(status.success(), "npm install @openai/codex@{CODEX_VERSION} failed");
-    }
-    bin
+    npm_client("codex", &format!("@openai/codex@{CODEX_VERSION}"))
 }
 
 #[test]
