@@ -32,7 +32,7 @@ use hyper_util::rt::TokioIo;
 
 use self::convert::Api;
 pub use self::engine::Engine;
-use self::forward::{Body, Changed, Outgoing, Upstream, UpstreamClient};
+use self::forward::{Body, Changed, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
@@ -46,7 +46,8 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Options {
     pub listen: SocketAddr,
-    pub upstream: String,
+    /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
+    pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
     pub sidecar: crate::sidecar::Options,
 }
@@ -55,19 +56,32 @@ pub struct Options {
 pub struct Shared {
     pub engine: Engine,
     pub conversations: conversation::Conversations,
-    pub upstream: Upstream,
+    pub upstreams: Upstreams,
     pub client: UpstreamClient,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
 /// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
 pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
+    server_with(options, load_config(options)?, saver)
+}
+
+/// The config `dcp serve` would read (its warnings logged).
+fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Config> {
     let locations = config::Locations::standard(&options.env, options.project.as_deref());
     let loaded = config::load(&locations)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    let mut config = loaded.config;
+    Ok(loaded.config)
+}
+
+fn server_with(
+    options: &crate::sidecar::Options,
+    config: config::Config,
+    saver: Option<Saver>,
+) -> anyhow::Result<Server> {
+    let mut config = config;
     config.tools.discard.enabled = false;
     config.tools.extract.enabled = false;
     config.tools.compress.enabled = false;
@@ -76,22 +90,24 @@ pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow
 
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
 pub fn run(options: Options) -> anyhow::Result<()> {
-    let upstream = Upstream::parse(&options.upstream)?;
+    let config = load_config(&options.sidecar)?;
+    let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
+    let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
         let saver = Saver::spawn();
-        let engine = Engine::start(server(&options.sidecar, Some(saver.clone()))?);
+        let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             conversations: conversation::Conversations::default(),
-            upstream,
-            client: forward::client(),
+            upstreams,
+            client,
         });
-        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstream);
+        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
         tokio::select! {
             result = accept_loop(&listener, &shared) => result?,
             () = interrupted() => {}
@@ -143,8 +159,12 @@ pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared
 pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
+    let Some(upstream) = shared.upstreams.route(api) else {
+        let message = format!("dcp proxy: no upstream for {}: set --upstream or proxy.upstream", parts.uri.path());
+        return Ok(forward::failure(hyper::StatusCode::BAD_GATEWAY, &message));
+    };
     let Some(api) = api else {
-        return Ok(forward::forward(&shared.client, &shared.upstream, parts, Outgoing::Stream(body)).await);
+        return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
     };
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -161,7 +181,7 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
             Outgoing::Bytes(bytes, Changed::No)
         }
     };
-    Ok(forward::forward(&shared.client, &shared.upstream, parts, outgoing).await)
+    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
 /// The pruned body of a request, `None` when nothing in it changes, or why it is not pruned.
