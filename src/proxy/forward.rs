@@ -169,10 +169,12 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
-/// What goes upstream as the body: the client's own stream, or the pruned bytes.
+/// What goes upstream as the body: the client's own stream, its bytes, or the pruned body in
+/// pieces (written one after the other, none copied).
 pub enum Outgoing {
     Stream(Incoming),
     Bytes(Bytes, Changed),
+    Pieces(Vec<Bytes>),
 }
 
 /// Whether a buffered body is the one the client sent.
@@ -184,6 +186,33 @@ pub enum Changed {
 
 pub fn boxed_bytes(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A body of known pieces, sent in turn as frames, with its exact length.
+struct Pieces(std::collections::VecDeque<Bytes>, u64);
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let next = self.0.pop_front();
+        if let Some(piece) = &next {
+            self.1 -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|piece| Ok(hyper::body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.1)
+    }
 }
 
 fn boxed_incoming(body: Incoming) -> Body {
@@ -214,6 +243,12 @@ pub async fn forward(
                 parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             }
             boxed_bytes(bytes)
+        }
+        Outgoing::Pieces(pieces) => {
+            let length: usize = pieces.iter().map(Bytes::len).sum();
+            parts.headers.remove(TRANSFER_ENCODING);
+            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+            Pieces(pieces.into_iter().filter(|p| !p.is_empty()).collect(), length as u64).boxed_unsync()
         }
     };
     match client.request(Request::from_parts(parts, body)).await {

@@ -17,6 +17,7 @@ pub mod convert;
 mod engine;
 pub mod forward;
 pub mod identity;
+pub mod raw;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -174,7 +175,7 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
         }
     };
     let outgoing = match prune(&shared, api, &parts.headers, &bytes).await {
-        Ok(Some(pruned)) => Outgoing::Bytes(pruned, Changed::Yes),
+        Ok(Some(pruned)) => Outgoing::Pieces(pruned),
         Ok(None) => Outgoing::Bytes(bytes, Changed::No),
         Err(reason) => {
             tracing::warn!("{} {}: sent on unpruned: {reason}", parts.method, parts.uri.path());
@@ -184,13 +185,14 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
     Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
-/// The pruned body of a request, `None` when nothing in it changes, or why it is not pruned.
+/// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
+/// in it changes, or why it is not pruned.
 pub async fn prune(
     shared: &Shared,
     api: Api,
     headers: &hyper::HeaderMap,
     bytes: &Bytes,
-) -> Result<Option<Bytes>, String> {
+) -> Result<Option<Vec<Bytes>>, String> {
     let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
         return Err("the body is compressed".into());
@@ -199,12 +201,20 @@ pub async fn prune(
         return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
     }
     let started = std::time::Instant::now();
-    let Some(raw) = conversation::Raw::read(api, bytes)? else { return Ok(None) };
-    let sid = identity::session_id(api, headers, &raw.identity_body(api));
+    let head = shared.conversations.continued(api, bytes);
+    let read_after = head.as_ref().and_then(|h| raw::Raw::read_after(api, bytes, h).map(|raw| (raw, h)));
+    let (raw, read) = match read_after {
+        Some((raw, head)) => (raw, conversation::Read::After(head)),
+        None => match raw::Raw::read(api, bytes)? {
+            Some(raw) => (raw, conversation::Read::Whole),
+            None => return Ok(None),
+        },
+    };
+    let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
     let parsed = started.elapsed();
     let slot = shared.conversations.slot(&sid);
     let mut held = slot.lock().await;
-    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, held.take());
+    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
     let base = builder.dirty_from();
     let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
@@ -214,9 +224,13 @@ pub async fn prune(
     builder.mark_sent();
     let engine = started.elapsed();
     let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
-    *held = Some(conversation::Conversation::new(bytes.clone(), &raw, builder, written));
-    let Some(pruned) = pruned else { return Ok(None) };
+    let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
+    shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, written));
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
-    tracing::debug!(session = sid, edits = edits.len(), base, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
-    Ok(Some(Bytes::from(pruned)))
+    let resumed = matches!(read, conversation::Read::After(_));
+    if resumed {
+        shared.conversations.count_resumed();
+    }
+    tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
+    Ok(pruned)
 }

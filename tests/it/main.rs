@@ -23,6 +23,7 @@ mod package;
 mod persistence;
 mod protocol;
 mod proxy;
+mod proxy_resume;
 mod proxy_upstreams;
 mod replay;
 mod replay_misses;
