@@ -11,7 +11,9 @@ A fake upstream on 127.0.0.1 reads each body and answers with a server-sent even
 first event goes out at once. Each request is sent twice, directly and through the proxy, in
 alternating order, so both see the same machine; the first request (the whole history, which
 the engine reads once) is reported apart. Prints one JSON line: p50 and p99 of the total time
-of a request and of the time to its first streamed byte, both ways, and the added time. With
+of a request and of the time to its first streamed byte, both ways, and the added time (the
+per-request difference, p50 and p99, of the total and of the first byte), and each proxy's
+resident memory at the end (`rss_mb`, and its peak, `peak_rss_mb`, from /proc). With
 --stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
 engine, write) is added from it. With --compare, a second proxy (another dcp binary, say
 the one before a change) gets each request too, in turn with the others, and its figures
@@ -152,6 +154,7 @@ def main():
                     procs.append(proc)
                     targets.append((name, port))
             base, times, first = measure(args, session, targets)
+            memory = [rss(proc.pid) for proc in procs]
         finally:
             for proc in procs:
                 proc.terminate()
@@ -161,8 +164,10 @@ def main():
             found.update({f"compare_{k}": v for k, v in stages(f"{other_home}/config/opencode/logs/dcp").items()})
     out = {"messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
            "load_average": round(os.getloadavg()[0], 1)}
-    for name, _ in targets[1:]:
+    for (name, _), (now, peak) in zip(targets[1:], memory):
         out.update(figures(name, times, first))
+        prefix = "" if name == "proxy" else "compare_"
+        out.update({f"{prefix}rss_mb": now, f"{prefix}peak_rss_mb": peak})
     print(json.dumps({**out, **found}))
 
 
@@ -171,13 +176,25 @@ def figures(name, times, first):
     total = {k: [t[1] for t in v] for k, v in times.items()}
     ttfb = {k: [t[0] for t in v] for k, v in times.items()}
     added = [p_ - d for p_, d in zip(total[name], total["direct"])]
+    ttfb_added = [p_ - d for p_, d in zip(ttfb[name], ttfb["direct"])]
     prefix = "" if name == "proxy" else "compare_"
     return {f"{prefix}{k}": v for k, v in {
         "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first[name][1] * 1000, 1),
         "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total[name], 0.5),
         "added_p50_ms": pct(added, 0.5), "added_p99_ms": pct(added, 0.99),
         "ttfb_p50_direct_ms": pct(ttfb["direct"], 0.5), "ttfb_p50_proxy_ms": pct(ttfb[name], 0.5),
+        "ttfb_added_p50_ms": pct(ttfb_added, 0.5), "ttfb_added_p99_ms": pct(ttfb_added, 0.99),
     }.items()}
+
+
+def rss(pid):
+    """A process's resident memory now and at its peak, in MB, from /proc."""
+    found = {}
+    for line in open(f"/proc/{pid}/status"):
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = round(int(value.split()[0]) / 1024, 1)
+    return found.get("VmRSS"), found.get("VmHWM")
 
 
 def stages(log_dir):

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use super::watch::{Changes, Watch};
 use super::{tools_of, AllTime, CorruptFile, Figures};
-use crate::state::persist::{self, LoadOutcome, MAX_COUNT};
+use crate::state::persist::{self, is_state_name as is_state_file, proxied_entries, LoadOutcome, MAX_COUNT};
 
 /// What one state file adds to the all-time report.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,7 @@ pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime
         // another process read that file again.
         Changes::Names(names) => {
             refresh(dir, &mut known.files, names);
+            refresh_proxied(dir, &mut known.files);
             false
         }
         Changes::Unknown => {
@@ -101,9 +102,20 @@ pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime
     Ok(report(dir, &known.files))
 }
 
-/// Whether `name` is a state file's name: a session id and `.json`.
-fn is_state_file(name: &str) -> bool {
-    name.strip_suffix(".json").is_some_and(persist::is_session_id)
+/// Brings the proxied conversations' files in `files` up to date (the watch sees the state
+/// dir only, not their folders); returns whether anything changed.
+fn refresh_proxied(dir: &Path, files: &mut HashMap<String, Remembered>) -> bool {
+    let (entries, before) = (proxied_entries(dir), files.len());
+    files.retain(|name, _| !name.contains('/') || entries.iter().any(|(n, _)| n == name));
+    let mut changed = files.len() != before;
+    for (name, entry) in entries {
+        let meta = entry.metadata().ok();
+        if !files.get(&name).is_some_and(|known| meta.as_ref().is_some_and(|m| known.matches(m))) {
+            files.insert(name, remember(&entry.path(), meta));
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// Re-reads the files named by a watch's events.
@@ -138,6 +150,7 @@ fn scan(dir: &Path, files: &mut HashMap<String, Remembered>) -> std::io::Result<
             }
         }
     }
+    entries.extend(proxied_entries(dir));
     let old: &HashMap<String, Remembered> = files;
     let look = |chunk: &[(String, DirEntry)]| -> Vec<Option<Remembered>> {
         chunk

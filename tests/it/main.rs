@@ -24,6 +24,7 @@ mod persistence;
 mod protocol;
 mod proxy;
 mod proxy_resume;
+mod proxy_state;
 mod proxy_upstreams;
 mod replay;
 mod replay_misses;
