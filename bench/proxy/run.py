@@ -199,7 +199,7 @@ def rss(pid):
 
 def stages(log_dir):
     """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms."""
-    found = {"parse": [], "map": [], "engine": [], "write": []}
+    found = {"parse": [], "matched": [], "map": [], "engine": [], "write": [], "spliced": []}
     for name in os.listdir(log_dir):
         for line in open(os.path.join(log_dir, name)):
             if "pruned" not in line:

@@ -29,8 +29,9 @@ pub struct Conversation {
     written: Written,
 }
 
-/// Rewritten items by index: the edits written into each, and its new bytes.
-pub type Written = HashMap<usize, (Vec<EngineEdit>, Bytes)>;
+/// Rewritten items by index: the edits written into each, and its new bytes (`None`: the
+/// edits change nothing in it).
+pub type Written = HashMap<usize, (Vec<EngineEdit>, Option<Bytes>)>;
 
 /// How `raw` was read: past `head`'s known part (whose items it then holds as they were), or
 /// whole.
@@ -84,10 +85,10 @@ pub fn splice(
     edits: &[EngineEdit],
     written: &mut Written,
 ) -> Option<Vec<Bytes>> {
-    let mut by_item: BTreeMap<usize, Vec<EngineEdit>> = BTreeMap::new();
+    let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
     for edit in edits {
         if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.spans.len()) {
-            by_item.entry(i).or_default().push(edit.clone());
+            by_item.entry(i).or_default().push(edit);
         }
     }
     let mut before = std::mem::take(written);
@@ -95,20 +96,31 @@ pub fn splice(
     let mut copied = 0;
     for (i, edits) in by_item {
         let new = match before.remove(&i) {
-            Some((same, new)) if same == edits => new,
+            Some((same, new)) if same.iter().eq(edits.iter().copied()) => {
+                let Some(new) = new else {
+                    written.insert(i, (same, None));
+                    continue;
+                };
+                written.insert(i, (same, Some(new.clone())));
+                Some(new)
+            }
             _ => {
                 let mut item = raw.item(body, i);
                 let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
-                if changed == 0 {
-                    continue;
-                }
-                Bytes::from(serde_json::to_vec(&item).ok()?)
+                (changed > 0).then(|| serde_json::to_vec(&item).map(Bytes::from)).transpose().ok()?
             }
+        };
+        let owned = || edits.iter().map(|e| (*e).clone()).collect();
+        let Some(new) = new else {
+            // Edits that change nothing here (a field already so, a locked result) are
+            // remembered too, so that the item is not read again for them.
+            written.entry(i).or_insert_with(|| (owned(), None));
+            continue;
         };
         let (start, end) = raw.spans[i];
         out.push(body.slice(copied..start));
         out.push(new.clone());
-        written.insert(i, (edits, new));
+        written.entry(i).or_insert_with(|| (owned(), Some(new)));
         copied = end;
     }
     if copied == 0 {
@@ -274,7 +286,11 @@ mod tests {
         let spliced = splice(&body, &raw, &builder, &edits, &mut written).unwrap().concat();
         let again = splice(&body, &raw, &builder, &edits, &mut written).unwrap();
         assert_eq!(again.concat(), spliced, "taken as written");
-        assert_eq!(again[1].as_ptr(), written[&2].1.as_ptr(), "the rewritten item is not copied again");
+        assert_eq!(
+            again[1].as_ptr(),
+            written[&2].1.as_ref().unwrap().as_ptr(),
+            "the rewritten item is not copied again"
+        );
         assert_eq!(again[0].as_ptr(), body.as_ptr(), "the client's bytes are not copied");
         let mut whole: Value = serde_json::from_slice(&body).unwrap();
         let mapped = convert::map(Api::Chat, &whole, "s").unwrap();

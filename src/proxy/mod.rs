@@ -202,6 +202,7 @@ pub async fn prune(
     }
     let started = std::time::Instant::now();
     let head = shared.conversations.continued(api, bytes);
+    let matched = started.elapsed();
     let read_after = head.as_ref().and_then(|h| raw::Raw::read_after(api, bytes, h).map(|raw| (raw, h)));
     let (raw, read) = match read_after {
         Some((raw, head)) => (raw, conversation::Read::After(head)),
@@ -224,6 +225,7 @@ pub async fn prune(
     builder.mark_sent();
     let engine = started.elapsed();
     let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
+    let spliced = started.elapsed() - engine;
     let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
     shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, written));
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
@@ -231,6 +233,6 @@ pub async fn prune(
     if resumed {
         shared.conversations.count_resumed();
     }
-    tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
+    tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
     Ok(pruned)
 }

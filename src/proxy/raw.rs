@@ -27,6 +27,10 @@ pub type Span = (usize, usize);
 pub struct Raw {
     fields: BTreeMap<String, Span>,
     pub spans: Vec<Span>,
+    /// The items that name the conversation (the first system and first user message), by
+    /// role, in list order; found once, so that a body read past a known one is looked
+    /// through only in its new items.
+    named: Vec<(String, usize)>,
 }
 
 /// The top-level fields [`Raw::identity_body`] reads.
@@ -77,7 +81,9 @@ impl Raw {
             (start, start + raw.get().len())
         };
         let fields = fields.into_iter().map(|(k, v)| (k, span(v))).collect();
-        Ok(Some(Raw { fields, spans: items.into_iter().map(span).collect() }))
+        let mut raw = Raw { fields, spans: items.into_iter().map(span).collect(), named: Vec::new() };
+        raw.name_from(api, body, 0);
+        Ok(Some(raw))
     }
 
     /// Reads `body`, which starts with `head`'s known part, past it; `None` when the rest is
@@ -85,7 +91,7 @@ impl Raw {
     pub fn read_after(api: Api, body: &[u8], head: &Head) -> Option<Raw> {
         let end = head.is_prefix_of(api, body)?;
         let fields = head.raw.fields.iter().filter(|(_, s)| s.1 <= end).map(|(k, s)| (k.clone(), *s)).collect();
-        let mut raw = Raw { fields, spans: head.raw.spans.clone() };
+        let mut raw = Raw { fields, spans: head.raw.spans.clone(), named: head.raw.named.clone() };
         let mut at = Cursor { body, at: end };
         while at.next_byte()? == b',' {
             raw.spans.push(at.value_span()?);
@@ -113,7 +119,30 @@ impl Raw {
                 _ => return None,
             }
         }
-        body[at.at..].iter().all(u8::is_ascii_whitespace).then_some(raw)
+        if !body[at.at..].iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        raw.name_from(api, body, head.raw.spans.len());
+        Some(raw)
+    }
+
+    /// Finds, from item `from` on, the naming items not found yet.
+    fn name_from(&mut self, api: Api, body: &[u8], from: usize) {
+        #[derive(Deserialize)]
+        struct Role<'r> {
+            #[serde(borrow)]
+            role: Option<std::borrow::Cow<'r, str>>,
+        }
+        let mut wanted: Vec<&str> = if api == Api::Chat { vec!["system", "user"] } else { vec!["user"] };
+        wanted.retain(|w| !self.named.iter().any(|(role, _)| role == w));
+        for (i, &(a, b)) in self.spans.iter().enumerate().skip(from) {
+            if wanted.is_empty() {
+                break;
+            }
+            let role = serde_json::from_slice::<Role<'_>>(&body[a..b]).ok().and_then(|r| r.role);
+            let Some(at) = role.and_then(|r| wanted.iter().position(|w| *w == r)) else { continue };
+            self.named.push((wanted.remove(at).to_string(), i));
+        }
     }
 
     /// What [`super::identity::session_id`] reads of the body: the fields that name the
@@ -125,21 +154,10 @@ impl Raw {
                 out.insert(key.clone(), v);
             }
         }
-        #[derive(Deserialize)]
-        struct Role<'r> {
-            #[serde(borrow)]
-            role: Option<std::borrow::Cow<'r, str>>,
-        }
         let mut list = Vec::new();
-        let mut wanted: Vec<&str> = if api == Api::Chat { vec!["system", "user"] } else { vec!["user"] };
-        for &(a, b) in &self.spans {
-            let role = serde_json::from_slice::<Role<'_>>(&body[a..b]).ok().and_then(|r| r.role);
-            let Some(at) = role.and_then(|r| wanted.iter().position(|w| *w == r)) else { continue };
-            wanted.remove(at);
+        for &(_, i) in &self.named {
+            let (a, b) = self.spans[i];
             list.extend(serde_json::from_slice::<Value>(&body[a..b]).ok());
-            if wanted.is_empty() {
-                break;
-            }
         }
         out.insert(api.list_key().to_string(), Value::Array(list));
         Value::Object(out)
