@@ -219,7 +219,7 @@ pub async fn prune(
     let base = builder.dirty_from();
     let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
-    // On an error the conversation is not kept: its next request is read and sent whole.
+    // On an error the conversation is not kept: its next request is mapped and sent whole.
     let edits =
         shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
     builder.mark_sent();
