@@ -103,19 +103,16 @@ pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime
 }
 
 /// Brings the proxied conversations' files in `files` up to date (the watch sees the state
-/// dir only, not their folders); returns whether anything changed.
-fn refresh_proxied(dir: &Path, files: &mut HashMap<String, Remembered>) -> bool {
-    let (entries, before) = (proxied_entries(dir), files.len());
+/// dir only, not their folders).
+fn refresh_proxied(dir: &Path, files: &mut HashMap<String, Remembered>) {
+    let entries = proxied_entries(dir);
     files.retain(|name, _| !name.contains('/') || entries.iter().any(|(n, _)| n == name));
-    let mut changed = files.len() != before;
     for (name, entry) in entries {
         let meta = entry.metadata().ok();
         if !files.get(&name).is_some_and(|known| meta.as_ref().is_some_and(|m| known.matches(m))) {
             files.insert(name, remember(&entry.path(), meta));
-            changed = true;
         }
     }
-    changed
 }
 
 /// Re-reads the files named by a watch's events.
@@ -350,6 +347,9 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
     let mut report = AllTime::default();
     let mut corrupt: Vec<(&String, &String)> = Vec::new();
     for (name, file) in files {
+        if let Some((client, _)) = name.strip_prefix("proxy/").and_then(|rest| rest.split_once('/')) {
+            *report.proxied.entry(client.to_string()).or_default() += 1;
+        }
         report.files += 1;
         report.bytes += file.len;
         match &file.summary {

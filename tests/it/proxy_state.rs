@@ -24,9 +24,14 @@ fn post_as(port: u16, agent: &str, path: &str, body: &Value) -> String {
 }
 
 fn dcp(dir: &std::path::Path, args: &[&str]) -> Value {
+    serde_json::from_str(&dcp_text(dir, &[args, &["--json"]].concat())).unwrap()
+}
+
+/// What `dcp ARGS` prints, run on the proxy's data under `dir`.
+fn dcp_text(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_dcp"))
         .args(args)
-        .args(["--json", "--data-dir"])
+        .arg("--data-dir")
         .arg(dir.join("data/opencode"))
         .env("HOME", dir.join("home"))
         .env("XDG_CONFIG_HOME", dir.join("config"))
@@ -35,7 +40,7 @@ fn dcp(dir: &std::path::Path, args: &[&str]) -> Value {
         .output()
         .unwrap();
     assert!(out.status.success(), "dcp {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -74,6 +79,9 @@ fn each_client_s_conversations_are_kept_in_its_own_folder_and_dcp_stats_and_repo
     let stats = dcp(dir.path(), &["stats", "--session", sid]);
     assert_eq!(stats["session"]["tools_pruned"], 4, "{stats}");
     assert_eq!(stats["all_time"]["files"], 2, "both clients' conversations count all-time: {stats}");
+    assert_eq!(stats["all_time"]["proxied"], json!({"codex": 1, "openai": 1}), "labelled by client: {stats}");
+    let text = dcp_text(dir.path(), &["stats"]);
+    assert!(text.contains("Through the proxy: codex 1, openai 1"), "{text}");
     let report = dcp(dir.path(), &["report", "--out", dir.path().join("r.html").to_str().unwrap()]);
     let html = std::fs::read_to_string(report["report"].as_str().unwrap()).unwrap();
     assert!(html.contains(sid), "the report lists the conversation by its client-labelled id");
