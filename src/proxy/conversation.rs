@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::convert::{Api, Builder, EngineEdit};
+use super::engine::Edits;
 use super::raw::{Head, Raw};
 
 /// What the proxy keeps of a conversation's last request: its body as read, the builder
@@ -26,7 +27,24 @@ use super::raw::{Head, Raw};
 pub struct Conversation {
     head: Arc<Head>,
     builder: Builder,
+    memory: Memory,
+}
+
+/// What a conversation remembers of the bodies it wrote.
+#[derive(Default)]
+pub struct Memory {
     written: Written,
+    last: Option<Last>,
+}
+
+/// The last body's layout: its edits, the items written anew in it with their bytes, and how
+/// many messages it had. A body read past it whose new items changed none of those messages,
+/// under the same edits (the same list, not a copy), is written as it was without looking
+/// at the edits again.
+struct Last {
+    edits: Edits,
+    items: Vec<(usize, Bytes)>,
+    messages: usize,
 }
 
 /// Rewritten items by index: the edits written into each, and its new bytes (`None`: the
@@ -50,41 +68,64 @@ pub fn fold(
     raw: &Raw,
     read: &Read<'_>,
     held: Option<Conversation>,
-) -> (Builder, Written) {
+) -> (Builder, Memory) {
+    let same_places = |c: &Conversation| matches!(read, Read::After(head) if Arc::ptr_eq(head, &c.head));
     let kept = held.filter(|c| match read {
-        Read::After(head) if Arc::ptr_eq(head, &c.head) => true,
+        _ if same_places(c) => true,
         _ => {
             let (old, spans) = (&c.head.body, &c.head.raw.spans);
             spans.len() <= raw.spans.len()
                 && spans.iter().zip(&raw.spans).all(|(&(a, b), &(x, y))| old[a..b] == body[x..y])
         }
     });
-    let (mut builder, from, written) = match kept {
-        Some(c) => (c.builder, c.head.raw.spans.len(), c.written),
-        None => (Builder::new(sid), 0, Written::new()),
+    let (mut builder, from, mut memory) = match kept {
+        Some(c) => {
+            let same = same_places(&c);
+            let mut memory = c.memory;
+            if !same {
+                memory.last = None;
+            }
+            (c.builder, c.head.raw.spans.len(), memory)
+        }
+        None => (Builder::new(sid), 0, Memory::default()),
     };
     for i in from..raw.spans.len() {
         builder.fold(api, i, &raw.item(body, i));
     }
-    (builder, written)
+    if memory.last.as_ref().is_some_and(|last| builder.dirty_from() < last.messages) {
+        memory.last = None;
+    }
+    (builder, memory)
 }
 
 impl Conversation {
-    pub fn new(head: Arc<Head>, builder: Builder, written: Written) -> Conversation {
-        Conversation { head, builder, written }
+    pub fn new(head: Arc<Head>, builder: Builder, memory: Memory) -> Conversation {
+        Conversation { head, builder, memory }
     }
 }
 
 /// `body` with `edits` written in, as pieces that share `body`'s buffer around the items
-/// written anew (or taken from `written`, which is left holding this request's); `None` when
-/// nothing changes.
-pub fn splice(
+/// written anew (laid out as last time when the edits are last time's list, else found item
+/// by item, [`written_items`]); `None` when nothing changes.
+pub fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
+    let items = match memory.last.take().filter(|last| Arc::ptr_eq(&last.edits, edits)) {
+        Some(last) => last.items,
+        None => written_items(body, raw, builder, edits, &mut memory.written)?,
+    };
+    let pieces = layout(body, raw, &items);
+    memory.last = Some(Last { edits: Arc::clone(edits), items, messages: builder.messages().len() });
+    pieces
+}
+
+/// The items `edits` rewrite, in list order, with their new bytes: written anew, or taken
+/// from `written` (which is left holding this request's) when their edits did not change.
+fn written_items(
     body: &Bytes,
     raw: &Raw,
     builder: &Builder,
     edits: &[EngineEdit],
     written: &mut Written,
-) -> Option<Vec<Bytes>> {
+) -> Option<Vec<(usize, Bytes)>> {
     let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
     for edit in edits {
         if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.spans.len()) {
@@ -93,38 +134,39 @@ pub fn splice(
     }
     let mut before = std::mem::take(written);
     let mut out = Vec::new();
-    let mut copied = 0;
     for (i, edits) in by_item {
         let new = match before.remove(&i) {
             Some((same, new)) if same.iter().eq(edits.iter().copied()) => {
-                let Some(new) = new else {
-                    written.insert(i, (same, None));
-                    continue;
-                };
-                written.insert(i, (same, Some(new.clone())));
-                Some(new)
+                written.insert(i, (same, new.clone()));
+                new
             }
             _ => {
                 let mut item = raw.item(body, i);
                 let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
-                (changed > 0).then(|| serde_json::to_vec(&item).map(Bytes::from)).transpose().ok()?
+                let new = (changed > 0).then(|| serde_json::to_vec(&item).map(Bytes::from)).transpose().ok()?;
+                // Edits that change nothing here (a field already so, a locked result) are
+                // remembered too, so that the item is not read again for them.
+                written.insert(i, (edits.iter().map(|e| (*e).clone()).collect(), new.clone()));
+                new
             }
         };
-        let owned = || edits.iter().map(|e| (*e).clone()).collect();
-        let Some(new) = new else {
-            // Edits that change nothing here (a field already so, a locked result) are
-            // remembered too, so that the item is not read again for them.
-            written.entry(i).or_insert_with(|| (owned(), None));
-            continue;
-        };
-        let (start, end) = raw.spans[i];
+        out.extend(new.map(|new| (i, new)));
+    }
+    Some(out)
+}
+
+/// `body` with `items` (in list order) in place of the items of those indexes.
+fn layout(body: &Bytes, raw: &Raw, items: &[(usize, Bytes)]) -> Option<Vec<Bytes>> {
+    if items.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(2 * items.len() + 1);
+    let mut copied = 0;
+    for (i, new) in items {
+        let (start, end) = raw.spans[*i];
         out.push(body.slice(copied..start));
         out.push(new.clone());
-        written.entry(i).or_insert_with(|| (owned(), Some(new)));
         copied = end;
-    }
-    if copied == 0 {
-        return None;
     }
     out.push(body.slice(copied..));
     Some(out)
@@ -276,21 +318,21 @@ mod tests {
     fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
         let body = Bytes::from(chat(&["a", "b"]));
         let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
-        let (builder, mut written) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
-        let edits = [convert::EngineEdit {
+        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
+        let edits = Edits::new(vec![convert::EngineEdit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
-        }];
-        let spliced = splice(&body, &raw, &builder, &edits, &mut written).unwrap().concat();
-        let again = splice(&body, &raw, &builder, &edits, &mut written).unwrap();
-        assert_eq!(again.concat(), spliced, "taken as written");
-        assert_eq!(
-            again[1].as_ptr(),
-            written[&2].1.as_ref().unwrap().as_ptr(),
-            "the rewritten item is not copied again"
-        );
+        }]);
+        let first = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
+        let spliced = first.concat();
+        let again = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
+        assert_eq!(again.concat(), spliced, "laid out as last time");
+        assert_eq!(again[1].as_ptr(), first[1].as_ptr(), "the rewritten item is not written again");
+        let copy = Edits::new(edits.to_vec());
+        let third = splice(&body, &raw, &builder, &copy, &mut memory).unwrap();
+        assert_eq!(third[1].as_ptr(), first[1].as_ptr(), "equal edits: the item is taken as written");
         assert_eq!(again[0].as_ptr(), body.as_ptr(), "the client's bytes are not copied");
         let mut whole: Value = serde_json::from_slice(&body).unwrap();
         let mapped = convert::map(Api::Chat, &whole, "s").unwrap();
@@ -299,6 +341,32 @@ mod tests {
         let (start, end) = raw.spans[2];
         assert_eq!(spliced[..start], body[..start]);
         assert_eq!(spliced[spliced.len() - (body.len() - end)..], body[end..]);
-        assert_eq!(splice(&body, &raw, &builder, &[], &mut written), None, "no edit, no new body");
+        assert_eq!(splice(&body, &raw, &builder, &Edits::default(), &mut memory), None, "no edit, no new body");
+    }
+
+    #[test]
+    fn a_result_that_comes_after_its_call_makes_the_next_body_look_at_the_edits_again() {
+        let mut pending: Value = serde_json::from_slice(&chat(&["a", "b"])).unwrap();
+        let messages = pending["messages"].as_array_mut().unwrap();
+        let result = messages.pop().unwrap();
+        let before = Bytes::from(serde_json::to_vec_pretty(&pending).unwrap());
+        let raw = Raw::read(Api::Chat, &before).unwrap().unwrap();
+        let (mut builder, mut memory) = fold(Api::Chat, "s", &before, &raw, &Read::Whole, None);
+        builder.mark_sent();
+        let edits = Edits::new(vec![convert::EngineEdit {
+            m: 1,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!("pruned")),
+        }]);
+        assert!(splice(&before, &raw, &builder, &edits, &mut memory).is_some());
+        let head = Arc::new(Head { api: Api::Chat, body: before, raw });
+        let held = Conversation::new(Arc::clone(&head), builder, memory);
+        pending["messages"].as_array_mut().unwrap().push(result);
+        let body = serde_json::to_vec_pretty(&pending).unwrap();
+        let raw = Raw::read_after(Api::Chat, &body, &head).expect("the body continues the last one");
+        let (_, memory) = fold(Api::Chat, "s", &body, &raw, &Read::After(&head), Some(held));
+        assert!(memory.last.is_none(), "the late result changed a message the last layout was made for");
+        assert_eq!(memory.written.len(), 1, "the rewritten items are still remembered");
     }
 }

@@ -32,7 +32,7 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 
 use self::convert::Api;
-pub use self::engine::Engine;
+pub use self::engine::{Edits, Engine};
 use self::forward::{Body, Changed, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
 use crate::sidecar::Server;
@@ -215,7 +215,7 @@ pub async fn prune(
     let parsed = started.elapsed();
     let slot = shared.conversations.slot(&sid);
     let mut held = slot.lock().await;
-    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
+    let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
     let base = builder.dirty_from();
     let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
@@ -224,10 +224,10 @@ pub async fn prune(
         shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
     builder.mark_sent();
     let engine = started.elapsed();
-    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
+    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
     let spliced = started.elapsed() - engine;
     let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
-    shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, written));
+    shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
     let resumed = matches!(read, conversation::Read::After(_));
     if resumed {
