@@ -91,9 +91,10 @@ pub enum Command {
         /// The address to listen on.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788")]
         listen: std::net::SocketAddr,
-        /// The API's upstream, `http://host:port` (the request's path is kept).
+        /// The API's upstream, `http(s)://host[:port][/path]` (the request's path is kept after
+        /// it); else dcp.jsonc's `proxy.upstream`, and `proxy.upstreams.<api>` per API.
         #[arg(long, value_name = "URL")]
-        upstream: String,
+        upstream: Option<String>,
     },
 }
 

@@ -127,6 +127,10 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
         format::count(all.tools_pruned, "tool")
     );
     let _ = writeln!(out, "  Sessions:        {}", all.sessions);
+    if !all.proxied.is_empty() {
+        let by_client: Vec<String> = all.proxied.iter().map(|(client, n)| format!("{client} {n}")).collect();
+        let _ = writeln!(out, "  Through the proxy: {}", by_client.join(", "));
+    }
     out
 }
 

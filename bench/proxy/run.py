@@ -11,7 +11,11 @@ A fake upstream on 127.0.0.1 reads each body and answers with a server-sent even
 first event goes out at once. Each request is sent twice, directly and through the proxy, in
 alternating order, so both see the same machine; the first request (the whole history, which
 the engine reads once) is reported apart. Prints one JSON line: p50 and p99 of the total time
-of a request and of the time to its first streamed byte, both ways, and the added time. With
+of a request and of the time to its first streamed byte, both ways, and the added time (the
+per-request difference, p50 and p99, of the total and of the first byte), and each proxy's
+resident memory at the end (`rss_mb`, and its peak, `peak_rss_mb`, from /proc) and the CPU
+time it spent per request after the first (`cpu_ms_per_request`, user and system, all its
+threads: what the load of a shared machine does not inflate). With
 --stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
 engine, write) is added from it. With --compare, a second proxy (another dcp binary, say
 the one before a change) gets each request too, in turn with the others, and its figures
@@ -111,7 +115,13 @@ def pct(values, q):
     return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
 
 
-def measure(args, session, targets):
+def cpu_seconds(pid):
+    """A process's user and system CPU time so far, in seconds, from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(args, session, targets, procs=()):
     base = chat_messages(session["messages"])
     times = {name: [] for name, _ in targets}
     first = {}
@@ -128,7 +138,10 @@ def measure(args, session, targets):
                 first[name] = t
             else:
                 times[name].append(t)
-    return base, times, first
+        if step == 0:
+            cpu_start = [cpu_seconds(p.pid) for p in procs]
+    cpu = [round((cpu_seconds(p.pid) - c) * 1000 / max(args.steps, 1), 2) for p, c in zip(procs, cpu_start)]
+    return base, times, first, cpu
 
 
 def main():
@@ -151,7 +164,8 @@ def main():
                     proc, port = start_proxy(binary, upstream, where, args.stages)
                     procs.append(proc)
                     targets.append((name, port))
-            base, times, first = measure(args, session, targets)
+            base, times, first, cpu = measure(args, session, targets, procs)
+            memory = [rss(proc.pid) for proc in procs]
         finally:
             for proc in procs:
                 proc.terminate()
@@ -161,8 +175,10 @@ def main():
             found.update({f"compare_{k}": v for k, v in stages(f"{other_home}/config/opencode/logs/dcp").items()})
     out = {"messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
            "load_average": round(os.getloadavg()[0], 1)}
-    for name, _ in targets[1:]:
+    for (name, _), (now, peak), cpu_ms in zip(targets[1:], memory, cpu):
         out.update(figures(name, times, first))
+        prefix = "" if name == "proxy" else "compare_"
+        out.update({f"{prefix}rss_mb": now, f"{prefix}peak_rss_mb": peak, f"{prefix}cpu_ms_per_request": cpu_ms})
     print(json.dumps({**out, **found}))
 
 
@@ -171,18 +187,30 @@ def figures(name, times, first):
     total = {k: [t[1] for t in v] for k, v in times.items()}
     ttfb = {k: [t[0] for t in v] for k, v in times.items()}
     added = [p_ - d for p_, d in zip(total[name], total["direct"])]
+    ttfb_added = [p_ - d for p_, d in zip(ttfb[name], ttfb["direct"])]
     prefix = "" if name == "proxy" else "compare_"
     return {f"{prefix}{k}": v for k, v in {
         "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first[name][1] * 1000, 1),
         "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total[name], 0.5),
         "added_p50_ms": pct(added, 0.5), "added_p99_ms": pct(added, 0.99),
         "ttfb_p50_direct_ms": pct(ttfb["direct"], 0.5), "ttfb_p50_proxy_ms": pct(ttfb[name], 0.5),
+        "ttfb_added_p50_ms": pct(ttfb_added, 0.5), "ttfb_added_p99_ms": pct(ttfb_added, 0.99),
     }.items()}
+
+
+def rss(pid):
+    """A process's resident memory now and at its peak, in MB, from /proc."""
+    found = {}
+    for line in open(f"/proc/{pid}/status"):
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = round(int(value.split()[0]) / 1024, 1)
+    return found.get("VmRSS"), found.get("VmHWM")
 
 
 def stages(log_dir):
     """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms."""
-    found = {"parse": [], "map": [], "engine": [], "write": []}
+    found = {"parse": [], "matched": [], "map": [], "engine": [], "write": [], "spliced": []}
     for name in os.listdir(log_dir):
         for line in open(os.path.join(log_dir, name)):
             if "pruned" not in line:

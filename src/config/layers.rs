@@ -61,6 +61,11 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("rewrite.spendBanked", Kind::Ratio),
     ("rewrite.spendMinShare", Kind::Ratio),
     ("rewrite.lossBound", Kind::Ratio),
+    ("proxy.upstream", Kind::Text),
+    ("proxy.upstreams.anthropic", Kind::Text),
+    ("proxy.upstreams.chat", Kind::Text),
+    ("proxy.upstreams.responses", Kind::Text),
+    ("proxy.upstreamCa", Kind::Text),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -53,6 +53,33 @@ pub struct Config {
     pub prune_subagents: bool,
     /// dcp's own: when decided rewrites are applied.
     pub rewrite: Rewrite,
+    /// `dcp proxy`'s upstreams (`crate::proxy`); unused by the plugin.
+    #[serde(skip_serializing_if = "Proxy::is_unset")]
+    pub proxy: Proxy,
+}
+
+/// Where `dcp proxy` forwards: one upstream for every API, one per API, and a CA to trust
+/// for an https upstream besides the system's and Mozilla's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Proxy {
+    pub upstream: Option<String>,
+    pub upstreams: ProxyUpstreams,
+    pub upstream_ca: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProxyUpstreams {
+    pub anthropic: Option<String>,
+    pub chat: Option<String>,
+    pub responses: Option<String>,
+}
+
+impl Proxy {
+    fn is_unset(&self) -> bool {
+        *self == Proxy::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -210,6 +237,7 @@ impl Default for Config {
             strategies: Strategies::default(),
             prune_subagents: true,
             rewrite: Rewrite::default(),
+            proxy: Proxy::default(),
         }
     }
 }

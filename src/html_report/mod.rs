@@ -121,7 +121,8 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
     Ok(Report { all, state_dir: inputs.state_dir.to_path_buf(), generated, over_time, strategies, sessions })
 }
 
-/// The state files of `dir`, by session id, in name order.
+/// The state files of `dir` and its proxied conversations' folders, by session id, in name
+/// order.
 fn state_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(dir) {
@@ -129,7 +130,8 @@ fn state_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(e),
     };
-    for entry in entries {
+    let proxied = persist::proxied_entries(dir).into_iter().map(|(_, entry)| Ok(entry));
+    for entry in proxied.chain(entries) {
         let entry = entry?;
         let Ok(name) = entry.file_name().into_string() else { continue };
         if let Some(id) = name.strip_suffix(".json").filter(|id| persist::is_session_id(id)) {

@@ -2,271 +2,194 @@
 //! and sent to the engine only where it differs from the one before, and written back only
 //! where the engine changes it.
 //!
-//! A client resends its whole history on every request. The request's list (`messages` or
-//! `input`) is read as raw JSON spans ([`Raw`]); an item whose bytes equal the previous
-//! request's is neither parsed nor mapped again: the conversation keeps the [`Builder`] that
-//! read the previous list (a left fold, so reading only the new items gives what reading all
-//! of them would), and the engine is sent only the messages from the first one the new items
-//! made or changed (`base`). The edits are written into copies of the items they touch, and
-//! those items' spans are replaced in the request's own bytes: every other byte is forwarded
-//! as the client sent it. A history that changed anywhere but at its end is read whole again.
+//! A client resends its whole history on every request. A body that starts with every byte
+//! of a conversation's last one up to its last item is read only past them
+//! ([`Raw::read_after`]; any other is read whole, [`Raw::read`]); an item whose bytes equal
+//! the previous request's is neither parsed nor mapped again: the conversation keeps the
+//! [`Builder`] that read the previous list (a left fold, so reading only the new items gives
+//! what reading all of them would), and the engine is sent only the messages from the first
+//! one the new items made or changed (`base`). The edits are written into copies of the
+//! items they touch, and the body goes upstream as the client's own bytes around those
+//! items, in pieces that share the client's buffer ([`splice`]). A history that changed
+//! anywhere but at its end is read whole again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::convert::{Api, Builder, EngineEdit};
+use super::engine::Edits;
+use super::raw::{Head, Raw};
 
-/// A request's body read as raw JSON: its top-level fields, and its list's items with their
-/// spans in the body.
-pub struct Raw<'a> {
-    fields: BTreeMap<String, &'a RawValue>,
-    items: Vec<&'a RawValue>,
-    spans: Vec<(usize, usize)>,
-}
-
-impl<'a> Raw<'a> {
-    /// Reads `bytes`; `None` when it holds no conversation list, or why it cannot be read.
-    /// One pass: the list's items are taken as raw spans as the body is read.
-    pub fn read(api: Api, bytes: &'a [u8]) -> Result<Option<Raw<'a>>, String> {
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let top = serde::Deserializer::deserialize_map(&mut de, TopVisitor { list_key: api.list_key() })
-            .and_then(|top| de.end().map(|()| top));
-        let (fields, list) = match top {
-            Ok(top) => top,
-            Err(e) => {
-                return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-                    Ok(_) => Ok(None),
-                    Err(_) => Err(format!("the body is not JSON: {e}")),
-                }
-            }
-        };
-        let Some(items) = list else { return Ok(None) };
-        let origin = bytes.as_ptr() as usize;
-        let spans = items
-            .iter()
-            .map(|item| {
-                let start = item.get().as_ptr() as usize - origin;
-                (start, start + item.get().len())
-            })
-            .collect();
-        Ok(Some(Raw { fields, items, spans }))
-    }
-
-    /// What [`super::identity::session_id`] reads of the body: the fields that name the
-    /// conversation, and the list's first system and first user messages.
-    pub fn identity_body(&self, api: Api) -> Value {
-        let mut body = Map::new();
-        for key in IDENTITY_KEYS {
-            if let Some(v) = self.fields.get(key).and_then(|raw| serde_json::from_str(raw.get()).ok()) {
-                body.insert(key.to_string(), v);
-            }
-        }
-        #[derive(Deserialize)]
-        struct Role<'r> {
-            #[serde(borrow)]
-            role: Option<std::borrow::Cow<'r, str>>,
-        }
-        let mut list = Vec::new();
-        let mut wanted: Vec<&str> = if api == Api::Chat { vec!["system", "user"] } else { vec!["user"] };
-        for item in &self.items {
-            let role = serde_json::from_str::<Role<'_>>(item.get()).ok().and_then(|r| r.role);
-            let Some(at) = role.and_then(|r| wanted.iter().position(|w| *w == r)) else { continue };
-            wanted.remove(at);
-            list.extend(serde_json::from_str::<Value>(item.get()).ok());
-            if wanted.is_empty() {
-                break;
-            }
-        }
-        body.insert(api.list_key().to_string(), Value::Array(list));
-        Value::Object(body)
-    }
-
-    fn item(&self, i: usize) -> Value {
-        serde_json::from_str(self.items[i].get()).unwrap_or(Value::Null)
-    }
-}
-
-/// The top-level fields [`Raw::identity_body`] reads.
-const IDENTITY_KEYS: [&str; 4] = ["metadata", "prompt_cache_key", "system", "instructions"];
-
-type Top<'a> = (BTreeMap<String, &'a RawValue>, Option<Vec<&'a RawValue>>);
-
-/// Reads a body's top level: the list's items (the last list, as a JSON value would keep
-/// it; `None` when it is no array) and the fields that name the conversation; skips the rest.
-struct TopVisitor {
-    list_key: &'static str,
-}
-
-impl<'de> serde::de::Visitor<'de> for TopVisitor {
-    type Value = Top<'de>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Top<'de>, M::Error> {
-        let (mut fields, mut list) = (BTreeMap::new(), None);
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == self.list_key {
-                list = map.next_value::<List<'de>>()?.0;
-            } else if IDENTITY_KEYS.contains(&key.as_ref()) {
-                fields.insert(key.into_owned(), map.next_value::<&RawValue>()?);
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok((fields, list))
-    }
-}
-
-/// A list's items as raw spans; `None` for any value but an array.
-struct List<'a>(Option<Vec<&'a RawValue>>);
-
-impl<'de> Deserialize<'de> for List<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<List<'de>, D::Error> {
-        d.deserialize_any(ListVisitor)
-    }
-}
-
-struct ListVisitor;
-
-impl<'de> serde::de::Visitor<'de> for ListVisitor {
-    type Value = List<'de>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<List<'de>, S::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<&RawValue>()? {
-            items.push(item);
-        }
-        Ok(List(Some(items)))
-    }
-
-    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<List<'de>, M::Error> {
-        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
-        Ok(List(None))
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-
-    fn visit_unit<E>(self) -> Result<List<'de>, E> {
-        Ok(List(None))
-    }
-}
-
-/// What the proxy keeps of a conversation's last request: its body, its items' spans, the
-/// builder that read them, and each rewritten item with the edits written into it.
+/// What the proxy keeps of a conversation's last request: its body as read, the builder
+/// that read it, and each rewritten item with the edits written into it.
 pub struct Conversation {
-    body: Bytes,
-    spans: Vec<(usize, usize)>,
+    head: Arc<Head>,
     builder: Builder,
-    written: Written,
+    memory: Memory,
 }
 
-/// Rewritten items by index: the edits written into each, and its new bytes.
-pub type Written = HashMap<usize, (Vec<EngineEdit>, Vec<u8>)>;
+/// What a conversation remembers of the bodies it wrote.
+#[derive(Default)]
+pub struct Memory {
+    written: Written,
+    last: Option<Last>,
+}
+
+/// The last body's layout: its edits, the items written anew in it with their bytes, and how
+/// many messages it had. A body read past it whose new items changed none of those messages,
+/// under the same edits (the same list, not a copy), is written as it was without looking
+/// at the edits again.
+struct Last {
+    edits: Edits,
+    items: Vec<(usize, Bytes)>,
+    messages: usize,
+}
+
+/// Rewritten items by index: the edits written into each, and its new bytes (`None`: the
+/// edits change nothing in it).
+pub type Written = HashMap<usize, (Vec<EngineEdit>, Option<Bytes>)>;
+
+/// How `raw` was read: past `head`'s known part (whose items it then holds as they were), or
+/// whole.
+pub enum Read<'h> {
+    After(&'h Arc<Head>),
+    Whole,
+}
 
 /// The builder for `raw`: `held`'s, fed only the items after those it read, when they are
 /// unchanged; else a new one that reads them all. Also the rewritten items of `held` that
 /// are still good: every one, when the builder is `held`'s.
-pub fn fold(api: Api, sid: &str, body: &[u8], raw: &Raw<'_>, held: Option<Conversation>) -> (Builder, Written) {
-    let kept = held.filter(|c| {
-        c.spans.len() <= raw.spans.len()
-            && c.spans.iter().zip(&raw.spans).all(|(&(a, b), &(x, y))| c.body[a..b] == body[x..y])
+pub fn fold(
+    api: Api,
+    sid: &str,
+    body: &[u8],
+    raw: &Raw,
+    read: &Read<'_>,
+    held: Option<Conversation>,
+) -> (Builder, Memory) {
+    let same_places = |c: &Conversation| matches!(read, Read::After(head) if Arc::ptr_eq(head, &c.head));
+    let kept = held.filter(|c| match read {
+        _ if same_places(c) => true,
+        _ => {
+            let (old, spans) = (&c.head.body, &c.head.raw.spans);
+            spans.len() <= raw.spans.len()
+                && spans.iter().zip(&raw.spans).all(|(&(a, b), &(x, y))| old[a..b] == body[x..y])
+        }
     });
-    let (mut builder, from, written) = match kept {
-        Some(c) => (c.builder, c.spans.len(), c.written),
-        None => (Builder::new(sid), 0, Written::new()),
+    let (mut builder, from, mut memory) = match kept {
+        Some(c) => {
+            let same = same_places(&c);
+            let mut memory = c.memory;
+            if !same {
+                memory.last = None;
+            }
+            (c.builder, c.head.raw.spans.len(), memory)
+        }
+        None => (Builder::new(sid), 0, Memory::default()),
     };
-    for i in from..raw.items.len() {
-        builder.fold(api, i, &raw.item(i));
+    for i in from..raw.spans.len() {
+        builder.fold(api, i, &raw.item(body, i));
     }
-    (builder, written)
+    if memory.last.as_ref().is_some_and(|last| builder.dirty_from() < last.messages) {
+        memory.last = None;
+    }
+    (builder, memory)
 }
 
 impl Conversation {
-    pub fn new(body: Bytes, raw: &Raw<'_>, builder: Builder, written: Written) -> Conversation {
-        Conversation { body, spans: raw.spans.clone(), builder, written }
+    pub fn new(head: Arc<Head>, builder: Builder, memory: Memory) -> Conversation {
+        Conversation { head, builder, memory }
     }
 }
 
-/// `body` with `edits` written in: only the items they change are written anew (or taken
-/// from `written`, which is left holding this request's); `None` when nothing changes.
-pub fn splice(
-    body: &[u8],
-    raw: &Raw<'_>,
+/// `body` with `edits` written in, as pieces that share `body`'s buffer around the items
+/// written anew (laid out as last time when the edits are last time's list, else found item
+/// by item, [`written_items`]); `None` when nothing changes.
+pub fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
+    let items = match memory.last.take().filter(|last| Arc::ptr_eq(&last.edits, edits)) {
+        Some(last) => last.items,
+        None => written_items(body, raw, builder, edits, &mut memory.written)?,
+    };
+    let pieces = layout(body, raw, &items);
+    memory.last = Some(Last { edits: Arc::clone(edits), items, messages: builder.messages().len() });
+    pieces
+}
+
+/// The items `edits` rewrite, in list order, with their new bytes: written anew, or taken
+/// from `written` (which is left holding this request's) when their edits did not change.
+fn written_items(
+    body: &Bytes,
+    raw: &Raw,
     builder: &Builder,
     edits: &[EngineEdit],
     written: &mut Written,
-) -> Option<Vec<u8>> {
-    let mut by_item: BTreeMap<usize, Vec<EngineEdit>> = BTreeMap::new();
+) -> Option<Vec<(usize, Bytes)>> {
+    let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
     for edit in edits {
-        if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.items.len()) {
-            by_item.entry(i).or_default().push(edit.clone());
+        if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.spans.len()) {
+            by_item.entry(i).or_default().push(edit);
         }
     }
     let mut before = std::mem::take(written);
     let mut out = Vec::new();
-    let mut copied = 0;
     for (i, edits) in by_item {
         let new = match before.remove(&i) {
-            Some((same, new)) if same == edits => new,
+            Some((same, new)) if same.iter().eq(edits.iter().copied()) => {
+                written.insert(i, (same, new.clone()));
+                new
+            }
             _ => {
-                let mut item = raw.item(i);
+                let mut item = raw.item(body, i);
                 let changed = edits.iter().filter(|edit| builder.apply_to_item(i, &mut item, edit)).count();
-                if changed == 0 {
-                    continue;
-                }
-                serde_json::to_vec(&item).ok()?
+                let new = (changed > 0).then(|| serde_json::to_vec(&item).map(Bytes::from)).transpose().ok()?;
+                // Edits that change nothing here (a field already so, a locked result) are
+                // remembered too, so that the item is not read again for them.
+                written.insert(i, (edits.iter().map(|e| (*e).clone()).collect(), new.clone()));
+                new
             }
         };
-        let (start, end) = raw.spans[i];
-        if out.is_empty() {
-            out.reserve(body.len() + body.len() / 8);
-        }
-        out.extend_from_slice(&body[copied..start]);
-        out.extend_from_slice(&new);
-        written.insert(i, (edits, new));
-        copied = end;
+        out.extend(new.map(|new| (i, new)));
     }
-    if copied == 0 {
+    Some(out)
+}
+
+/// `body` with `items` (in list order) in place of the items of those indexes.
+fn layout(body: &Bytes, raw: &Raw, items: &[(usize, Bytes)]) -> Option<Vec<Bytes>> {
+    if items.is_empty() {
         return None;
     }
-    out.extend_from_slice(&body[copied..]);
+    let mut out = Vec::with_capacity(2 * items.len() + 1);
+    let mut copied = 0;
+    for (i, new) in items {
+        let (start, end) = raw.spans[*i];
+        out.push(body.slice(copied..start));
+        out.push(new.clone());
+        copied = end;
+    }
+    out.push(body.slice(copied..));
     Some(out)
 }
 
 /// Every conversation's last request, each behind a lock of its own so that a
-/// conversation's requests are read in turn.
+/// conversation's requests are read in turn, and the bodies they were read from, to find
+/// the one a new body continues.
 #[derive(Default)]
 pub struct Conversations {
     slots: Mutex<HashMap<String, Slot>>,
+    heads: Mutex<HashMap<String, Arc<Head>>>,
+    reading: Reading,
+    resumed: std::sync::atomic::AtomicUsize,
+}
+
+/// How a body is read: past the known body it continues, where there is one, or always
+/// whole (the reference the first is tested against).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reading {
+    #[default]
+    PastKnown,
+    Whole,
 }
 
 pub type Slot = Arc<tokio::sync::Mutex<Option<Conversation>>>;
@@ -276,18 +199,61 @@ pub type Slot = Arc<tokio::sync::Mutex<Option<Conversation>>>;
 const KEPT: usize = 64;
 
 impl Conversations {
+    pub fn reading(reading: Reading) -> Conversations {
+        Conversations { reading, ..Conversations::default() }
+    }
+
+    /// How many bodies were read past a known one.
+    pub fn resumed(&self) -> usize {
+        self.resumed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts a body read past a known one.
+    pub fn count_resumed(&self) {
+        self.resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn slot(&self, sid: &str) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if slots.len() >= KEPT && !slots.contains_key(sid) {
             slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+            let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            heads.retain(|sid, _| slots.contains_key(sid));
         }
         Arc::clone(slots.entry(sid.to_string()).or_default())
+    }
+
+    /// Keeps `conversation` as `sid`'s last request, in `held` (`sid`'s slot, locked).
+    pub fn keep(&self, sid: &str, held: &mut Option<Conversation>, conversation: Conversation) {
+        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        heads.insert(sid.to_string(), Arc::clone(&conversation.head));
+        *held = Some(conversation);
+    }
+
+    /// The kept body that `body` continues (starts with every byte of, up to its last
+    /// item), the longest if several do.
+    pub fn continued(&self, api: Api, body: &[u8]) -> Option<Arc<Head>> {
+        if self.reading == Reading::Whole {
+            return None;
+        }
+        let heads: Vec<Arc<Head>> = {
+            let heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            heads.values().filter(|h| h.api == api && h.end().is_some_and(|e| e <= body.len())).cloned().collect()
+        };
+        let mut found: Option<(usize, Arc<Head>)> = None;
+        for head in heads {
+            let longer = found.as_ref().is_none_or(|(end, _)| head.end() > Some(*end));
+            if let Some(end) = longer.then(|| head.is_prefix_of(api, body)).flatten() {
+                found = Some((end, head));
+            }
+        }
+        found.map(|(_, head)| head)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::proxy::convert;
@@ -303,14 +269,24 @@ mod tests {
         serde_json::to_vec_pretty(&json!({"model": "m", "messages": messages})).unwrap()
     }
 
-    /// The builder `fold` gives for `body` after `before`, and the one a whole read gives.
+    /// The builder `fold` gives for `body` after `before` (read past it when it continues
+    /// it), and the one a whole read gives.
     fn both(before: &[u8], body: &[u8]) -> (Builder, Builder) {
         let raw = Raw::read(Api::Chat, before).unwrap().unwrap();
-        let (mut held, written) = fold(Api::Chat, "s", before, &raw, None);
+        let (mut held, written) = fold(Api::Chat, "s", before, &raw, &Read::Whole, None);
         held.mark_sent();
-        let held = Conversation::new(Bytes::copy_from_slice(before), &raw, held, written);
-        let raw = Raw::read(Api::Chat, body).unwrap().unwrap();
-        (fold(Api::Chat, "s", body, &raw, Some(held)).0, fold(Api::Chat, "s", body, &raw, None).0)
+        let head = Arc::new(Head { api: Api::Chat, body: Bytes::copy_from_slice(before), raw });
+        let held = Conversation::new(Arc::clone(&head), held, written);
+        let whole = Raw::read(Api::Chat, body).unwrap().unwrap();
+        let (raw, read) = match Raw::read_after(Api::Chat, body, &head) {
+            Some(raw) => (raw, Read::After(&head)),
+            None => (whole.clone(), Read::Whole),
+        };
+        assert_eq!(raw, whole);
+        (
+            fold(Api::Chat, "s", body, &raw, &read, Some(held)).0,
+            fold(Api::Chat, "s", body, &whole, &Read::Whole, None).0,
+        )
     }
 
     #[test]
@@ -340,17 +316,24 @@ mod tests {
 
     #[test]
     fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
-        let body = chat(&["a", "b"]);
+        let body = Bytes::from(chat(&["a", "b"]));
         let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
-        let (builder, mut written) = fold(Api::Chat, "s", &body, &raw, None);
-        let edits = [convert::EngineEdit {
+        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
+        let edits = Edits::new(vec![convert::EngineEdit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
-        }];
-        let spliced = splice(&body, &raw, &builder, &edits, &mut written).unwrap();
-        assert_eq!(splice(&body, &raw, &builder, &edits, &mut written).as_ref(), Some(&spliced), "taken as written");
+        }]);
+        let first = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
+        let spliced = first.concat();
+        let again = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
+        assert_eq!(again.concat(), spliced, "laid out as last time");
+        assert_eq!(again[1].as_ptr(), first[1].as_ptr(), "the rewritten item is not written again");
+        let copy = Edits::new(edits.to_vec());
+        let third = splice(&body, &raw, &builder, &copy, &mut memory).unwrap();
+        assert_eq!(third[1].as_ptr(), first[1].as_ptr(), "equal edits: the item is taken as written");
+        assert_eq!(again[0].as_ptr(), body.as_ptr(), "the client's bytes are not copied");
         let mut whole: Value = serde_json::from_slice(&body).unwrap();
         let mapped = convert::map(Api::Chat, &whole, "s").unwrap();
         assert_eq!(mapped.apply(&mut whole, &edits), 1);
@@ -358,6 +341,32 @@ mod tests {
         let (start, end) = raw.spans[2];
         assert_eq!(spliced[..start], body[..start]);
         assert_eq!(spliced[spliced.len() - (body.len() - end)..], body[end..]);
-        assert_eq!(splice(&body, &raw, &builder, &[], &mut written), None, "no edit, no new body");
+        assert_eq!(splice(&body, &raw, &builder, &Edits::default(), &mut memory), None, "no edit, no new body");
+    }
+
+    #[test]
+    fn a_result_that_comes_after_its_call_makes_the_next_body_look_at_the_edits_again() {
+        let mut pending: Value = serde_json::from_slice(&chat(&["a", "b"])).unwrap();
+        let messages = pending["messages"].as_array_mut().unwrap();
+        let result = messages.pop().unwrap();
+        let before = Bytes::from(serde_json::to_vec_pretty(&pending).unwrap());
+        let raw = Raw::read(Api::Chat, &before).unwrap().unwrap();
+        let (mut builder, mut memory) = fold(Api::Chat, "s", &before, &raw, &Read::Whole, None);
+        builder.mark_sent();
+        let edits = Edits::new(vec![convert::EngineEdit {
+            m: 1,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!("pruned")),
+        }]);
+        assert!(splice(&before, &raw, &builder, &edits, &mut memory).is_some());
+        let head = Arc::new(Head { api: Api::Chat, body: before, raw });
+        let held = Conversation::new(Arc::clone(&head), builder, memory);
+        pending["messages"].as_array_mut().unwrap().push(result);
+        let body = serde_json::to_vec_pretty(&pending).unwrap();
+        let raw = Raw::read_after(Api::Chat, &body, &head).expect("the body continues the last one");
+        let (_, memory) = fold(Api::Chat, "s", &body, &raw, &Read::After(&head), Some(held));
+        assert!(memory.last.is_none(), "the late result changed a message the last layout was made for");
+        assert_eq!(memory.written.len(), 1, "the rewritten items are still remembered");
     }
 }

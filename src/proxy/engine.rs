@@ -35,7 +35,7 @@ struct Job {
     sid: String,
     base: usize,
     messages: Vec<Value>,
-    reply: tokio::sync::oneshot::Sender<Result<Vec<EngineEdit>, EngineError>>,
+    reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -56,7 +56,8 @@ impl Engine {
         Engine { jobs, done: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) }
     }
 
-    /// The engine's edits for conversation `sid`, whose messages from index `base` on are
+    /// The engine's edits for conversation `sid` (the same list as last time's, not a copy,
+    /// when they did not change), whose messages from index `base` on are
     /// `messages` (those before are the ones of its last transform).
     pub async fn transform(
         &self,
@@ -64,7 +65,7 @@ impl Engine {
         base: usize,
         messages: Vec<Value>,
         timeout: Duration,
-    ) -> Result<Vec<EngineEdit>, EngineError> {
+    ) -> Result<Edits, EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.jobs.send(Job { sid, base, messages, reply }).map_err(|_| EngineError::Stopped)?;
         match tokio::time::timeout(timeout, answer).await {
@@ -126,8 +127,12 @@ fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
 #[derive(Default)]
 struct Sent {
     seq: Option<u64>,
-    edits: Vec<EngineEdit>,
+    edits: Edits,
 }
+
+/// The edits in force for a conversation, shared: an answer whose edits did not change hands
+/// out the same list.
+pub type Edits = std::sync::Arc<Vec<EngineEdit>>;
 
 /// Runs one `transform` of conversation `sid`, sending only what changed since the last one.
 fn transform(
@@ -136,7 +141,7 @@ fn transform(
     sid: &str,
     base: usize,
     messages: Vec<Value>,
-) -> Result<Vec<EngineEdit>, EngineError> {
+) -> Result<Edits, EngineError> {
     let mut before = sent.remove(sid).unwrap_or_default();
     let tail: Vec<Node> = messages.into_iter().map(Node::from).collect();
     let request = Request {
@@ -157,13 +162,15 @@ fn transform(
         Vec::<EngineEdit>::deserialize(list).map(Some).map_err(|e| EngineError::Refused(e.to_string()))
     };
     if let Some(full) = edits("edits")? {
-        before.edits = full;
+        before.edits = Edits::new(full);
     } else if let Some(added) = edits("addEdits")? {
-        before.edits.extend(added);
-    } else if result.get("sameEdits").and_then(Value::as_bool) != Some(true) {
-        before.edits.clear();
+        if !added.is_empty() {
+            std::sync::Arc::make_mut(&mut before.edits).extend(added);
+        }
+    } else if result.get("sameEdits").and_then(Value::as_bool) != Some(true) && !before.edits.is_empty() {
+        before.edits = Edits::default();
     }
-    let answer = before.edits.clone();
+    let answer = Edits::clone(&before.edits);
     let seq = result.get("seq").and_then(Value::as_u64);
     sent.insert(sid.to_string(), Sent { seq, edits: before.edits });
     Ok(answer)

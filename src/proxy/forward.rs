@@ -1,52 +1,59 @@
 //! Forwarding to the upstream: the request as the client sent it (or with its body pruned),
 //! every header passed through, and the answer streamed back as it arrives.
 //!
-//! Only `Host` is set to the upstream's (a server routes by it) and, when the body was
-//! pruned, `Content-Length` to the new body's. The answer's status, headers and body bytes
-//! reach the client as the upstream sent them; an upstream that cannot be reached is a `502`
-//! whose body names it.
+//! Each API's requests go to its own upstream when one is set (`proxy.upstreams.<api>` in
+//! dcp.jsonc), else to the default one (`--upstream`, else `proxy.upstream`); the request's
+//! path is kept, after the upstream's own path. An upstream is `http://` or `https://`: TLS is
+//! rustls, trusting Mozilla's roots, the system's (or `SSL_CERT_FILE`'s) and the CA file
+//! `proxy.upstreamCa` names. Only `Host` is set to the upstream's (a server routes by it) and,
+//! when the body was pruned, `Content-Length` to the new body's. The answer's status, headers
+//! and body bytes reach the client as the upstream sent them; an upstream that cannot be
+//! reached is a `502` whose body names it.
+
+use std::path::Path;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+
+use super::convert::Api;
 
 /// A body of either side, boxed.
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The upstream every request goes to: an `http://host:port` and an optional path prefix.
-#[derive(Debug, Clone)]
+/// An upstream: `http` or `https`, a host and port, and an optional path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    scheme: hyper::http::uri::Scheme,
     authority: hyper::http::uri::Authority,
     prefix: String,
 }
 
 impl Upstream {
-    /// Parses `--upstream`. Only plain HTTP is spoken to the upstream.
-    pub fn parse(url: &str) -> anyhow::Result<Upstream> {
-        let uri: Uri = url.parse().map_err(|e| anyhow::anyhow!("--upstream {url:?} is not a URL: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => anyhow::bail!(
-                "--upstream {url:?}: this build speaks plain HTTP to the upstream only; use an http:// URL \
-                 (a local gateway that speaks TLS onwards)"
-            ),
-            _ => anyhow::bail!("--upstream {url:?} must start with http://"),
-        }
-        let authority = uri.authority().cloned().ok_or_else(|| anyhow::anyhow!("--upstream {url:?} has no host"))?;
+    /// Parses an upstream URL; `what` names where it was given (`--upstream`, a config key).
+    pub fn parse(url: &str, what: &str) -> anyhow::Result<Upstream> {
+        let uri: Uri = url.parse().map_err(|e| anyhow::anyhow!("{what} {url:?} is not a URL: {e}"))?;
+        let scheme = match uri.scheme_str() {
+            Some("http" | "https") => uri.scheme().cloned().unwrap_or(hyper::http::uri::Scheme::HTTP),
+            _ => anyhow::bail!("{what} {url:?} must start with http:// or https://"),
+        };
+        let authority = uri.authority().cloned().ok_or_else(|| anyhow::anyhow!("{what} {url:?} has no host"))?;
         let prefix = uri.path().trim_end_matches('/').to_string();
-        Ok(Upstream { authority, prefix })
+        Ok(Upstream { scheme, authority, prefix })
     }
 
     fn uri_for(&self, uri: &Uri) -> Result<Uri, hyper::http::Error> {
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         Ok(Uri::builder()
-            .scheme("http")
+            .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(format!("{}{path}", self.prefix))
             .build()?)
@@ -55,23 +62,119 @@ impl Upstream {
 
 impl std::fmt::Display for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.prefix)
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.prefix)
     }
 }
 
-/// The client that speaks to the upstream, keeping connections alive.
-pub type UpstreamClient = Client<HttpConnector, Body>;
-
-pub fn client() -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
+/// Every upstream the proxy forwards to: the default one and each API's own.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    default: Option<Upstream>,
+    anthropic: Option<Upstream>,
+    chat: Option<Upstream>,
+    responses: Option<Upstream>,
 }
 
-/// What goes upstream as the body: the client's own stream, or the pruned bytes.
+impl Upstreams {
+    /// The upstreams of `--upstream` (`flag`) and dcp.jsonc's `proxy` section; at least one.
+    pub fn new(flag: Option<&str>, config: &crate::config::Proxy) -> anyhow::Result<Upstreams> {
+        let parse = |url: Option<&String>, what: &str| url.map(|u| Upstream::parse(u, what)).transpose();
+        let default = match flag {
+            Some(url) => Some(Upstream::parse(url, "--upstream")?),
+            None => parse(config.upstream.as_ref(), "proxy.upstream")?,
+        };
+        let u = &config.upstreams;
+        let upstreams = Upstreams {
+            default,
+            anthropic: parse(u.anthropic.as_ref(), "proxy.upstreams.anthropic")?,
+            chat: parse(u.chat.as_ref(), "proxy.upstreams.chat")?,
+            responses: parse(u.responses.as_ref(), "proxy.upstreams.responses")?,
+        };
+        if upstreams.all().next().is_none() {
+            anyhow::bail!(
+                "no upstream: give --upstream URL, or set proxy.upstream or proxy.upstreams.<anthropic|chat|responses> \
+                 in dcp.jsonc"
+            );
+        }
+        Ok(upstreams)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Upstream> {
+        [&self.default, &self.anthropic, &self.chat, &self.responses].into_iter().flatten()
+    }
+
+    /// Where a request for `api` goes (`None`: a request for no API the proxy knows): the
+    /// API's own upstream, else the default; else the only upstream there is.
+    pub fn route(&self, api: Option<Api>) -> Option<&Upstream> {
+        let own = match api {
+            Some(Api::Anthropic) => self.anthropic.as_ref(),
+            Some(Api::Chat) => self.chat.as_ref(),
+            Some(Api::Responses) => self.responses.as_ref(),
+            None => None,
+        };
+        own.or(self.default.as_ref()).or_else(|| {
+            let first = self.all().next()?;
+            self.all().all(|u| u == first).then_some(first)
+        })
+    }
+}
+
+impl std::fmt::Display for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named = [
+            ("", &self.default),
+            ("anthropic ", &self.anthropic),
+            ("chat ", &self.chat),
+            ("responses ", &self.responses),
+        ];
+        let shown: Vec<String> =
+            named.iter().filter_map(|(name, u)| u.as_ref().map(|u| format!("{name}{u}"))).collect();
+        f.write_str(&shown.join(", "))
+    }
+}
+
+/// The client that speaks to the upstreams, http or https, keeping connections alive.
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// The upstream client, trusting the CA file `ca` besides the system's and Mozilla's roots.
+pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(ca) = ca {
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| anyhow::anyhow!("proxy.upstreamCa {}: not a PEM certificate file: {e}", ca.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("proxy.upstreamCa {}: holds no certificate", ca.display());
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| anyhow::anyhow!("proxy.upstreamCa {}: {e}", ca.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+/// What goes upstream as the body: the client's own stream, its bytes, or the pruned body in
+/// pieces (written one after the other, none copied).
 pub enum Outgoing {
     Stream(Incoming),
     Bytes(Bytes, Changed),
+    Pieces(Vec<Bytes>),
 }
 
 /// Whether a buffered body is the one the client sent.
@@ -83,6 +186,33 @@ pub enum Changed {
 
 pub fn boxed_bytes(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A body of known pieces, sent in turn as frames, with its exact length.
+struct Pieces(std::collections::VecDeque<Bytes>, u64);
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let next = self.0.pop_front();
+        if let Some(piece) = &next {
+            self.1 -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|piece| Ok(hyper::body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.1)
+    }
 }
 
 fn boxed_incoming(body: Incoming) -> Body {
@@ -113,6 +243,12 @@ pub async fn forward(
                 parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             }
             boxed_bytes(bytes)
+        }
+        Outgoing::Pieces(pieces) => {
+            let length: usize = pieces.iter().map(Bytes::len).sum();
+            parts.headers.remove(TRANSFER_ENCODING);
+            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+            Pieces(pieces.into_iter().filter(|p| !p.is_empty()).collect(), length as u64).boxed_unsync()
         }
     };
     match client.request(Request::from_parts(parts, body)).await {

@@ -27,7 +27,8 @@ pub fn session_id(api: Api, headers: &HeaderMap, body: &Value) -> String {
     }
 }
 
-/// The client, by its user agent; else the API's provider.
+/// The client, by its user agent; else the API's provider. Each is one of
+/// [`crate::state::persist::PROXY_CLIENTS`], whose state files have a folder of their own.
 pub fn client(api: Api, headers: &HeaderMap) -> &'static str {
     let agent = headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     if agent.contains("claude-cli") || agent.contains("claude-code") {

@@ -17,6 +17,7 @@ pub mod convert;
 mod engine;
 pub mod forward;
 pub mod identity;
+pub mod raw;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,8 +32,8 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 
 use self::convert::Api;
-pub use self::engine::Engine;
-use self::forward::{Body, Changed, Outgoing, Upstream, UpstreamClient};
+pub use self::engine::{Edits, Engine};
+use self::forward::{Body, Changed, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
@@ -46,7 +47,8 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Options {
     pub listen: SocketAddr,
-    pub upstream: String,
+    /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
+    pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
     pub sidecar: crate::sidecar::Options,
 }
@@ -55,19 +57,32 @@ pub struct Options {
 pub struct Shared {
     pub engine: Engine,
     pub conversations: conversation::Conversations,
-    pub upstream: Upstream,
+    pub upstreams: Upstreams,
     pub client: UpstreamClient,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
 /// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
 pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
+    server_with(options, load_config(options)?, saver)
+}
+
+/// The config `dcp serve` would read (its warnings logged).
+fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Config> {
     let locations = config::Locations::standard(&options.env, options.project.as_deref());
     let loaded = config::load(&locations)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    let mut config = loaded.config;
+    Ok(loaded.config)
+}
+
+fn server_with(
+    options: &crate::sidecar::Options,
+    config: config::Config,
+    saver: Option<Saver>,
+) -> anyhow::Result<Server> {
+    let mut config = config;
     config.tools.discard.enabled = false;
     config.tools.extract.enabled = false;
     config.tools.compress.enabled = false;
@@ -76,22 +91,24 @@ pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow
 
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
 pub fn run(options: Options) -> anyhow::Result<()> {
-    let upstream = Upstream::parse(&options.upstream)?;
+    let config = load_config(&options.sidecar)?;
+    let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
+    let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
         let saver = Saver::spawn();
-        let engine = Engine::start(server(&options.sidecar, Some(saver.clone()))?);
+        let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             conversations: conversation::Conversations::default(),
-            upstream,
-            client: forward::client(),
+            upstreams,
+            client,
         });
-        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstream);
+        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
         tokio::select! {
             result = accept_loop(&listener, &shared) => result?,
             () = interrupted() => {}
@@ -143,8 +160,12 @@ pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared
 pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
+    let Some(upstream) = shared.upstreams.route(api) else {
+        let message = format!("dcp proxy: no upstream for {}: set --upstream or proxy.upstream", parts.uri.path());
+        return Ok(forward::failure(hyper::StatusCode::BAD_GATEWAY, &message));
+    };
     let Some(api) = api else {
-        return Ok(forward::forward(&shared.client, &shared.upstream, parts, Outgoing::Stream(body)).await);
+        return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
     };
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -154,23 +175,24 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
         }
     };
     let outgoing = match prune(&shared, api, &parts.headers, &bytes).await {
-        Ok(Some(pruned)) => Outgoing::Bytes(pruned, Changed::Yes),
+        Ok(Some(pruned)) => Outgoing::Pieces(pruned),
         Ok(None) => Outgoing::Bytes(bytes, Changed::No),
         Err(reason) => {
             tracing::warn!("{} {}: sent on unpruned: {reason}", parts.method, parts.uri.path());
             Outgoing::Bytes(bytes, Changed::No)
         }
     };
-    Ok(forward::forward(&shared.client, &shared.upstream, parts, outgoing).await)
+    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
-/// The pruned body of a request, `None` when nothing in it changes, or why it is not pruned.
+/// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
+/// in it changes, or why it is not pruned.
 pub async fn prune(
     shared: &Shared,
     api: Api,
     headers: &hyper::HeaderMap,
     bytes: &Bytes,
-) -> Result<Option<Bytes>, String> {
+) -> Result<Option<Vec<Bytes>>, String> {
     let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
         return Err("the body is compressed".into());
@@ -179,24 +201,38 @@ pub async fn prune(
         return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
     }
     let started = std::time::Instant::now();
-    let Some(raw) = conversation::Raw::read(api, bytes)? else { return Ok(None) };
-    let sid = identity::session_id(api, headers, &raw.identity_body(api));
+    let head = shared.conversations.continued(api, bytes);
+    let matched = started.elapsed();
+    let read_after = head.as_ref().and_then(|h| raw::Raw::read_after(api, bytes, h).map(|raw| (raw, h)));
+    let (raw, read) = match read_after {
+        Some((raw, head)) => (raw, conversation::Read::After(head)),
+        None => match raw::Raw::read(api, bytes)? {
+            Some(raw) => (raw, conversation::Read::Whole),
+            None => return Ok(None),
+        },
+    };
+    let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
     let parsed = started.elapsed();
     let slot = shared.conversations.slot(&sid);
     let mut held = slot.lock().await;
-    let (mut builder, mut written) = conversation::fold(api, &sid, bytes, &raw, held.take());
+    let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
     let base = builder.dirty_from();
     let tail = builder.messages()[base..].to_vec();
     let was_mapped = started.elapsed();
-    // On an error the conversation is not kept: its next request is read and sent whole.
+    // On an error the conversation is not kept: its next request is mapped and sent whole.
     let edits =
         shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
     builder.mark_sent();
     let engine = started.elapsed();
-    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut written);
-    *held = Some(conversation::Conversation::new(bytes.clone(), &raw, builder, written));
-    let Some(pruned) = pruned else { return Ok(None) };
+    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
+    let spliced = started.elapsed() - engine;
+    let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
+    shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
     let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
-    tracing::debug!(session = sid, edits = edits.len(), base, bytes = bytes.len(), ?parse, ?map, engine = ?engine_us, ?write, "pruned");
-    Ok(Some(Bytes::from(pruned)))
+    let resumed = matches!(read, conversation::Read::After(_));
+    if resumed {
+        shared.conversations.count_resumed();
+    }
+    tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
+    Ok(pruned)
 }

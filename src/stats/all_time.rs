@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use super::watch::{Changes, Watch};
 use super::{tools_of, AllTime, CorruptFile, Figures};
-use crate::state::persist::{self, LoadOutcome, MAX_COUNT};
+use crate::state::persist::{self, is_state_name as is_state_file, proxied_entries, LoadOutcome, MAX_COUNT};
 
 /// What one state file adds to the all-time report.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +82,7 @@ fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io:
         // another process read that file again.
         Changes::Names(names) => {
             refresh(dir, &mut known.files, names);
+            refresh_proxied(dir, &mut known.files);
             false
         }
         Changes::Unknown => {
@@ -114,9 +115,17 @@ fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io:
     Ok(report(dir, &known.files))
 }
 
-/// Whether `name` is a state file's name: a session id and `.json`.
-fn is_state_file(name: &str) -> bool {
-    name.strip_suffix(".json").is_some_and(persist::is_session_id)
+/// Brings the proxied conversations' files in `files` up to date (the watch sees the state
+/// dir only, not their folders).
+fn refresh_proxied(dir: &Path, files: &mut HashMap<String, Remembered>) {
+    let entries = proxied_entries(dir);
+    files.retain(|name, _| !name.contains('/') || entries.iter().any(|(n, _)| n == name));
+    for (name, entry) in entries {
+        let meta = entry.metadata().ok();
+        if !files.get(&name).is_some_and(|known| meta.as_ref().is_some_and(|m| known.matches(m))) {
+            files.insert(name, remember(&entry.path(), meta));
+        }
+    }
 }
 
 /// Re-reads the files named by a watch's events.
@@ -151,6 +160,7 @@ fn scan(dir: &Path, files: &mut HashMap<String, Remembered>) -> std::io::Result<
             }
         }
     }
+    entries.extend(proxied_entries(dir));
     let old: &HashMap<String, Remembered> = files;
     let look = |chunk: &[(String, DirEntry)]| -> Vec<Option<Remembered>> {
         chunk
@@ -350,6 +360,9 @@ fn report(dir: &Path, files: &HashMap<String, Remembered>) -> AllTime {
     let mut report = AllTime::default();
     let mut corrupt: Vec<(&String, &String)> = Vec::new();
     for (name, file) in files {
+        if let Some((client, _)) = name.strip_prefix("proxy/").and_then(|rest| rest.split_once('/')) {
+            *report.proxied.entry(client.to_string()).or_default() += 1;
+        }
         report.files += 1;
         report.bytes += file.len;
         match &file.summary {

@@ -125,6 +125,9 @@ pub struct AllTime {
     pub files: u64,
     pub bytes: u64,
     pub corrupt: Vec<CorruptFile>,
+    /// The state files of conversations through `dcp proxy`, by client (their folders).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub proxied: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

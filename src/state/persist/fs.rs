@@ -92,12 +92,13 @@ pub fn stamp(path: &Path) -> Option<Stamp> {
     Some(Stamp { len: meta.len(), modified: meta.modified().ok(), inode })
 }
 
-/// Takes the advisory lock of session `id`'s state file, waiting for it: `.<id>.lock` in
-/// `dir`. Every dcp process holds it while it reads, merges and writes the file, so two
+/// Takes the advisory lock of session `id`'s state file, waiting for it: `.<id>.lock` beside
+/// the file (in `dir`, or its folder there, [`super::file_dir`]). Every dcp process holds it while it reads, merges and writes the file, so two
 /// processes never interleave a read-merge-write. The lock goes with the returned file, and
 /// with the process if it dies.
 pub fn lock(dir: &Path, id: &str) -> Result<fs::File, StateError> {
     validate_session_id(id)?;
+    let dir = &super::file_dir(dir, id);
     fs::create_dir_all(dir).map_err(|source| StateError::CreateDir { path: dir.to_path_buf(), source })?;
     let path = dir.join(format!(".{id}.lock"));
     let open = || {

@@ -88,10 +88,52 @@ pub fn validate_session_id(id: &str) -> Result<(), StateError> {
     Err(StateError::BadSessionId { shown: format!("{shown:?} ({} bytes)", id.len()) })
 }
 
+/// The clients whose conversations through `dcp proxy` (session ids `proxy-<client>-…`)
+/// keep their state files in a folder of their own, `proxy/<client>/` under the state dir.
+pub const PROXY_CLIENTS: [&str; 5] = ["claude-code", "codex", "opencode", "anthropic", "openai"];
+
+/// The folder under the state dir that holds session `id`'s file: `proxy/<client>` for a
+/// proxied conversation, else `None` (the state dir itself).
+pub fn folder_of(id: &str) -> Option<String> {
+    let rest = id.strip_prefix("proxy-")?;
+    let client = PROXY_CLIENTS.iter().find(|c| rest.strip_prefix(**c).is_some_and(|r| r.starts_with('-')))?;
+    Some(format!("proxy/{client}"))
+}
+
+/// The dir that holds session `id`'s file (and its lock) in state dir `dir`.
+pub fn file_dir(dir: &Path, id: &str) -> PathBuf {
+    folder_of(id).map_or_else(|| dir.to_path_buf(), |folder| dir.join(folder))
+}
+
+/// Whether `name` (relative to the state dir) is a state file's name: a session id and
+/// `.json`, in the state dir or (a proxied conversation's) in its client's folder.
+pub fn is_state_name(name: &str) -> bool {
+    let (folder, file) = name.rsplit_once('/').map_or((None, name), |(folder, file)| (Some(folder), file));
+    let Some(id) = file.strip_suffix(".json").filter(|id| is_session_id(id)) else { return false };
+    folder.is_none() || folder.map(str::to_string) == folder_of(id)
+}
+
+/// The state files in the proxied conversations' folders of state dir `dir`, as
+/// `(name, entry)` with the name relative to `dir`.
+pub fn proxied_entries(dir: &Path) -> Vec<(String, std::fs::DirEntry)> {
+    let mut out = Vec::new();
+    for client in PROXY_CLIENTS {
+        let Ok(entries) = std::fs::read_dir(dir.join("proxy").join(client)) else { continue };
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let name = format!("proxy/{client}/{name}");
+            if is_state_name(&name) {
+                out.push((name, entry));
+            }
+        }
+    }
+    out
+}
+
 /// The state file of session `id` in `dir`.
 pub fn state_path(dir: &Path, id: &str) -> Result<PathBuf, StateError> {
     validate_session_id(id)?;
-    Ok(dir.join(format!("{id}.json")))
+    Ok(file_dir(dir, id).join(format!("{id}.json")))
 }
 
 /// What reading a state file found.

@@ -27,17 +27,20 @@ fn through_proxy(lab: &Lab, port: u16) {
     std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
 }
 
-/// The proxied conversations' state files in `dir`: `proxy-*.json`.
+/// The proxied conversations' state files in state dir `dir`: `proxy/<client>/proxy-<client>-*.json`,
+/// each in its own client's folder.
 pub fn proxied_states(dir: &Path) -> Vec<(String, Value)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut found: Vec<(String, Value)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let id = name.strip_prefix("proxy-")?.strip_suffix(".json")?.to_string();
-            Some((format!("proxy-{id}"), serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?))
-        })
-        .collect();
+    let mut found: Vec<(String, Value)> = Vec::new();
+    let Ok(clients) = std::fs::read_dir(dir.join("proxy")) else { return found };
+    for client in clients.filter_map(Result::ok) {
+        let folder = client.file_name().into_string().unwrap();
+        for e in std::fs::read_dir(client.path()).unwrap().filter_map(Result::ok) {
+            let name = e.file_name().into_string().unwrap();
+            let Some(id) = name.strip_suffix(".json") else { continue };
+            assert!(id.starts_with(&format!("proxy-{folder}-")), "{name} is in the folder of {folder}");
+            found.push((id.to_string(), serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap()));
+        }
+    }
     found.sort_by(|a, b| a.0.cmp(&b.0));
     found
 }
