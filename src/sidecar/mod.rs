@@ -10,12 +10,14 @@
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
 //!
 //! This module is the server and its dispatch; each method lives in its own module:
-//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
-//! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
+//! [`transform`] (what the model sees; [`list`], the `<prunable-tools>` list at its tail),
+//! [`head`] (`system` and `turn`: the instructions and the agent tools dcp adds in front of the
+//! prompt), [`tools`] (the agent's `discard`,
 //! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
 
 mod commands;
 mod head;
+mod list;
 mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
@@ -262,6 +264,7 @@ impl Server {
                 compress: texts::COMPRESS_DESCRIPTION,
                 command: texts::COMMAND_DESCRIPTION,
             },
+            args: texts::tool_args(),
         })
     }
 

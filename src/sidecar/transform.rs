@@ -2,25 +2,24 @@
 //!
 //! A transform ([`Server::decide_request`], the per-request entry) records the automatic
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
-//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks, and appends
-//! the `<prunable-tools>` list (and a nudge when due). A compaction's copy gets the edits in force.
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks (the message
+//! id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list ([`list`]). A
+//! compaction's copy gets the edits in force.
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
 use super::mirror::Mirror;
-use super::protocol::{
-    Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
-};
+use super::protocol::{Applied, Edit, Edits, RpcError, TransformParams, Transformed};
 use super::ranges;
-use super::{head, internal, masking_candidates, now_ms, validate_session_id, Server, Session};
+use super::{head, internal, list, masking_candidates, now_ms, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
-use crate::session::{History, Message, Node, Role};
+use crate::session::{History, Message, Node};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
 use crate::state::{Ledger, PruneRecord, SessionState};
-use crate::strategies::{self, prunable, Rules};
+use crate::strategies::{self, Rules};
 use crate::texts;
 
 /// What the plugin holds of a session's edits: the number of the last answer whose edits
@@ -170,11 +169,12 @@ impl Server {
         let applied =
             applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
         let offered = head::offered(&self.rules, session);
-        let tags = offered && self.rules.config().tools.compress.enabled;
+        let compress = &self.rules.config().tools.compress;
+        let tags = (offered && compress.enabled).then(|| ranges::tags_start(mirror.sizes(), compress.tags_from.into()));
         let (seq, edits) = answer_edits(session, slot, mirror, request.have, tags);
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
+        let append = list::tail_message(&self.rules, project, session, slot, sid, messages, offered);
         let balance = policy::Request {
             cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
             in_force,
@@ -232,51 +232,6 @@ pub(super) fn ledger(session: &Session) -> Ledger {
         last_request: session.last_request_ms,
         offered: session.offered,
     }
-}
-
-/// The synthetic message appended after the history: the prunable list and any nudge.
-fn tail_message(
-    rules: &Rules,
-    project: Option<&str>,
-    session: &mut Session,
-    slot: &mut Slot,
-    sid: &str,
-    messages: &[Message],
-    offered: bool,
-) -> Vec<Synthetic> {
-    let recorded = slot.take_recorded();
-    let tools = &rules.config().tools;
-    if !offered || (!tools.discard.enabled && !tools.extract.enabled) {
-        return Vec::new();
-    }
-    let listing = prunable::Listing { project, min_tokens: tools.settings.min_tokens.into() };
-    let index = &mut session.index;
-    let Some(list) = index.prunable(messages, &recorded, &mut slot.state, rules, &listing) else {
-        return Vec::new();
-    };
-    let mut text = list.to_string();
-    // The list is sent uncached with every request: it goes only when pruning what it names
-    // would save more on each request than the list itself costs (`minTokens` 0 asks for
-    // every output, small ones included, whatever they are worth).
-    let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
-        return Vec::new();
-    }
-    let calls = index.calls();
-    if session.calls_at_nudge > calls {
-        session.calls_at_nudge = 0;
-    }
-    let settings = &tools.settings;
-    if settings.nudge_enabled
-        && settings.nudge_frequency > 0
-        && calls - session.calls_at_nudge >= settings.nudge_frequency as usize
-    {
-        session.calls_at_nudge = calls;
-        let (listed, tokens) = index.listed();
-        text.push('\n');
-        text.push_str(&texts::nudge(listed, tokens));
-    }
-    vec![synthetic_message(sid, messages, text)]
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.
@@ -389,16 +344,24 @@ struct AppliedNow {
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none. With `tags`, every
-/// message gets its id tag (see [`ranges`]), once.
-fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Option<u64>, tags: bool) -> (u64, Edits) {
+/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
+/// message to tag, [`ranges::tags_start`]), every message from it on gets its id tag (see
+/// [`ranges`]), once.
+fn answer_edits(
+    session: &mut Session,
+    slot: &Slot,
+    mirror: &Mirror,
+    have: Option<u64>,
+    tags: Option<usize>,
+) -> (u64, Edits) {
     let messages = mirror.messages();
     let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: messages.len() };
     let sent = &mut session.edits;
     let follows =
         have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
-    let tags_from = if follows { sent.tags.min(messages.len()) } else { 0 };
-    let new_tags = tags && tags_from < messages.len();
+    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
+    let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
+    let new_tags = tags_from < messages.len();
     if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
         return (sent.seq, Edits::Same);
     }
@@ -407,7 +370,7 @@ fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Optio
     }
     let index = &session.index;
     let mut edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
-    if tags {
+    if tags.is_some() {
         edits.extend(ranges::tag_edits(messages, tags_from));
         sent.tags = messages.len();
     }
@@ -441,31 +404,6 @@ fn notification(
     let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len()
         + slot.state.blocks.active().filter(|b| !b.applied).count();
     Some(texts::notification(level, &applied, &ranges, &waiting, older))
-}
-
-/// The user message that carries `text` after the history, with the agent and model of the
-/// last user message.
-fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic {
-    const MESSAGE_ID: &str = "msg_dcp_prunable_tools";
-    let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
-    let field = |key: &str| last_user.and_then(|m| m.info.get(key)).map(Node::to_value);
-    let info = SyntheticInfo {
-        id: MESSAGE_ID,
-        session_id: sid.to_string(),
-        role: "user",
-        time: Created { created: messages.last().map_or(0, Message::time_created) },
-        agent: field("agent"),
-        model: field("model"),
-    };
-    let part = SyntheticPart {
-        id: "prt_dcp_prunable_tools",
-        session_id: sid.to_string(),
-        message_id: MESSAGE_ID,
-        kind: "text",
-        text,
-        synthetic: true,
-    };
-    Synthetic { info, parts: vec![part] }
 }
 
 /// The edits that bring `messages` to what the model should see, for every applied prune

@@ -300,12 +300,11 @@ fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
         s.contains("Explored: a parser") && s.contains("▣ DCP |")
     });
     insta::assert_snapshot!("tui_prune_notice", numbers_out(&screen.filtered(&block(&text, "▣ DCP |"))));
-    // With the defaults a new session is not offered dcp's tools until it has paid for them:
-    // the plugin left them out of the turn's user message (`chat.message`).
+    // With the defaults a new session is offered dcp's tools from its first request.
     let body = &lab.llm.request_for("p1.answer").body;
     let tools: Vec<&str> =
         body["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
-    assert!(tools.contains(&"read") && !tools.contains(&"discard") && !tools.contains(&"compress"), "{tools:?}");
+    assert!(tools.contains(&"read") && tools.contains(&"discard") && tools.contains(&"compress"), "{tools:?}");
     let session = lab.session_id();
 
     let requests = lab.llm.log().len();
