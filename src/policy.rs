@@ -320,9 +320,10 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
-/// Whether a `<prunable-tools>` list of `list` tokens that names outputs of `listed` tokens is
-/// worth sending: it is written uncached with every request, and pruning what it names saves
-/// a cached read of them on every later one.
+/// Whether a `<prunable-tools>` list of `list` tokens is worth sending, when what it names
+/// that the last list sent did not weighs `listed` tokens: it is written uncached, and pruning
+/// those outputs saves a cached read of them on every later request. What an earlier list
+/// named, the agent has seen already.
 pub fn list_pays(listed: u64, list: u64) -> bool {
     CACHE_READ * listed as f64 >= CACHE_WRITE * list as f64
 }

@@ -14,36 +14,34 @@ use crate::format;
 use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
 
-/// Added to the system prompt when an agent tool is enabled: what the tools are for and when
-/// to call them, in as few words as say it (it is in every request of a session; how to name
-/// what they take is in their descriptions). Constant for a given config, so the prompt
+/// Added to the system prompt when an agent tool is enabled: when to call the tools, in as
+/// few words as say it (it is in every request of a session; what each tool does and how to
+/// name what it takes is in its description). Constant for a given config, so the prompt
 /// prefix stays byte-stable.
 pub fn system(tools: &Tools) -> String {
-    let mut uses = Vec::new();
-    if tools.discard.enabled {
-        uses.push("`discard` removes tool outputs you no longer need");
-    }
-    if tools.extract.enabled {
-        uses.push("`extract` keeps only your distillation of them");
-    }
-    if tools.compress.enabled {
-        uses.push("`compress` replaces a finished part of the conversation with your summary");
-    }
+    let names: Vec<&str> = [
+        (tools.discard.enabled, "`discard`"),
+        (tools.extract.enabled, "`extract`"),
+        (tools.compress.enabled, "`compress`"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
     format!(
-        "To keep your context small: {}. Call them beside your next tool call, only for what you will not need again.",
-        uses.join(", ")
+        "Keep your context small: call {} beside your next tool call for what you will not need again.",
+        names.join(", ")
     )
 }
 
 /// The agent tools' descriptions: one line each, for they are in every request.
 pub const DISCARD_DESCRIPTION: &str =
-    "Remove tool outputs you no longer need. ids: their tool call ids, or ids from <prunable-tools>.";
+    "Drop tool outputs you no longer need. ids: tool call ids, or ids from <prunable-tools>.";
 
-pub const EXTRACT_DESCRIPTION: &str = "Replace tool outputs with your short distillations: distillation[i] replaces \
-the output of ids[i] (a tool call id, or an id from <prunable-tools>).";
+pub const EXTRACT_DESCRIPTION: &str =
+    "Replace tool outputs with your short distillations: distillation[i] for ids[i] (as for discard).";
 
-pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of the conversation with your summary of what you \
-still need from it. startId, endId: tool call ids (or tags such as m12, b1) in its first and last messages.";
+pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of messages with your summary of what you still \
+need. startId, endId: tool call ids (or m12, b1 tags) in its first and last messages.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
 /// schema per argument; OpenCode marks each required). As small as the tools allow: they are
@@ -315,15 +313,15 @@ mod tests {
     use crate::state::Action;
 
     #[test]
-    fn the_head_with_every_tool_stays_under_300_tokens() {
+    fn the_head_with_every_tool_stays_under_280_tokens() {
         // The instructions and the three tools' definitions as a provider is sent them: they
         // are in every request of a session offered the tools.
         let counter = crate::tokens::TokenCounter::new(crate::tokens::EstimatorChoice::Auto);
         let tools = Tools::default();
         let definitions: u64 = tool_definitions(&tools).iter().map(|d| counter.count(d)).sum();
         let head = definitions + counter.count(&system(&tools));
-        assert!(head < 300, "the head is {head} tokens");
-        assert!(system(&tools).contains("`compress`"), "{}", system(&tools));
+        assert!(head < 280, "the head is {head} tokens");
+        assert!(system(&tools).contains("call `discard`, `extract`, `compress` beside"), "{}", system(&tools));
     }
 
     fn record(strategy: Strategy, tokens: u64) -> PruneRecord {

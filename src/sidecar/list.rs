@@ -1,8 +1,8 @@
 //! The `<prunable-tools>` list at the tail of a request: which calls the agent may discard or
 //! extract, by small ids, and a nudge when many outputs piled up. It is written uncached with
-//! every request that carries it, so it goes only when what it names is worth more than the
-//! list itself (`crate::policy::list_pays`); the agent can name any call by its tool call id
-//! without it.
+//! every request that carries it, so it goes only when what it names anew (beyond the last
+//! list sent) is worth more than the list itself (`crate::policy::list_pays`); the agent can
+//! name any call by its tool call id without it.
 
 use super::protocol::{Created, Synthetic, SyntheticInfo, SyntheticPart};
 use super::Session;
@@ -33,13 +33,16 @@ pub(super) fn tail_message(
         return Vec::new();
     };
     let mut text = list.to_string();
-    // The list is sent uncached with every request: it goes only when pruning what it names
-    // would save more on each request than the list itself costs (`minTokens` 0 asks for
-    // every output, small ones included, whatever they are worth).
+    // The list is written uncached with every request that carries it: it goes only when the
+    // calls it names that the last list sent did not would save more on each request, pruned,
+    // than the list itself costs. What an earlier list named, the agent has seen (and can name
+    // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
+    let (fresh, last) = index.listed_after(session.list_shown);
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
+    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64) {
         return Vec::new();
     }
+    session.list_shown = last;
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;

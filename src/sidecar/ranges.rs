@@ -11,7 +11,14 @@ use super::protocol::{Edit, Replace};
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
-use crate::strategies::compress;
+use crate::strategies::{compress, Rules};
+
+/// The first message that carries an id tag on a request whose messages weigh `sizes`, if
+/// messages carry tags at all: with `compress` offered ([`tags_start`]).
+pub(super) fn tags(rules: &Rules, offered: bool, sizes: &[u64]) -> Option<usize> {
+    let compress = &rules.config().tools.compress;
+    (offered && compress.enabled).then(|| tags_start(sizes, compress.tags_from.into()))
+}
 
 /// The first message that carries an id tag: the first after which the history before it
 /// (as OpenCode sends it, before dcp's prunes: these sizes do not change) reaches `from` tokens

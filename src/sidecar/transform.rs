@@ -169,8 +169,7 @@ impl Server {
         let applied =
             applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
         let offered = head::offered(&self.rules, session);
-        let compress = &self.rules.config().tools.compress;
-        let tags = (offered && compress.enabled).then(|| ranges::tags_start(mirror.sizes(), compress.tags_from.into()));
+        let tags = ranges::tags(&self.rules, offered, mirror.sizes());
         let (seq, edits) = answer_edits(session, slot, mirror, request.have, tags);
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         let project = self.options.project.as_ref().and_then(|p| p.to_str());
@@ -345,7 +344,7 @@ struct AppliedNow {
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
 /// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
-/// message to tag, [`ranges::tags_start`]), every message from it on gets its id tag (see
+/// message to tag, [`ranges::tags`]), every message from it on gets its id tag (see
 /// [`ranges`]), once.
 fn answer_edits(
     session: &mut Session,

@@ -78,7 +78,7 @@ fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_o
     assert_eq!(init["args"]["discard"], json!({"ids": {"type": "array", "items": {"type": "string"}}}), "{init}");
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(offer, "the first turn has the tools");
-    assert!(system[0].as_str().unwrap().contains("`discard` removes tool outputs"), "{system}");
+    assert!(system[0].as_str().unwrap().contains("call `discard`, `extract`, `compress` beside"), "{system}");
     // The recorded session is far below `tagsFrom`: a range of it would free little.
     assert!(!tagged(&transformed), "no message id tags on a short history");
     sidecar.shutdown();

@@ -31,7 +31,10 @@ fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_reques
         .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect())
         .unwrap_or_default();
     assert!(tools.iter().any(|t| t == "discard") && tools.iter().any(|t| t == "extract"), "{tools:?}");
-    assert!(first.text().contains("`discard` removes tool outputs"), "the system prompt explains the tools");
+    assert!(
+        first.text().contains("call `discard`, `extract`, `compress` beside"),
+        "the system prompt explains the tools"
+    );
     // The records output is big enough to be listed, and the model discards it by its list id.
     let listed = lab.llm.request_for("o1.discard");
     let last = listed.messages().last().unwrap();
