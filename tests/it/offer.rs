@@ -141,3 +141,25 @@ fn call_ids(messages: &[Value], tool: &str) -> Vec<String> {
         .map(|p| p["callID"].as_str().unwrap().to_string())
         .collect()
 }
+
+#[test]
+fn the_list_is_sent_again_only_when_it_names_new_outputs_worth_it() {
+    let sandbox = Sandbox::new();
+    let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
+    let messages = recorded_messages(&sandbox);
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"strategies": {"masking": {"enabled": false}}}"#);
+    let listed = |sidecar: &mut Sidecar, upto: usize| {
+        let params = json!({"sessionID": DB_SESSION, "messages": messages[..upto].to_vec()});
+        let transformed = sidecar.result("transform", params);
+        transformed["append"].as_array().is_some_and(|a| !a.is_empty())
+    };
+    // The history grows one message a request, as an agent run's does.
+    let shown: Vec<usize> = (1..=messages.len()).filter(|upto| listed(&mut sidecar, *upto)).collect();
+    // The first large output is listed on the request after it; the next requests name
+    // nothing new, so they go without the list, until another large output comes.
+    assert_eq!(shown.first(), Some(&3), "{shown:?}");
+    assert!(!shown.contains(&4) && shown.len() >= 2 && shown.len() * 4 < messages.len(), "{shown:?}");
+    // The same request again: nothing new to name.
+    assert!(!listed(&mut sidecar, messages.len()));
+    sidecar.shutdown();
+}
