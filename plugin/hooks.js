@@ -7,36 +7,6 @@ import { Notifier, shownPart } from "./notify.js";
 import { SentCache, encode } from "./encode.js";
 import { applyEdits, resolveEdits } from "./edits.js";
 
-/** The JSON-Schema form of the agent tools' arguments (a plugin loaded from a folder cannot
- * import `@opencode-ai/plugin`, so no zod). OpenCode marks every listed key required and does
- * not validate, so the sidecar checks what it gets. */
-const TOOL_ARGS = {
-  discard: {
-    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
-    reason: { type: "string", enum: ["completion", "noise"], description: "completion: the work they served is done; noise: they never helped" },
-  },
-  extract: {
-    ids: { type: "array", items: { type: "string" }, description: "ids from the <prunable-tools> list" },
-    distillation: { type: "array", items: { type: "string" }, description: "one distillation per id, in the same order" },
-  },
-  compress: {
-    topic: { type: "string", description: "a few words naming what the range was about" },
-    content: {
-      type: "array",
-      description: "the ranges to replace, each with the summary that stands in for it",
-      items: {
-        type: "object",
-        properties: {
-          startId: { type: "string", description: "id of the first message of the range (m0003, or b1 for an earlier summary)" },
-          endId: { type: "string", description: "id of the last message of the range, included" },
-          summary: { type: "string", description: "everything from the range you still need" },
-        },
-        required: ["startId", "endId", "summary"],
-      },
-    },
-  },
-};
-
 /** `/dcp`'s description while the sidecar cannot say it. */
 const COMMAND_DESCRIPTION = "Dynamic context pruning: /dcp stats | context | report | sweep [N] | decompress [ID] | help";
 
@@ -186,14 +156,19 @@ function eventHook(ctx) {
   };
 }
 
-/** The agent tools the sidecar enabled: `discard`, `extract` and `compress`. */
+/** The agent tools the sidecar enabled: `discard`, `extract` and `compress`, with the
+ * descriptions and arguments it gives (`initialize`). Arguments are in JSON-Schema form (a
+ * plugin loaded from a folder cannot import `@opencode-ai/plugin`, so no zod); OpenCode marks
+ * every listed key required and does not validate, so the sidecar checks what it gets. A
+ * binary that gives no arguments for a tool (an older one) does not get it registered. */
 function agentTools(ctx, init) {
   const tools = {};
   for (const name of ["discard", "extract", "compress"]) {
-    if (!init?.tools?.[name]) continue;
+    const args = init?.args?.[name];
+    if (!init?.tools?.[name] || !args || typeof args !== "object") continue;
     tools[name] = {
       description: init.descriptions?.[name] ?? name,
-      args: TOOL_ARGS[name],
+      args,
       async execute(args, toolCtx) {
         try {
           const params = { sessionID: toolCtx?.sessionID, name, args: args ?? {} };

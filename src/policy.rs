@@ -61,7 +61,8 @@
 //! (`tools.settings.offer = "always"`) a session has them from its first request, whose
 //! cache is cold anyway: an agent told about its tools has them when it needs them. The
 //! `<prunable-tools>` list goes only when it pays ([`list_pays`]): it is written uncached with
-//! every request, so what it names must be worth more per request than the list itself.
+//! every request that carries it, so what it names anew must be worth more per request than
+//! the list itself.
 //! With `offer = "paid"` a session starts without them, and they come at the start of a user
 //! turn (OpenCode decides a turn's tools when its user message is created) on a cold cache,
 //! once the ledger has banked their cost: `1.25 x head`, plus `0.1 x head` over the horizon
@@ -318,9 +319,10 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
-/// Whether a `<prunable-tools>` list of `list` tokens that names outputs of `listed` tokens is
-/// worth sending: it is written uncached with every request, and pruning what it names saves
-/// a cached read of them on every later one.
+/// Whether a `<prunable-tools>` list of `list` tokens is worth sending, when what it names
+/// that the last list sent did not weighs `listed` tokens: it is written uncached, and pruning
+/// those outputs saves a cached read of them on every later request. What an earlier list
+/// named, the agent has seen already.
 pub fn list_pays(listed: u64, list: u64) -> bool {
     CACHE_READ * listed as f64 >= CACHE_WRITE * list as f64
 }

@@ -14,56 +14,71 @@ use crate::format;
 use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
 
-/// Added to the system prompt when an agent tool is enabled. Constant for a given config, so
-/// the prompt prefix stays byte-stable.
+/// Added to the system prompt when an agent tool is enabled: when to call the tools, in as
+/// few words as say it (it is in every request of a session; what each tool does and how to
+/// name what it takes is in its description). Constant for a given config, so the prompt
+/// prefix stays byte-stable.
 pub fn system(tools: &Tools) -> String {
-    let (discard, extract, compress) = (tools.discard.enabled, tools.extract.enabled, tools.compress.enabled);
-    let mut text = String::from("Context management: what you have read stays in your context until removed.");
-    if discard || extract {
-        text.push_str(
-            " The last message of a request may hold a <prunable-tools> list, one line per tool call you may remove: \
-             `<id>: <tool>, <key argument>`.",
-        );
-    }
-    if discard {
-        text.push_str(
-            " Call `discard` with the ids of outputs you no longer need (reason \"completion\" when the work they served is done, \
-             \"noise\" when they never helped).",
-        );
-    }
-    if extract {
-        text.push_str(
-            " Call `extract` with ids and one short distillation per id, in the same order, to keep only the facts you still need \
-             from large outputs.",
-        );
-    }
-    if compress {
-        text.push_str(
-            " Messages end with an id tag such as <m12>. When a stretch of the conversation is \
-             finished (a task done, an exploration concluded), call `compress` with its first and last ids and a summary that \
-             keeps every fact, path, decision and open question you still need: the summary replaces those messages. Summaries \
-             carry ids too (<b1>), so a later range may take them in.",
-        );
-    }
-    text.push_str(
-        " Call these tools alongside your next tool call rather than as a step of their own, so pruning costs no extra round \
-         trip. Only remove what you will not need again.",
-    );
-    text
+    let names: Vec<&str> = [
+        (tools.discard.enabled, "`discard`"),
+        (tools.extract.enabled, "`extract`"),
+        (tools.compress.enabled, "`compress`"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    format!(
+        "Keep your context small: call {} beside your next tool call for what you will not need again.",
+        names.join(", ")
+    )
 }
 
+/// The agent tools' descriptions: one line each, for they are in every request.
 pub const DISCARD_DESCRIPTION: &str =
-    "Remove tool outputs you no longer need from the conversation context, by the ids of the \
-<prunable-tools> list. reason: \"completion\" (the task they served is done) or \"noise\" (they never helped).";
-
-pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of the conversation with your summary of it, to free \
-context. content: one or more {startId, endId, summary}: the ids are the tags at the end of messages (m12 for <m12>) \
-or of earlier summaries (b1), both ends included. The summary stands in for every message of the range, so keep \
-in it what you will still need. topic: a few words naming the range.";
+    "Drop tool outputs you no longer need. ids: tool call ids, or ids from <prunable-tools>.";
 
 pub const EXTRACT_DESCRIPTION: &str =
-    "Replace tool outputs with short distillations of what matters in them, by the ids of \
-the <prunable-tools> list: distillation[i] replaces the output of ids[i].";
+    "Replace tool outputs with your short distillations: distillation[i] for ids[i] (as for discard).";
+
+pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of messages with your summary of what you still \
+need. startId, endId: tool call ids (or m12, b1 tags) in its first and last messages.";
+
+/// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
+/// schema per argument; OpenCode marks each required). As small as the tools allow: they are
+/// in every request. The tools read more forms than these (`crate::strategies::compress`'s
+/// `content` list of ranges and `topic`, discard's `reason`), for models that use them.
+pub fn tool_args() -> serde_json::Value {
+    let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
+    let string = serde_json::json!({"type": "string"});
+    serde_json::json!({
+        "discard": {"ids": strings},
+        "extract": {"ids": strings, "distillation": strings},
+        "compress": {"startId": string, "endId": string, "summary": string},
+    })
+}
+
+/// One agent tool's definition as a provider is sent it (the OpenAI function form OpenCode
+/// builds from the description and arguments): what the tool adds to every request.
+pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value) -> String {
+    let required: Vec<&String> = args.as_object().map(|a| a.keys().collect()).unwrap_or_default();
+    let parameters = serde_json::json!({"type": "object", "properties": args, "required": required});
+    serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+        .to_string()
+}
+
+/// The definitions of the agent tools `tools` enables ([`tool_definition`]).
+pub fn tool_definitions(tools: &Tools) -> Vec<String> {
+    let args = tool_args();
+    [
+        (tools.discard.enabled, "discard", DISCARD_DESCRIPTION),
+        (tools.extract.enabled, "extract", EXTRACT_DESCRIPTION),
+        (tools.compress.enabled, "compress", COMPRESS_DESCRIPTION),
+    ]
+    .into_iter()
+    .filter(|(on, ..)| *on)
+    .map(|(_, name, description)| tool_definition(name, description, &args[name]))
+    .collect()
+}
 
 /// The `<prunable-tools>` block appended at the tail of a request.
 pub fn prunable_list<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
@@ -125,10 +140,7 @@ pub fn tool_done(applied: &ToolDone<'_>) -> String {
     if !applied.problems.is_empty() {
         let _ = write!(text, " Not pruned: {}.", applied.problems.join("; "));
         if applied.done.is_empty() {
-            text.push_str(
-                " Name calls by the ids of the <prunable-tools> list, by their tool call ids, or by the \
-                 id tag of their message (<m12>).",
-            );
+            text.push_str(" Name calls by their tool call ids, or by the ids of the <prunable-tools> list.");
         }
     }
     text
@@ -300,6 +312,18 @@ mod tests {
     use super::*;
     use crate::state::Action;
 
+    #[test]
+    fn the_head_with_every_tool_stays_under_280_tokens() {
+        // The instructions and the three tools' definitions as a provider is sent them: they
+        // are in every request of a session offered the tools.
+        let counter = crate::tokens::TokenCounter::new(crate::tokens::EstimatorChoice::Auto);
+        let tools = Tools::default();
+        let definitions: u64 = tool_definitions(&tools).iter().map(|d| counter.count(d)).sum();
+        let head = definitions + counter.count(&system(&tools));
+        assert!(head < 280, "the head is {head} tokens");
+        assert!(system(&tools).contains("call `discard`, `extract`, `compress` beside"), "{}", system(&tools));
+    }
+
     fn record(strategy: Strategy, tokens: u64) -> PruneRecord {
         PruneRecord { strategy, action: Action::Output, tokens, tool: "read".into(), applied: false }
     }
@@ -463,7 +487,9 @@ pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::stat
         for p in &outcome.problems {
             let _ = writeln!(text, "Not applied: {p}.");
         }
-        text.push_str("Name ranges by the id tags at the end of messages (<m1>) or of summaries (<b1>).\n");
+        text.push_str(
+            "Name a range's ends by tool call ids in its first and last messages, or by id tags (<m12>, <b1>).\n",
+        );
     }
     text.trim_end().to_string()
 }

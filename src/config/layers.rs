@@ -38,6 +38,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("tools.extract.enabled", Kind::Bool),
     ("tools.extract.showDistillation", Kind::Bool),
     ("tools.compress.enabled", Kind::Bool),
+    ("tools.compress.tagsFrom", Kind::Count),
     ("strategies.deduplication.enabled", Kind::Bool),
     ("strategies.deduplication.protectedTools", Kind::Strings),
     ("strategies.supersedeWrites.enabled", Kind::Bool),

@@ -103,7 +103,7 @@ pub struct Tools {
     pub discard: Toggle,
     pub extract: Extract,
     /// Range compression: the agent replaces older messages with its summary.
-    pub compress: Toggle,
+    pub compress: Compress,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,7 +123,8 @@ pub struct ToolSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Offer {
-    /// From the first request, as the published DCP does.
+    /// From the first request, whose cache is cold anyway (the default): an agent told about
+    /// its tools has them when it needs them.
     Always,
     /// From the first user turn at which the session's ledger has banked what offering them
     /// costs: until then the session pays nothing for tools it has not used.
@@ -134,6 +135,16 @@ pub enum Offer {
 #[serde(default, rename_all = "camelCase")]
 pub struct Toggle {
     pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Compress {
+    pub enabled: bool,
+    /// dcp's own: messages carry the id tags `compress` may name them by once the history
+    /// before them reaches this many tokens (characters / 4); 0 tags every message. Below it
+    /// a range frees little, and the agent names messages by their tool call ids.
+    pub tags_from: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -261,7 +272,7 @@ impl Default for ToolSettings {
             nudge_frequency: 10,
             protected_tools: Vec::new(),
             min_tokens: 200,
-            offer: Offer::Paid,
+            offer: Offer::Always,
         }
     }
 }
@@ -269,6 +280,12 @@ impl Default for ToolSettings {
 impl Default for Toggle {
     fn default() -> Self {
         Toggle { enabled: true }
+    }
+}
+
+impl Default for Compress {
+    fn default() -> Self {
+        Compress { enabled: true, tags_from: 20_000 }
     }
 }
 

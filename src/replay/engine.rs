@@ -141,8 +141,8 @@ impl Engine {
         Ok(answer.get_mut("result").map(Value::take).unwrap_or(Value::Null))
     }
 
-    /// What the engine adds to the system prompt, and the descriptions of the tools it
-    /// offers, on the requests that carry them ([`Engine::turn`]).
+    /// What the engine adds to the system prompt, and the definitions of the tools it offers
+    /// (descriptions and arguments), on the requests that carry them ([`Engine::turn`]).
     pub fn additions(&mut self) -> Result<Vec<String>, EngineError> {
         // Asked for no session: the head a session gets once it is offered the tools.
         let system = self.call("system", json!({}))?;
@@ -153,7 +153,8 @@ impl Engine {
             .unwrap_or_default();
         for tool in super::steps::AGENT_TOOLS {
             if init["tools"][tool] == Value::Bool(true) {
-                out.push(init["descriptions"][tool].as_str().unwrap_or("").to_string());
+                let description = init["descriptions"][tool].as_str().unwrap_or("");
+                out.push(crate::texts::tool_definition(tool, description, &init["args"][tool]));
             }
         }
         Ok(out)

@@ -38,9 +38,6 @@ use crate::tokens::{EstimatorChoice, TokenCounter};
 
 pub use crate::measure::{OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 
-/// Tokens of the JSON schema of one dcp tool's arguments, beside its description.
-const TOOL_SCHEMA: u64 = 60;
-
 /// One replayed run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
@@ -349,8 +346,8 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
         counted.push(Counted { time, pieces: request, history, message_id: id, applied, offered, miss });
     })?;
     let opencode = pieces.fixed("opencode", options.overhead);
-    let tools = additions.len().saturating_sub(1) as u64;
-    let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum::<u64>() + tools * TOOL_SCHEMA;
+    // The system paragraph and each tool's definition, its argument schema included.
+    let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum();
     let head = (dcp > 0).then(|| pieces.fixed("dcp", dcp));
     for Counted { time, pieces: request, history, message_id, applied, offered, miss } in counted {
         let fixed: Vec<Piece> = std::iter::once(opencode).chain(head.filter(|_| offered)).collect();

@@ -1,13 +1,16 @@
 //! `system` and `turn`: what dcp adds in front of a session's prompt, and from when.
 //!
 //! dcp's head is its instructions (added to the system prompt) and its agent tools'
-//! definitions. Both sit before the whole history, so adding them to a session re-bills its
-//! cached prompt, and once there they cost a cached read on every request. With
-//! `tools.settings.offer = "paid"` a session is offered them only from the first user turn on
-//! a cold cache at which its ledger has banked that cost (`crate::policy::offer`); until then its requests
-//! carry neither the head, nor the `<prunable-tools>` list, nor the message id tags. OpenCode
-//! decides a turn's tools when its user message is created: the plugin asks `turn` then, and
-//! sets the message's `tools` map to leave dcp's out.
+//! definitions, both as short as keeps the tools usable ([`crate::texts::system`],
+//! [`crate::texts::tool_definitions`]). Both sit before the whole history, so adding them to
+//! a session whose cache is warm re-bills its cached prompt, and once there they cost a cached
+//! read on every request. By default (`tools.settings.offer = "always"`) a session has them
+//! from its first request, whose cache is cold anyway. With `"paid"` a session is offered them
+//! only from the first user turn on a cold cache at which its ledger has banked that cost
+//! (`crate::policy::offer`); until then its requests carry neither the head, nor the
+//! `<prunable-tools>` list, nor the message id tags. OpenCode decides a turn's tools when its
+//! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
+//! to leave dcp's out.
 
 use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
 use super::{now_ms, validate_session_id, LiveSession, Server};
@@ -95,24 +98,15 @@ impl Server {
     }
 }
 
-/// Tokens of dcp's head: its instructions and its tools' definitions (descriptions, and about
-/// 60 tokens of argument schema each, as `dcp replay` counts them). Counted once.
+/// Tokens of dcp's head: its instructions and its tools' definitions as a provider is sent
+/// them ([`texts::tool_definitions`]). Counted once.
 pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCounter) -> u64 {
-    const SCHEMA: u64 = 60;
     let tools = &rules.config().tools;
     *head.get_or_insert_with(|| {
-        let described = [
-            (tools.discard.enabled, texts::DISCARD_DESCRIPTION),
-            (tools.extract.enabled, texts::EXTRACT_DESCRIPTION),
-            (tools.compress.enabled, texts::COMPRESS_DESCRIPTION),
-        ];
-        let mut n = 0;
-        for (_, description) in described.iter().filter(|(on, _)| *on) {
-            n += counter.count(description) + SCHEMA;
+        let definitions = texts::tool_definitions(tools);
+        if definitions.is_empty() {
+            return 0;
         }
-        if n > 0 {
-            n += counter.count(&texts::system(tools));
-        }
-        n
+        definitions.iter().map(|d| counter.count(d)).sum::<u64>() + counter.count(&texts::system(tools))
     })
 }

@@ -88,6 +88,8 @@ struct LiveSession {
     lookups: u32,
     /// Tool calls in the history when the agent was last nudged.
     calls_at_nudge: usize,
+    /// The last call the `<prunable-tools>` list named when it was last sent.
+    list_shown: Option<usize>,
     /// What the plugin holds of the edits.
     edits: EditsSent,
     /// The messages whose tool outputs were counted ahead (see [`Server::precount`]).
@@ -276,6 +278,7 @@ impl Server {
                 compress: texts::COMPRESS_DESCRIPTION,
                 command: texts::COMMAND_DESCRIPTION,
             },
+            args: texts::tool_args(),
         })
     }
 

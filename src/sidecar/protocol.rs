@@ -253,6 +253,8 @@ pub struct Initialized {
     pub tools: ToolsOffered,
     pub commands: bool,
     pub descriptions: Descriptions,
+    /// The agent tools' arguments, as the plugin registers them ([`crate::texts::tool_args`]).
+    pub args: serde_json::Value,
 }
 
 /// Which agent tools the plugin should register.

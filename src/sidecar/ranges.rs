@@ -2,14 +2,38 @@
 //! by, the summaries that replace applied ranges, and the ranges still waiting for the policy.
 //!
 //! The tags are edits that append to a field, sent once per message like any other edit (the
-//! plugin keeps them), so a long history costs one tag edit per new message. The summaries
-//! are sent in full with every answer: there are few, and they are short.
+//! plugin keeps them), so a long history costs one tag edit per new message. They start once
+//! the history is long enough for a range to free much ([`tags_start`]); before, the agent
+//! names a range by the tool call ids in it. The summaries are sent in full with every answer:
+//! there are few, and they are short.
 
 use super::protocol::{Edit, Replace};
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
-use crate::strategies::compress;
+use crate::strategies::{compress, Rules};
+
+/// The first message that carries an id tag on a request whose messages weigh `sizes`, if
+/// messages carry tags at all: with `compress` offered ([`tags_start`]).
+pub(super) fn tags(rules: &Rules, offered: bool, sizes: &[u64]) -> Option<usize> {
+    let compress = &rules.config().tools.compress;
+    (offered && compress.enabled).then(|| tags_start(sizes, compress.tags_from.into()))
+}
+
+/// The first message that carries an id tag: the first after which the history before it
+/// (as OpenCode sends it, before dcp's prunes: these sizes do not change) reaches `from` tokens
+/// (`tools.compress.tagsFrom`). The history only grows, so a message tagged once stays
+/// tagged, and one sent without its tag never gets it: the prompt prefix stays byte-stable.
+pub(super) fn tags_start(sizes: &[u64], from: u64) -> usize {
+    let mut before = 0;
+    for (i, size) in sizes.iter().enumerate() {
+        if before >= from {
+            return i;
+        }
+        before += size;
+    }
+    sizes.len()
+}
 
 /// The tag edits of `messages[from..]`.
 pub(super) fn tag_edits(messages: &[Message], from: usize) -> Vec<Edit> {
@@ -41,4 +65,20 @@ pub(super) fn pending(messages: &[Message], blocks: &Blocks, tails: &[u64]) -> V
             (span.from, span.block, policy::Pending { tokens, tail: tails[span.from], ..Default::default() })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tags_start;
+
+    #[test]
+    fn tags_start_after_the_history_before_them_reaches_the_threshold_and_never_move() {
+        let sizes = [3_000, 9_000, 10_000, 500, 700];
+        assert_eq!(tags_start(&sizes, 0), 0, "0 tags every message");
+        assert_eq!(tags_start(&sizes, 20_000), 3, "12,000 before the third message, 22,000 before the fourth");
+        assert_eq!(tags_start(&sizes[..3], 20_000), 3, "none yet: the history has not reached it");
+        assert_eq!(tags_start(&sizes, 1_000_000), 5);
+        // A longer history never moves the start: what was sent untagged stays so.
+        assert_eq!(tags_start(&sizes[..4], 20_000), tags_start(&sizes, 20_000));
+    }
 }

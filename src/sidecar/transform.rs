@@ -2,8 +2,9 @@
 //!
 //! A transform ([`Server::decide_request`], the per-request entry) records the automatic
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
-//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks, and appends
-//! the `<prunable-tools>` list (and a nudge when due). A compaction's copy gets the edits in force.
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks (the message
+//! id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
+//! when due) when what it names anew pays for it. A compaction's copy gets the edits in force.
 //! The per-request functions take the request's one [`RequestContext`].
 
 use rustc_hash::FxHashSet as HashSet;
@@ -175,7 +176,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
-    let (seq, edits) = answer_edits(cx, offered && rules.config().tools.compress.enabled);
+    let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
@@ -228,13 +229,16 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         return Vec::new();
     };
     let mut text = list.to_string();
-    // The list is sent uncached with every request: it goes only when pruning what it names
-    // would save more on each request than the list itself costs (`minTokens` 0 asks for
-    // every output, small ones included, whatever they are worth).
+    // The list is written uncached with every request that carries it: it goes only when the
+    // calls it names that the last list sent did not would save more on each request, pruned,
+    // than the list itself costs. What an earlier list named, the agent has seen (and can name
+    // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
+    let (fresh, last) = index.listed_after(session.list_shown);
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(index.listed().1, text.len().div_ceil(4) as u64) {
+    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64) {
         return Vec::new();
     }
+    session.list_shown = last;
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;
@@ -354,17 +358,18 @@ struct AppliedNow {
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none. With `tags`, every
-/// message gets its id tag (see [`ranges`]), once.
-fn answer_edits(cx: &mut RequestContext, tags: bool) -> (u64, Edits) {
+/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
+/// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
+fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
     let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
     let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
     let sent = &mut session.edits;
     let follows =
         have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
-    let tags_from = if follows { sent.tags.min(messages.len()) } else { 0 };
-    let new_tags = tags && tags_from < messages.len();
+    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
+    let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
+    let new_tags = tags_from < messages.len();
     if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
         return (sent.seq, Edits::Same);
     }
@@ -373,7 +378,7 @@ fn answer_edits(cx: &mut RequestContext, tags: bool) -> (u64, Edits) {
     }
     let index = &session.index;
     let mut edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
-    if tags {
+    if tags.is_some() {
         edits.extend(ranges::tag_edits(messages, tags_from));
         sent.tags = messages.len();
     }

@@ -410,6 +410,13 @@ impl Index {
     pub fn listed(&self) -> (usize, u64) {
         (self.listed.len(), self.listed.iter().map(|l| l.approx).sum())
     }
+
+    /// The approximate output tokens of the calls on the list after call `after` (all of
+    /// them for `None`), and the last call on the list: what a list adds to one sent before.
+    pub fn listed_after(&self, after: Option<usize>) -> (u64, Option<usize>) {
+        let fresh = self.listed.iter().filter(|l| after.is_none_or(|a| l.call > a)).map(|l| l.approx).sum();
+        (fresh, self.listed.last().map(|l| l.call))
+    }
 }
 
 impl Cursor {

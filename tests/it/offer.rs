@@ -1,6 +1,8 @@
 //! dcp's head (its agent tools, their instructions, the prunable list and the message id
-//! tags): by default (`tools.settings.offer = "paid"`) only once its ledger has paid for it
-//! (`turn`, `policy::offer`), and with `"always"` from a session's first request.
+//! tags): by default (`tools.settings.offer = "always"`) from a session's first request, the
+//! tags once the history is long enough (`tools.compress.tagsFrom`), and the tools usable by
+//! tool call ids without any list; with `"paid"` only once its ledger has paid for it
+//! (`turn`, `policy::offer`).
 
 use serde_json::{json, Value};
 
@@ -17,8 +19,8 @@ fn request(sidecar: &mut Sidecar, sandbox: &Sandbox, now: i64) -> (bool, Value, 
     (turn["offer"] == json!(true), system["system"].clone(), transformed)
 }
 
-/// The offer of the tools once paid for.
-const PAID: &str = r#"{"tools": {"settings": {"offer": "paid"}}}"#;
+/// The offer of the tools once paid for, with every message tagged once they are.
+const PAID: &str = r#"{"tools": {"settings": {"offer": "paid"}, "compress": {"tagsFrom": 0}}}"#;
 
 fn tagged(transformed: &Value) -> bool {
     transformed["edits"].as_array().unwrap().iter().any(|e| e.get("append").is_some())
@@ -39,17 +41,6 @@ fn a_new_session_is_offered_nothing_it_has_not_paid_for() {
     // A session dcp never saved anything on never gets them.
     let (offer, ..) = request(&mut sidecar, &sandbox, 1_790_000_900_000);
     assert!(!offer);
-    sidecar.shutdown();
-}
-
-#[test]
-fn offer_always_gives_the_tools_from_the_first_request_as_the_published_dcp_does() {
-    let sandbox = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"tools": {"settings": {"offer": "always"}}}"#);
-    let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
-    assert!(offer);
-    assert!(system[0].as_str().unwrap().contains("compress"), "{system}");
-    assert!(tagged(&transformed), "message id tags from the first request");
     sidecar.shutdown();
 }
 
@@ -79,13 +70,96 @@ fn the_tools_come_at_a_cold_turn_once_the_bank_covers_them_and_stay() {
 }
 
 #[test]
-fn with_offer_always_the_tools_are_offered_from_a_sessions_first_request() {
+fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_on_a_short_history() {
     let sandbox = Sandbox::new();
     let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
-    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"tools": {"settings": {"offer": "always"}}}"#);
+    let mut sidecar = Sidecar::spawn(&sandbox, "{}");
+    let init = sidecar.result("initialize", json!({"protocol": 1}));
+    assert_eq!(init["args"]["discard"], json!({"ids": {"type": "array", "items": {"type": "string"}}}), "{init}");
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(offer, "the first turn has the tools");
-    assert!(system[0].as_str().unwrap().contains("Call `discard`"), "{system}");
-    assert!(tagged(&transformed), "message id tags for compress");
+    assert!(system[0].as_str().unwrap().contains("call `discard`, `extract`, `compress` beside"), "{system}");
+    // The recorded session is far below `tagsFrom`: a range of it would free little.
+    assert!(!tagged(&transformed), "no message id tags on a short history");
+    sidecar.shutdown();
+}
+
+#[test]
+fn message_id_tags_start_where_the_history_reaches_tags_from() {
+    let sandbox = Sandbox::new();
+    let messages = recorded_messages(&sandbox);
+    // The recorded session's first three messages weigh more than 300 tokens.
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"tools": {"compress": {"tagsFrom": 300}}}"#);
+    let (_, _, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
+    let tagged: Vec<u64> = transformed["edits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("append").is_some())
+        .map(|e| e["m"].as_u64().unwrap())
+        .collect();
+    let first = *tagged.first().expect("tags past 300 tokens");
+    assert!(first > 0 && tagged.last() == Some(&(messages.len() as u64 - 1)), "{tagged:?}");
+    assert!(tagged.windows(2).all(|w| w[0] < w[1]), "one tag per message from the first on: {tagged:?}");
+    sidecar.shutdown();
+    // With 0, every message has its tag.
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"tools": {"compress": {"tagsFrom": 0}}}"#);
+    let (_, _, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
+    let edits = transformed["edits"].as_array().unwrap();
+    assert!(edits.iter().any(|e| e["m"] == 0 && e["append"] == "\n<m1>"), "{transformed}");
+    sidecar.shutdown();
+}
+
+#[test]
+fn without_a_list_or_tags_the_agent_discards_and_compresses_by_tool_call_ids() {
+    let sandbox = Sandbox::new();
+    let messages = recorded_messages(&sandbox);
+    // Masking off, so the glob is still there to discard; no list, no tags.
+    let config = r#"{"rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}},
+        "tools": {"settings": {"minTokens": 100000}}}"#;
+    let mut sidecar = Sidecar::spawn(&sandbox, config);
+    let (_, _, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
+    assert_eq!(transformed["append"], json!([]), "no <prunable-tools> list");
+    assert!(!tagged(&transformed));
+    let glob = call_ids(&messages, "glob")[0].clone();
+    let args = json!({"ids": [glob]});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": args}));
+    assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
+    // A range named by the call ids in its first and last messages, in the tool's own form.
+    let reads = call_ids(&messages, "read");
+    let args = json!({"startId": reads[0], "endId": reads[1], "summary": "read parser.py twice"});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
+    assert!(answer["output"].as_str().unwrap().starts_with("Compressed "), "{answer}");
+    sidecar.shutdown();
+}
+
+/// The call ids of `tool`'s calls in `messages`, in order.
+fn call_ids(messages: &[Value], tool: &str) -> Vec<String> {
+    let parts = messages.iter().flat_map(|m| m["parts"].as_array().into_iter().flatten());
+    parts
+        .filter(|p| p["type"] == "tool" && p["tool"] == tool)
+        .map(|p| p["callID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_list_is_sent_again_only_when_it_names_new_outputs_worth_it() {
+    let sandbox = Sandbox::new();
+    let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
+    let messages = recorded_messages(&sandbox);
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"strategies": {"masking": {"enabled": false}}}"#);
+    let listed = |sidecar: &mut Sidecar, upto: usize| {
+        let params = json!({"sessionID": DB_SESSION, "messages": messages[..upto].to_vec()});
+        let transformed = sidecar.result("transform", params);
+        transformed["append"].as_array().is_some_and(|a| !a.is_empty())
+    };
+    // The history grows one message a request, as an agent run's does.
+    let shown: Vec<usize> = (1..=messages.len()).filter(|upto| listed(&mut sidecar, *upto)).collect();
+    // The first large output is listed on the request after it; the next requests name
+    // nothing new, so they go without the list, until another large output comes.
+    assert_eq!(shown.first(), Some(&3), "{shown:?}");
+    assert!(!shown.contains(&4) && shown.len() >= 2 && shown.len() * 4 < messages.len(), "{shown:?}");
+    // The same request again: nothing new to name.
+    assert!(!listed(&mut sidecar, messages.len()));
     sidecar.shutdown();
 }

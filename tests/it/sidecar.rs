@@ -64,8 +64,7 @@ pub(crate) fn state_file(sandbox: &Sandbox) -> Value {
     serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap()
 }
 
-pub(crate) const IMMEDIATE: &str =
-    r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}}}"#;
+pub(crate) const IMMEDIATE: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}, "compress": {"tagsFrom": 0}}}"#;
 
 #[test]
 fn transform_prunes_duplicates_and_lists_the_rest() {

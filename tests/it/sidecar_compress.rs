@@ -16,7 +16,8 @@ fn message_ids_ride_at_the_end_and_never_change_older_bytes() {
     let s = Sandbox::new();
     // Every prune goes on the first request, and masking is off: the second request has
     // nothing to rewrite, so only the new tag is added.
-    let config = r#"{"rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}}}"#;
+    let config = r#"{"rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}},
+        "tools": {"compress": {"tagsFrom": 0}}}"#;
     let mut sidecar = Sidecar::spawn(&s, config);
     let messages = recorded_messages(&s);
     let n = messages.len() - 1;

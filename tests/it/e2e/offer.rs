@@ -1,5 +1,6 @@
-//! The agent tools with `tools.settings.offer = "always"`: offered from a session's first
-//! request, and a discard by the model reaching the next request, in the real OpenCode.
+//! The agent tools at the defaults (`tools.settings.offer = "always"`): offered from a
+//! session's first request, and a discard by the model reaching the next request, in the real
+//! OpenCode.
 
 use serde_json::json;
 
@@ -8,18 +9,18 @@ use super::scenarios::{call_id_of, read, result};
 use super::Lab;
 use dcp::strategies::OUTPUT_PLACEHOLDER;
 
-/// The tools from the first request, and no notifications (this run does not look at them).
-const ALWAYS: &str = r#"{ "pruneNotification": "off", "tools": { "settings": { "offer": "always" } } }"#;
+/// The defaults, but for the notifications (this run does not look at them).
+const DEFAULTS: &str = r#"{ "pruneNotification": "off" }"#;
 
 #[test]
 fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_request() {
-    let lab = Lab::new(ALWAYS);
+    let lab = Lab::new(DEFAULTS);
     lab.prompt(
         None,
         "Look at the records, then clean up.",
         vec![
             read("o1.records", "data/records.csv"),
-            Turn::tool("o1.discard", "discard", json!({"ids": ["{{list:records.csv}}"], "reason": "completion"})),
+            Turn::tool("o1.discard", "discard", json!({"ids": ["{{list:records.csv}}"]})),
             Turn::text("o1.answer", "Done."),
         ],
     );
@@ -30,7 +31,10 @@ fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_reques
         .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect())
         .unwrap_or_default();
     assert!(tools.iter().any(|t| t == "discard") && tools.iter().any(|t| t == "extract"), "{tools:?}");
-    assert!(first.text().contains("Call `discard`"), "the system prompt explains the tools");
+    assert!(
+        first.text().contains("call `discard`, `extract`, `compress` beside"),
+        "the system prompt explains the tools"
+    );
     // The records output is big enough to be listed, and the model discards it by its list id.
     let listed = lab.llm.request_for("o1.discard");
     let last = listed.messages().last().unwrap();

@@ -81,9 +81,8 @@ pub const IMMEDIATE: &str = r#"{
   "rewrite": {"mode": "immediate"},
   "pruneNotification": "minimal",
   // List every output, small ones included, so the small config file can be extracted; and
-  // offer the agent's tools from the first request (by default they come once the session's
-  // ledger has paid for them, which a scripted run of a few requests never does).
-  "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0, "offer": "always"}},
+  // tag every message, so compress can name any range of a short run by its tags.
+  "tools": {"settings": {"nudgeEnabled": false, "minTokens": 0}, "compress": {"tagsFrom": 0}},
   // Masking would take the first prompt's outputs at the second prompt; this run checks the
   // other strategies and the agent's tools (the lab sessions of fixtures/replay run masking
   // in the real OpenCode).
@@ -150,7 +149,7 @@ fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
     let tools: Vec<&str> =
         answer.body["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
     assert!(tools.contains(&"discard") && tools.contains(&"extract"), "{tools:?}");
-    assert!(answer.text().contains("<prunable-tools> list"), "system prompt");
+    assert!(answer.text().contains("call `discard`, `extract`, `compress` beside"), "system prompt");
     // The prune notification is shown in the session once the turn ends, never to the model.
     // Stored as the turn ends: on a loaded machine that can come a moment after `run` returns.
     let notice = || lab.stored_parts(&session).into_iter().find(|p| p.contains("▣ DCP |"));
