@@ -287,10 +287,13 @@ impl Speculation {
             Outgoing::Stream(_) => Vec::new(),
         };
         let total: usize = body.iter().map(Bytes::len).sum();
+        let ahead: usize = self.sent.iter().map(Bytes::len).sum();
         let Some(rest) = after(&body, &self.sent).filter(|_| total == self.length) else {
+            tracing::debug!(ahead, "speculation aborted");
             self.abort(shared).await;
             return Finished::Aborted(outgoing);
         };
+        tracing::debug!(ahead, total, "speculation kept");
         for piece in rest {
             if self.send(piece).is_err() {
                 break;
