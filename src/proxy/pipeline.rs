@@ -379,3 +379,27 @@ impl hyper::body::Body for Channel {
         self.0.poll_recv(cx).map(|next| next.map(|piece| piece.map(Frame::data)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(parts: &[&'static str]) -> Vec<Bytes> {
+        parts.iter().map(|p| Bytes::from_static(p.as_bytes())).collect()
+    }
+
+    #[test]
+    fn the_rest_of_a_body_is_what_follows_the_bytes_sent_however_both_are_cut() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        let rest = after(&body, &pieces(&["{\"a\"", ": [1", ","])).unwrap();
+        assert_eq!(rest.concat(), b" 2], \"b\": 3}");
+        assert_eq!(after(&body, &body).unwrap().concat(), b"");
+    }
+
+    #[test]
+    fn a_body_that_differs_in_one_byte_sent_or_is_shorter_than_what_was_sent_has_no_rest() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        assert!(after(&body, &pieces(&["{\"a\": [1, 3]"])).is_none(), "same length, one byte differs");
+        assert!(after(&body, &pieces(&["{\"a\": [1, 2], \"b\": 3}  "])).is_none(), "more sent than the body has");
+    }
+}
