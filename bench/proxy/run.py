@@ -209,10 +209,14 @@ def rss(pid):
 
 
 def stages(log_dir):
-    """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms."""
+    """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms, and how
+    many requests went upstream before the engine answered (kept, aborted)."""
     found = {"parse": [], "matched": [], "map": [], "engine": [], "write": [], "spliced": []}
+    bets = {"kept": 0, "aborted": 0}
     for name in os.listdir(log_dir):
         for line in open(os.path.join(log_dir, name)):
+            for bet in bets:
+                bets[bet] += f"speculation {bet}" in line
             if "pruned" not in line:
                 continue
             for key in found:
@@ -220,7 +224,8 @@ def stages(log_dir):
                 if m:
                     scale = {"ms": 1e-3, "µs": 1e-6, "s": 1}[m.group(2)]
                     found[key].append(float(m.group(1)) * scale)
-    return {f"stage_{k}_p50_ms": pct(v, 0.5) for k, v in found.items() if v}
+    out = {f"stage_{k}_p50_ms": pct(v, 0.5) for k, v in found.items() if v}
+    return dict(out, **{f"speculation_{k}": v for k, v in bets.items()})
 
 
 if __name__ == "__main__":

@@ -179,8 +179,29 @@ fn layout(body: &Bytes, raw: &Raw, items: &[(usize, Bytes)]) -> Option<Vec<Bytes
 pub struct Conversations {
     slots: Mutex<HashMap<String, Slot>>,
     heads: Mutex<HashMap<String, Arc<Head>>>,
+    layouts: Mutex<HashMap<String, Arc<Layout>>>,
     reading: Reading,
+    pipelining: Pipelining,
     resumed: std::sync::atomic::AtomicUsize,
+    /// Requests sent upstream before the engine answered, and those of them aborted.
+    pub speculated: std::sync::atomic::AtomicUsize,
+    pub aborted: std::sync::atomic::AtomicUsize,
+}
+
+/// What the last request of a conversation sent upstream: its client body and the items
+/// written anew in it (the rest of the upstream body is the client's bytes).
+pub struct Layout {
+    pub head: Arc<Head>,
+    pub items: Vec<(usize, Bytes)>,
+}
+
+/// Whether a request that continues a known body is sent upstream while its body arrives
+/// and the engine runs ([`crate::proxy::pipeline`]), or only once the engine has answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pipelining {
+    #[default]
+    On,
+    Off,
 }
 
 /// How a body is read: past the known body it continues, where there is one, or always
@@ -203,6 +224,26 @@ impl Conversations {
         Conversations { reading, ..Conversations::default() }
     }
 
+    /// As [`Conversations::reading`], with `pipelining`.
+    pub fn with(reading: Reading, pipelining: Pipelining) -> Conversations {
+        Conversations { reading, pipelining, ..Conversations::default() }
+    }
+
+    pub fn pipelining(&self) -> Pipelining {
+        self.pipelining
+    }
+
+    /// The last layouts of `api`'s conversations whose client body's known part starts as
+    /// `start` does (as far as both go).
+    pub fn layouts_starting(&self, api: Api, start: &[u8]) -> Vec<Arc<Layout>> {
+        let layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let starts = |l: &Layout| {
+            let n = l.head.end().unwrap_or(0).min(start.len());
+            n > 0 && l.head.body[..n] == start[..n]
+        };
+        layouts.values().filter(|l| l.head.api == api && starts(l)).cloned().collect()
+    }
+
     /// How many bodies were read past a known one.
     pub fn resumed(&self) -> usize {
         self.resumed.load(std::sync::atomic::Ordering::Relaxed)
@@ -219,6 +260,8 @@ impl Conversations {
             slots.retain(|_, slot| Arc::strong_count(slot) > 1);
             let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             heads.retain(|sid, _| slots.contains_key(sid));
+            let mut layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            layouts.retain(|sid, _| slots.contains_key(sid));
         }
         Arc::clone(slots.entry(sid.to_string()).or_default())
     }
@@ -227,6 +270,16 @@ impl Conversations {
     pub fn keep(&self, sid: &str, held: &mut Option<Conversation>, conversation: Conversation) {
         let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         heads.insert(sid.to_string(), Arc::clone(&conversation.head));
+        let mut layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &conversation.memory.last {
+            Some(last) => {
+                let layout = Layout { head: Arc::clone(&conversation.head), items: last.items.clone() };
+                layouts.insert(sid.to_string(), Arc::new(layout));
+            }
+            None => {
+                layouts.remove(sid);
+            }
+        }
         *held = Some(conversation);
     }
 

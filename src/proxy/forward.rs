@@ -215,7 +215,7 @@ impl hyper::body::Body for Pieces {
     }
 }
 
-fn boxed_incoming(body: Incoming) -> Body {
+pub fn boxed_incoming(body: Incoming) -> Body {
     body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
 }
 
@@ -227,13 +227,8 @@ pub async fn forward(
     body: Outgoing,
 ) -> Response<Body> {
     let mut parts = parts;
-    let uri = match upstream.uri_for(&parts.uri) {
-        Ok(uri) => uri,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, &format!("dcp proxy: bad request path: {e}")),
-    };
-    parts.uri = uri;
-    if let Ok(host) = HeaderValue::from_str(upstream.authority.as_str()) {
-        parts.headers.insert(HOST, host);
+    if let Err(failed) = aim(upstream, &mut parts) {
+        return failed;
     }
     let body = match body {
         Outgoing::Stream(incoming) => boxed_incoming(incoming),
@@ -258,6 +253,19 @@ pub async fn forward(
             failure(StatusCode::BAD_GATEWAY, &format!("dcp proxy: the upstream {upstream} could not be reached"))
         }
     }
+}
+
+/// Points the request at `upstream`: its URI, and `Host`; or the answer that says why not.
+pub fn aim(upstream: &Upstream, parts: &mut hyper::http::request::Parts) -> Result<(), Response<Body>> {
+    let uri = match upstream.uri_for(&parts.uri) {
+        Ok(uri) => uri,
+        Err(e) => return Err(failure(StatusCode::BAD_REQUEST, &format!("dcp proxy: bad request path: {e}"))),
+    };
+    parts.uri = uri;
+    if let Ok(host) = HeaderValue::from_str(upstream.authority.as_str()) {
+        parts.headers.insert(HOST, host);
+    }
+    Ok(())
 }
 
 /// An answer the proxy makes itself, in the shape both APIs use for errors.

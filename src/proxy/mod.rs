@@ -17,6 +17,7 @@ pub mod convert;
 mod engine;
 pub mod forward;
 pub mod identity;
+mod pipeline;
 pub mod raw;
 
 use std::convert::Infallible;
@@ -167,6 +168,9 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
     let Some(api) = api else {
         return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
     };
+    if shared.conversations.pipelining() == conversation::Pipelining::On {
+        return Ok(pipeline::handle(&shared, api, upstream, parts, body).await);
+    }
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => {
@@ -174,15 +178,21 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
             return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
         }
     };
-    let outgoing = match prune(&shared, api, &parts.headers, &bytes).await {
+    let outgoing = outgoing(&shared, api, &parts, bytes).await;
+    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
+}
+
+/// What goes upstream for a request's whole body: the pruned pieces, or the client's bytes
+/// (with a warning that names why, when the engine could not read them).
+async fn outgoing(shared: &Shared, api: Api, parts: &hyper::http::request::Parts, bytes: Bytes) -> Outgoing {
+    match prune(shared, api, &parts.headers, &bytes).await {
         Ok(Some(pruned)) => Outgoing::Pieces(pruned),
         Ok(None) => Outgoing::Bytes(bytes, Changed::No),
         Err(reason) => {
             tracing::warn!("{} {}: sent on unpruned: {reason}", parts.method, parts.uri.path());
             Outgoing::Bytes(bytes, Changed::No)
         }
-    };
-    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
+    }
 }
 
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing

@@ -23,6 +23,7 @@ mod package;
 mod persistence;
 mod protocol;
 mod proxy;
+mod proxy_pipeline;
 mod proxy_resume;
 mod proxy_state;
 mod proxy_upstreams;

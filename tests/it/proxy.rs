@@ -115,6 +115,11 @@ impl Recorder {
         serde_json::from_slice(&self.last_bytes()).unwrap_or(Value::Null)
     }
 
+    /// Every complete body received, in turn.
+    pub fn bodies(&self) -> Vec<Vec<u8>> {
+        self.bodies.lock().unwrap().clone()
+    }
+
     pub fn last_bytes(&self) -> Vec<u8> {
         self.bodies.lock().unwrap().last().cloned().unwrap_or_default()
     }

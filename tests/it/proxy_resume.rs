@@ -13,15 +13,20 @@ use crate::support::Sandbox;
 
 /// A proxy's shared state, in-process, reading bodies as `reading` says, with `config`.
 fn shared(sandbox: &Sandbox, config: &str, reading: Reading) -> Shared {
+    shared_with(sandbox, config, Conversations::reading(reading), "http://127.0.0.1:9")
+}
+
+/// A proxy's shared state, in-process, with `config`, `conversations` and `upstream`.
+pub fn shared_with(sandbox: &Sandbox, config: &str, conversations: Conversations, upstream: &str) -> Shared {
     let home = sandbox.dir.path().join("home");
     std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
     std::fs::write(home.join(".config/opencode/dcp.jsonc"), config).unwrap();
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
     let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
-    let upstreams = forward::Upstreams::new(Some("http://127.0.0.1:9"), &Default::default()).unwrap();
+    let upstreams = forward::Upstreams::new(Some(upstream), &Default::default()).unwrap();
     Shared {
         engine: Engine::start(dcp::proxy::server(&options, None).unwrap()),
-        conversations: Conversations::reading(reading),
+        conversations,
         upstreams,
         client: forward::client(None).unwrap(),
     }

@@ -1,0 +1,405 @@
+//! Speculative forwarding: a request whose body continues its conversation's last one is
+//! sent upstream while it arrives and while the engine runs, not after.
+//!
+//! As the client's bytes arrive and match the last client body, the bytes the last upstream
+//! body had for them go upstream (the client's bytes, with last time's rewritten items in
+//! their place), then the client's new bytes: the bet is that the
+//! engine answers with the same edits as last time, and the request's `Content-Length` is
+//! the body's length under them. The body's last bytes wait for the engine. When the body
+//! it gives has that length and starts with every byte already sent, the rest is sent and
+//! the request completes, byte for byte the body the unpipelined path sends; otherwise the
+//! request is aborted (its connection dropped short of the declared length, so the
+//! upstream never sees it complete) and the whole body goes on a new one. A body that
+//! continues no known one, has no `Content-Length`, or any error takes the unpipelined
+//! path.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::http::request::Parts;
+use hyper::{Request, Response, StatusCode};
+use tokio::sync::mpsc;
+
+use super::conversation::Layout;
+use super::convert::Api;
+use super::forward::{self, Body, BoxError, Outgoing, Upstream};
+use super::Shared;
+
+/// How many bytes of a body's start choose the conversation it continues.
+const CHOOSE_AFTER: usize = 4096;
+/// How many of the client's last bytes wait for the engine, besides the final chunk.
+const HELD_BACK: usize = 16;
+
+/// Serves a request for `api` whose body is still arriving: speculatively when it continues
+/// a known conversation, else as [`super::handle`] does.
+pub async fn handle(
+    shared: &Arc<Shared>,
+    api: Api,
+    upstream: &Upstream,
+    parts: Parts,
+    body: Incoming,
+) -> Response<Body> {
+    let mut arrived = Arrived { body, frames: Vec::new(), len: 0, ended: false };
+    let chosen = match choose(shared, api, &parts, &mut arrived).await {
+        Ok(chosen) => chosen,
+        Err(e) => return unread(&e),
+    };
+    let mut speculation = chosen.and_then(|layout| Speculation::start(shared, upstream, &parts, layout));
+    loop {
+        if let Some(s) = speculation.as_mut() {
+            if s.advance(&arrived).is_err() {
+                if let Some(s) = speculation.take() {
+                    s.abort(shared).await;
+                }
+            }
+        }
+        match arrived.next().await {
+            Ok(Some(())) => {}
+            Ok(None) => break,
+            Err(e) => return unread(&e),
+        }
+    }
+    let outgoing = super::outgoing(shared, api, &parts, arrived.whole()).await;
+    let outgoing = match speculation {
+        Some(s) => match s.finish(shared, outgoing).await {
+            Finished::Answered(answer) => return answer,
+            Finished::Aborted(outgoing) => outgoing,
+        },
+        None => outgoing,
+    };
+    forward::forward(&shared.client, upstream, parts, outgoing).await
+}
+
+fn unread(e: &hyper::Error) -> Response<Body> {
+    let message = format!("dcp proxy: the request's body could not be read: {e}");
+    forward::failure(StatusCode::BAD_REQUEST, &message)
+}
+
+/// The last layout the body continues: the only one whose known part its first bytes
+/// match (read until one is left); `None` for a compressed body or none.
+async fn choose(
+    shared: &Shared,
+    api: Api,
+    parts: &Parts,
+    arrived: &mut Arrived,
+) -> Result<Option<Arc<Layout>>, hyper::Error> {
+    let encoding = parts.headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
+        return Ok(None);
+    }
+    while arrived.len < CHOOSE_AFTER && arrived.next().await?.is_some() {}
+    let start: Vec<u8> = arrived.slices(0, arrived.len.min(CHOOSE_AFTER)).concat();
+    let mut candidates = shared.conversations.layouts_starting(api, &start);
+    let mut checked = start.len();
+    while candidates.len() > 1 && arrived.next().await?.is_some() {
+        let upto = arrived.len;
+        candidates.retain(|l| {
+            let end = l.head.end().unwrap_or(0).min(upto);
+            checked >= end || matches(&arrived.slices(checked, end), &l.head.body[checked..end])
+        });
+        checked = upto;
+    }
+    Ok(if candidates.len() == 1 { candidates.pop() } else { None })
+}
+
+/// Whether `pieces`, joined, are `bytes`.
+fn matches(pieces: &[Bytes], bytes: &[u8]) -> bool {
+    let mut at = 0;
+    for piece in pieces {
+        if bytes.get(at..at + piece.len()) != Some(&piece[..]) {
+            return false;
+        }
+        at += piece.len();
+    }
+    at == bytes.len()
+}
+
+/// The client's body as it arrives, in frames with their offsets.
+struct Arrived {
+    body: Incoming,
+    frames: Vec<(usize, Bytes)>,
+    len: usize,
+    ended: bool,
+}
+
+impl Arrived {
+    /// Reads the next data frame; `None` at the end.
+    async fn next(&mut self) -> Result<Option<()>, hyper::Error> {
+        while !self.ended {
+            let Some(frame) = self.body.frame().await else {
+                self.ended = true;
+                break;
+            };
+            if let Ok(data) = frame?.into_data() {
+                if !data.is_empty() {
+                    self.frames.push((self.len, data.clone()));
+                    self.len += data.len();
+                    return Ok(Some(()));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Bytes `from..to`, as slices of the frames.
+    fn slices(&self, from: usize, to: usize) -> Vec<Bytes> {
+        let overlapping = self.frames.iter().filter(|(at, d)| at + d.len() > from && *at < to);
+        overlapping.map(|(at, d)| d.slice(from.saturating_sub(*at)..(to - at).min(d.len()))).collect()
+    }
+
+    fn whole(&self) -> Bytes {
+        if let [(_, one)] = self.frames.as_slice() {
+            return one.clone();
+        }
+        let mut whole = BytesMut::with_capacity(self.len);
+        for (_, frame) in &self.frames {
+            whole.extend_from_slice(frame);
+        }
+        whole.freeze()
+    }
+}
+
+/// A piece of the last upstream body: the client's bytes up to an offset, or a rewritten
+/// item, sent once the client's bytes up to the item's end (its first field) match.
+enum Segment {
+    Copy(usize),
+    Item(usize, Bytes),
+}
+
+/// The speculative request: what it sent, and its answer to come.
+struct Speculation {
+    layout: Arc<Layout>,
+    segments: Vec<Segment>,
+    next: usize,
+    end: usize,
+    /// The upstream body's length, as the request declares it.
+    length: usize,
+    /// Client bytes checked against the last body's known part.
+    matched: usize,
+    /// Client bytes whose upstream bytes are sent.
+    produced: usize,
+    sent: Vec<Bytes>,
+    tx: mpsc::UnboundedSender<Result<Bytes, BoxError>>,
+    answer: tokio::task::JoinHandle<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+}
+
+/// A speculative request's outcome: the upstream's answer, or the body to send anew.
+enum Finished {
+    Answered(Response<Body>),
+    Aborted(Outgoing),
+}
+
+/// The client's bytes do not continue the chosen body, or the request is gone.
+struct Broken;
+
+impl Speculation {
+    /// Opens the request upstream, its headers the client's but the length.
+    fn start(shared: &Shared, upstream: &Upstream, parts: &Parts, layout: Arc<Layout>) -> Option<Speculation> {
+        let end = layout.head.end()?;
+        let client_length: usize = parts.headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()?;
+        let length = assumed_length(&layout, client_length)?;
+        let mut request = Request::builder().method(parts.method.clone()).uri(parts.uri.clone()).version(parts.version);
+        *request.headers_mut()? = parts.headers.clone();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (mut head, body) = request.body(Channel(rx).boxed_unsync()).ok()?.into_parts();
+        forward::aim(upstream, &mut head).ok()?;
+        head.headers.remove(TRANSFER_ENCODING);
+        head.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+        let answer = tokio::spawn(shared.client.request(Request::from_parts(head, body)));
+        shared.conversations.speculated.fetch_add(1, Ordering::Relaxed);
+        let segments = segments(&layout, end);
+        Some(Speculation {
+            layout,
+            segments,
+            next: 0,
+            end,
+            length,
+            matched: 0,
+            produced: 0,
+            sent: Vec::new(),
+            tx,
+            answer,
+        })
+    }
+
+    /// Checks the bytes arrived past those checked, and sends what they settle.
+    fn advance(&mut self, arrived: &Arrived) -> Result<(), Broken> {
+        let upto = arrived.len.min(self.end);
+        if upto > self.matched {
+            let known = &self.layout.head.body[self.matched..upto];
+            if !matches(&arrived.slices(self.matched, upto), known) {
+                return Err(Broken);
+            }
+            self.matched = upto;
+        }
+        while let Some(segment) = self.segments.get(self.next) {
+            let piece = match segment {
+                Segment::Copy(b) => {
+                    let to = (*b).min(self.matched);
+                    let piece = self.layout.head.body.slice(self.produced.min(to)..to);
+                    self.produced = self.produced.max(to);
+                    if to < *b {
+                        self.send(piece)?;
+                        return Ok(());
+                    }
+                    piece
+                }
+                Segment::Item(e, _) if self.matched < *e => return Ok(()),
+                Segment::Item(e, new) => {
+                    self.produced = *e;
+                    new.clone()
+                }
+            };
+            self.next += 1;
+            self.send(piece)?;
+        }
+        let to = arrived.len.saturating_sub(HELD_BACK);
+        if to > self.produced {
+            for piece in arrived.slices(self.produced, to) {
+                self.send(piece)?;
+            }
+            self.produced = to;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, piece: Bytes) -> Result<(), Broken> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(Ok(piece.clone())).map_err(|_| Broken)?;
+        self.sent.push(piece);
+        Ok(())
+    }
+
+    /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
+    /// answer; else aborts the request.
+    async fn finish(mut self, shared: &Shared, outgoing: Outgoing) -> Finished {
+        let body = match &outgoing {
+            Outgoing::Pieces(pieces) => pieces.clone(),
+            Outgoing::Bytes(bytes, _) => vec![bytes.clone()],
+            Outgoing::Stream(_) => Vec::new(),
+        };
+        let total: usize = body.iter().map(Bytes::len).sum();
+        let ahead: usize = self.sent.iter().map(Bytes::len).sum();
+        let Some(rest) = after(&body, &self.sent).filter(|_| total == self.length) else {
+            tracing::debug!(ahead, "speculation aborted");
+            self.abort(shared).await;
+            return Finished::Aborted(outgoing);
+        };
+        tracing::debug!(ahead, total, "speculation kept");
+        for piece in rest {
+            if self.send(piece).is_err() {
+                break;
+            }
+        }
+        drop(self.tx);
+        match self.answer.await {
+            Ok(Ok(answer)) => Finished::Answered(answer.map(forward::boxed_incoming)),
+            Ok(Err(e)) => {
+                tracing::warn!("upstream failed: {}", crate::error_chain(&e));
+                let message = "dcp proxy: the upstream could not be reached";
+                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, message))
+            }
+            Err(_) => {
+                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, "dcp proxy: the upstream request failed"))
+            }
+        }
+    }
+
+    /// Drops the request before its body completes, and waits until it is gone.
+    async fn abort(self, shared: &Shared) {
+        shared.conversations.aborted.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(Err("dcp proxy: the speculative body is abandoned".into()));
+        drop(self.tx);
+        self.answer.abort();
+        let _ = self.answer.await;
+    }
+}
+
+/// The length of the client body of `client_length` bytes under the layout's edits.
+fn assumed_length(layout: &Layout, client_length: usize) -> Option<usize> {
+    let mut length = client_length;
+    for (i, new) in &layout.items {
+        let (start, stop) = layout.head.raw.spans[*i];
+        length = (length + new.len()).checked_sub(stop - start)?;
+    }
+    Some(length)
+}
+
+/// The last upstream body's segments up to `end` (the end of its known part).
+fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(2 * layout.items.len() + 1);
+    for (i, new) in &layout.items {
+        let (start, stop) = layout.head.raw.spans[*i];
+        out.push(Segment::Copy(start));
+        out.push(Segment::Item(stop, new.clone()));
+    }
+    out.push(Segment::Copy(end));
+    out
+}
+
+/// What follows `sent` in `body` (both in pieces), when `body` starts with it.
+fn after(body: &[Bytes], sent: &[Bytes]) -> Option<Vec<Bytes>> {
+    let (mut piece, mut at) = (0, 0);
+    for s in sent {
+        let mut s = &s[..];
+        while !s.is_empty() {
+            let current = body.get(piece)?;
+            let n = s.len().min(current.len() - at);
+            if current[at..at + n] != s[..n] {
+                return None;
+            }
+            s = &s[n..];
+            at += n;
+            if at == current.len() {
+                (piece, at) = (piece + 1, 0);
+            }
+        }
+    }
+    let mut rest: Vec<Bytes> = body.get(piece).map(|p| p.slice(at..)).into_iter().collect();
+    rest.extend(body.iter().skip(piece + 1).cloned());
+    Some(rest)
+}
+
+/// The speculative request's body: what the channel is given, in turn; an error aborts it.
+struct Channel(mpsc::UnboundedReceiver<Result<Bytes, BoxError>>);
+
+impl hyper::body::Body for Channel {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.poll_recv(cx).map(|next| next.map(|piece| piece.map(Frame::data)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(parts: &[&'static str]) -> Vec<Bytes> {
+        parts.iter().map(|p| Bytes::from_static(p.as_bytes())).collect()
+    }
+
+    #[test]
+    fn the_rest_of_a_body_is_what_follows_the_bytes_sent_however_both_are_cut() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        let rest = after(&body, &pieces(&["{\"a\"", ": [1", ","])).unwrap();
+        assert_eq!(rest.concat(), b" 2], \"b\": 3}");
+        assert_eq!(after(&body, &body).unwrap().concat(), b"");
+    }
+
+    #[test]
+    fn a_body_that_differs_in_one_byte_sent_or_is_shorter_than_what_was_sent_has_no_rest() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        assert!(after(&body, &pieces(&["{\"a\": [1, 3]"])).is_none(), "same length, one byte differs");
+        assert!(after(&body, &pieces(&["{\"a\": [1, 2], \"b\": 3}  "])).is_none(), "more sent than the body has");
+    }
+}
