@@ -137,14 +137,20 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
 /// The rows of what reached the model; `prunes` counts those in force and waiting.
 fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
     let kept = f.kept_out_tokens;
-    let sign = if kept < 0 { "-" } else { "" };
-    let _ = writeln!(
-        out,
-        "  Kept out:        {sign}{} tokens over {}",
-        format::approx(kept.unsigned_abs()),
-        format::count(f.requests, "request")
-    );
-    let _ = writeln!(out, "  Cost saved:      {}", share(f.cost_saved_share));
+    let over = format::count(f.requests, "request");
+    // What dcp adds (its tools and instructions) is counted against what it kept out; until
+    // pruning has won it back, the rows say what was added, not a negative saving.
+    if kept < 0 {
+        let added = format::approx(kept.unsigned_abs());
+        let _ = writeln!(out, "  Added:           {added} tokens over {over} (dcp's tools)");
+    } else {
+        let _ = writeln!(out, "  Kept out:        {} tokens over {over}", format::approx(kept.unsigned_abs()));
+    }
+    if f.cost_saved_share < 0.0 {
+        let _ = writeln!(out, "  Cost added:      {:.1}% over the cost without dcp", -100.0 * f.cost_saved_share);
+    } else {
+        let _ = writeln!(out, "  Cost saved:      {}", share(f.cost_saved_share));
+    }
     let count = |n: Option<u64>| n.map(|n| format!(" ({})", format::count(n, "prune"))).unwrap_or_default();
     let _ = writeln!(
         out,

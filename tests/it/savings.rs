@@ -42,6 +42,24 @@ fn stats_json(s: &Sandbox) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// With the tools offered from the first request, their head costs more than a waiting prune
+/// has kept out: `/dcp stats` says what dcp added, never a negative "Kept out".
+#[test]
+fn what_dcp_added_before_pruning_won_it_back_is_shown_as_added_not_as_a_negative_saving() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}, "pruneNotification": "minimal"}"#);
+    drive(&mut sidecar, 3);
+    let text = sidecar.result("command", json!({"sessionID": SID, "arguments": "stats"}))["text"].clone();
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("  Added:           ~") && text.contains(" tokens over 3 requests (dcp's tools)\n"),
+        "{text}"
+    );
+    assert!(text.contains("  Cost added:      ") && text.contains("% over the cost without dcp\n"), "{text}");
+    assert!(!text.contains("Kept out:        -") && !text.contains("Cost saved:      -"), "{text}");
+    sidecar.shutdown();
+}
+
 #[test]
 fn a_waiting_prune_is_never_counted_as_saved() {
     let s = Sandbox::new();
