@@ -283,7 +283,7 @@ impl Default for Masking {
 
 impl Default for Window {
     fn default() -> Self {
-        Window { keep_last: 3, keep_tokens: 3_000 }
+        Window { keep_last: 4, keep_tokens: 3_000 }
     }
 }
 
@@ -291,12 +291,12 @@ impl Default for Rewrite {
     fn default() -> Self {
         Rewrite {
             mode: RewriteMode::Batched,
-            expected_requests: 8,
+            expected_requests: 30,
             pressure_ratio: 0.6,
             cold_cache_seconds: 300,
             spend_banked: 0.5,
             spend_min_share: 0.02,
-            loss_bound: 0.02,
+            loss_bound: 0.05,
         }
     }
 }

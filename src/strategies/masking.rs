@@ -39,6 +39,14 @@
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
 //!
+//! **What goes first.** The outputs the agent quotes again (an edit's `oldString`, a new
+//! file built from an old one) are overwhelmingly the latest view of a file; a command's
+//! output (a test run, a build log) is read once and acted on, and a view the agent has
+//! replaced by a newer call of the same tool on the same file or command line says what is no
+//! longer so. Those *volatile* outputs ([`volatile`]) leave at the narrower window
+//! (`onRewrite`) and may start a rewrite there; the latest views of files only ride along
+//! with a rewrite that goes anyway, and otherwise stay for the whole kept window.
+//!
 //! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
 //! arguments it refused) says nothing once the model has moved on, and its input repeats the
 //! error its output holds: masked, both go, and the placeholder names the tool it asked for.
@@ -230,6 +238,17 @@ pub fn window_start(history: &History<'_>, rules: &Rules, window: Window) -> usi
         .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules, window))
         .unwrap_or(calls.len())
 }
+
+/// Whether an output of `tool` is no working material once the agent has moved past it (see
+/// the module header, "What goes first"): a view `superseded` by a newer call of the same tool
+/// on the same key argument (a file read again, a command run again), or a command's output.
+pub fn volatile(tool: &str, superseded: bool) -> bool {
+    superseded || COMMAND_TOOLS.contains(&tool)
+}
+
+/// Tools whose output is a command's: what the agent reads once and acts on, and runs again
+/// for a fresh one ([`volatile`]).
+pub const COMMAND_TOOLS: &[&str] = &["bash"];
 
 /// Tools whose calls change a file, for the working set ([`working`]).
 pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
