@@ -27,8 +27,8 @@
 //! warm run so far (requests since the cache was last cold, or since the process started)
 //! is the evidence: by the Copernican argument a run seen `n` requests in lasts at least
 //! another `n / 2` with probability 2/3, so the horizon is half the warm run, capped by
-//! `expectedRequests` (30: a bound, not a guess, on how far ahead any saving is counted; a
-//! continuous agent run goes on for 30 to 100 steps, and a cap far below half of that set
+//! `rewrite.maxHorizon` (30: a bound, not a guess, on how far ahead any saving is counted; a
+//! continuous agent run goes on for 30 to 100 steps, and a cap far below half of that sets
 //! aside the run's own evidence).
 //!
 //! Affordable: the session keeps a running balance against no pruning ([`balance`], request
@@ -259,9 +259,9 @@ fn counted(p: &Pending) -> f64 {
 }
 
 /// Later requests a rewrite applied now is counted on to pay back over: half the warm run so
-/// far, at most `expectedRequests` (see the module header).
+/// far, at most `maxHorizon` (see the module header).
 pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
-    f64::from((inputs.warm / 2).min(config.expected_requests))
+    f64::from((inputs.warm / 2).min(config.max_horizon))
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were

@@ -181,8 +181,12 @@ pub struct PurgeErrors {
 #[serde(default, rename_all = "camelCase")]
 pub struct Rewrite {
     pub mode: RewriteMode,
-    /// Requests a rewrite is expected to serve before the session ends or compacts.
+    /// Requests a rewrite is expected to serve before the session ends or compacts: the
+    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`).
     pub expected_requests: u32,
+    /// The most later requests a rewrite's saving is counted over: its horizon is half the
+    /// warm run so far, at most this (see `crate::policy::horizon`).
+    pub max_horizon: u32,
     /// Apply everything pending once the context passes this share of the window.
     pub pressure_ratio: f64,
     /// After this many idle seconds the provider's cache is cold: rewriting is free.
@@ -291,7 +295,8 @@ impl Default for Rewrite {
     fn default() -> Self {
         Rewrite {
             mode: RewriteMode::Batched,
-            expected_requests: 30,
+            expected_requests: 8,
+            max_horizon: 30,
             pressure_ratio: 0.6,
             cold_cache_seconds: 300,
             spend_banked: 0.5,

@@ -59,7 +59,12 @@ pub struct MaskCandidate {
 impl MaskCandidate {
     /// The candidate of call `at` for masking's decision `d`.
     fn of(at: usize, d: &Decision) -> MaskCandidate {
-        MaskCandidate { call: at, tokens: d.record.tokens, inputs: d.record.action == Action::MaskInputs, volatile: false }
+        MaskCandidate {
+            call: at,
+            tokens: d.record.tokens,
+            inputs: d.record.action == Action::MaskInputs,
+            volatile: false,
+        }
     }
 }
 
