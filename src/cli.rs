@@ -259,7 +259,7 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
     let rules = Rules::new(ctx.config.clone())?;
     let mut store = ctx.store();
     store.observe(&id, &messages)?;
-    let (slot, _) = store.slot(&id)?;
+    let slot = store.slot(&id)?;
     let analysis = context::analyse(&messages, &slot.state, &rules, &mut slot.tokens);
     if ctx.json {
         return print_json(out, &ContextJson { session: &loaded.info, analysis: &analysis });
@@ -301,7 +301,7 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, mode: SweepMode, out: &mut dy
     let rules = Rules::new(ctx.config.clone())?;
     let mut store = ctx.store();
     store.observe(id, &messages)?;
-    let (slot, _) = store.slot(id)?;
+    let slot = store.slot(id)?;
     let decisions = strategies::sweep::decide(&messages, &slot.state, &rules, last, &mut slot.tokens);
     let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
     let items: Vec<SweepItem> = decisions
@@ -360,7 +360,7 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
     let session_stats = match session {
         Some(id) => {
             let mut store = ctx.store();
-            let (slot, _) = store.slot(id)?;
+            let slot = store.slot(id)?;
             Some(stats::session(id, &slot.state))
         }
         None => None,

@@ -72,7 +72,7 @@ impl Server {
         let title = self.title(sid);
         self.save_unsaved();
         self.store.refresh(sid).map_err(internal)?;
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let mut session = crate::stats::session(sid, &slot.state);
         session.title = session.title.or(title);
         let all = crate::stats::all_time(self.store.dir(), Some(&self.options.env.cache_dir())).map_err(internal)?;
@@ -83,10 +83,11 @@ impl Server {
     fn context(&mut self, sid: &str) -> Result<String, RpcError> {
         let header = texts::context_title(sid, self.title(sid).as_deref());
         let history = self.history(sid)?;
-        let analysis =
-            self.store.slot(sid).map_err(internal).map(|(slot, _)| {
-                crate::context::analyse(history.messages(), &slot.state, &self.rules, &mut slot.tokens)
-            });
+        let analysis = self
+            .store
+            .slot(sid)
+            .map_err(internal)
+            .map(|slot| crate::context::analyse(history.messages(), &slot.state, &self.rules, &mut slot.tokens));
         self.put_history(sid, history);
         Ok(crate::report::context(&header, &analysis?))
     }
@@ -123,14 +124,14 @@ impl Server {
 
     /// `/dcp decompress`: the ranges the agent compressed, newest last.
     fn list_blocks(&mut self, sid: &str) -> Result<String, RpcError> {
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         Ok(texts::blocks(&slot.state.blocks))
     }
 
     /// `/dcp decompress ID`: the range's messages are sent again from the next request on,
     /// and the older ranges it had taken in stand for theirs again.
     fn decompress(&mut self, sid: &str, id: &str) -> Result<String, RpcError> {
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let n = id.trim().trim_start_matches(['b', 'B']).parse::<u32>().ok();
         let Some(restored) = n.and_then(|n| slot.state.blocks.decompress(n)) else {
             return Ok(texts::not_a_range(id, &slot.state.blocks));
@@ -139,8 +140,8 @@ impl Server {
             let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
             slot.unrecord_block(block.id, tools, tokens);
         }
-        slot.revision += 1;
-        slot.dirty = true;
+        slot.mark_rewrites_added();
+        slot.mark_changed();
         self.save_now(sid);
         Ok(texts::decompressed(n.unwrap_or(0), &restored))
     }
@@ -191,7 +192,7 @@ impl Server {
     }
 
     fn sweep_history(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let decisions = strategies::sweep::decide(messages, &slot.state, &self.rules, last, &mut slot.tokens);
         if decisions.is_empty() {
             return Ok(texts::NOTHING_TO_SWEEP.to_string());
@@ -203,7 +204,7 @@ impl Server {
             d.record.applied = true;
             slot.record(&d.call_id, d.record);
         }
-        slot.dirty = true;
+        slot.mark_changed();
         self.save_now(sid);
         Ok(texts::swept(n, tokens))
     }

@@ -10,9 +10,10 @@
 //! sets the message's `tools` map to leave dcp's out.
 
 use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
-use super::{now_ms, transform, validate_session_id, Server, Session};
+use super::{now_ms, validate_session_id, Server, Session};
 use crate::config::Offer;
 use crate::policy;
+use crate::state::Ledger;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
@@ -21,7 +22,7 @@ use crate::tokens::TokenCounter;
 pub(super) fn offered(rules: &Rules, session: &Session) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
-    any && (tools.settings.offer == Offer::Always || session.offered)
+    any && (tools.settings.offer == Offer::Always || session.ledger.offered)
 }
 
 impl Server {
@@ -29,13 +30,14 @@ impl Server {
         let offered = match p.session_id.as_deref() {
             Some(sid) => self.with_session(sid, |server, session| {
                 server.look_up_session(session, sid);
-                if session.last_request_ms.is_none() {
-                    server.resume_ledger(session, sid);
-                }
+                server.resume_ledger(session, sid);
                 !server.skips(Some(session)) && offered(&server.rules, session)
             }),
             // No session to judge by: as before there were sessions without the head.
-            None => offered(&self.rules, &Session { offered: true, ..Session::default() }),
+            None => offered(
+                &self.rules,
+                &Session { ledger: Ledger { offered: true, ..Ledger::default() }, ..Session::default() },
+            ),
         };
         if !self.rules.config().enabled || !offered {
             return System { system: Vec::new() };
@@ -58,9 +60,7 @@ impl Server {
             if server.skips(Some(session)) {
                 return false;
             }
-            if session.last_request_ms.is_none() {
-                server.resume_ledger(session, &sid);
-            }
+            server.resume_ledger(session, &sid);
             if offered(&server.rules, session) {
                 return true;
             }
@@ -75,21 +75,21 @@ impl Server {
 
     fn offer_when_paid(&mut self, session: &mut Session, sid: &str, now: i64) -> bool {
         let rewrite = &self.rules.config().rewrite;
-        let idle = session.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
-        let Ok((slot, _)) = self.store.slot(sid) else { return false };
+        let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        let Ok(slot) = self.store.slot(sid) else { return false };
         let turn = policy::Turn {
             head: tokens(&mut self.head, &self.rules, &slot.tokens),
             cold: idle.is_none_or(|s| s >= rewrite.cold_cache_seconds),
-            banked: session.banked,
+            banked: session.ledger.banked,
         };
         if !policy::offer(rewrite, &turn) {
             return false;
         }
-        tracing::debug!(session = sid, banked = session.banked, "offering the agent tools from this turn on");
-        session.banked -= policy::offer_charge(&turn);
-        session.offered = true;
-        slot.state.ledger = transform::ledger(session);
-        slot.dirty = true;
+        tracing::debug!(session = sid, banked = session.ledger.banked, "offering the agent tools from this turn on");
+        session.ledger.banked -= policy::offer_charge(&turn);
+        session.ledger.offered = true;
+        slot.state.ledger = session.ledger;
+        slot.mark_changed();
         self.save(session, sid);
         true
     }

@@ -9,16 +9,15 @@
 //! `transform`'s `apply_pending` records and applies it.
 
 use super::mirror::Mirror;
+use super::request::RequestContext;
 use crate::config::RewriteMode;
 use crate::policy;
-use crate::state::store::Slot;
 use crate::state::{Action, PruneRecord, Strategy};
-use crate::strategies::incremental::Index;
-use crate::strategies::Rules;
 
 /// What the prunes in force remove (applied, of calls still in the history), in the unit of
 /// the mirror's sizes ([`approx_saving`]).
-pub(super) fn in_force(slot: &Slot, index: &Index, mirror: &Mirror) -> u64 {
+pub(super) fn in_force(cx: &RequestContext) -> u64 {
+    let (slot, index, mirror) = (&*cx.slot, &cx.session.index, cx.mirror);
     let applied = slot.state.pruned.iter().filter(|(_, r)| r.applied);
     applied.filter_map(|(id, r)| Some(approx_saving(mirror, index.position(id)?, &r.action))).sum()
 }
@@ -29,12 +28,10 @@ pub(super) fn in_force(slot: &Slot, index: &Index, mirror: &Mirror) -> u64 {
 /// others as riders, which a rewrite that goes anyway also masks (see
 /// `crate::strategies::masking`, "What goes first").
 pub(super) fn mask_pending(
-    rules: &Rules,
-    slot: &mut Slot,
-    index: &mut Index,
-    mirror: &Mirror,
+    cx: &mut RequestContext,
     tails: &[u64],
 ) -> Vec<((usize, usize), String, PruneRecord, policy::Pending)> {
+    let (rules, slot, index, mirror) = (cx.rules, &mut *cx.slot, &mut cx.session.index, cx.mirror);
     let messages = mirror.messages();
     let candidates = index.mask_candidates(messages, &slot.state, rules, &mut slot.tokens).to_vec();
     let riders = match rules.config().rewrite.mode {

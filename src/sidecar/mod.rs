@@ -2,7 +2,8 @@
 //!
 //! One sidecar serves every session of one OpenCode process; each session has its own
 //! state (through the [`SessionStore`]) and a [`Session`] here: its mirror of the history, its
-//! index of tool calls, what the plugin holds of its edits and when it was last saved. The
+//! index of tool calls, the policy's ledger, what the plugin holds of its edits and when it
+//! was last saved. The
 //! line between the two: what the state file keeps, and saving it, is the store's `Slot`
 //! (the CLI uses it too); what only a live request needs is the `Session`.
 //! Requests are handled one at a time on one thread: they are short and CPU-bound. State
@@ -12,7 +13,9 @@
 //! This module is the server and its dispatch; each method lives in its own module:
 //! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
 //! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
-//! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop).
+//! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop, which
+//! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
+//! the session, its slot, the mirror, the rules and the request's facts.
 
 mod commands;
 mod head;
@@ -20,6 +23,7 @@ mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
+mod request;
 mod savings;
 mod stdio;
 pub mod stream;
@@ -43,6 +47,7 @@ use crate::host::sqlite::Db;
 use crate::session::{str_field, Node};
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
+use crate::state::Ledger;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
@@ -66,19 +71,15 @@ struct Session {
     /// The session's tool calls, as the strategies and the prunable list need them.
     index: Index,
     requests: u32,
-    /// Requests since the provider's cache was last cold (see `crate::policy`).
-    warm: u32,
-    /// What dcp has gained on no pruning in this session so far, by the policy's cost model.
-    banked: f64,
+    /// The policy's running figures (what dcp has banked on no pruning, the warm run, the last
+    /// request's time, whether the head is offered), as the state file keeps them.
+    ledger: Ledger,
     /// What the session has cost without pruning since this process first saw it, and the
     /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
     baseline: f64,
     unpruned: Option<u64>,
     /// What dcp's head and lists have cost the session since this process first saw it.
     added: f64,
-    last_request_ms: Option<i64>,
-    /// Whether the session's requests carry dcp's agent tools (see `crate::policy::offer`).
-    offered: bool,
     /// Whether the session has a parent (a subagent), once known.
     parent: Option<bool>,
     title: Option<String>,
@@ -306,6 +307,17 @@ impl Server {
         }
     }
 
+    /// Picks up the policy's ledger where the session's state file left it, once per process:
+    /// a restarted sidecar goes on with the same warm run and balance.
+    fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
+        if session.ledger.last_request.is_some() || self.skips(Some(session)) {
+            return;
+        }
+        if let Ok(slot) = self.store.slot(sid) {
+            session.ledger = slot.state.ledger;
+        }
+    }
+
     /// Whether dcp leaves the session alone: disabled, or a subagent's session.
     fn skips(&self, session: Option<&Session>) -> bool {
         !self.rules.config().enabled
@@ -367,7 +379,7 @@ impl Server {
                 session.precounted = session.mirror.messages().len();
                 continue;
             }
-            let Ok((slot, _)) = self.store.slot(&sid) else { continue };
+            let Ok(slot) = self.store.slot(&sid) else { continue };
             let mirror = &mut session.mirror;
             while session.precounted < mirror.messages().len() {
                 let mi = session.precounted;

@@ -9,7 +9,7 @@ use rustc_hash::FxHashSet as HashSet;
 
 use super::mirror::Mirror;
 use super::protocol::Transformed;
-use super::{head, Server, Session};
+use super::request::RequestContext;
 use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::session::{str_field, Message};
 use crate::state::savings::{Mark, Request};
@@ -40,61 +40,51 @@ pub(super) struct Meter {
     compaction: i64,
 }
 
-impl Server {
-    /// Adds the request `answer` answered to session `sid`'s savings. `idle_seconds` is the gap
-    /// since the session's last request.
-    pub(super) fn record_savings(
-        &mut self,
-        session: &mut Session,
-        sid: &str,
-        mirror: &Mirror,
-        answer: &Transformed,
-        idle_seconds: Option<u64>,
-    ) {
-        let Ok((slot, _)) = self.store.slot(sid) else { return };
-        let offered = head::offered(&self.rules, session);
-        let head = if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 };
-        let messages = mirror.messages();
-        let appended: u64 =
-            answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
-        let added = appended + head + if offered { tags(&self.rules, slot, messages) } else { 0 };
-        let index = &session.index;
-        let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
-        let in_force = removed(index, slot, &ranges, messages.len());
-        let meter = &mut session.savings;
-        let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
-        // A rewrite changes what was sent before from its first changed message on; what is in
-        // front of it, as it was sent, stays cached.
-        let first = first_applied_now(meter, index, slot, &ranges);
-        let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
-        let rewritten =
-            first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, &ranges, f)));
-        let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
-        let mark = match (compacted, rewritten.is_some()) {
-            (true, _) => Mark::Compaction,
-            (false, true) => Mark::Rewrite,
-            (false, false) => Mark::None,
-        };
-        let request = Request {
-            time: session.last_request_ms.unwrap_or_default(),
-            without: history + OPENCODE_OVERHEAD,
-            removed: in_force,
-            added,
-            appended,
-            appended_before: meter.appended,
-            head_moved: meter.offered.is_some_and(|o| o != offered),
-            fixed: OPENCODE_OVERHEAD,
-            cold: idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
-            rewritten,
-            mark,
-        };
-        (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
-        slot.state.savings.add(&request);
-        // The figures ride along with the session's next save, as the policy's ledger does;
-        // when this request's answer handed one out already (without them), another follows
-        // once the save interval is up.
-        session.saves.defer();
-    }
+/// Adds the request `answer` answered to the session's savings.
+pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
+    let offered = cx.offered();
+    let head = if offered { cx.head_tokens() } else { 0 };
+    let (rules, slot, session, mirror) = (cx.rules, &mut *cx.slot, &mut *cx.session, cx.mirror);
+    let messages = mirror.messages();
+    let appended: u64 =
+        answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
+    let added = appended + head + if offered { tags(rules, slot, messages) } else { 0 };
+    let index = &session.index;
+    let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+    let in_force = removed(index, slot, &ranges, messages.len());
+    let meter = &mut session.savings;
+    let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
+    // A rewrite changes what was sent before from its first changed message on; what is in
+    // front of it, as it was sent, stays cached.
+    let first = first_applied_now(meter, index, slot, &ranges);
+    let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
+    let rewritten =
+        first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, &ranges, f)));
+    let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
+    let mark = match (compacted, rewritten.is_some()) {
+        (true, _) => Mark::Compaction,
+        (false, true) => Mark::Rewrite,
+        (false, false) => Mark::None,
+    };
+    let request = Request {
+        time: session.ledger.last_request.unwrap_or_default(),
+        without: history + OPENCODE_OVERHEAD,
+        removed: in_force,
+        added,
+        appended,
+        appended_before: meter.appended,
+        head_moved: meter.offered.is_some_and(|o| o != offered),
+        fixed: OPENCODE_OVERHEAD,
+        cold: cx.facts.gap_went_cold,
+        rewritten,
+        mark,
+    };
+    (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
+    slot.state.savings.add(&request);
+    // The figures ride along with the session's next save, as the policy's ledger does;
+    // when this request's answer handed one out already (without them), another follows
+    // once the save interval is up.
+    session.saves.defer();
 }
 
 /// Tokens the prunes and the ranges in force (`ranges`, their spans in this request's
@@ -113,11 +103,11 @@ fn removed(index: &Index, slot: &Slot, ranges: &[Span], upto: usize) -> u64 {
 /// changed, if one did. The first request a process answers takes what is in force as it
 /// finds it: those rewrites were sent before.
 fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Span]) -> Option<usize> {
-    if slot.revision == meter.revision && meter.offered.is_some() {
+    if slot.revision() == meter.revision && meter.offered.is_some() {
         return None;
     }
     let seen = meter.offered.is_some();
-    meter.revision = slot.revision;
+    meter.revision = slot.revision();
     let mut first: Option<usize> = None;
     let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
     for (id, _) in slot.state.pruned.iter().filter(|(_, r)| r.applied) {

@@ -3,105 +3,17 @@
 //! Requests are read and answered with plain blocking I/O on the server's thread (a reader
 //! thread hands it the lines), since every hop through an async runtime's I/O threads adds a
 //! thread wake-up to the round trip. Between requests the server counts tokens ahead and
-//! hands out the saves that fall due. A line over the size limit or not in UTF-8 gets an
-//! error answer and is skipped; reading goes on.
+//! hands out the saves that fall due. A line over the size limit or not in UTF-8 (as
+//! [`stream`] reads them) gets an error answer and is skipped; reading goes on.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use serde_json::Value;
-
-use super::protocol::{self, code, Request, RpcError};
-use super::stream::{self, LineLimits, Streamed};
+use super::protocol::{self, code, RpcError};
+use super::stream::{self, Line, LineLimits};
 use super::{Options, Server};
 use crate::state::saver::Saver;
-
-enum Line {
-    Text(String),
-    /// A long line, read as a stream (see [`stream`]).
-    Parsed(Box<Result<Request, (Option<Value>, RpcError)>>),
-    /// The first bytes of a line longer than [`LineLimits::stream_from`], to be read as a stream.
-    Head(Vec<u8>),
-    TooLong(usize),
-    /// Not UTF-8: the offset of the first invalid byte.
-    NotUtf8(usize),
-    /// A long line of white space.
-    Blank,
-    Eof,
-}
-
-/// What the reader holds of the current line: its bytes up to the newline, and whether the
-/// newline (not part of `bytes`) ends them. The caller consumes what it used.
-pub(super) struct Chunk<'a> {
-    pub bytes: &'a [u8],
-    pub newline: bool,
-}
-
-/// The next bytes of the current line, or `None` at the end of the input. Reading goes on
-/// after an interrupted read.
-pub(super) fn next_chunk<R: BufRead>(reader: &mut R) -> std::io::Result<Option<Chunk<'_>>> {
-    loop {
-        match reader.fill_buf() {
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    // The buffer is filled now, so this returns it without reading (at the end of the input
-    // it asks once more and gets nothing again).
-    let available = reader.fill_buf()?;
-    if available.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(match available.iter().position(|b| *b == b'\n') {
-        Some(i) => Chunk { bytes: &available[..i], newline: true },
-        None => Chunk { bytes: available, newline: false },
-    }))
-}
-
-fn text_line(buf: Vec<u8>) -> Line {
-    match String::from_utf8(buf) {
-        Ok(text) => Line::Text(text),
-        Err(e) => Line::NotUtf8(e.utf8_error().valid_up_to()),
-    }
-}
-
-/// Reads one line: a line of at most `max` bytes, or the first bytes of a line longer than
-/// `stream_from` ([`Line::Head`]). A line over `max` is consumed and reported.
-fn read_line<R: BufRead>(reader: &mut R, max: usize, stream_from: usize) -> std::io::Result<Line> {
-    let mut buf = Vec::new();
-    let mut skipped = 0usize;
-    loop {
-        let Some(Chunk { bytes, newline: found }) = next_chunk(reader)? else {
-            return Ok(match (buf.is_empty(), skipped) {
-                (true, 0) => Line::Eof,
-                (_, 0) => text_line(buf),
-                (_, n) => Line::TooLong(n),
-            });
-        };
-        let n = bytes.len() + usize::from(found);
-        if !found && skipped == 0 && buf.len() + n > stream_from && buf.len() + n <= max {
-            buf.extend_from_slice(bytes);
-            reader.consume(n);
-            return Ok(Line::Head(buf));
-        }
-        if skipped > 0 || buf.len() + n > max {
-            skipped += buf.len() + n;
-            buf.clear();
-        } else {
-            // The line keeps its newline, as `BufRead::read_line` would.
-            buf.extend_from_slice(bytes);
-            if found {
-                buf.push(b'\n');
-            }
-        }
-        reader.consume(n);
-        if found {
-            return Ok(if skipped > 0 { Line::TooLong(skipped) } else { text_line(buf) });
-        }
-    }
-}
 
 /// Reads `input`'s lines on their own thread, so that waiting for one can give way to a save
 /// that falls due.
@@ -110,15 +22,7 @@ fn spawn_reader(input: impl Read + Send + 'static, limits: LineLimits) -> Receiv
     std::thread::spawn(move || {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
         loop {
-            let line = match read_line(&mut reader, limits.max, limits.stream_from) {
-                Ok(Line::Head(head)) => stream::read_rest(head, &mut reader, limits.max).map(|s| match s {
-                    Streamed::Request(r) => Line::Parsed(r),
-                    Streamed::TooLong(n) => Line::TooLong(n),
-                    Streamed::NotUtf8(at) => Line::NotUtf8(at),
-                    Streamed::Blank => Line::Blank,
-                }),
-                other => other,
-            };
+            let line = stream::read_request_line(&mut reader, limits);
             let last = matches!(line, Ok(Line::Eof) | Err(_));
             if tx.send(line).is_err() || last {
                 return;
@@ -276,21 +180,4 @@ pub fn serve_on(
     server.save_dirty();
     runtime.block_on(saver.flush());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn over_long_lines_are_skipped_and_reading_goes_on() {
-        let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
-        let mut reader = std::io::BufReader::with_capacity(16, input.as_bytes());
-        assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::TooLong(101)));
-        match read_line(&mut reader, 50, 50).unwrap() {
-            Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
-            _ => panic!("expected the next line"),
-        }
-        assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::Eof));
-    }
 }

@@ -58,7 +58,7 @@ impl Server {
             return answer(self.compress(&p, messages)?);
         }
         let sid = &p.session_id;
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let history = History::new(messages);
         let ctx = manual::Ctx { history: &history, state: &slot.state, rules: &self.rules };
         let applied = if p.name == "discard" {
@@ -82,7 +82,7 @@ impl Server {
             for d in applied.decisions {
                 slot.record(&d.call_id, d.record);
             }
-            slot.dirty = true;
+            slot.mark_changed();
             self.save_now(sid);
         }
         answer(text)
@@ -93,7 +93,7 @@ impl Server {
     fn compress(&mut self, p: &ToolParams, messages: &[Message]) -> Result<String, RpcError> {
         let sid = &p.session_id;
         let (topic, ranges) = compress::ranges_from_args(&p.args);
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let request = compress::Request {
             session_id: sid,
             topic: &topic,

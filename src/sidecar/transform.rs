@@ -4,6 +4,7 @@
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
 //! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks, and appends
 //! the `<prunable-tools>` list (and a nudge when due). A compaction's copy gets the edits in force.
+//! The per-request functions take the request's one [`RequestContext`].
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
@@ -13,14 +14,15 @@ use super::protocol::{
     Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
-use super::{head, internal, masking_candidates, now_ms, validate_session_id, Server, Session};
+use super::request::{RequestContext, RequestFacts};
+use super::{internal, masking_candidates, now_ms, savings, validate_session_id, Server, Session};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
-use crate::state::{Ledger, PruneRecord, SessionState};
-use crate::strategies::{self, prunable, Rules};
+use crate::state::{PruneRecord, SessionState};
+use crate::strategies::{self, prunable};
 use crate::texts;
 
 /// What the plugin holds of a session's edits: the number of the last answer whose edits
@@ -42,16 +44,6 @@ struct EditsBasis {
     messages: usize,
 }
 
-/// What a transform knows about the request besides the history.
-struct RequestInfo {
-    have: Option<u64>,
-    requests: u32,
-    /// Requests since the cache was last cold, this one included.
-    warm: u32,
-    idle_seconds: Option<u64>,
-    context_limit: Option<u64>,
-}
-
 impl Server {
     pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
         let sid = p.session_id.clone();
@@ -69,37 +61,33 @@ impl Server {
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
-        if session.last_request_ms.is_none() {
-            self.resume_ledger(session, &sid);
-        }
-        let idle_seconds = session.last_request_ms.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
-        session.last_request_ms = Some(now);
+        self.resume_ledger(session, &sid);
+        let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        session.ledger.last_request = Some(now);
         session.requests += 1;
+        let mut facts = RequestFacts::new(&self.rules, idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
-        if idle_seconds.is_none_or(|s| s >= self.rules.config().rewrite.cold_cache_seconds) {
-            session.warm = 0;
+        if facts.cold_start {
+            session.ledger.warm = 0;
         }
-        session.warm += 1;
-        let request = RequestInfo {
-            have: p.have,
-            requests: session.requests,
-            warm: session.warm,
-            idle_seconds,
-            context_limit: p.context_limit,
-        };
+        session.ledger.warm += 1;
+        (facts.have, facts.requests, facts.warm) = (p.have, session.requests, session.ledger.warm);
+        facts.context_limit = p.context_limit;
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
         let mut mirror = std::mem::take(&mut session.mirror);
         let result = match mirror.resolve(p.base, p.messages) {
             Ok(_) => {
-                count_unpruned(&self.rules, session, &mirror, &request);
-                self.decide_request(session, &sid, &mirror, request)
+                count_unpruned(session, &mirror, &facts);
+                self.decide_request(session, &sid, &mirror, facts)
             }
             Err(e) => Err(e),
         };
         if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
-            self.record_savings(session, &sid, &mirror, answer, idle_seconds);
+            if let Ok(mut cx) = self.request_context(session, &sid, &mirror, facts) {
+                savings::record(&mut cx, answer);
+            }
         }
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
@@ -115,7 +103,7 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
+        let slot = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
@@ -138,120 +126,105 @@ impl Server {
         session: &mut Session,
         sid: &str,
         mirror: &Mirror,
-        request: RequestInfo,
+        facts: RequestFacts,
     ) -> Result<Transformed, RpcError> {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
-        let (slot, _) = self.store.slot(sid).map_err(internal)?;
-        if slot.state.session_name.is_none() {
-            slot.state.session_name = session.title.clone();
-        }
-        let mut dirty = observed.compacted;
-        // The index reads only what is new since the last request, and hands over the calls
-        // that became prunable.
-        let messages = mirror.messages();
-        let index = &mut session.index;
-        if index.sync(messages, mirror.kept(), slot.resets, &self.rules) {
-            tracing::debug!(session = sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
-        }
-        let mut recorded_now = Vec::new();
-        for d in index.decisions(messages, &slot.state, &self.rules, &mut slot.tokens) {
-            if slot.record(&d.call_id, d.record) {
-                recorded_now.push(d.call_id);
-            }
-        }
-        dirty |= !recorded_now.is_empty();
-        let in_force = masking_candidates::in_force(slot, &session.index, mirror);
-        let applied_now = apply_pending(&self.rules, slot, session, sid, mirror, &request);
-        dirty |= applied_now.is_some();
-        let applied =
-            applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
-        let offered = head::offered(&self.rules, session);
-        let tags = offered && self.rules.config().tools.compress.enabled;
-        let (seq, edits) = answer_edits(session, slot, mirror, request.have, tags);
-        let replace = ranges::replacements(sid, messages, &slot.state.blocks);
-        let project = self.options.project.as_ref().and_then(|p| p.to_str());
-        let append = tail_message(&self.rules, project, session, slot, sid, messages, offered);
-        let balance = policy::Request {
-            cold: request.idle_seconds.is_some_and(|s| s >= self.rules.config().rewrite.cold_cache_seconds),
-            in_force,
-            applied: applied_now.as_ref().map_or(0, |a| a.tokens),
-            tail: applied_now.as_ref().map_or(0, |a| a.tail),
-            head: if offered { head::tokens(&mut self.head, &self.rules, &slot.tokens) } else { 0 },
-            appended: append.iter().flat_map(|m| &m.parts).map(|p| slot.tokens.count(&p.text)).sum(),
-        };
-        charge(session, &balance);
-        // The ledger goes to the state file with the next save (see `Server::save_dirty`).
-        slot.state.ledger = ledger(session);
-        let notify = notification(self.rules.config().prune_notification, slot, applied_now.as_ref(), &recorded_now);
-        if dirty {
-            slot.dirty = true;
+        let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
+        let (answer, changed) = answer_request(&mut cx, observed.compacted);
+        if changed == Changed::Yes {
             self.save(session, sid);
         }
-        Ok(Transformed { seq: Some(seq), edits, replace, append, notify, applied })
+        Ok(answer)
     }
+}
 
-    /// Picks up the policy's ledger where the session's state file left it: a restarted
-    /// sidecar goes on with the same warm run and balance.
-    pub(super) fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
-        if self.skips(Some(session)) {
-            return;
-        }
-        if let Ok((slot, _)) = self.store.slot(sid) {
-            let l = slot.state.ledger;
-            (session.banked, session.warm, session.last_request_ms) = (l.banked, l.warm, l.last_request);
-            session.offered = l.offered;
+/// Whether answering a request changed the session's state, which a save must then write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Changed {
+    Yes,
+    No,
+}
+
+/// The answer to one request: records the automatic strategies' decisions, applies what the
+/// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
+/// for a newer compaction.
+fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
+    if cx.slot.state.session_name.is_none() {
+        cx.slot.state.session_name = cx.session.title.clone();
+    }
+    // The index reads only what is new since the last request, and hands over the calls
+    // that became prunable.
+    let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
+    let index = &mut cx.session.index;
+    if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
+        tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
+    }
+    let mut recorded_now = Vec::new();
+    for d in index.decisions(messages, &slot.state, rules, &mut slot.tokens) {
+        if slot.record(&d.call_id, d.record) {
+            recorded_now.push(d.call_id);
         }
     }
+    let in_force = masking_candidates::in_force(cx);
+    let applied_now = apply_pending(cx);
+    let changed = compacted || !recorded_now.is_empty() || applied_now.is_some();
+    let applied =
+        applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
+    let offered = cx.offered();
+    let (seq, edits) = answer_edits(cx, offered && rules.config().tools.compress.enabled);
+    let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
+    let recorded = cx.slot.take_recorded();
+    let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
+    let balance = policy::Request {
+        cold: cx.facts.gap_went_cold,
+        in_force,
+        applied: applied_now.as_ref().map_or(0, |a| a.tokens),
+        tail: applied_now.as_ref().map_or(0, |a| a.tail),
+        head: if offered { cx.head_tokens() } else { 0 },
+        appended: append.iter().flat_map(|m| &m.parts).map(|p| cx.slot.tokens.count(&p.text)).sum(),
+    };
+    charge(cx.session, &balance);
+    // The ledger goes to the state file with the next save (see `Server::save_dirty`).
+    cx.slot.state.ledger = cx.session.ledger;
+    let notify = notification(cx, applied_now.as_ref(), &recorded_now);
+    if changed {
+        cx.slot.mark_changed();
+    }
+    let answer = Transformed { seq: Some(seq), edits, replace, append, notify, applied };
+    (answer, if changed { Changed::Yes } else { Changed::No })
 }
 
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
-fn count_unpruned(rules: &Rules, session: &mut Session, mirror: &Mirror, request: &RequestInfo) {
-    let cold = request.idle_seconds.is_none_or(|s| s >= rules.config().rewrite.cold_cache_seconds);
+fn count_unpruned(session: &mut Session, mirror: &Mirror, facts: &RequestFacts) {
     let unpruned = mirror.sizes().iter().sum();
-    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, cold);
+    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
 fn charge(session: &mut Session, request: &policy::Request) {
-    session.banked += policy::balance(request);
+    session.ledger.banked += policy::balance(request);
     session.added += policy::additions(request);
 }
 
-/// The session's ledger as the state file keeps it.
-pub(super) fn ledger(session: &Session) -> Ledger {
-    Ledger {
-        banked: session.banked,
-        warm: session.warm,
-        last_request: session.last_request_ms,
-        offered: session.offered,
-    }
-}
-
-/// The synthetic message appended after the history: the prunable list and any nudge.
-fn tail_message(
-    rules: &Rules,
-    project: Option<&str>,
-    session: &mut Session,
-    slot: &mut Slot,
-    sid: &str,
-    messages: &[Message],
-    offered: bool,
-) -> Vec<Synthetic> {
-    let recorded = slot.take_recorded();
+/// The synthetic message appended after the history of a session offered dcp's head: the
+/// prunable list and any nudge. `recorded`: the calls recorded since the last request, which
+/// the list drops.
+fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> {
+    let (rules, messages, session) = (cx.rules, cx.mirror.messages(), &mut *cx.session);
     let tools = &rules.config().tools;
-    if !offered || (!tools.discard.enabled && !tools.extract.enabled) {
+    if !tools.discard.enabled && !tools.extract.enabled {
         return Vec::new();
     }
-    let listing = prunable::Listing { project, min_tokens: tools.settings.min_tokens.into() };
+    let listing = prunable::Listing { project: cx.project, min_tokens: tools.settings.min_tokens.into() };
     let index = &mut session.index;
-    let Some(list) = index.prunable(messages, &recorded, &mut slot.state, rules, &listing) else {
+    let Some(list) = index.prunable(messages, recorded, &mut cx.slot.state, rules, &listing) else {
         return Vec::new();
     };
     let mut text = list.to_string();
@@ -276,7 +249,7 @@ fn tail_message(
         text.push('\n');
         text.push_str(&texts::nudge(listed, tokens));
     }
-    vec![synthetic_message(sid, messages, text)]
+    vec![synthetic_message(cx.sid, messages, text)]
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.
@@ -290,18 +263,13 @@ enum Target {
 /// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
 /// calls and ranges whose rewrites it applied, or `None` when it waits. Each assistant
 /// message in the history was one request, so the session's request count survives restarts.
-fn apply_pending(
-    rules: &Rules,
-    slot: &mut Slot,
-    session: &mut Session,
-    sid: &str,
-    mirror: &Mirror,
-    request: &RequestInfo,
-) -> Option<AppliedNow> {
+fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
+    let mirror = cx.mirror;
     let tails = tails(mirror.sizes());
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
-    let masking = masking_candidates::mask_pending(rules, slot, &mut session.index, mirror, &tails);
+    let masking = masking_candidates::mask_pending(cx, &tails);
+    let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &*cx.session, &cx.facts);
     let index = &session.index;
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
         .state
@@ -327,13 +295,13 @@ fn apply_pending(
         warm: request.warm,
         idle_seconds: request.idle_seconds,
         context_limit: request.context_limit,
-        banked: session.banked,
+        banked: session.ledger.banked,
         baseline: session.baseline,
         added: session.added,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
-    tracing::debug!(session = sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
+    tracing::debug!(session = cx.sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
     let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
     for (_, target, _) in &pending[cut..] {
@@ -364,7 +332,7 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
             applied.blocks.push(*id);
         }
     }
-    slot.revision += 1;
+    slot.mark_rewrites_added();
 }
 
 /// The size of the history from each message on to its end, and 0 after the last.
@@ -391,9 +359,10 @@ struct AppliedNow {
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
 /// messages they point at were kept, only new edits are sent, or none. With `tags`, every
 /// message gets its id tag (see [`ranges`]), once.
-fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Option<u64>, tags: bool) -> (u64, Edits) {
+fn answer_edits(cx: &mut RequestContext, tags: bool) -> (u64, Edits) {
+    let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
-    let basis = EditsBasis { revision: slot.revision, resets: slot.resets, messages: messages.len() };
+    let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
     let sent = &mut session.edits;
     let follows =
         have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
@@ -418,12 +387,8 @@ fn answer_edits(session: &mut Session, slot: &Slot, mirror: &Mirror, have: Optio
 
 /// The notification of this request's prunes, at the configured level: the rewrites applied
 /// to it (compressed ranges among them), and the prunes recorded now whose rewrite waits.
-fn notification(
-    level: Notification,
-    slot: &Slot,
-    applied_now: Option<&AppliedNow>,
-    recorded_now: &[String],
-) -> Option<String> {
+fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_now: &[String]) -> Option<String> {
+    let (level, slot) = (cx.rules.config().prune_notification, &*cx.slot);
     if level == Notification::Off {
         return None;
     }

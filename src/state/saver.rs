@@ -246,7 +246,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
         let id = "ses_unchanged";
-        let (slot, _) = store.slot(id).unwrap();
+        let slot = store.slot(id).unwrap();
         let record = PruneRecord {
             strategy: Strategy::Deduplication,
             action: Action::Output,
@@ -262,13 +262,13 @@ mod tests {
 
         // A save asked for with nothing new, a few milliseconds later: nothing is written.
         std::thread::sleep(Duration::from_millis(5));
-        store.slot(id).unwrap().0.dirty = true;
+        store.slot(id).unwrap().mark_changed();
         assert_eq!(save(&rt, &saver, &mut store, id), first, "the file was rewritten");
         assert_eq!(crate::state::persist::stamp(&path), stamp);
 
         // The policy's ledger moved (a request): the session has something to save, and the
         // save writes it.
-        store.slot(id).unwrap().0.state.ledger.warm += 1;
+        store.slot(id).unwrap().state.ledger.warm += 1;
         assert_eq!(store.dirty(), [id]);
         let after = save(&rt, &saver, &mut store, id);
         assert_ne!(after, first);

@@ -38,7 +38,7 @@ pub struct Slot {
     pub corrupt: Option<PathBuf>,
     /// Whether the state changed since it was last handed out for saving. The policy's
     /// ledger, which moves with every request, does not count: see [`Slot::unsaved`].
-    pub dirty: bool,
+    dirty: bool,
     /// The ledger as it was last loaded or handed out for saving.
     saved_ledger: Ledger,
     /// The requests the savings counted when last loaded or handed out (see
@@ -46,10 +46,10 @@ pub struct Slot {
     saved_requests: u64,
     /// Bumped whenever the rewrites in force may change (an applied record, a compaction, a
     /// merge), so the sidecar can tell that the edits it last sent still hold.
-    pub revision: u64,
+    revision: u64,
     /// Bumped when rewrites may have been dropped (a compaction, a merge): only additions
     /// can then be sent as such.
-    pub resets: u64,
+    resets: u64,
     /// Prunes recorded since the last save job, for the next merge.
     journal: Vec<(String, PruneRecord)>,
     /// Call ids recorded since the sidecar last took them ([`Slot::take_recorded`]).
@@ -62,6 +62,35 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// The number that changes whenever the rewrites in force may have changed: edits computed
+    /// at the same revision (and [`Slot::resets`]) still hold.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The number that changes whenever rewrites in force may have been dropped (a compaction,
+    /// another process's changes merged in).
+    pub fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    /// Notes a change to the state that the next save must write.
+    pub fn mark_changed(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Notes that the rewrites in force grew (a rewrite applied): edits sent before miss it.
+    pub fn mark_rewrites_added(&mut self) {
+        self.revision += 1;
+    }
+
+    /// Notes that rewrites in force may have been dropped or replaced wholesale: edits sent
+    /// before may no longer hold.
+    fn mark_rewrites_reset(&mut self) {
+        self.revision += 1;
+        self.resets += 1;
+    }
+
     /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.
     pub fn record(&mut self, call_id: &str, record: PruneRecord) -> bool {
         let applied = record.applied;
@@ -69,7 +98,7 @@ impl Slot {
             return false;
         }
         if applied {
-            self.revision += 1;
+            self.mark_rewrites_added();
         }
         self.journal.push((call_id.to_string(), record));
         self.recorded.push(call_id.to_string());
@@ -247,6 +276,13 @@ impl SaveJob {
     }
 }
 
+/// Whether [`SessionStore::load`] read the state file just now or found the slot loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loaded {
+    Now,
+    Before,
+}
+
 /// Keeps the state of every session seen, backed by the files of one state dir.
 #[derive(Debug)]
 pub struct SessionStore {
@@ -270,12 +306,16 @@ impl SessionStore {
         &self.dir
     }
 
-    /// The slot of session `id`, loading its state file the first time. The bool says
-    /// whether it was loaded just now.
-    pub fn slot(&mut self, id: &str) -> Result<(&mut Slot, bool), StateError> {
+    /// The slot of session `id`, loading its state file the first time.
+    pub fn slot(&mut self, id: &str) -> Result<&mut Slot, StateError> {
+        self.load(id).map(|(slot, _)| slot)
+    }
+
+    /// The slot of session `id`, and whether its state file was loaded just now.
+    fn load(&mut self, id: &str) -> Result<(&mut Slot, Loaded), StateError> {
         persist::validate_session_id(id)?;
-        let first = !self.slots.contains_key(id);
-        if first {
+        let loaded = if self.slots.contains_key(id) { Loaded::Before } else { Loaded::Now };
+        if loaded == Loaded::Now {
             let path = persist::state_path(&self.dir, id)?;
             let stamp = persist::stamp(&path);
             let (state, corrupt) = match persist::load_path(&path) {
@@ -309,7 +349,7 @@ impl SessionStore {
             };
             self.slots.insert(id.to_string(), slot);
         }
-        Ok((self.slots.get_mut(id).expect("inserted above"), first))
+        Ok((self.slots.get_mut(id).expect("inserted above"), loaded))
     }
 
     /// Takes in what happened to session `id`'s file since the state was last synced: the
@@ -319,8 +359,8 @@ impl SessionStore {
     pub fn refresh(&mut self, id: &str) -> Result<bool, StateError> {
         let path = persist::state_path(&self.dir, id)?;
         let mailbox = self.mailbox.clone();
-        let (slot, first) = self.slot(id)?;
-        if first {
+        let (slot, loaded) = self.load(id)?;
+        if loaded == Loaded::Now {
             return Ok(false);
         }
         if slot.absorbed < slot.handed {
@@ -333,8 +373,7 @@ impl SessionStore {
                 return Ok(false);
             };
             slot.state = persist::merge(merged, &slot.state, &slot.journal);
-            slot.revision += 1;
-            slot.resets += 1;
+            slot.mark_rewrites_reset();
             return Ok(true);
         }
         let now = persist::stamp(&path);
@@ -345,8 +384,7 @@ impl SessionStore {
         match persist::load_path(&path) {
             LoadOutcome::Loaded(disk) => {
                 slot.state = persist::merge(*disk, &slot.state, &slot.journal);
-                slot.revision += 1;
-                slot.resets += 1;
+                slot.mark_rewrites_reset();
                 Ok(true)
             }
             LoadOutcome::Missing => Ok(false),
@@ -355,7 +393,7 @@ impl SessionStore {
                     "state file {} was changed by another process and is now corrupt ({reason}); it will be set aside, not overwritten",
                     path.display()
                 );
-                slot.dirty = true;
+                slot.mark_changed();
                 Ok(false)
             }
         }
@@ -373,7 +411,7 @@ impl SessionStore {
     pub fn observe_newest(&mut self, id: &str, newest: i64) -> Result<Observation, StateError> {
         let first_seen = !self.slots.contains_key(id);
         let external = self.refresh(id)?;
-        let (slot, _) = self.slot(id)?;
+        let slot = self.slot(id)?;
         let mut seen = Observation { first_seen, compacted: false, external };
         let foreign = !slot.state.raw.contains_key("dcp");
         if first_seen && foreign && slot.state.last_compaction == 0 {
@@ -385,9 +423,8 @@ impl SessionStore {
         if newest > slot.state.last_compaction {
             slot.state.clear_after_compaction(newest);
             slot.tokens.clear();
-            slot.dirty = true;
-            slot.revision += 1;
-            slot.resets += 1;
+            slot.mark_changed();
+            slot.mark_rewrites_reset();
             seen.compacted = true;
         }
         Ok(seen)
@@ -397,7 +434,7 @@ impl SessionStore {
     pub fn save_job(&mut self, id: &str) -> Result<SaveJob, StateError> {
         let dir = self.dir.clone();
         let mailbox = self.mailbox.clone();
-        let (slot, _) = self.slot(id)?;
+        let slot = self.slot(id)?;
         slot.state.fold_counter();
         slot.dirty = false;
         slot.saved_ledger = slot.state.ledger;
@@ -426,12 +463,12 @@ impl SessionStore {
             }
             Err(e) => {
                 // Nothing was written: the journal goes back, for the next save.
-                let (slot, _) = self.slot(id)?;
+                let slot = self.slot(id)?;
                 let mut journal = job.journal;
                 journal.append(&mut slot.journal);
                 slot.journal = journal;
                 slot.absorbed = slot.handed;
-                slot.dirty = true;
+                slot.mark_changed();
                 Err(e)
             }
         }

@@ -130,7 +130,7 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
             other => panic!("{name}: {other:?}"),
         }
         let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-        let (slot, _) = m.slot(id).unwrap();
+        let slot = m.slot(id).unwrap();
         assert!(slot.corrupt.is_some());
         slot.record(
             "c1",
@@ -173,7 +173,7 @@ fn the_async_saver_writes_the_newest_state_in_order() {
         let saver = dcp::state::saver::Saver::spawn();
         let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
         for tokens in 1..=20u64 {
-            let (slot, _) = m.slot("ses_async").unwrap();
+            let slot = m.slot("ses_async").unwrap();
             slot.record(
                 &format!("c{tokens}"),
                 PruneRecord {
@@ -198,7 +198,7 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     for (i, id) in ["ses_a", "ses_b"].iter().enumerate() {
-        let (slot, _) = m.slot(id).unwrap();
+        let slot = m.slot(id).unwrap();
         for n in 0..=i as u64 {
             let record = PruneRecord {
                 strategy: Strategy::Sweep,
@@ -216,7 +216,7 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     let all = dcp::stats::all_time(dir.path(), None).unwrap();
     assert_eq!((all.files, all.pruned_tokens, all.tools_pruned, all.sessions), (2, 31, 3, 2));
     // A later save is seen by a repeated report.
-    let (slot, _) = m.slot("ses_a").unwrap();
+    let slot = m.slot("ses_a").unwrap();
     let record = PruneRecord {
         strategy: Strategy::Sweep,
         action: Action::Output,

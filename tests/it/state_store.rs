@@ -21,7 +21,7 @@ fn one_saved_prune(dir: &Path, session: &str, tokens: u64) -> (SessionStore, Vec
     let mut m = SessionStore::new(dir, EstimatorChoice::CharsDiv4);
     let messages = SessionBuilder::new().user("go").tool("c1", "read", json!({"filePath": "/a"}), "A").build();
     m.observe(session, &messages).unwrap();
-    let (slot, _) = m.slot(session).unwrap();
+    let slot = m.slot(session).unwrap();
     slot.record("c1", record(tokens));
     slot.state.id_for("c1");
     m.save_now(session).unwrap();
@@ -39,18 +39,18 @@ fn each_session_keeps_its_own_state_across_switches() {
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let a = SessionBuilder::new().user("a").build();
     assert!(m.observe("ses_a", &a).unwrap().first_seen);
-    m.slot("ses_a").unwrap().0.record("call_a", record(10));
+    m.slot("ses_a").unwrap().record("call_a", record(10));
 
     // Switching to b loads b's file; a's state is untouched by it.
     let seen = m.observe("ses_b", &a).unwrap();
     assert!(seen.first_seen && !seen.compacted);
-    let b = &m.slot("ses_b").unwrap().0.state;
+    let b = &m.slot("ses_b").unwrap().state;
     assert_eq!(b.pruned.keys().collect::<Vec<_>>(), ["old_1"]);
     assert_eq!(b.stats.tokens(), 40);
 
     // And back: a is as we left it, and not re-read from disk.
     assert!(!m.observe("ses_a", &a).unwrap().first_seen);
-    let a_state = &m.slot("ses_a").unwrap().0.state;
+    let a_state = &m.slot("ses_a").unwrap().state;
     assert_eq!(a_state.pruned.keys().collect::<Vec<_>>(), ["call_a"]);
     assert_eq!(a_state.stats.tokens(), 10);
     m.save_now("ses_a").unwrap();
@@ -68,7 +68,7 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     let seen = m.observe("ses_c", &after).unwrap();
     assert!(seen.compacted);
     assert_eq!(m.dirty(), ["ses_c"]);
-    let (slot, _) = m.slot("ses_c").unwrap();
+    let slot = m.slot("ses_c").unwrap();
     assert!(slot.state.pruned.is_empty());
     assert_eq!(slot.state.stats.tokens(), 25);
     assert_eq!(slot.state.stats.tools(), 1);
@@ -94,7 +94,7 @@ fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_d", &after).unwrap();
     assert!(seen.first_seen && seen.compacted);
-    assert!(m.slot("ses_d").unwrap().0.state.pruned.is_empty());
+    assert!(m.slot("ses_d").unwrap().state.pruned.is_empty());
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn a_file_from_the_published_dcp_takes_the_newest_compaction_as_its_baseline() {
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_e", &messages).unwrap();
     assert!(!seen.compacted, "the pruning may well postdate that compaction");
-    assert_eq!(m.slot("ses_e").unwrap().0.state.pruned.len(), 1);
+    assert_eq!(m.slot("ses_e").unwrap().state.pruned.len(), 1);
 }
 
 #[test]
@@ -134,16 +134,16 @@ fn a_save_after_a_merge_still_in_flight_keeps_the_other_process_changes() {
     let dir = tempfile::tempdir().unwrap();
     let id = "ses_inflight";
     let mut a = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    a.slot(id).unwrap().0.record("c1", record(1));
+    a.slot(id).unwrap().record("c1", record(1));
     a.save_now(id).unwrap();
     // Another process adds c2.
     let mut b = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    b.slot(id).unwrap().0.record("c2", record(2));
+    b.slot(id).unwrap().record("c2", record(2));
     b.save_now(id).unwrap();
     // This process hands out two saves before the first one's outcome is taken in.
-    a.slot(id).unwrap().0.record("c3", record(3));
+    a.slot(id).unwrap().record("c3", record(3));
     let first = a.save_job(id).unwrap();
-    a.slot(id).unwrap().0.record("c4", record(4));
+    a.slot(id).unwrap().record("c4", record(4));
     let second = a.save_job(id).unwrap();
     first.run().unwrap();
     second.run().unwrap();
@@ -154,7 +154,7 @@ fn a_save_after_a_merge_still_in_flight_keeps_the_other_process_changes() {
     assert_eq!(state.stats.tokens(), 1 + 2 + 3 + 4);
     // And this process takes them in.
     a.refresh(id).unwrap();
-    let (slot, _) = a.slot(id).unwrap();
+    let slot = a.slot(id).unwrap();
     assert_eq!(slot.state.pruned.len(), 4);
     assert_eq!(slot.state.stats.tokens(), 10);
 }

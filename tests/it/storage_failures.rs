@@ -89,7 +89,7 @@ fn a_temp_file_left_by_a_killed_save_is_replaced_not_piled_up() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".ses_t.json.tmp"), "{\"half\": ").unwrap();
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
-    m.slot("ses_t").unwrap().0.record("c1", record(1));
+    m.slot("ses_t").unwrap().record("c1", record(1));
     m.save_now("ses_t").unwrap();
     let mut names: Vec<String> =
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();

@@ -24,10 +24,10 @@ use dcp::tokens::EstimatorChoice;
 /// version on disk says which save wrote it.
 pub fn save_loop(data_dir: &Path, id: &str, count: u64, prefix: &str) -> anyhow::Result<()> {
     let mut store = SessionStore::new(&paths::state_dir(data_dir), EstimatorChoice::Auto);
-    let (slot, _) = store.slot(id)?;
+    let slot = store.slot(id)?;
     let first: u64 = (1..).find(|i| !slot.state.pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
     for i in first..first.saturating_add(count) {
-        let (slot, _) = store.slot(id)?;
+        let slot = store.slot(id)?;
         let record = PruneRecord {
             strategy: Strategy::Sweep,
             action: Action::Output,

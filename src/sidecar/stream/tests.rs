@@ -3,7 +3,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::sidecar::protocol::code;
+use crate::session::slim;
+use crate::sidecar::protocol::{self, code};
+use crate::tokens::{EstimatorChoice, TokenCounter};
 
 /// `line` read as a stream: its first `head` bytes, then the rest through a buffer of 7.
 fn stream(line: &str, head: usize, max: usize) -> Streamed {
@@ -151,4 +153,16 @@ fn an_error_after_a_character_split_between_chunks_is_a_parse_error_not_one_of_u
     let mut rest = std::io::BufReader::with_capacity(1000, &line.as_bytes()[split..]);
     let got = read_rest(line.as_bytes()[..split].to_vec(), &mut rest, 1000).unwrap();
     assert_eq!(got, whole(line.as_bytes()));
+}
+
+#[test]
+fn over_long_lines_are_skipped_and_reading_goes_on() {
+    let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(100));
+    let mut reader = std::io::BufReader::with_capacity(16, input.as_bytes());
+    assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::TooLong(101)));
+    match read_line(&mut reader, 50, 50).unwrap() {
+        Line::Text(t) => assert_eq!(t, "{\"ok\":1}\n"),
+        _ => panic!("expected the next line"),
+    }
+    assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::Eof));
 }

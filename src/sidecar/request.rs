@@ -1,0 +1,99 @@
+//! One `transform` request of one session, as the functions that answer it see it: the
+//! session's live state, its state file's slot, the mirror of its history, the rules, and
+//! the request's facts (when it came, whether the provider's cache is cold, the model's
+//! window). [`Server::request_context`] gathers them once per request; the per-request
+//! functions of `transform`, `masking_candidates` and `savings` take the one
+//! [`RequestContext`] instead of six or seven arguments.
+
+use super::head;
+use super::mirror::Mirror;
+use super::{Server, Session};
+use crate::state::persist::StateError;
+use crate::state::store::Slot;
+use crate::strategies::Rules;
+
+/// What a transform knows about the request besides the history.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RequestFacts {
+    /// The number of the last answer whose edits the plugin holds.
+    pub have: Option<u64>,
+    /// The session's requests in this process, this one included.
+    pub requests: u32,
+    /// Requests since the cache was last cold, this one included.
+    pub warm: u32,
+    /// The gap since the session's last request, if dcp saw one.
+    pub idle_seconds: Option<u64>,
+    /// The model's context window, if the plugin knows it.
+    pub context_limit: Option<u64>,
+    /// Whether the provider's cache holds nothing of the session: its first request dcp knows
+    /// of, or one after an idle gap past `rewrite.coldCacheSeconds`.
+    pub cold_start: bool,
+    /// Whether an idle gap since a request dcp saw let the cache go cold (the first request
+    /// has no gap, so it is not one).
+    pub gap_went_cold: bool,
+}
+
+impl RequestFacts {
+    /// The facts of a request made `idle_seconds` after the session's last one.
+    pub fn new(rules: &Rules, idle_seconds: Option<u64>) -> RequestFacts {
+        let cold_after = rules.config().rewrite.cold_cache_seconds;
+        RequestFacts {
+            have: None,
+            requests: 0,
+            warm: 0,
+            idle_seconds,
+            context_limit: None,
+            cold_start: idle_seconds.is_none_or(|s| s >= cold_after),
+            gap_went_cold: idle_seconds.is_some_and(|s| s >= cold_after),
+        }
+    }
+}
+
+/// Everything answering one request of one session needs.
+pub(super) struct RequestContext<'a> {
+    pub rules: &'a Rules,
+    /// The project dir, for the paths the prunable list shortens.
+    pub project: Option<&'a str>,
+    pub sid: &'a str,
+    pub session: &'a mut Session,
+    pub slot: &'a mut Slot,
+    pub mirror: &'a Mirror,
+    pub facts: RequestFacts,
+    /// Tokens of dcp's head, once counted (the server's, shared by its sessions).
+    head: &'a mut Option<u64>,
+}
+
+impl RequestContext<'_> {
+    /// Whether the session's requests carry dcp's head now.
+    pub fn offered(&self) -> bool {
+        head::offered(self.rules, self.session)
+    }
+
+    /// Tokens of dcp's head, whether or not this session is offered it.
+    pub fn head_tokens(&mut self) -> u64 {
+        head::tokens(self.head, self.rules, &self.slot.tokens)
+    }
+}
+
+impl Server {
+    /// The context of a request of session `sid`, its state loaded if it was not yet.
+    pub(super) fn request_context<'a>(
+        &'a mut self,
+        session: &'a mut Session,
+        sid: &'a str,
+        mirror: &'a Mirror,
+        facts: RequestFacts,
+    ) -> Result<RequestContext<'a>, StateError> {
+        let slot = self.store.slot(sid)?;
+        Ok(RequestContext {
+            rules: &self.rules,
+            project: self.options.project.as_ref().and_then(|p| p.to_str()),
+            sid,
+            session,
+            slot,
+            mirror,
+            facts,
+            head: &mut self.head,
+        })
+    }
+}
