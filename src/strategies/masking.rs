@@ -18,10 +18,11 @@
 //! **Deeper when the prompt is written again.** A rewrite re-bills the prompt from its first
 //! changed part on (all of it when the cache is cold); masking more outputs inside that tail
 //! costs nothing extra on that request and saves on every later one. So when a rewrite goes,
-//! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 5 outputs,
-//! 5,000 tokens): between rewrites the model sees the paper's window and more, right after one
+//! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 4 outputs,
+//! 3,000 tokens): between rewrites the model sees the paper's window and more, right after one
 //! at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
-//! start a rewrite of their own (`crate::policy::choose`).
+//! start a rewrite of their own (`crate::policy::choose`), except the volatile ones (below,
+//! "What goes first").
 //!
 //! **What an edit or write said.** `edit` and `write` are protected tools (their outputs are
 //! short confirmations the model relies on), but their inputs are what they wrote: a file's
