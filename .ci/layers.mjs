@@ -4,9 +4,16 @@
 // top-level module, and fails on an import against the order of layers that src/lib.rs states
 // (the paragraph that starts `Layers, lowest first`: names in backticks, layers split by `→`)
 // and on any cycle between top-level modules. A module may import from its own layer (without a
-// cycle) and from the layers before it. Prints each breach as `path:line: what` and exits 1 if
-// there is one. The known exceptions below are the upward imports not yet removed; a new one
-// fails. Run it from anywhere: `node .ci/layers.mjs`. `.ci/run` runs it.
+// cycle) and from the layers before it. Inside one top-level module it reads the paths between
+// its files (`super::x`, `self::x`, `crate::sidecar::x`; inline `mod tests` blocks resolved) and
+// fails on a cycle between files: a file may use its parent's items (a module's `mod.rs` is its
+// interface), but two files that import each other are one concept split in two, or hold a type
+// in the wrong one. A file's paths into its own child modules (declaring and re-exporting them)
+// are not edges. Before it reads src/ it checks itself on planted files (an upward import, a
+// cycle between files) and fails if it misses one.
+// Prints each breach as `path:line: what` and exits 1 if there is one. The known exceptions
+// below are the upward imports not yet removed; a new one fails. Run it from anywhere:
+// `node .ci/layers.mjs`. `.ci/run` runs it.
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,8 +27,8 @@ const KNOWN = new Map([
 ]);
 
 // The layers, lowest first, as src/lib.rs states them.
-function layers() {
-  const lines = readFileSync(join(src, "lib.rs"), "utf8").split("\n");
+function layers(libText) {
+  const lines = libText.split("\n");
   const start = lines.findIndex((l) => /^\/\/! Layers, lowest first/.test(l));
   if (start < 0) throw new Error("src/lib.rs: no `//! Layers, lowest first` paragraph");
   let text = "";
@@ -108,53 +115,184 @@ function targets(text, at) {
   return names.map((s) => s.trim().split(/::|\s/)[0]).filter((s) => s && s !== "self" && s !== "*");
 }
 
-const rank = layers();
-const problems = [];
-const edges = new Map();
-const used = new Set();
-for (const file of rustFiles(src)) {
-  const rel = relative(src, file);
-  const from = rel.split("/")[0].replace(/\.rs$/, "");
-  if (from === "lib" || from === "main") continue;
-  if (!rank.has(from)) problems.push(`src/${rel}: module \`${from}\` is in no layer of src/lib.rs's order`);
-  const text = code(readFileSync(file, "utf8"));
-  for (const m of text.matchAll(/\bcrate::(?=[\w{])/g)) {
-    const at = m.index + m[0].length;
-    const line = text.slice(0, at).split("\n").length;
-    for (const to of targets(text, at)) {
-      if (to === from || !rank.has(to)) continue; // Items of lib.rs itself (error_chain) sit below every layer.
-      const where = `src/${rel}:${line}`;
-      if (!edges.has(from)) edges.set(from, new Map());
-      if (!edges.get(from).has(to)) edges.get(from).set(to, where);
-      if (rank.get(to) <= rank.get(from)) continue;
-      const key = `${from} -> ${to}`;
-      if (KNOWN.has(key)) used.add(key);
-      else problems.push(`${where}: \`${from}\` imports \`${to}\`, a later layer (src/lib.rs's order)`);
+// The paths a `prefix::` path at `at` names, as lists of segments: one, or one per item of a
+// group (nested groups expanded; `self` in a group is the group's own path).
+function paths(text, at) {
+  const out = [];
+  const walk = (i, base) => {
+    const head = text.slice(i).match(/^(\w+)(\s*::\s*)?/);
+    if (!head) {
+      if (text[i] !== "{") return;
+      let depth = 0;
+      let item = i + 1;
+      for (let j = i; j < text.length; j++) {
+        const ch = text[j];
+        if (ch === "{") depth++;
+        else if (ch === "}") depth--;
+        if ((depth === 1 && ch === ",") || depth === 0) {
+          const part = text.slice(item, j).trim();
+          if (part === "self") out.push(base);
+          else if (part && part !== "*") walk(item + text.slice(item, j).search(/\S/), base);
+          item = j + 1;
+        }
+        if (depth === 0) return;
+      }
+      return;
+    }
+    const path = base.concat(head[1]);
+    if (head[2]) walk(i + head[0].length, path);
+    else out.push(path);
+  };
+  walk(at, []);
+  return out;
+}
+
+// The module path of each file (`sidecar/stream/scanner.rs` is sidecar::stream::scanner), and
+// back: which file a module path is in (the longest prefix that is a file).
+function modulePath(rel) {
+  const parts = rel.replace(/\.rs$/, "").split("/");
+  if (parts[parts.length - 1] === "mod") parts.pop();
+  return parts;
+}
+
+// The inline `mod name { … }` blocks of a text: [name, from, to].
+function inlineMods(text) {
+  const mods = [];
+  for (const m of text.matchAll(/\bmod\s+(\w+)\s*\{/g)) {
+    let depth = 0;
+    for (let j = m.index + m[0].length - 1; j < text.length; j++) {
+      if (text[j] === "{") depth++;
+      else if (text[j] === "}" && --depth === 0) {
+        mods.push([m[1], m.index, j]);
+        break;
+      }
     }
   }
+  return mods;
 }
-for (const key of KNOWN.keys()) if (!used.has(key)) problems.push(`.ci/layers.mjs: known exception \`${key}\` no longer occurs: remove it`);
 
-// Cycles between top-level modules (inside one layer, or through a known exception).
-const state = new Map();
-const stack = [];
-function visit(m) {
-  state.set(m, "open");
-  stack.push(m);
-  for (const [to, where] of edges.get(m) || []) {
-    if (state.get(to) === "open") {
-      const cycle = stack.slice(stack.indexOf(to)).concat(to).join(" -> ");
-      problems.push(`${where}: an import cycle: ${cycle}`);
-    } else if (!state.has(to)) visit(to);
+// Checks `files` (path under src/ → text): imports against `rank`'s order, cycles between
+// top-level modules, and cycles between the files of one top-level module.
+function check(files, rank, known) {
+  const problems = [];
+  const edges = new Map();
+  const used = new Set();
+  const fileOf = new Map();
+  for (const rel of files.keys()) fileOf.set(modulePath(rel).join("::"), rel);
+  const resolve = (segments) => {
+    for (let n = segments.length; n > 0; n--) {
+      const rel = fileOf.get(segments.slice(0, n).join("::"));
+      if (rel) return rel;
+    }
+    return null;
+  };
+  const fileEdges = new Map();
+  for (const [rel, raw] of files) {
+    const from = rel.split("/")[0].replace(/\.rs$/, "");
+    if (from === "lib" || from === "main") continue;
+    if (!rank.has(from)) problems.push(`src/${rel}: module \`${from}\` is in no layer of src/lib.rs's order`);
+    const text = code(raw);
+    const lineAt = (at) => text.slice(0, at).split("\n").length;
+    for (const m of text.matchAll(/\bcrate::(?=[\w{])/g)) {
+      const at = m.index + m[0].length;
+      const line = lineAt(at);
+      for (const to of targets(text, at)) {
+        if (to === from || !rank.has(to)) continue; // Items of lib.rs itself (error_chain) sit below every layer.
+        const where = `src/${rel}:${line}`;
+        if (!edges.has(from)) edges.set(from, new Map());
+        if (!edges.get(from).has(to)) edges.get(from).set(to, where);
+        if (rank.get(to) <= rank.get(from)) continue;
+        const key = `${from} -> ${to}`;
+        if (known.has(key)) used.add(key);
+        else problems.push(`${where}: \`${from}\` imports \`${to}\`, a later layer (src/lib.rs's order)`);
+      }
+    }
+    // Edges between the files of this top-level module.
+    const own = modulePath(rel);
+    const mods = inlineMods(text);
+    const here = (at) => own.concat(mods.filter(([, a, b]) => a < at && at < b).map(([name]) => name));
+    for (const m of text.matchAll(/\b(crate|super|self)((?:\s*::\s*super)*)\s*::\s*(?=[\w{])/g)) {
+      const at = m.index + m[0].length;
+      let base;
+      if (m[1] === "crate") base = [];
+      else {
+        base = here(m.index);
+        const ups = (m[1] === "super" ? 1 : 0) + (m[2].match(/super/g) || []).length;
+        base = base.slice(0, base.length - ups);
+      }
+      for (const path of paths(text, at)) {
+        const full = base.concat(path);
+        if (full[0] !== from) continue;
+        const to = resolve(full);
+        // A file's own children, and the file itself, are no edge.
+        if (!to || to === rel || modulePath(to).join("::").startsWith(own.join("::") + "::")) continue;
+        if (!fileEdges.has(rel)) fileEdges.set(rel, new Map());
+        if (!fileEdges.get(rel).has(to)) fileEdges.get(rel).set(to, `src/${rel}:${lineAt(at)}`);
+      }
+    }
   }
-  stack.pop();
-  state.set(m, "done");
+  for (const key of known.keys()) if (!used.has(key)) problems.push(`.ci/layers.mjs: known exception \`${key}\` no longer occurs: remove it`);
+  for (const [what, graph] of [["modules", edges], ["files", fileEdges]]) {
+    // Cycles (inside one layer, or through a known exception; or between a module's files).
+    const state = new Map();
+    const stack = [];
+    const visit = (m) => {
+      state.set(m, "open");
+      stack.push(m);
+      for (const [to, where] of graph.get(m) || []) {
+        if (state.get(to) === "open") {
+          const cycle = stack.slice(stack.indexOf(to)).concat(to).join(" -> ");
+          problems.push(`${where}: an import cycle between ${what}: ${cycle}`);
+        } else if (!state.has(to)) visit(to);
+      }
+      stack.pop();
+      state.set(m, "done");
+    };
+    for (const m of [...graph.keys()].sort()) if (!state.has(m)) visit(m);
+  }
+  return problems;
 }
-for (const m of [...edges.keys()].sort()) if (!state.has(m)) visit(m);
 
+// The check on planted files: each breach must be found, and a clean set must pass.
+function selfCheck() {
+  const rank = layers("//! Layers, lowest first: `low` → `mid` → `top`.\n");
+  const clean = new Map([
+    ["low.rs", ""],
+    ["mid/mod.rs", "mod a;\nmod b;\nuse self::a::A;\nuse crate::low;\npub struct M;\n"],
+    ["mid/a.rs", "use super::b::B;\nuse super::M;\npub struct A;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"],
+    ["mid/b.rs", "use crate::mid::M;\npub struct B;\n"],
+    ["top.rs", "use crate::mid::{a::A, M};\n"],
+  ]);
+  const planted = [
+    ["an upward import", "low.rs", "use crate::mid::M;\n", /`low` imports `mid`/],
+    ["a cycle between files", "mid/b.rs", "use crate::mid::{a::A, M};\n", /cycle between files: mid\/(a|b)\.rs -> /],
+    ["a cycle through super", "mid/b.rs", "fn f() { super::a::A; }\n", /cycle between files/],
+  ];
+  const failures = [];
+  const found = check(clean, rank, new Map());
+  if (found.length) failures.push(`the clean planted files fail: ${found.join("; ")}`);
+  for (const [what, file, text, expect] of planted) {
+    const files = new Map(clean);
+    files.set(file, text);
+    if (!check(files, rank, new Map()).some((p) => expect.test(p))) failures.push(`${what} in ${file} is not found`);
+  }
+  return failures;
+}
+
+const selfFailures = selfCheck();
+if (selfFailures.length) {
+  for (const f of selfFailures) console.log(`.ci/layers.mjs self-check: ${f}`);
+  process.exit(1);
+}
+const rank = layers(readFileSync(join(src, "lib.rs"), "utf8"));
+const files = new Map();
+for (const file of rustFiles(src)) files.set(relative(src, file), readFileSync(file, "utf8"));
+const problems = check(files, rank, KNOWN);
 for (const p of problems) console.log(p);
 if (problems.length) {
   console.log(`layers: ${problems.length} problem(s)`);
   process.exit(1);
 }
-console.log(`layers: ${rank.size} modules in ${new Set(rank.values()).size} layers, no upward import, no cycle`);
+console.log(
+  `layers: ${rank.size} modules in ${new Set(rank.values()).size} layers, no upward import, no cycle between modules or between the files of one`,
+);

@@ -366,8 +366,9 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
         None => None,
     };
     let cache = Env::from_process().cache_dir();
-    let all =
-        stats::all_time(&dir, Some(&cache)).with_context(|| format!("cannot list state files in {}", dir.display()))?;
+    let all = stats::AllTimeCache::default()
+        .all_time(&dir, Some(&cache))
+        .with_context(|| format!("cannot list state files in {}", dir.display()))?;
     for c in &all.corrupt {
         tracing::warn!("{}: {}; counted as nothing", c.file.display(), c.reason);
     }

@@ -114,8 +114,6 @@ pub struct Inputs {
     pub tail: u64,
     /// Tokens the pending rewrites remove.
     pub pending: u64,
-    /// Requests this session has sent so far.
-    pub requests: u32,
     /// Requests since the cache was last cold (an idle gap, a restart), this one included.
     pub warm: u32,
     /// Seconds since the session's previous request, if there was one.
@@ -214,7 +212,7 @@ pub const UNSURE_SHARE: f64 = 0.5;
 pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Trigger)> {
     let total: u64 = pending.iter().map(|p| p.tokens).sum();
     let first_tail = pending.first().map_or(0, |p| p.tail);
-    match decide(config, &Inputs { pending: total, tail: first_tail, ..*base }) {
+    match rewrite_trigger(config, &Inputs { pending: total, tail: first_tail, ..*base }) {
         Some(Trigger::Pays) | None => {}
         Some(other) => return Some((0, other)),
     }
@@ -331,8 +329,9 @@ pub fn list_pays(listed: u64, list: u64) -> bool {
     CACHE_READ * listed as f64 >= CACHE_WRITE * list as f64
 }
 
-/// The verdict: apply every pending rewrite now, or wait.
-pub fn decide(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
+/// The verdict on the pending rewrites as one: why they are applied on this request, or
+/// `None` when they wait.
+pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     if inputs.pending == 0 {
         return None;
     }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::page::esc;
+use super::esc;
 use crate::format;
 
 const WIDTH: f64 = 720.0;

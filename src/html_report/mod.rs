@@ -85,7 +85,7 @@ pub enum Source {
 /// Reads the data dir for the report.
 pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
     let cache = inputs.env.cache_dir();
-    let all = stats::all_time(inputs.state_dir, Some(&cache))?;
+    let all = stats::AllTimeCache::default().all_time(inputs.state_dir, Some(&cache))?;
     let mut sessions: Vec<SessionView> = Vec::new();
     let mut strategies: Vec<StrategyRow> =
         Strategy::ALL.iter().map(|s| StrategyRow { name: s.name(), pruned: 0, in_force: 0, tools: 0 }).collect();
@@ -161,7 +161,8 @@ fn replayed(data: &DataDir, config: &Config, id: &str) -> Option<Vec<Point>> {
     let loaded = data.load(id).ok()?;
     let info = &loaded.info;
     let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
-    let session = replay::Session { id, parent_id: info.parent_id.as_deref(), directory, messages: &loaded.messages };
+    let session =
+        replay::RecordedSession { id, parent_id: info.parent_id.as_deref(), directory, messages: &loaded.messages };
     let options = Options {
         modes: Vec::new(),
         ttl: replay::cost::Ttl::Seconds(300),
@@ -232,4 +233,21 @@ pub fn open(file: &Path) -> Opened {
         Ok(_) => Opened::Opened,
         Err(_) => Opened::NoDesktop,
     }
+}
+
+/// `text` with what HTML would read as markup escaped.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::charts::{self, Axes, Bar, Marker, Series};
-use super::{Report, SessionView, Source};
+use super::{esc, Report, SessionView, Source};
 use crate::format;
 use crate::state::savings::Mark;
 use crate::stats::Figures;
@@ -42,23 +42,6 @@ th:first-child, td:first-child { text-align: left; }
 .k-without { color: var(--without); } .k-with, .k-kept { color: var(--with); } .k-saved { color: var(--saved); }
 .k-rewrite { color: var(--rewrite); } .k-compaction { color: var(--compaction); }
 "#;
-
-/// `text` with what HTML would read as markup escaped.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// The whole page.
 pub fn page(r: &Report) -> String {

@@ -8,42 +8,34 @@ fn batched() -> Rewrite {
 
 #[test]
 fn a_small_prune_deep_in_a_long_prompt_waits() {
-    let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, requests: 3, warm: 3, ..Inputs::default() };
-    assert_eq!(decide(&batched(), &i), None);
+    let i = Inputs { context: 50_000, tail: 40_000, pending: 2_000, warm: 3, ..Inputs::default() };
+    assert_eq!(rewrite_trigger(&batched(), &i), None);
 }
 
 #[test]
 fn a_prune_near_the_tail_applies_at_once() {
     // Little to re-bill: it pays on this very request, whatever the horizon.
-    let i = Inputs { context: 50_000, tail: 5_000, pending: 4_800, requests: 2, warm: 1, ..Inputs::default() };
+    let i = Inputs { context: 50_000, tail: 5_000, pending: 4_800, warm: 1, ..Inputs::default() };
     assert_eq!(horizon(&batched(), &i), 0.0);
-    assert_eq!(decide(&batched(), &i), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&batched(), &i), Some(Trigger::Pays));
 }
 
 #[test]
 fn a_deep_prune_pays_only_within_half_the_warm_run() {
-    let deep = Inputs {
-        context: 50_000,
-        tail: 10_000,
-        pending: 6_000,
-        requests: 42,
-        warm: 4,
-        banked: 5_000.0,
-        ..Inputs::default()
-    };
+    let deep = Inputs { context: 50_000, tail: 10_000, pending: 6_000, warm: 4, banked: 5_000.0, ..Inputs::default() };
     // Two requests since the cache was last cold: it would need seven to pay back.
     assert_eq!(horizon(&batched(), &deep), 2.0);
-    assert_eq!(decide(&batched(), &deep), None);
+    assert_eq!(rewrite_trigger(&batched(), &deep), None);
     let long = Inputs { warm: 16, ..deep };
     assert_eq!(horizon(&batched(), &long), 8.0);
-    assert_eq!(decide(&batched(), &long), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&batched(), &long), Some(Trigger::Pays));
     // However long the warm run, savings are counted `maxHorizon` ahead at most: 2,000 tokens
     // would pay for this tail over 200 requests, not over 30.
     let longer = Inputs { warm: 400, pending: 2_000, banked: 1e9, ..deep };
     assert_eq!(horizon(&batched(), &longer), f64::from(batched().max_horizon));
-    assert_eq!(decide(&batched(), &longer), None);
+    assert_eq!(rewrite_trigger(&batched(), &longer), None);
     let uncapped = Rewrite { max_horizon: 200, ..batched() };
-    assert_eq!(decide(&uncapped, &longer), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&uncapped, &longer), Some(Trigger::Pays));
 }
 
 #[test]
@@ -52,27 +44,27 @@ fn a_batch_deep_in_a_long_continuous_run_pays_over_half_the_run_not_eight_reques
     // re-bills. It costs 1.15 x 36,000 - 1.25 x 20,000 = 16,400 at once and saves 2,000 on
     // every later request: it pays back in 9 requests, well inside the 20 that half the run
     // promises, and it is within the loss bound of what the run has cost so far.
-    let run = Inputs { context: 46_000, tail: 36_000, pending: 20_000, requests: 40, warm: 40, ..Inputs::default() };
+    let run = Inputs { context: 46_000, tail: 36_000, pending: 20_000, warm: 40, ..Inputs::default() };
     let run = Inputs { baseline: 16_400.0 / batched().loss_bound, ..run };
     assert_eq!(horizon(&batched(), &run), 20.0);
-    assert_eq!(decide(&batched(), &run), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&batched(), &run), Some(Trigger::Pays));
     // Counted eight requests ahead, it would not pay: the run would carry those tokens to its end.
     let eight = Rewrite { max_horizon: 8, ..batched() };
-    assert_eq!(decide(&eight, &run), None);
+    assert_eq!(rewrite_trigger(&eight, &run), None);
     // Early in the run, the evidence is too thin for the same batch.
-    let early = Inputs { warm: 10, requests: 10, ..run };
-    assert_eq!(decide(&batched(), &early), None);
+    let early = Inputs { warm: 10, ..run };
+    assert_eq!(rewrite_trigger(&batched(), &early), None);
 }
 
 #[test]
 fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
     // It would pay back within the horizon, but if the session ended right after it, it
     // would cost 6,000 more than it saved, and nothing is banked yet.
-    let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, requests: 30, warm: 30, ..Inputs::default() };
+    let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, warm: 30, ..Inputs::default() };
     assert!((rewrite_extra(9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
-    assert_eq!(decide(&batched(), &i), None);
+    assert_eq!(rewrite_trigger(&batched(), &i), None);
     let banked = Inputs { banked: 6_000.0, ..i };
-    assert_eq!(decide(&batched(), &banked), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&batched(), &banked), Some(Trigger::Pays));
 }
 
 #[test]
@@ -88,7 +80,7 @@ fn the_balance_counts_savings_rewrites_and_dcps_own_additions() {
 
 #[test]
 fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
-    let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 5_000.0, ..Inputs::default() };
+    let base = Inputs { context: 50_000, warm: 10, banked: 5_000.0, ..Inputs::default() };
     // An old small prune (its tail is almost the whole prompt), then a big recent one.
     let pending = [
         Pending { tokens: 300, tail: 45_000, ..Pending::default() },
@@ -108,7 +100,7 @@ fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
 
 #[test]
 fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
-    let base = Inputs { context: 50_000, requests: 10, warm: 10, banked: 6_000.0, ..Inputs::default() };
+    let base = Inputs { context: 50_000, warm: 10, banked: 6_000.0, ..Inputs::default() };
     let deep = Pending { tokens: 10_000, tail: 20_000, ..Pending::default() };
     let rider = Pending { tokens: 4_000, tail: 6_000, rider: true, unsure: false };
     // Alone, the deep masking does not pay back; with the rider inside its tail it does.
@@ -127,7 +119,7 @@ fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
 fn an_unsure_rewrite_counts_at_half_its_size() {
     // Nothing banked: a rewrite goes only if it costs nothing extra on its own request,
     // removing at least 1.15 / 1.25 of the tail it re-bills.
-    let base = Inputs { context: 20_000, requests: 11, warm: 1, ..Inputs::default() };
+    let base = Inputs { context: 20_000, warm: 1, ..Inputs::default() };
     let output = Pending { tokens: 800, tail: 1_000, ..Pending::default() };
     let input = Pending { tokens: 150, tail: 600, rider: false, unsure: true };
     assert_eq!(choose(&batched(), &base, &[output]), None);
@@ -149,7 +141,7 @@ fn an_unsure_rewrite_counts_at_half_its_size() {
 
 #[test]
 fn a_rewrite_that_does_not_pay_back_may_spend_half_the_bank_on_a_smaller_context() {
-    let base = Inputs { context: 50_000, requests: 40, warm: 4, banked: 4_000.0, ..Inputs::default() };
+    let base = Inputs { context: 50_000, warm: 4, banked: 4_000.0, ..Inputs::default() };
     // Deep in the prompt: 2,000 of a tail of 40,000 never pays back within two requests.
     let deep = Pending { tokens: 2_000, tail: 40_000, ..Pending::default() };
     let extra = rewrite_extra(2_000.0, 40_000.0);
@@ -187,7 +179,7 @@ fn the_tools_are_offered_once_the_bank_covers_them() {
 fn a_rewrite_may_cost_up_to_the_loss_bound_of_what_the_session_cost_so_far() {
     // Nothing banked, half the tail removed near the end of a long warm run: it pays back
     // within the horizon, and costs 1.15 x 10,000 - 1.25 x 6,000 = 4,000 at once.
-    let base = Inputs { context: 40_000, requests: 30, warm: 30, ..Inputs::default() };
+    let base = Inputs { context: 40_000, warm: 30, ..Inputs::default() };
     let batch = [Pending { tokens: 6_000, tail: 10_000, ..Pending::default() }];
     assert_eq!(choose(&batched(), &base, &batch), None, "a session that cost nothing yet may lose nothing");
     let loss = batched().loss_bound;
@@ -208,7 +200,7 @@ fn a_rewrite_may_cost_up_to_the_loss_bound_of_what_the_session_cost_so_far() {
 
 #[test]
 fn a_rewrite_that_costs_nothing_extra_goes_whatever_the_balance() {
-    let base = Inputs { context: 40_000, requests: 5, warm: 5, banked: -5_000.0, ..Inputs::default() };
+    let base = Inputs { context: 40_000, warm: 5, banked: -5_000.0, ..Inputs::default() };
     let free = [Pending { tokens: 9_500, tail: 10_000, ..Pending::default() }];
     assert_eq!(choose(&batched(), &base, &free), Some((0, Trigger::Pays)));
 }
@@ -261,8 +253,7 @@ fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
                 .map(|&i| Pending { tokens: items[i].0, tail: tail(i, &items), ..Pending::default() })
                 .collect();
             let context = tail(0, &items);
-            let base =
-                Inputs { context, requests: step as u32, warm: step as u32, banked, baseline, ..Inputs::default() };
+            let base = Inputs { context, warm: step as u32, banked, baseline, ..Inputs::default() };
             let mut request = Request { in_force, ..Request::default() };
             if let Some((cut, _)) = choose(&config, &base, &pending) {
                 request.applied = pending[cut..].iter().map(|p| p.tokens).sum();
@@ -290,20 +281,13 @@ fn the_prunable_list_goes_only_when_what_it_names_is_worth_more_than_the_list() 
 
 #[test]
 fn pressure_cold_cache_and_immediate_mode_apply() {
-    let i = Inputs {
-        context: 90_000,
-        tail: 80_000,
-        pending: 100,
-        requests: 3,
-        context_limit: Some(128_000),
-        ..Inputs::default()
-    };
-    assert_eq!(decide(&batched(), &i), Some(Trigger::Pressure));
+    let i = Inputs { context: 90_000, tail: 80_000, pending: 100, context_limit: Some(128_000), ..Inputs::default() };
+    assert_eq!(rewrite_trigger(&batched(), &i), Some(Trigger::Pressure));
     let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
-    assert_eq!(decide(&batched(), &cold), Some(Trigger::ColdCache));
+    assert_eq!(rewrite_trigger(&batched(), &cold), Some(Trigger::ColdCache));
     let warm = Inputs { idle_seconds: Some(30), ..cold };
-    assert_eq!(decide(&batched(), &warm), None);
+    assert_eq!(rewrite_trigger(&batched(), &warm), None);
     let immediate = Rewrite { mode: RewriteMode::Immediate, ..batched() };
-    assert_eq!(decide(&immediate, &warm), Some(Trigger::Immediate));
-    assert_eq!(decide(&immediate, &Inputs::default()), None, "nothing pending");
+    assert_eq!(rewrite_trigger(&immediate, &warm), Some(Trigger::Immediate));
+    assert_eq!(rewrite_trigger(&immediate, &Inputs::default()), None, "nothing pending");
 }

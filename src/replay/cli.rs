@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result};
 
 use super::cost::Ttl;
 use super::report::{self, Header, Row};
-use super::{Mode, Options, Session, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
+use super::{Mode, Options, RecordedSession, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::host::{DataDir, SessionInfo};
@@ -167,7 +167,8 @@ fn replay_one(job: &Job<'_>, info: &SessionInfo) -> Result<SessionReplay> {
     }
     let messages: Vec<Message> = loaded.messages;
     let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
-    let session = Session { id: &info.id, parent_id: info.parent_id.as_deref(), directory, messages: &messages };
+    let session =
+        RecordedSession { id: &info.id, parent_id: info.parent_id.as_deref(), directory, messages: &messages };
     let replayed = super::replay(&session, job.options)?;
     if let Some(dir) = job.requests {
         let sent = super::requests(&session, Mode::Dcp, job.options)?;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::pieces::Edit;
-use super::steps::{AgentCall, Request, Timeline};
+use super::steps::{AgentCall, RecordedRequest, Timeline};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::sidecar::{Options, Server};
@@ -160,13 +160,13 @@ impl Engine {
     }
 
     /// A user turn starts before request `r`: whether its requests carry dcp's head.
-    pub fn turn(&mut self, r: &Request) -> Result<bool, EngineError> {
+    pub fn turn(&mut self, r: &RecordedRequest) -> Result<bool, EngineError> {
         let params = json!({"sessionID": self.session_id, "parentID": self.parent_id, "now": r.time});
         Ok(self.call("turn", params)?["offer"] == Value::Bool(true))
     }
 
     /// Sends request `r`'s history and returns the engine's answer.
-    pub fn transform(&mut self, timeline: &Timeline, r: &Request) -> Result<Answer<'_>, EngineError> {
+    pub fn transform(&mut self, timeline: &Timeline, r: &RecordedRequest) -> Result<Answer<'_>, EngineError> {
         let range = timeline.range(r);
         let now: Vec<(String, usize)> =
             range.clone().map(|i| (timeline.messages()[i].id().to_string(), timeline.version(i, r.time))).collect();

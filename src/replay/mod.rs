@@ -30,7 +30,7 @@ use self::cost::{Bill, Meter, Piece, Totals, Ttl};
 use self::engine::{Engine, EngineError, Setup};
 use self::misses::{Index, Miss, Misses};
 use self::pieces::{Edit, Pieces};
-use self::steps::{AgentTools, Recorded, Request, Timeline};
+use self::steps::{AgentTools, Recorded, RecordedRequest, Timeline};
 use crate::config::{Config, RewriteMode};
 use crate::session::Message;
 use crate::state::Strategy;
@@ -121,7 +121,7 @@ pub struct Options {
 }
 
 /// A session to replay.
-pub struct Session<'a> {
+pub struct RecordedSession<'a> {
     pub id: &'a str,
     pub parent_id: Option<&'a str>,
     /// The session's project dir (`session.directory`), when known.
@@ -177,7 +177,7 @@ pub struct SessionReplay {
 }
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
-pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
+pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
     let pieces = Pieces::new(TokenCounter::new(options.estimator));
     let mut shared = Shared { pieces, index: Index::new(session.messages) };
     let mut modes = vec![Mode::None, Mode::Dcp];
@@ -204,7 +204,7 @@ pub fn replay(session: &Session<'_>, options: &Options) -> Result<SessionReplay,
 /// What a run hands its visitor for each request.
 pub struct Step<'a> {
     pub timeline: &'a Timeline,
-    pub request: &'a Request,
+    pub request: &'a RecordedRequest,
     /// The engine's edits of the history (none without an engine).
     pub edits: &'a [Edit],
     /// Compressed ranges: history positions `from..=to` replaced by one message.
@@ -222,7 +222,7 @@ pub struct Step<'a> {
 /// engine adds to the system prompt and tool definitions, and the agent calls' outcome
 /// (replayed, answered as recorded).
 fn drive(
-    session: &Session<'_>,
+    session: &RecordedSession<'_>,
     mode: Mode,
     options: &Options,
     mut visit: impl FnMut(&Step<'_>),
@@ -290,7 +290,7 @@ fn visit_plain(timeline: &Timeline, mut visit: impl FnMut(&Step<'_>)) {
 
 /// Whether `request` starts a user turn, after the request that produced message `after`:
 /// OpenCode decides a turn's tools when the user's message is created (see `Engine::turn`).
-fn turn_starts(timeline: &Timeline, after: Option<usize>, request: &Request) -> bool {
+fn turn_starts(timeline: &Timeline, after: Option<usize>, request: &RecordedRequest) -> bool {
     let since = after.map_or(0, |m| m + 1);
     after.is_none() || timeline.messages()[since..request.message].iter().any(crate::strategies::masking::is_prompt)
 }
@@ -326,7 +326,7 @@ struct Shared {
     index: Index,
 }
 
-fn run(session: &Session<'_>, mode: Mode, options: &Options, shared: &mut Shared) -> Result<Run, EngineError> {
+fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mut Shared) -> Result<Run, EngineError> {
     let Shared { pieces, index } = shared;
     let mut meter = Meter::new(options.ttl);
     let mut per_request = Vec::new();
@@ -379,7 +379,7 @@ pub struct SentRequest {
 
 /// The requests of `session` in `mode` as the model would have received them: each
 /// request's history with the engine's edits applied, then what it appended.
-pub fn requests(session: &Session<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
+pub fn requests(session: &RecordedSession<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
     let mut out = Vec::new();
     drive(session, mode, options, |step| {
         let mut by_message = edits_by_message(step.edits);

@@ -65,7 +65,7 @@ pub struct AgentCall {
 
 /// One model request of the session.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct RecordedRequest {
     /// The assistant message the request produced, by index in the timeline's messages.
     pub message: usize,
     /// When the request was sent: the assistant message's `time.created`, in ms.
@@ -90,7 +90,7 @@ pub struct Timeline {
     messages: Vec<Message>,
     /// By message: the parts OpenCode cleared, and when.
     cleared: Vec<Vec<(usize, i64)>>,
-    requests: Vec<Request>,
+    requests: Vec<RecordedRequest>,
 }
 
 impl Timeline {
@@ -109,7 +109,7 @@ impl Timeline {
             if m.role() != Role::Assistant || m.is_compaction_summary() {
                 continue;
             }
-            requests.push(Request {
+            requests.push(RecordedRequest {
                 message: i,
                 time: m.time_created(),
                 recorded: Recorded::of(&m.info),
@@ -120,7 +120,7 @@ impl Timeline {
         Timeline { messages, cleared, requests }
     }
 
-    pub fn requests(&self) -> &[Request] {
+    pub fn requests(&self) -> &[RecordedRequest] {
         &self.requests
     }
 
@@ -129,7 +129,7 @@ impl Timeline {
     }
 
     /// The messages request `r` carried.
-    pub fn range(&self, r: &Request) -> Range<usize> {
+    pub fn range(&self, r: &RecordedRequest) -> Range<usize> {
         r.start..r.message
     }
 

@@ -75,7 +75,8 @@ impl Server {
         let slot = self.store.slot(sid).map_err(internal)?;
         let mut session = crate::stats::session(sid, &slot.state);
         session.title = session.title.or(title);
-        let all = crate::stats::all_time(self.store.dir(), Some(&self.options.env.cache_dir())).map_err(internal)?;
+        let cache_dir = self.options.env.cache_dir();
+        let all = self.all_time.all_time(self.store.dir(), Some(&cache_dir)).map_err(internal)?;
         Ok(crate::report::stats(Some(&session), &all))
     }
 

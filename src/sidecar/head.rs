@@ -10,7 +10,7 @@
 //! sets the message's `tools` map to leave dcp's out.
 
 use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
-use super::{now_ms, validate_session_id, Server, Session};
+use super::{now_ms, validate_session_id, LiveSession, Server};
 use crate::config::Offer;
 use crate::policy;
 use crate::state::Ledger;
@@ -19,7 +19,7 @@ use crate::texts;
 use crate::tokens::TokenCounter;
 
 /// Whether `session`'s requests carry dcp's head now.
-pub(super) fn offered(rules: &Rules, session: &Session) -> bool {
+pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
     any && (tools.settings.offer == Offer::Always || session.ledger.offered)
@@ -36,7 +36,7 @@ impl Server {
             // No session to judge by: as before there were sessions without the head.
             None => offered(
                 &self.rules,
-                &Session { ledger: Ledger { offered: true, ..Ledger::default() }, ..Session::default() },
+                &LiveSession { ledger: Ledger { offered: true, ..Ledger::default() }, ..LiveSession::default() },
             ),
         };
         if !self.rules.config().enabled || !offered {
@@ -73,7 +73,7 @@ impl Server {
         Ok(TurnAnswer { offer })
     }
 
-    fn offer_when_paid(&mut self, session: &mut Session, sid: &str, now: i64) -> bool {
+    fn offer_when_paid(&mut self, session: &mut LiveSession, sid: &str, now: i64) -> bool {
         let rewrite = &self.rules.config().rewrite;
         let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         let Ok(slot) = self.store.slot(sid) else { return false };

@@ -1,11 +1,11 @@
 //! `dcp serve`: the long-lived sidecar the OpenCode plugin talks to.
 //!
 //! One sidecar serves every session of one OpenCode process; each session has its own
-//! state (through the [`SessionStore`]) and a [`Session`] here: its mirror of the history, its
-//! index of tool calls, the policy's ledger, what the plugin holds of its edits and when it
-//! was last saved. The
-//! line between the two: what the state file keeps, and saving it, is the store's `Slot`
-//! (the CLI uses it too); what only a live request needs is the `Session`.
+//! state (through the [`SessionStore`]) and a [`LiveSession`] here: its mirror of the
+//! history, its index of tool calls, the policy's ledger, what the plugin holds of its edits
+//! and when it was last saved. The line between the two: what the state file keeps, and
+//! saving it, is the store's `Slot` (the CLI uses it too); what only a live request needs is
+//! the `LiveSession`.
 //! Requests are handled one at a time on one thread: they are short and CPU-bound. State
 //! files are saved by the [`Saver`] task, off the request path. Nothing is ever written to
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
@@ -48,6 +48,7 @@ use crate::session::{str_field, Node};
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
 use crate::state::Ledger;
+use crate::stats::AllTimeCache;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
@@ -66,7 +67,7 @@ pub struct Options {
 
 /// What the sidecar keeps about a live session besides its state.
 #[derive(Debug, Default)]
-struct Session {
+struct LiveSession {
     mirror: Mirror,
     /// The session's tool calls, as the strategies and the prunable list need them.
     index: Index,
@@ -97,7 +98,7 @@ struct Session {
     savings: savings::Meter,
 }
 
-impl Session {
+impl LiveSession {
     /// Whether messages are left whose outputs were not counted ahead.
     fn uncounted(&self) -> bool {
         self.precounted < self.mirror.messages().len()
@@ -109,11 +110,14 @@ pub struct Server {
     options: Options,
     rules: Rules,
     store: SessionStore,
-    sessions: HashMap<String, Session>,
+    sessions: HashMap<String, LiveSession>,
     saver: Option<Saver>,
     shutting_down: bool,
     /// Tokens dcp adds at the head of every request, once counted.
     head: Option<u64>,
+    /// What `/dcp stats` knows of the state dir, so that a repeated report reads only what
+    /// changed.
+    all_time: AllTimeCache,
 }
 
 fn now_ms() -> i64 {
@@ -151,7 +155,16 @@ impl Server {
     pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
-        Ok(Server { options, rules, store, sessions: HashMap::new(), saver, shutting_down: false, head: None })
+        Ok(Server {
+            options,
+            rules,
+            store,
+            sessions: HashMap::new(),
+            saver,
+            shutting_down: false,
+            head: None,
+            all_time: AllTimeCache::default(),
+        })
     }
 
     pub fn shutting_down(&self) -> bool {
@@ -266,17 +279,17 @@ impl Server {
         })
     }
 
-    /// Runs `f` on session `sid`'s [`Session`], created on first sight, with the rest of the
+    /// Runs `f` on session `sid`'s [`LiveSession`], created on first sight, with the rest of the
     /// server at hand. The session is out of the map while `f` runs: `f` must not look it up
     /// again (as [`Server::save_now`] does); what it needs of it, it is handed.
-    fn with_session<T>(&mut self, sid: &str, f: impl FnOnce(&mut Server, &mut Session) -> T) -> T {
+    fn with_session<T>(&mut self, sid: &str, f: impl FnOnce(&mut Server, &mut LiveSession) -> T) -> T {
         let mut session = self.sessions.remove(sid).unwrap_or_default();
         let out = f(self, &mut session);
         self.sessions.insert(sid.to_string(), session);
         out
     }
 
-    /// Takes session `sid`'s mirror out of its [`Session`], so that its history can be
+    /// Takes session `sid`'s mirror out of its [`LiveSession`], so that its history can be
     /// borrowed while the rest of the server is used: a long history is not copied for a
     /// tool call or a command. [`Server::put_mirror`] puts it back.
     fn take_mirror(&mut self, sid: &str) -> Mirror {
@@ -290,7 +303,7 @@ impl Server {
     }
 
     /// Looks up a session's title and parent in `opencode.db`, once.
-    fn look_up_session(&self, session: &mut Session, session_id: &str) {
+    fn look_up_session(&self, session: &mut LiveSession, session_id: &str) {
         // Once when first seen; while OpenCode has not titled the session yet, again every 16
         // requests. Not on every request: this is the request path.
         let untitled = session.title.as_deref().is_none_or(|t| t.starts_with("New session"));
@@ -309,7 +322,7 @@ impl Server {
 
     /// Picks up the policy's ledger where the session's state file left it, once per process:
     /// a restarted sidecar goes on with the same warm run and balance.
-    fn resume_ledger(&mut self, session: &mut Session, sid: &str) {
+    fn resume_ledger(&mut self, session: &mut LiveSession, sid: &str) {
         if session.ledger.last_request.is_some() || self.skips(Some(session)) {
             return;
         }
@@ -319,7 +332,7 @@ impl Server {
     }
 
     /// Whether dcp leaves the session alone: disabled, or a subagent's session.
-    fn skips(&self, session: Option<&Session>) -> bool {
+    fn skips(&self, session: Option<&LiveSession>) -> bool {
         !self.rules.config().enabled
             || (!self.rules.config().prune_subagents && session.and_then(|s| s.parent) == Some(true))
     }
@@ -342,7 +355,7 @@ impl Server {
 
     /// Saves session `sid` after a request: at once, or when [`SaveTiming::defer`] says so,
     /// at [`Server::save_due`].
-    fn save(&mut self, session: &mut Session, sid: &str) {
+    fn save(&mut self, session: &mut LiveSession, sid: &str) {
         if self.saver.is_some() && session.saves.defer() {
             return;
         }
@@ -357,7 +370,7 @@ impl Server {
 
     /// Whether [`Server::precount`] has outputs left to count.
     pub fn has_precount(&self) -> bool {
-        self.sessions.values().any(Session::uncounted)
+        self.sessions.values().any(LiveSession::uncounted)
     }
 
     /// Counts the tokens of the big strings (tool outputs, big inputs) of the parts that

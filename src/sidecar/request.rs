@@ -7,7 +7,7 @@
 
 use super::head;
 use super::mirror::Mirror;
-use super::{Server, Session};
+use super::{LiveSession, Server};
 use crate::state::persist::StateError;
 use crate::state::store::Slot;
 use crate::strategies::Rules;
@@ -17,8 +17,6 @@ use crate::strategies::Rules;
 pub(super) struct RequestFacts {
     /// The number of the last answer whose edits the plugin holds.
     pub have: Option<u64>,
-    /// The session's requests in this process, this one included.
-    pub requests: u32,
     /// Requests since the cache was last cold, this one included.
     pub warm: u32,
     /// The gap since the session's last request, if dcp saw one.
@@ -39,7 +37,6 @@ impl RequestFacts {
         let cold_after = rules.config().rewrite.cold_cache_seconds;
         RequestFacts {
             have: None,
-            requests: 0,
             warm: 0,
             idle_seconds,
             context_limit: None,
@@ -55,7 +52,7 @@ pub(super) struct RequestContext<'a> {
     /// The project dir, for the paths the prunable list shortens.
     pub project: Option<&'a str>,
     pub sid: &'a str,
-    pub session: &'a mut Session,
+    pub session: &'a mut LiveSession,
     pub slot: &'a mut Slot,
     pub mirror: &'a Mirror,
     pub facts: RequestFacts,
@@ -79,7 +76,7 @@ impl Server {
     /// The context of a request of session `sid`, its state loaded if it was not yet.
     pub(super) fn request_context<'a>(
         &'a mut self,
-        session: &'a mut Session,
+        session: &'a mut LiveSession,
         sid: &'a str,
         mirror: &'a Mirror,
         facts: RequestFacts,

@@ -12,7 +12,7 @@ use super::protocol::Transformed;
 use super::request::RequestContext;
 use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::session::{str_field, Message};
-use crate::state::savings::{Mark, Request};
+use crate::state::savings::{Mark, RequestFigures};
 use crate::state::store::Slot;
 use crate::strategies::compress::{self, Span};
 use crate::strategies::incremental::Index;
@@ -66,7 +66,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         (false, true) => Mark::Rewrite,
         (false, false) => Mark::None,
     };
-    let request = Request {
+    let request = RequestFigures {
         time: session.ledger.last_request.unwrap_or_default(),
         without: history + OPENCODE_OVERHEAD,
         removed: in_force,

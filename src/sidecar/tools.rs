@@ -94,7 +94,7 @@ impl Server {
         let sid = &p.session_id;
         let (topic, ranges) = compress::ranges_from_args(&p.args);
         let slot = self.store.slot(sid).map_err(internal)?;
-        let request = compress::Request {
+        let request = compress::CompressCall {
             session_id: sid,
             topic: &topic,
             message_id: p.message_id.as_deref(),

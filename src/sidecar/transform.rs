@@ -15,7 +15,7 @@ use super::protocol::{
 };
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
-use super::{internal, masking_candidates, now_ms, savings, validate_session_id, Server, Session};
+use super::{internal, masking_candidates, now_ms, savings, validate_session_id, LiveSession, Server};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -51,7 +51,7 @@ impl Server {
         self.with_session(&sid, |server, session| server.transform_session(session, p))
     }
 
-    fn transform_session(&mut self, session: &mut Session, p: TransformParams) -> Result<Transformed, RpcError> {
+    fn transform_session(&mut self, session: &mut LiveSession, p: TransformParams) -> Result<Transformed, RpcError> {
         let sid = p.session_id;
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
@@ -72,7 +72,7 @@ impl Server {
             session.ledger.warm = 0;
         }
         session.ledger.warm += 1;
-        (facts.have, facts.requests, facts.warm) = (p.have, session.requests, session.ledger.warm);
+        (facts.have, facts.warm) = (p.have, session.ledger.warm);
         facts.context_limit = p.context_limit;
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
@@ -97,7 +97,7 @@ impl Server {
     /// The summariser sees the history as the model does, but this is no request: no
     /// counting, no policy, no list. It is not the next request's history either, so the
     /// mirror is left as it is.
-    fn compaction(&mut self, session: &Session, sid: &str, wire: Vec<Node>) -> Result<Transformed, RpcError> {
+    fn compaction(&mut self, session: &LiveSession, sid: &str, wire: Vec<Node>) -> Result<Transformed, RpcError> {
         let mut scratch = Mirror::default();
         let messages = scratch.resolve(0, wire)?;
         if self.skips(Some(session)) {
@@ -123,7 +123,7 @@ impl Server {
     /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
     fn decide_request(
         &mut self,
-        session: &mut Session,
+        session: &mut LiveSession,
         sid: &str,
         mirror: &Mirror,
         facts: RequestFacts,
@@ -200,7 +200,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
-fn count_unpruned(session: &mut Session, mirror: &Mirror, facts: &RequestFacts) {
+fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
     let unpruned = mirror.sizes().iter().sum();
     session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
@@ -208,7 +208,7 @@ fn count_unpruned(session: &mut Session, mirror: &Mirror, facts: &RequestFacts) 
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
-fn charge(session: &mut Session, request: &policy::Request) {
+fn charge(session: &mut LiveSession, request: &policy::Request) {
     session.ledger.banked += policy::balance(request);
     session.added += policy::additions(request);
 }
@@ -261,8 +261,7 @@ enum Target {
 }
 
 /// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
-/// calls and ranges whose rewrites it applied, or `None` when it waits. Each assistant
-/// message in the history was one request, so the session's request count survives restarts.
+/// calls and ranges whose rewrites it applied, or `None` when it waits.
 fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let mirror = cx.mirror;
     let tails = tails(mirror.sizes());
@@ -286,12 +285,10 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
-    let requests = request.requests.max(index.current() + 1);
     let base = policy::Inputs {
         context: tails[0],
         tail: 0,
         pending: 0,
-        requests,
         warm: request.warm,
         idle_seconds: request.idle_seconds,
         context_limit: request.context_limit,

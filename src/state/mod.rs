@@ -178,8 +178,6 @@ pub struct SessionState {
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
     pub savings: savings::Savings,
-    /// The file's `lastUpdated`, as read.
-    pub last_updated: Option<String>,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
 }

@@ -96,7 +96,7 @@ impl Point {
 
 /// One request's figures, as the sidecar answers it, in tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Request {
+pub struct RequestFigures {
     pub time: i64,
     /// The request's size without dcp: the history as OpenCode sent it, and OpenCode's own
     /// system prompt and tools.
@@ -127,7 +127,7 @@ impl Savings {
     /// Adds one answered request. Its cost with and without dcp is the replay's prompt-cache
     /// model (`crate::replay::cost`): the prefix the last request shares with this one is read
     /// from the cache, the rest is written.
-    pub fn add(&mut self, r: &Request) {
+    pub fn add(&mut self, r: &RequestFigures) {
         self.requests += 1;
         self.kept_out_tokens += r.removed as i64 - r.added as i64;
         let with = (r.without + r.added).saturating_sub(r.removed);
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn a_request_without_pruning_in_force_saves_nothing_and_costs_what_dcp_added() {
         let mut s = Savings::default();
-        let r = Request {
+        let r = RequestFigures {
             time: 0,
             without: 1_000,
             removed: 0,
@@ -216,7 +216,7 @@ mod tests {
         assert!(s.cost_saved_share() < 0.0);
         // The next request reads the last one from the cache (but for what was appended after
         // its history) and writes what is new.
-        s.add(&Request { time: 1, without: 1_200, removed: 300, appended_before: 20, ..r });
+        s.add(&RequestFigures { time: 1, without: 1_200, removed: 300, appended_before: 20, ..r });
         assert_eq!(s.kept_out_tokens, 200);
         assert_eq!(s.cost_without, 1_250.0 + 100.0 + 250.0);
         // What was sent before is all cached: the 950 tokens sent now are inside it.

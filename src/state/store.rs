@@ -18,7 +18,7 @@
 //! needs (the state, its token counts, the journal, the stamps); the CLI uses it as the sidecar
 //! does. What only a live session in `dcp serve` needs (the mirror of the history, the index
 //! of tool calls, what the plugin holds of the edits, when its next save is due) is the
-//! sidecar's `Session`, keyed by the same id; the store never sees it.
+//! sidecar's `LiveSession`, keyed by the same id; the store never sees it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -172,8 +172,6 @@ pub struct Observation {
     pub first_seen: bool,
     /// A newer compaction appeared; the prune list was cleared.
     pub compacted: bool,
-    /// Another process had changed the state file; its changes were merged in.
-    pub external: bool,
 }
 
 /// Outcomes of finished saves, by session id, waiting for the store to take them in. The
@@ -355,46 +353,46 @@ impl SessionStore {
     /// Takes in what happened to session `id`'s file since the state was last synced: the
     /// outcome of this process's last save, or another process's write. While a save of
     /// this process is still in flight nothing is read: that save merges, and its outcome
-    /// is taken in next time. Returns whether another process's changes were merged in.
-    pub fn refresh(&mut self, id: &str) -> Result<bool, StateError> {
+    /// is taken in next time.
+    pub fn refresh(&mut self, id: &str) -> Result<(), StateError> {
         let path = persist::state_path(&self.dir, id)?;
         let mailbox = self.mailbox.clone();
         let (slot, loaded) = self.load(id)?;
         if loaded == Loaded::Now {
-            return Ok(false);
+            return Ok(());
         }
         if slot.absorbed < slot.handed {
             let Some(posted) = mailbox.take(id, slot.handed) else {
-                return Ok(false);
+                return Ok(());
             };
             slot.absorbed = slot.handed;
             slot.stamp = posted.stamp;
             let Some(merged) = posted.merged else {
-                return Ok(false);
+                return Ok(());
             };
             slot.state = persist::merge(merged, &slot.state, &slot.journal);
             slot.mark_rewrites_reset();
-            return Ok(true);
+            return Ok(());
         }
         let now = persist::stamp(&path);
         if now == slot.stamp || now.is_none() {
-            return Ok(false);
+            return Ok(());
         }
         slot.stamp = now;
         match persist::load_path(&path) {
             LoadOutcome::Loaded(disk) => {
                 slot.state = persist::merge(*disk, &slot.state, &slot.journal);
                 slot.mark_rewrites_reset();
-                Ok(true)
+                Ok(())
             }
-            LoadOutcome::Missing => Ok(false),
+            LoadOutcome::Missing => Ok(()),
             LoadOutcome::Corrupt { path, reason } => {
                 tracing::warn!(
                     "state file {} was changed by another process and is now corrupt ({reason}); it will be set aside, not overwritten",
                     path.display()
                 );
                 slot.mark_changed();
-                Ok(false)
+                Ok(())
             }
         }
     }
@@ -410,9 +408,9 @@ impl SessionStore {
     /// messages (0 if there is none).
     pub fn observe_newest(&mut self, id: &str, newest: i64) -> Result<Observation, StateError> {
         let first_seen = !self.slots.contains_key(id);
-        let external = self.refresh(id)?;
+        self.refresh(id)?;
         let slot = self.slot(id)?;
-        let mut seen = Observation { first_seen, compacted: false, external };
+        let mut seen = Observation { first_seen, compacted: false };
         let foreign = !slot.state.raw.contains_key("dcp");
         if first_seen && foreign && slot.state.last_compaction == 0 {
             // A file dcp did not write does not say which compaction it has seen: take the

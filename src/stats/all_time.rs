@@ -3,11 +3,13 @@
 //! Three things keep it fast, each a fallback for the next:
 //! - A file dcp wrote is read from its head (`stats` comes first, with `totalPrunedTools`),
 //!   in one read, once its last byte shows it whole. Other files are loaded in full.
-//! - Each file's summary is remembered by name, size and modification time: for the process,
-//!   and across processes in a cache file under dcp's cache dir. A report with a cache then
+//! - Each file's summary is remembered by name, size and modification time: for as long as
+//!   the caller keeps its [`AllTimeCache`] (the sidecar keeps one for its life), and across
+//!   processes in a cache file under dcp's cache dir. A report with a cache then
 //!   stats every file but reads only those that changed. The stats run on two threads.
-//! - A long-lived process watches the directory (see [`super::watch`]), so a repeated report
-//!   re-reads only the files named in the events since the last one, and stats nothing else.
+//! - An [`AllTimeCache`] kept from one report to the next watches the directory (see
+//!   [`super::watch`]), so a repeated report re-reads only the files named in the events since
+//!   the last one, and stats nothing else.
 //!
 //! The cache is a plain text file, `all-time-<hash of the dir>.tsv`, that names its dir and
 //! ends with a count line. One that does not parse, names another dir, or lacks its last line
@@ -53,14 +55,25 @@ struct Known {
     cache_read: bool,
 }
 
-static MEMO: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Known>>> = std::sync::Mutex::new(None);
+/// What the all-time reports made with it know of each state dir: every file's summary and
+/// the dir's watch. A report made with the same cache again reads only what changed; a new
+/// cache starts from the cache file, if there is one.
+#[derive(Default)]
+pub struct AllTimeCache {
+    dirs: std::collections::HashMap<PathBuf, Known>,
+}
 
-/// Sums every state file of `dir`. `cache_dir` is where dcp keeps its caches (see
-/// [`crate::host::paths::Env::cache_dir`]); without one, nothing is remembered across
-/// processes.
-pub fn all_time(dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime> {
-    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let known = memo.get_or_insert_with(Default::default).entry(dir.to_path_buf()).or_default();
+impl AllTimeCache {
+    /// Sums every state file of `dir`. `cache_dir` is where dcp keeps its caches (see
+    /// [`crate::host::paths::Env::cache_dir`]); without one, nothing is remembered across
+    /// processes.
+    pub fn all_time(&mut self, dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime> {
+        all_time(self.dirs.entry(dir.to_path_buf()).or_default(), dir, cache_dir)
+    }
+}
+
+/// [`AllTimeCache::all_time`], with what is known of `dir`.
+fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io::Result<AllTime> {
     let cache = cache_dir.and_then(|c| cache_path(c, dir));
     let changes = known.watch.as_mut().map_or(Changes::Unknown, Watch::changes);
     let changed = match changes {

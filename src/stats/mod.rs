@@ -9,12 +9,12 @@
 //! larger, since it survives compactions), and sessions counts the files whose savings are
 //! above 0. A corrupt file counts for nothing and is listed; it never stops the report.
 //!
-//! The all-time report must stay fast over thousands of files: [`all_time`] says how.
+//! The all-time report must stay fast over thousands of files: [`AllTimeCache`] says how.
 
 mod all_time;
 mod watch;
 
-pub use all_time::all_time;
+pub use all_time::AllTimeCache;
 
 use std::path::PathBuf;
 

@@ -225,7 +225,7 @@ pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
 
 /// What the agent's `compress` call is about, besides its ranges.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub struct CompressCall<'a> {
     pub session_id: &'a str,
     pub topic: &'a str,
     /// The assistant message and tool call of the `compress` call, when known.
@@ -261,7 +261,7 @@ fn parse_ref(raw: &str) -> Option<Named> {
 pub fn compress(
     messages: &[Message],
     state: &mut SessionState,
-    request: &Request<'_>,
+    request: &CompressCall<'_>,
     ranges: &[RangeRequest],
     counter: &mut TokenCounter,
 ) -> Outcome {
@@ -356,7 +356,7 @@ fn sent_tokens(messages: &[Message], state: &SessionState, counter: &TokenCounte
 fn make_block(
     messages: &[Message],
     state: &mut SessionState,
-    request: &Request<'_>,
+    request: &CompressCall<'_>,
     range: &RangeRequest,
     r: &Resolved,
     counter: &mut TokenCounter,

@@ -369,11 +369,6 @@ impl Index {
         Some((call.message, call.facts.part))
     }
 
-    /// The current model step: the number of assistant messages.
-    pub fn current(&self) -> u32 {
-        self.current
-    }
-
     /// How many tool calls the history holds.
     pub fn calls(&self) -> usize {
         self.calls.len()
@@ -416,7 +411,7 @@ impl Index {
             if state.pruned.contains_key(view.call_id) || !prunable::listable(&view, rules, listing, self.current) {
                 continue;
             }
-            let approx = prunable::approx_tokens(view.output());
+            let approx = super::approx_tokens(view.output());
             let line = prunable::item(&view, state, listing).line();
             self.listed.push(Listed { call: at, line, approx });
             self.text = None;

@@ -192,7 +192,7 @@ pub fn beyond_window(age: Age, rules: &Rules, window: Window) -> bool {
 /// take it, else nothing (a protected output stays whatever the budget).
 pub fn weight(call: &ToolCall<'_>, rules: &Rules) -> u64 {
     if eligible(call, rules) {
-        super::prunable::approx_tokens(call.output())
+        super::approx_tokens(call.output())
     } else {
         0
     }
@@ -300,7 +300,12 @@ fn age_of(history: &History<'_>, prompts: &[u32], i: usize, call: &ToolCall<'_>,
 /// Every call of `history` that masking would take now, ignoring when the rewrite pays: what
 /// `dcp context` shows. The sidecar keeps the same rule incrementally
 /// (`crate::strategies::incremental`) and leaves the timing to the policy.
-pub fn decide(history: &History<'_>, state: &SessionState, rules: &Rules, counter: &mut TokenCounter) -> Vec<Decision> {
+pub fn decide_over_history(
+    history: &History<'_>,
+    state: &SessionState,
+    rules: &Rules,
+    counter: &mut TokenCounter,
+) -> Vec<Decision> {
     if !rules.config().strategies.masking.enabled {
         return Vec::new();
     }

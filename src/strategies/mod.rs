@@ -200,7 +200,7 @@ pub fn automatic_one(
             supersede_writes::decide(history, state, rules, counter)
         }
         Strategy::PurgeErrors if s.purge_errors.enabled => purge_errors::decide(history, state, rules, counter),
-        Strategy::Masking if s.masking.enabled => masking::decide(history, state, rules, counter),
+        Strategy::Masking if s.masking.enabled => masking::decide_over_history(history, state, rules, counter),
         _ => Vec::new(),
     }
 }
@@ -305,4 +305,10 @@ pub fn pointer_mut<'a>(value: &'a mut Node, path: &[String]) -> Option<&'a mut N
 /// Whether a call has finished, one way or the other.
 fn finished(call: &ToolCall<'_>) -> bool {
     matches!(call.status, ToolStatus::Completed | ToolStatus::Error)
+}
+
+/// Tokens of an output, estimated as characters / 4: the list's threshold needs no more,
+/// and the tokenizer would cost the request path more than the rest of it.
+pub fn approx_tokens(output: Option<&str>) -> u64 {
+    output.map_or(0, |o| crate::session::slim::chars(o) as u64).div_ceil(4)
 }

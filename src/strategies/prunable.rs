@@ -6,7 +6,7 @@
 //! message at a time, with the same [`listable`] and [`item`]. [`crate::texts::prunable_list`]
 //! renders it.
 
-use super::{masking, pruned_ids, Rules};
+use super::{approx_tokens, masking, pruned_ids, Rules};
 use crate::session::{History, ToolCall, ToolStatus};
 use crate::state::SessionState;
 
@@ -60,12 +60,6 @@ pub fn listable(call: &ToolCall<'_>, rules: &Rules, listing: &Listing<'_>, curre
         && !rules.protects_file(call)
         && !rules.protects_turn(call, current)
         && (listing.min_tokens == 0 || approx_tokens(call.output()) >= listing.min_tokens)
-}
-
-/// Tokens of an output, estimated as characters / 4: the list's threshold needs no more,
-/// and the tokenizer would cost the request path more than the rest of it.
-pub fn approx_tokens(output: Option<&str>) -> u64 {
-    output.map_or(0, |o| crate::session::slim::chars(o) as u64).div_ceil(4)
 }
 
 /// The list entry of `call`, with its id (assigned now if it has none).

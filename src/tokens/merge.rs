@@ -135,6 +135,24 @@ mod tests {
         }
     }
 
+    /// Every token counts as one token in both tokenizers. The merges must reach it too, not
+    /// only the lookup [`count`] starts with: the heap merge (run here on every token of two
+    /// bytes or more, among them the 93 of 64 bytes or more that [`count`] gives it) relies on
+    /// ranks being unique per bytes.
+    #[test]
+    fn every_token_merges_to_one_token() {
+        let bpe = &bpe_openai::o200k_base().bpe;
+        let mut scratch = Vec::new();
+        for r in 0..vocab::len() as Rank {
+            let bytes = bpe.token_bytes(r);
+            assert_eq!(count(bytes, &mut scratch), 1, "rank {r}");
+            assert_eq!(bpe.count(bytes), 1, "rank {r}: bpe-openai");
+            if bytes.len() >= 2 {
+                assert_eq!(count_long(bytes), 1, "rank {r}: the heap merge");
+            }
+        }
+    }
+
     #[test]
     fn both_merges_agree() {
         let alphabets: [&[u8]; 4] = [b"ab", b"abc ", b"etaoinshrdlu", b"0123456789+/=ABCDEFabcdef"];

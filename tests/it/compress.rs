@@ -2,7 +2,7 @@
 
 use dcp::session::Message;
 use dcp::state::{persist, SessionState};
-use dcp::strategies::compress::{self, RangeRequest, Request};
+use dcp::strategies::compress::{self, CompressCall, RangeRequest};
 use dcp::tokens::{EstimatorChoice, TokenCounter};
 use serde_json::{json, Value};
 
@@ -27,8 +27,14 @@ fn range(start: &str, end: &str, summary: &str) -> RangeRequest {
     RangeRequest { start: start.into(), end: end.into(), summary: summary.into() }
 }
 
-fn request() -> Request<'static> {
-    Request { session_id: "ses_test", topic: "exploration", message_id: Some("msg_x"), call_id: Some("call_x"), now: 7 }
+fn request() -> CompressCall<'static> {
+    CompressCall {
+        session_id: "ses_test",
+        topic: "exploration",
+        message_id: Some("msg_x"),
+        call_id: Some("call_x"),
+        now: 7,
+    }
 }
 
 fn run(messages: &[Message], state: &mut SessionState, ranges: &[RangeRequest]) -> compress::Outcome {

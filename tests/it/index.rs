@@ -99,7 +99,7 @@ fn masks(index: &mut Index, messages: &[Message], side: &mut Side, rules: &Rules
 /// The same by the batch functions: masking's decisions, and the calls between the kept window
 /// and the narrower one that masking could take.
 fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<String>, Vec<String>) {
-    let decided = masking::decide(history, &side.state, rules, &mut side.counter);
+    let decided = masking::decide_over_history(history, &side.state, rules, &mut side.counter);
     let (kept, narrow) =
         (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
     let working = masking::working(&history.calls, rules);

@@ -3,7 +3,7 @@
 
 use dcp::config::Config;
 use dcp::context::measure;
-use dcp::replay::{self, cost::Ttl, Mode, Options, Session};
+use dcp::replay::{self, cost::Ttl, Mode, Options, RecordedSession};
 use dcp::session::{History, Message};
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{self, masking, Rules, ERROR_INPUT_PLACEHOLDER};
@@ -37,7 +37,10 @@ fn masked(messages: &[Message], config: &Config) -> Vec<String> {
     let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let history = History::new(messages);
-    masking::decide(&history, &SessionState::default(), &rules, &mut counter).into_iter().map(|d| d.call_id).collect()
+    masking::decide_over_history(&history, &SessionState::default(), &rules, &mut counter)
+        .into_iter()
+        .map(|d| d.call_id)
+        .collect()
 }
 
 #[test]
@@ -110,7 +113,8 @@ fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
     // The placeholder names the call and says it can be run again.
     let rules = Rules::new(config).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
-    let decisions = masking::decide(&History::new(&messages), &SessionState::default(), &rules, &mut counter);
+    let decisions =
+        masking::decide_over_history(&History::new(&messages), &SessionState::default(), &rules, &mut counter);
     let mut state = SessionState::default();
     for d in decisions {
         state.record(&d.call_id, d.record);
@@ -142,7 +146,7 @@ fn the_inputs_of_old_edits_and_writes_are_masked_beyond_the_window_and_never_for
     let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let mut state = SessionState::default();
-    for d in masking::decide(&History::new(&messages), &state, &rules, &mut counter) {
+    for d in masking::decide_over_history(&History::new(&messages), &state, &rules, &mut counter) {
         assert_eq!(d.record.action, Action::MaskInputs);
         state.record(&d.call_id, d.record);
     }
@@ -350,7 +354,7 @@ fn no_generated_session_loses_more_than_the_loss_bound() {
         for i in 0..12 {
             let steps = rng.range(8, 120);
             let messages = generated(&mut rng, steps);
-            let session = Session { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+            let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
             let replayed = replay::replay(&session, &options).unwrap();
             let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
             let ratio = cost(Mode::Dcp) / cost(Mode::None);

@@ -213,7 +213,8 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     }
     let bytes = std::fs::read(dir.path().join("ses_b.json")).unwrap();
     assert!(String::from_utf8_lossy(&bytes).starts_with("{\n  \"stats\": {"), "stats come first");
-    let all = dcp::stats::all_time(dir.path(), None).unwrap();
+    let mut reports = dcp::stats::AllTimeCache::default();
+    let all = reports.all_time(dir.path(), None).unwrap();
     assert_eq!((all.files, all.pruned_tokens, all.tools_pruned, all.sessions), (2, 31, 3, 2));
     // A later save is seen by a repeated report.
     let slot = m.slot("ses_a").unwrap();
@@ -226,11 +227,11 @@ fn all_time_reads_the_head_of_dcps_files_and_notices_changes_and_truncation() {
     };
     slot.record("c9", record);
     m.save_now("ses_a").unwrap();
-    let all = dcp::stats::all_time(dir.path(), None).unwrap();
+    let all = reports.all_time(dir.path(), None).unwrap();
     assert_eq!((all.pruned_tokens, all.tools_pruned), (131, 4));
     // A file cut short keeps a good head, but is reported, not counted.
     std::fs::write(dir.path().join("ses_b.json"), &bytes[..bytes.len() - 40]).unwrap();
-    let all = dcp::stats::all_time(dir.path(), None).unwrap();
+    let all = reports.all_time(dir.path(), None).unwrap();
     assert_eq!((all.pruned_tokens, all.corrupt.len()), (110, 1));
 }
 
@@ -249,10 +250,11 @@ fn a_repeated_all_time_report_sees_an_in_place_rewrite_that_keeps_size_and_time(
     write(111);
     let path = dir.path().join("ses_w.json");
     let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
-    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().pruned_tokens, 111);
+    let mut reports = dcp::stats::AllTimeCache::default();
+    assert_eq!(reports.all_time(dir.path(), None).unwrap().pruned_tokens, 111);
     write(222);
     std::fs::File::options().append(true).open(&path).unwrap().set_modified(modified).unwrap();
-    assert_eq!(dcp::stats::all_time(dir.path(), None).unwrap().pruned_tokens, 222);
+    assert_eq!(reports.all_time(dir.path(), None).unwrap().pruned_tokens, 222);
 }
 
 /// The largest state file dcp reads, plus one byte.

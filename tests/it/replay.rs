@@ -4,7 +4,7 @@
 use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::replay::steps::{AgentTools, Timeline};
-use dcp::replay::{self, Mode, Options, Session};
+use dcp::replay::{self, Mode, Options, RecordedSession};
 use dcp::strategies::masking;
 use serde_json::{json, Value};
 
@@ -51,7 +51,8 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
         };
         let directory = std::path::Path::new(&info.directory);
-        let session = Session { id: &info.id, parent_id: None, directory: Some(directory), messages: &messages };
+        let session =
+            RecordedSession { id: &info.id, parent_id: None, directory: Some(directory), messages: &messages };
         let replayed = replay::replay(&session, &options).unwrap();
         let run = |mode: Mode| &replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1;
         let (none, dcp) = (&run(Mode::None).totals, &run(Mode::Dcp).totals);
@@ -136,7 +137,7 @@ fn served(
 /// Compares replay's requests with `dcp serve`'s, request by request; returns how many
 /// carried a rewrite.
 fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> usize {
-    let session = Session { id: sid, parent_id: None, directory: None, messages };
+    let session = RecordedSession { id: sid, parent_id: None, directory: None, messages };
     let replayed = replay::requests(&session, Mode::Dcp, &options(config)).unwrap();
     let served = served(sandbox, config, sid, messages, None);
     assert_eq!(replayed.len(), served.len());

@@ -226,7 +226,7 @@ fn naive_miss(step: &Value, history: &[Value], sent: &[Value]) -> bool {
 
 #[test]
 fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
-    use dcp::replay::{self, Mode, Options, Session};
+    use dcp::replay::{self, Mode, Options, RecordedSession};
     let mut compared = 0;
     let mut found = 0;
     for name in ["long", "own-steps", "shared", "compress"] {
@@ -243,7 +243,7 @@ fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
                 config,
                 estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
             };
-            let session = Session { id: &info.id, parent_id: None, directory: None, messages: &messages };
+            let session = RecordedSession { id: &info.id, parent_id: None, directory: None, messages: &messages };
             let replayed = replay::replay(&session, &options).unwrap();
             let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
             let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();

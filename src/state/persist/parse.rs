@@ -58,7 +58,8 @@ pub fn parse(bytes: &[u8]) -> Result<SessionState, FormatError> {
     // re-bill its cached prompt.
     state.ledger.offered = true;
     state.session_name = opt_string(&raw, "sessionName")?;
-    state.last_updated = opt_string(&raw, "lastUpdated")?;
+    // `lastUpdated` is written afresh with every save; read, it is only checked.
+    opt_string(&raw, "lastUpdated")?;
     parse_stats(&raw, &mut state)?;
     parse_savings(&raw, &mut state)?;
     state.blocks = parse_blocks(&raw)?;
