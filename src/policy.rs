@@ -27,7 +27,9 @@
 //! warm run so far (requests since the cache was last cold, or since the process started)
 //! is the evidence: by the Copernican argument a run seen `n` requests in lasts at least
 //! another `n / 2` with probability 2/3, so the horizon is half the warm run, capped by
-//! `expectedRequests` (a bound, not a guess: how far ahead any saving is counted).
+//! `rewrite.maxHorizon` (30: a bound, not a guess, on how far ahead any saving is counted; a
+//! continuous agent run goes on for 30 to 100 steps, and a cap far below half of that sets
+//! aside the run's own evidence).
 //!
 //! Affordable: the session keeps a running balance against no pruning ([`balance`], request
 //! by request: `0.1 x` the tokens of prunes in force on a warm request, `1.25 x` on a cold
@@ -35,7 +37,7 @@
 //! definitions at the head, the prunable list at the tail, never cached).
 //!
 //! **The loss bound.** A rewrite's extra must be covered by what pruning has banked plus
-//! `rewrite.lossBound` (2%) of what the session has cost without pruning so far
+//! `rewrite.lossBound` (5%) of what the session has cost without pruning so far
 //! ([`unpruned_cost`], summed request by request from the sizes the sidecar sees): were the
 //! session to end right after it, it would cost at most that much more than no pruning, and
 //! any later request it serves pays part of it back. A bank alone never fills on a
@@ -76,7 +78,9 @@
 //! tail a rewrite re-bills, mask them at once. A rewrite that goes re-bills its tail anyway, so
 //! the outputs inside that tail beyond masking's narrower window (`onRewrite`) ride along
 //! ([`Pending::rider`]): they count in the gain of a rewrite that starts before them and go
-//! with the whole set, but never start a rewrite of their own.
+//! with the whole set, but never start a rewrite of their own. The volatile ones (a command's
+//! output, a view superseded by a newer one; see `crate::strategies::masking`, "What goes
+//! first") are no riders: they may start a rewrite from the narrower window on.
 //!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
@@ -254,9 +258,9 @@ fn counted(p: &Pending) -> f64 {
 }
 
 /// Later requests a rewrite applied now is counted on to pay back over: half the warm run so
-/// far, at most `expectedRequests` (see the module header).
+/// far, at most `maxHorizon` (see the module header).
 pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
-    f64::from((inputs.warm / 2).min(config.expected_requests))
+    f64::from((inputs.warm / 2).min(config.max_horizon))
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were

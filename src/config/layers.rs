@@ -57,6 +57,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
     ("rewrite.expectedRequests", Kind::Count),
+    ("rewrite.maxHorizon", Kind::Count),
     ("rewrite.pressureRatio", Kind::Ratio),
     ("rewrite.coldCacheSeconds", Kind::Count),
     ("rewrite.spendBanked", Kind::Ratio),

@@ -219,8 +219,12 @@ pub struct PurgeErrors {
 #[serde(default, rename_all = "camelCase")]
 pub struct Rewrite {
     pub mode: RewriteMode,
-    /// Requests a rewrite is expected to serve before the session ends or compacts.
+    /// Requests a rewrite is expected to serve before the session ends or compacts: the
+    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`).
     pub expected_requests: u32,
+    /// The most later requests a rewrite's saving is counted over: its horizon is half the
+    /// warm run so far, at most this (see `crate::policy::horizon`).
+    pub max_horizon: u32,
     /// Apply everything pending once the context passes this share of the window.
     pub pressure_ratio: f64,
     /// After this many idle seconds the provider's cache is cold: rewriting is free.
@@ -328,7 +332,7 @@ impl Default for Masking {
 
 impl Default for Window {
     fn default() -> Self {
-        Window { keep_last: 3, keep_tokens: 3_000 }
+        Window { keep_last: 4, keep_tokens: 3_000 }
     }
 }
 
@@ -337,11 +341,12 @@ impl Default for Rewrite {
         Rewrite {
             mode: RewriteMode::Batched,
             expected_requests: 8,
+            max_horizon: 30,
             pressure_ratio: 0.6,
             cold_cache_seconds: 300,
             spend_banked: 0.5,
             spend_min_share: 0.02,
-            loss_bound: 0.02,
+            loss_bound: 0.05,
         }
     }
 }

@@ -29,10 +29,31 @@ fn a_deep_prune_pays_only_within_half_the_warm_run() {
     let long = Inputs { warm: 16, ..deep };
     assert_eq!(horizon(&batched(), &long), 8.0);
     assert_eq!(rewrite_trigger(&batched(), &long), Some(Trigger::Pays));
-    // However long the warm run, savings are counted `expectedRequests` ahead at most.
-    let longer = Inputs { warm: 400, pending: 3_000, ..deep };
-    assert_eq!(horizon(&batched(), &longer), f64::from(batched().expected_requests));
+    // However long the warm run, savings are counted `maxHorizon` ahead at most: 2,000 tokens
+    // would pay for this tail over 200 requests, not over 30.
+    let longer = Inputs { warm: 400, pending: 2_000, banked: 1e9, ..deep };
+    assert_eq!(horizon(&batched(), &longer), f64::from(batched().max_horizon));
     assert_eq!(rewrite_trigger(&batched(), &longer), None);
+    let uncapped = Rewrite { max_horizon: 200, ..batched() };
+    assert_eq!(rewrite_trigger(&uncapped, &longer), Some(Trigger::Pays));
+}
+
+#[test]
+fn a_batch_deep_in_a_long_continuous_run_pays_over_half_the_run_not_eight_requests() {
+    // Request 40 of a run with no idle gap: a batch removes 20,000 of the 36,000 tokens it
+    // re-bills. It costs 1.15 x 36,000 - 1.25 x 20,000 = 16,400 at once and saves 2,000 on
+    // every later request: it pays back in 9 requests, well inside the 20 that half the run
+    // promises, and it is within the loss bound of what the run has cost so far.
+    let run = Inputs { context: 46_000, tail: 36_000, pending: 20_000, warm: 40, ..Inputs::default() };
+    let run = Inputs { baseline: 16_400.0 / batched().loss_bound, ..run };
+    assert_eq!(horizon(&batched(), &run), 20.0);
+    assert_eq!(rewrite_trigger(&batched(), &run), Some(Trigger::Pays));
+    // Counted eight requests ahead, it would not pay: the run would carry those tokens to its end.
+    let eight = Rewrite { max_horizon: 8, ..batched() };
+    assert_eq!(rewrite_trigger(&eight, &run), None);
+    // Early in the run, the evidence is too thin for the same batch.
+    let early = Inputs { warm: 10, ..run };
+    assert_eq!(rewrite_trigger(&batched(), &early), None);
 }
 
 #[test]

@@ -24,8 +24,9 @@ pub(super) fn in_force(cx: &RequestContext) -> u64 {
 
 /// The calls masking would take now, with where they are, the record to make when one is
 /// applied, and its cost to the policy (`tails[m]`: the history from message `m` on); then, in
-/// batched mode, the calls a rewrite that goes anyway also masks (riders, see
-/// `crate::strategies::masking`).
+/// batched mode, the calls beyond the narrower window: the volatile ones as candidates, the
+/// others as riders, which a rewrite that goes anyway also masks (see
+/// `crate::strategies::masking`, "What goes first").
 pub(super) fn mask_pending(
     cx: &mut RequestContext,
     tails: &[u64],
@@ -49,7 +50,7 @@ pub(super) fn mask_pending(
                 applied: false,
             };
             let tokens = approx_saving(mirror, at, &record.action);
-            let pending = policy::Pending { tokens, tail: tails[at.0], rider, unsure: c.inputs };
+            let pending = policy::Pending { tokens, tail: tails[at.0], rider: rider && !c.volatile, unsure: c.inputs };
             (at, id.to_string(), record, pending)
         })
         .collect()

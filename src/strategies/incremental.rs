@@ -51,12 +51,20 @@ pub struct MaskCandidate {
     pub tokens: u64,
     /// It masks the text arguments of an edit or write, not the output.
     pub inputs: bool,
+    /// Its output is no working material once a newer one exists ([`masking::volatile`]): it
+    /// leaves at the narrower window and may start a rewrite there.
+    pub volatile: bool,
 }
 
 impl MaskCandidate {
     /// The candidate of call `at` for masking's decision `d`.
     fn of(at: usize, d: &Decision) -> MaskCandidate {
-        MaskCandidate { call: at, tokens: d.record.tokens, inputs: d.record.action == Action::MaskInputs }
+        MaskCandidate {
+            call: at,
+            tokens: d.record.tokens,
+            inputs: d.record.action == Action::MaskInputs,
+            volatile: false,
+        }
     }
 }
 
@@ -102,6 +110,8 @@ pub struct Index {
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
+    /// The latest completed call of each tool and key argument ([`masking::volatile`]).
+    latest_view: HashMap<(String, String), usize>,
     /// The slot's `resets` the index was built against.
     resets: u64,
     /// The newest deduplication-eligible call of each signature.
@@ -152,6 +162,9 @@ impl Index {
 
     /// Notes the file call `at` read or changed, for the working set.
     fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
+        if let Some(key) = call.key_argument().filter(|_| call.status == ToolStatus::Completed) {
+            self.latest_view.insert((call.tool.to_string(), key.to_string()), at);
+        }
         let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
         if call.tool == "read" {
             self.latest_read.insert(path.to_string(), at);
@@ -168,6 +181,14 @@ impl Index {
         let facts = &self.calls[at].facts;
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
         self.latest_read.get(path) == Some(&at) && self.last_edit.get(path).is_some_and(|&e| e >= recent)
+    }
+
+    /// Whether a newer completed call of the same tool on the same key argument exists (a file
+    /// read again, a command run again): call `at`'s view is superseded.
+    fn superseded(&self, at: usize) -> bool {
+        let facts = &self.calls[at].facts;
+        let Some(key) = facts.key.as_ref() else { return false };
+        self.latest_view.get(&(facts.tool.clone(), key.clone())).is_some_and(|&latest| latest != at)
     }
 
     /// How many times the index was rebuilt because what it had read changed.
@@ -287,7 +308,7 @@ impl Index {
 
     /// The calls a rewrite that goes anyway also masks, oldest first: inside masking's window
     /// but beyond the narrower one ([`masking::Window::OnRewrite`]), open, and longer than their
-    /// placeholder.
+    /// placeholder. The volatile ones among them ([`masking::volatile`]) may start a rewrite.
     pub fn mask_riders(
         &mut self,
         messages: &[Message],
@@ -303,7 +324,9 @@ impl Index {
                 continue;
             }
             if let Some(d) = masking::prune(&view, rules, counter) {
-                riders.push(MaskCandidate::of(at, &d));
+                let facts = &self.calls[at].facts;
+                let volatile = d.record.action == Action::Mask && masking::volatile(&facts.tool, self.superseded(at));
+                riders.push(MaskCandidate { volatile, ..MaskCandidate::of(at, &d) });
             }
         }
         riders

@@ -18,10 +18,11 @@
 //! **Deeper when the prompt is written again.** A rewrite re-bills the prompt from its first
 //! changed part on (all of it when the cache is cold); masking more outputs inside that tail
 //! costs nothing extra on that request and saves on every later one. So when a rewrite goes,
-//! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 5 outputs,
-//! 5,000 tokens): between rewrites the model sees the paper's window and more, right after one
+//! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 4 outputs,
+//! 3,000 tokens): between rewrites the model sees the paper's window and more, right after one
 //! at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
-//! start a rewrite of their own (`crate::policy::choose`).
+//! start a rewrite of their own (`crate::policy::choose`), except the volatile ones (below,
+//! "What goes first").
 //!
 //! **What an edit or write said.** `edit` and `write` are protected tools (their outputs are
 //! short confirmations the model relies on), but their inputs are what they wrote: a file's
@@ -38,6 +39,14 @@
 //! once the edits stop (or a newer read supersedes it), it is masked like any other output.
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
+//!
+//! **What goes first.** The outputs the agent quotes again (an edit's `oldString`, a new
+//! file built from an old one) are overwhelmingly the latest view of a file; a command's
+//! output (a test run, a build log) is read once and acted on, and a view the agent has
+//! replaced by a newer call of the same tool on the same file or command line says what is no
+//! longer so. Those *volatile* outputs ([`volatile`]) leave at the narrower window
+//! (`onRewrite`) and may start a rewrite there; the latest views of files only ride along
+//! with a rewrite that goes anyway, and otherwise stay for the whole kept window.
 //!
 //! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
 //! arguments it refused) says nothing once the model has moved on, and its input repeats the
@@ -230,6 +239,17 @@ pub fn window_start(history: &History<'_>, rules: &Rules, window: Window) -> usi
         .position(|(i, call)| !beyond_window(age_of(history, &prompts, i, call, newer[i]), rules, window))
         .unwrap_or(calls.len())
 }
+
+/// Whether an output of `tool` is no working material once the agent has moved past it (see
+/// the module header, "What goes first"): a view `superseded` by a newer call of the same tool
+/// on the same key argument (a file read again, a command run again), or a command's output.
+pub fn volatile(tool: &str, superseded: bool) -> bool {
+    superseded || COMMAND_TOOLS.contains(&tool)
+}
+
+/// Tools whose output is a command's: what the agent reads once and acts on, and runs again
+/// for a fresh one ([`volatile`]).
+pub const COMMAND_TOOLS: &[&str] = &["bash"];
 
 /// Tools whose calls change a file, for the working set ([`working`]).
 pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];

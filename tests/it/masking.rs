@@ -408,3 +408,48 @@ fn no_session_of_the_generated_suite_costs_more_than_the_loss_bound() {
         }
     }
 }
+
+/// Masking's windows with no token budgets: the last 10 outputs kept, a rewrite masking down
+/// to the last 4.
+const COUNTED_WINDOWS: &str =
+    r#"{"strategies": {"masking": {"keepLast": 10, "keepTokens": 0, "onRewrite": {"keepLast": 4, "keepTokens": 0}}}}"#;
+
+/// What the sidecar masks on one warm request of a session whose first four outputs are
+/// large (`first`: tool and key argument of each) and whose last four are small (`last`).
+fn masked_on_one_request(first: &[(&str, serde_json::Value)], last: &[(&str, serde_json::Value)]) -> Vec<String> {
+    let sandbox = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&sandbox, COUNTED_WINDOWS);
+    let body = "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(200);
+    let mut b = SessionBuilder::new().user("one task");
+    for (i, (tool, input)) in first.iter().enumerate() {
+        b = b.tool(&format!("c{i}"), tool, input.clone(), &body);
+    }
+    for (i, (tool, input)) in last.iter().enumerate() {
+        b = b.tool(&format!("d{i}"), tool, input.clone(), "1: fn a() {}");
+    }
+    let messages: Vec<serde_json::Value> = b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect();
+    let request = json!({"sessionID": "ses_test", "now": 1_800_000_000_000i64, "messages": messages.clone()});
+    let answer = sidecar.result("transform", request);
+    sidecar.shutdown();
+    masked_by(&answer, &messages)
+}
+
+#[test]
+fn command_outputs_and_superseded_views_start_a_rewrite_that_the_latest_views_of_files_only_ride() {
+    let read = |f: &str| ("read", json!({"filePath": format!("/p/src/{f}.rs")}));
+    let read_more = |f: &str| ("read", json!({"filePath": format!("/p/src/{f}.rs"), "offset": 10}));
+    let grep = |p: &str| ("grep", json!({"pattern": p}));
+    let files = ["a", "b", "c", "d"];
+    let searches: Vec<_> = files.iter().map(|f| grep(f)).collect();
+    // Four large command outputs inside the kept window, beyond the narrower one: masking
+    // them removes nearly all the tail it re-bills, so the rewrite pays on this request.
+    let commands: Vec<_> = files.iter().map(|f| ("bash", json!({"command": format!("cargo test {f}")}))).collect();
+    assert_eq!(masked_on_one_request(&commands, &searches), ["c0", "c1", "c2", "c3"]);
+    // Four large views of files read again since: superseded, they go the same way.
+    let views: Vec<_> = files.iter().map(|f| read(f)).collect();
+    let again: Vec<_> = files.iter().map(|f| read_more(f)).collect();
+    assert_eq!(masked_on_one_request(&views, &again), ["c0", "c1", "c2", "c3"]);
+    // The same views as the latest of their files are what the agent quotes in its edits:
+    // they only ride along with a rewrite that goes anyway, and none goes here.
+    assert!(masked_on_one_request(&views, &searches).is_empty());
+}

@@ -32,13 +32,14 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
                 .unwrap();
         let (info, messages) = lab_session(name);
         // As the lab ran: dcp's defaults when it was recorded (before issue 24: masking's
-        // window of 10 and 5, no loss bound, the tools once paid for), a 128K window,
+        // window of 10 and 5, no loss bound, savings counted 8 requests ahead at most, the tools
+        // once paid for), a 128K window,
         // summarize.py's unit and no TTL.
         let mut config = dcp::config::Config::default();
         let m = &mut config.strategies.masking;
         (m.keep_last, m.keep_tokens, m.working_calls) = (10, 10_000, 0);
         (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
-        config.rewrite.loss_bound = 0.0;
+        (config.rewrite.loss_bound, config.rewrite.max_horizon) = (0.0, 8);
         config.tools.settings.offer =
             if name.ends_with("-always") { dcp::config::Offer::Always } else { dcp::config::Offer::Paid };
         let options = Options {
