@@ -325,14 +325,7 @@ fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
         insta::assert_snapshot!(format!("tui_{name}"), answer(&screen, &text, command));
         nothing_waiting_is_counted_as_saved(command, &screen.filtered(&block(&text, command)));
     }
-    // `/dcp report` writes the page where its answer on the screen says, naming the session.
-    screen.submit("/dcp report");
-    let text = wait_answer(&screen, "/dcp report", "Savings report written to");
-    let page = lab.root().join("xdg/cache/dcp/report.html");
-    let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}\n{text}", page.display()));
-    let answer = screen.filtered(&block(&text, "/dcp report"));
-    assert!(answer.contains("report.html") && answer.contains("in a browser"), "{answer}");
-    assert!(html.contains(&session) || html.contains("Exploring the demo project"), "{}", page.display());
+    dcp_report_is_where_its_answer_says(&screen, &lab, &session);
     assert!(no_new_request(&lab, requests), "a /dcp command sent a model request");
     drop(screen);
 
@@ -434,6 +427,17 @@ fn nothing_waiting_is_counted_as_saved(command: &str, pane: &str) {
         let kept_out_nothing = pane.contains("Kept out:        ~0 tokens") || pane.contains("Added:           ~");
         assert!(kept_out_nothing && pane.contains("In force:        ~0"), "{pane}");
     }
+}
+
+/// `/dcp report` writes the page where its answer on the screen says, naming the session.
+fn dcp_report_is_where_its_answer_says(screen: &Screen, lab: &Lab, session: &str) {
+    screen.submit("/dcp report");
+    let text = wait_answer(screen, "/dcp report", "Savings report written to");
+    let page = lab.root().join("xdg/cache/dcp/report.html");
+    let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}\n{text}", page.display()));
+    let answer = screen.filtered(&block(&text, "/dcp report"));
+    assert!(answer.contains("report.html") && answer.contains("in a browser"), "{answer}");
+    assert!(html.contains(session) || html.contains("Exploring the demo project"), "{}", page.display());
 }
 
 /// The text of the toast holding `needle`. OpenCode draws a toast in the pane's top right
