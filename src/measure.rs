@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::session::node::NULL;
 use crate::session::{slim, str_field, Message, Node, Role};
-use crate::tokens::TokenCounter;
+use crate::tokens::{Field, TokenCounter};
 
 /// Tokens of OpenCode 1.18.33's system prompt and tool definitions for its `build` agent, as
 /// the lab's requests carry them (o200k: 4,673 for the tool definitions, 2,020 for the system
@@ -62,8 +62,51 @@ pub fn is_ignored(part: &Node) -> bool {
     part.get("ignored").and_then(Node::as_bool) == Some(true)
 }
 
+/// How [`measure`] counts: a text, and a completed tool output (which may be cached by part).
+trait Count {
+    fn text(&mut self, text: &str) -> u64;
+    fn output(&mut self, part_id: &str, output: &str) -> u64;
+}
+
+impl Count for &TokenCounter {
+    fn text(&mut self, text: &str) -> u64 {
+        slim::count(text, self)
+    }
+
+    fn output(&mut self, _part_id: &str, output: &str) -> u64 {
+        slim::count(output, self)
+    }
+}
+
+/// Counts outputs through the counter's per-part cache, as the strategies do
+/// (`crate::strategies::output_tokens`): an output counted once is not tokenized again.
+struct Cached<'a>(&'a mut TokenCounter);
+
+impl Count for Cached<'_> {
+    fn text(&mut self, text: &str) -> u64 {
+        slim::count(text, self.0)
+    }
+
+    fn output(&mut self, part_id: &str, output: &str) -> u64 {
+        match slim::marker(output) {
+            Some(m) => m.tokens,
+            None => self.0.count_part_with(part_id, Field::Output, || output),
+        }
+    }
+}
+
 /// Counts what the model would be sent for `messages`.
 pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
+    measure_with(messages, counter)
+}
+
+/// [`measure`], with completed tool outputs counted once per part and kept in `counter`'s
+/// cache, where the strategies and the sidecar's count ahead find them.
+pub fn measure_cached(messages: &[Message], counter: &mut TokenCounter) -> Breakdown {
+    measure_with(messages, Cached(counter))
+}
+
+fn measure_with(messages: &[Message], mut count: impl Count) -> Breakdown {
     let mut b = Breakdown::default();
     for message in messages {
         let role = message.role();
@@ -73,33 +116,37 @@ pub fn measure(messages: &[Message], counter: &TokenCounter) -> Breakdown {
                     if part.get("ignored").and_then(Node::as_bool) == Some(true) {
                         continue;
                     }
-                    let n = slim::count(str_field(part, "text").unwrap_or(""), counter);
+                    let n = count.text(str_field(part, "text").unwrap_or(""));
                     if role == Role::User {
                         b.user_text += n;
                     } else {
                         b.assistant_text += n;
                     }
                 }
-                Some("reasoning") => b.reasoning += slim::count(str_field(part, "text").unwrap_or(""), counter),
-                Some("tool") => {
-                    let state = part.get("state").unwrap_or(&NULL);
-                    if let Some(input) = state.get("input") {
-                        b.tool_inputs += slim::input_count(input).unwrap_or_else(|| counter.count(&input.to_string()));
-                    }
-                    let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
-                    match str_field(state, "status") {
-                        Some("completed") if compacted => b.tool_outputs += counter.count(OPENCODE_CLEARED),
-                        Some("completed") => {
-                            b.tool_outputs += slim::count(str_field(state, "output").unwrap_or(""), counter)
-                        }
-                        Some("error") => b.tool_errors += slim::count(str_field(state, "error").unwrap_or(""), counter),
-                        _ => {}
-                    }
-                }
+                Some("reasoning") => b.reasoning += count.text(str_field(part, "text").unwrap_or("")),
+                Some("tool") => tool_part(part, &mut count, &mut b),
                 _ => {}
             }
         }
     }
     b.total = b.user_text + b.assistant_text + b.reasoning + b.tool_inputs + b.tool_outputs + b.tool_errors;
     b
+}
+
+/// Adds a tool part's input and its output or error to `b`.
+fn tool_part(part: &Node, count: &mut impl Count, b: &mut Breakdown) {
+    let state = part.get("state").unwrap_or(&NULL);
+    if let Some(input) = state.get("input") {
+        b.tool_inputs += slim::input_count(input).unwrap_or_else(|| count.text(&input.to_string()));
+    }
+    let compacted = state.get("time").and_then(|t| t.get("compacted")).is_some_and(|c| !c.is_null());
+    match str_field(state, "status") {
+        Some("completed") if compacted => b.tool_outputs += count.text(OPENCODE_CLEARED),
+        Some("completed") => {
+            let id = str_field(part, "id").unwrap_or("");
+            b.tool_outputs += count.output(id, str_field(state, "output").unwrap_or(""))
+        }
+        Some("error") => b.tool_errors += count.text(str_field(state, "error").unwrap_or("")),
+        _ => {}
+    }
 }

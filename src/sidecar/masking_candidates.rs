@@ -16,10 +16,10 @@ use crate::state::{Action, PruneRecord, Strategy};
 
 /// What the prunes in force remove (applied, of calls still in the history), in the unit of
 /// the mirror's sizes ([`approx_saving`]).
-pub(super) fn in_force(cx: &RequestContext) -> u64 {
-    let (slot, index, mirror) = (&*cx.slot, &cx.session.index, cx.mirror);
+pub(super) fn in_force(cx: &mut RequestContext) -> u64 {
+    let (slot, index, mirror, sizes) = (&*cx.slot, &cx.session.index, cx.mirror, &mut cx.session.sizes);
     let applied = slot.state.pruned.iter().filter(|(_, r)| r.applied);
-    applied.filter_map(|(id, r)| Some(approx_saving(mirror, index.position(id)?, &r.action))).sum()
+    applied.filter_map(|(id, r)| Some(sizes.approx_saving(mirror, id, index.position(id)?, &r.action))).sum()
 }
 
 /// The calls masking would take now, with where they are, the record to make when one is

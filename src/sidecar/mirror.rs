@@ -25,6 +25,9 @@ pub struct Mirror {
     sizes: Vec<u64>,
     /// The newest compaction summary's `time.created` up to each message, or 0.
     compactions: Vec<i64>,
+    /// How many resolves (and clears) the mirror has been through: what was read from it at
+    /// generation `g` holds at `g + 1` for the first [`Mirror::kept`] messages only.
+    generation: u64,
 }
 
 fn resync(what: &str) -> RpcError {
@@ -44,6 +47,11 @@ impl Mirror {
     /// unchanged.
     pub fn kept(&self) -> usize {
         self.kept
+    }
+
+    /// How many resolves (and clears) the mirror has been through (see [`Mirror::kept`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The approximate tokens of each message of the last resolved request.
@@ -72,7 +80,8 @@ impl Mirror {
     }
 
     fn clear(&mut self) {
-        *self = Mirror::default();
+        let generation = self.generation + 1;
+        *self = Mirror { generation, ..Mirror::default() };
     }
 
     /// Reads the messages from `from` on, which are new or changed, into the side tables.
@@ -118,6 +127,7 @@ impl Mirror {
                 self.messages.extend(tail);
                 self.index_from(base);
                 self.kept = base;
+                self.generation += 1;
                 Ok(&self.messages)
             }
             Err(e) => {

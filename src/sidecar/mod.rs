@@ -24,6 +24,7 @@ pub mod mirror;
 pub mod protocol;
 mod ranges;
 mod request;
+mod saving_cache;
 mod savings;
 mod stdio;
 pub mod stream;
@@ -98,6 +99,8 @@ struct LiveSession {
     saves: SaveTiming,
     /// What counting the next request's savings needs of this one (see [`savings`]).
     savings: savings::Meter,
+    /// The rewrite sizes of the prunes in force (see [`saving_cache`]).
+    sizes: saving_cache::SavingCache,
 }
 
 impl LiveSession {

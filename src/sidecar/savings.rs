@@ -53,7 +53,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
     let in_force = removed(index, slot, &ranges, messages.len());
     let meter = &mut session.savings;
-    let history = history_tokens(&mut meter.messages, mirror, &slot.tokens);
+    let history = history_tokens(&mut meter.messages, mirror, &mut slot.tokens);
     // A rewrite changes what was sent before from its first changed message on; what is in
     // front of it, as it was sent, stays cached.
     let first = first_applied_now(meter, index, slot, &ranges);
@@ -128,7 +128,7 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
 
 /// Tokens of the history as OpenCode sent it: the messages the last request had unchanged are
 /// not counted again.
-fn history_tokens(counted: &mut Vec<u64>, mirror: &Mirror, counter: &TokenCounter) -> u64 {
+fn history_tokens(counted: &mut Vec<u64>, mirror: &Mirror, counter: &mut TokenCounter) -> u64 {
     let messages = mirror.messages();
     counted.truncate(mirror.kept().min(messages.len()));
     for message in &messages[counted.len()..] {
@@ -138,8 +138,8 @@ fn history_tokens(counted: &mut Vec<u64>, mirror: &Mirror, counter: &TokenCounte
 }
 
 /// A message's tokens as `dcp replay` counts them: its texts, inputs and results, and the
-/// frame of each.
-fn message_tokens(message: &Message, counter: &TokenCounter) -> u64 {
+/// frame of each. Its outputs' counts stay in `counter`, where the count ahead finds them.
+fn message_tokens(message: &Message, counter: &mut TokenCounter) -> u64 {
     let frames: u64 = message
         .parts
         .iter()
@@ -149,7 +149,7 @@ fn message_tokens(message: &Message, counter: &TokenCounter) -> u64 {
             _ => 0,
         })
         .sum();
-    crate::measure::measure(std::slice::from_ref(message), counter).total + frames
+    crate::measure::measure_cached(std::slice::from_ref(message), counter).total + frames
 }
 
 /// Tokens of the message id tags a request carries when the agent may compress ranges: one

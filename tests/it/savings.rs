@@ -131,3 +131,36 @@ fn the_tokens_kept_out_add_up_what_each_request_left_out() {
     assert_eq!(file["stats"]["totalPruneTokens"].as_u64(), Some(pruned));
     assert_eq!(file["stats"]["keptOutTokens"].as_i64(), Some(4 * pruned as i64));
 }
+
+/// The savings count each new message with the counter's per-part cache of outputs (which the
+/// count ahead and the strategies share); over a 45-step session, counted cold, warm and after
+/// the count ahead slimmed the outputs, it must equal the plain count.
+#[test]
+fn counting_outputs_through_the_part_cache_equals_counting_them_afresh() {
+    use dcp::measure::{measure, measure_cached};
+    use dcp::tokens::{EstimatorChoice, TokenCounter};
+    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 150, steps: 45, seed: 5 });
+    let mut cached = TokenCounter::new(EstimatorChoice::Auto);
+    let plain = TokenCounter::new(EstimatorChoice::Auto);
+    let mut messages = session.messages.clone();
+    let mut outputs = 0;
+    for (step, new) in std::iter::once(&Vec::new()).chain(&session.steps).enumerate() {
+        messages.extend(new.iter().cloned());
+        for (i, message) in messages.iter().enumerate() {
+            let expected = measure(std::slice::from_ref(message), &plain);
+            assert_eq!(
+                measure_cached(std::slice::from_ref(message), &mut cached),
+                expected,
+                "step {step}, message {i}"
+            );
+            outputs += usize::from(expected.tool_outputs > 0);
+        }
+        // What the count ahead does between requests, with the same cache.
+        let mut slimmed = messages.clone();
+        for part in slimmed.iter_mut().flat_map(|m| m.parts.iter_mut()) {
+            dcp::session::slim::slim_part(part, &mut cached);
+        }
+        assert_eq!(measure_cached(&slimmed, &mut cached), measure(&messages, &plain), "step {step}, slimmed");
+    }
+    assert!(outputs > 1000, "few outputs were counted: {outputs}");
+}

@@ -1,0 +1,147 @@
+//! The rewrite sizes of the prunes in force, kept between requests: what
+//! [`masking_candidates::approx_saving`] gives for a call, held while the message it sits in is
+//! unchanged. The policy weighs every request against the prunes in force, and sizing each
+//! one anew (its placeholder, its field edits) would cost the whole history on every request;
+//! with the sizes held, a request costs its new messages. An entry is dropped when its
+//! message leaves the mirror's kept prefix (an edit, a compaction, a resync) or its prune's
+//! action changes.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::masking_candidates;
+use super::mirror::Mirror;
+use crate::state::Action;
+
+/// One call's rewrite size, and what it was computed from.
+#[derive(Debug)]
+struct Entry {
+    at: (usize, usize),
+    action: Action,
+    tokens: u64,
+}
+
+/// The rewrite sizes of a session's prunes, valid for the mirror's generation `seen`.
+#[derive(Debug, Default)]
+pub(super) struct SavingCache {
+    seen: u64,
+    entries: HashMap<String, Entry>,
+}
+
+impl SavingCache {
+    /// Drops what the mirror's last resolve changed: the entries past its kept prefix, or
+    /// all of them when resolves were missed.
+    fn sync(&mut self, mirror: &Mirror) {
+        if mirror.generation() == self.seen {
+            return;
+        }
+        if mirror.generation() == self.seen + 1 {
+            let kept = mirror.kept();
+            self.entries.retain(|_, e| e.at.0 < kept);
+        } else {
+            self.entries.clear();
+        }
+        self.seen = mirror.generation();
+    }
+
+    /// [`masking_candidates::approx_saving`] of call `id` at `at` by `action`, from the
+    /// cache when the part is unchanged since it was computed.
+    pub fn approx_saving(&mut self, mirror: &Mirror, id: &str, at: (usize, usize), action: &Action) -> u64 {
+        self.sync(mirror);
+        if let Some(e) = self.entries.get(id).filter(|e| e.at == at && e.action == *action) {
+            return e.tokens;
+        }
+        let tokens = masking_candidates::approx_saving(mirror, at, action);
+        self.entries.insert(id.to_string(), Entry { at, action: action.clone(), tokens });
+        tokens
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{Message, Node};
+    use crate::tokens::{EstimatorChoice, TokenCounter};
+    use dcp_testkit::gen::{self, SessionSpec};
+
+    /// The test kit's messages are its own build of the crate's type: they cross as JSON.
+    fn ours(messages: &impl serde::Serialize) -> Vec<Message> {
+        serde_json::from_value(serde_json::to_value(messages).unwrap()).unwrap()
+    }
+
+    fn wire(messages: &[Message]) -> Vec<Node> {
+        messages.iter().map(|m| Node::from(serde_json::to_value(m).unwrap())).collect()
+    }
+
+    /// The actions a prune can take on a tool part, picked by position so each step sizes
+    /// every kind.
+    fn action_for(mi: usize, pi: usize) -> Action {
+        match (mi + pi) % 4 {
+            0 => Action::Mask,
+            1 => Action::Output,
+            2 => Action::MaskInputs,
+            _ => Action::Distill { distillation: format!("what message {mi} found") },
+        }
+    }
+
+    /// Sizes every tool part of the mirror both ways; returns how many sized above zero.
+    fn compare(cache: &mut SavingCache, mirror: &Mirror, step: usize) -> usize {
+        let mut nonzero = 0;
+        for (mi, message) in mirror.messages().iter().enumerate() {
+            for (pi, part) in message.parts.iter().enumerate() {
+                let Some(id) = part.get("callID").and_then(Node::as_str) else { continue };
+                let action = action_for(mi, pi);
+                let expected = masking_candidates::approx_saving(mirror, (mi, pi), &action);
+                assert_eq!(cache.approx_saving(mirror, id, (mi, pi), &action), expected, "step {step}: {id}");
+                nonzero += usize::from(expected > 0);
+            }
+        }
+        nonzero
+    }
+
+    /// Makes the output of the last tool part of `message` longer, as an edit would.
+    fn edit(message: &mut Message) {
+        let Some(part) = message.parts.iter_mut().rev().find(|p| p.get("callID").is_some()) else { return };
+        let mut value = serde_json::to_value(&*part).unwrap();
+        if let Some(output) = value.pointer_mut("/state/output") {
+            *output = serde_json::Value::String(format!("{}{}", output.as_str().unwrap_or(""), "edited ".repeat(400)));
+        }
+        *part = Node::from(value);
+    }
+
+    #[test]
+    fn cached_sizes_equal_sizes_from_scratch_over_a_session_with_edits_resyncs_and_slimming() {
+        let session = gen::session(&SessionSpec { messages: 120, steps: 45, seed: 7 });
+        let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+        let (mut mirror, mut cache) = (Mirror::default(), SavingCache::default());
+        let mut messages = ours(&session.messages);
+        mirror.resolve(0, wire(&messages)).unwrap();
+        let mut nonzero = compare(&mut cache, &mirror, 0);
+        for (step, new) in session.steps.iter().enumerate().map(|(i, s)| (i + 1, s)) {
+            let sent = messages.len();
+            messages.extend(ours(new));
+            // Every fifth step edits an old message; every seventh resolves twice, as a request
+            // the cache never saw; every ninth resends the whole history.
+            let base = match step {
+                s if s % 5 == 0 => {
+                    let at = sent - 3;
+                    edit(&mut messages[at]);
+                    at
+                }
+                s if s % 9 == 0 => 0,
+                _ => sent,
+            };
+            if step % 7 == 0 {
+                mirror.resolve(base, wire(&messages[base..])).unwrap();
+            }
+            mirror.resolve(base.min(mirror.messages().len()), wire(&messages[base..])).unwrap();
+            // What the sidecar's count ahead does to new messages between requests.
+            for mi in sent..messages.len() {
+                for pi in 0..messages[mi].parts.len() {
+                    mirror.slim_part(mi, pi, &mut counter);
+                }
+            }
+            nonzero += compare(&mut cache, &mirror, step);
+        }
+        assert!(nonzero > 1000, "the sizes compared were mostly zero: {nonzero}");
+    }
+}
