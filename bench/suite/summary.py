@@ -8,13 +8,16 @@ context as median / worst / total over the sessions (as `dcp replay` aggregates 
 the share of steps that were misses (median / worst session, and all misses over all steps).
 With --manifest (the real group), the sessions are also summarised apart by their `kind`
 (continuous, interactive), a subagent session taking its parent's; a session is matched to the
-manifest by its title.
+manifest by its title. The row "continuous 30+" is issue 24's own population: the continuous
+runs of at least LONG_RUN requests (one prompt driving 30 to 100 steps), subagents included.
 """
 import json
 import sys
 
 FIGURES = [("cost", "cost"), ("cost_with_misses", "cost w/ misses"), ("tokens_sent", "tokens sent"),
            ("final_context", "final context")]
+# The fewest requests of a run in the "continuous 30+" row.
+LONG_RUN = 30
 
 
 def aggregate(values, total):
@@ -68,7 +71,7 @@ def rows(doc, sessions, label, markdown):
         if markdown:
             out.append("| %s | %s | %d / %d | %s |" % (label, mode, len(sessions), steps, " | ".join(cells)))
         else:
-            out.append("  %-12s %-17s %4d %6d  %s" % (label, mode, len(sessions), steps, "  ".join(
+            out.append("  %-15s %-14s %4d %6d  %s" % (label, mode, len(sessions), steps, "  ".join(
                 "%-20s" % c for c in cells)))
     return out
 
@@ -86,6 +89,10 @@ def main():
             mine = [s for s in doc["sessions"] if kind.get(s["session_id"]) == k]
             if mine:
                 parts.append((k, mine))
+        long_runs = [s for s in doc["sessions"]
+                     if kind.get(s["session_id"]) == "continuous" and s["requests"] >= LONG_RUN]
+        if long_runs:
+            parts.append(("continuous %d+" % LONG_RUN, long_runs))
     ttl = doc.get("cache_ttl")
     print("%s: %d sessions, %s; ratios to no pruning, median / worst / total; misses: share of steps"
           % (group, len(doc["sessions"]), "a %s s cache" % ttl if ttl else "a cache that never expires"))
@@ -94,7 +101,7 @@ def main():
         print("| sessions | mode | sessions / steps | %s |" % " | ".join(heads))
         print("|---|---|---|" + "---|" * len(heads))
     else:
-        print("  %-12s %-17s %4s %6s  %s" % ("sessions", "mode", "n", "steps", "  ".join("%-20s" % h for h in heads)))
+        print("  %-15s %-14s %4s %6s  %s" % ("sessions", "mode", "n", "steps", "  ".join("%-20s" % h for h in heads)))
     for label, sessions in parts:
         print("\n".join(rows(doc, sessions, label, markdown)))
 

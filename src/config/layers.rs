@@ -53,6 +53,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.onRewrite.keepTokens", Kind::Count),
     ("strategies.masking.inputs", Kind::Bool),
     ("strategies.masking.workingCalls", Kind::Count),
+    ("strategies.masking.workingFiles", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),

@@ -184,6 +184,10 @@ pub struct Masking {
     /// calls is the agent's working material: masking leaves it whole (0: no working set; see
     /// `crate::strategies::masking`, "The working set").
     pub working_calls: u32,
+    /// The latest read of each of the last this many distinct files the agent read, edited or
+    /// wrote is the agent's working material too: a file it is still reading around is one it
+    /// may edit next (0: off; see `crate::strategies::masking`, "The working set").
+    pub working_files: u32,
     /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
     /// (their effect is on disk; see `crate::strategies::masking`).
     pub inputs: bool,
@@ -315,6 +319,11 @@ impl Default for PurgeErrors {
 /// "Choosing masking's defaults".
 pub const KEEP_TOKENS: u32 = 10_000;
 
+/// Masking's default count of recent files whose latest read stays whole
+/// (`strategies.masking.workingFiles`): none, as keeping them re-bills them with every rewrite
+/// behind them (BENCHMARKS.md, "Issue 24, round 3").
+pub const WORKING_FILES: u32 = 0;
+
 impl Default for Masking {
     fn default() -> Self {
         Masking {
@@ -324,6 +333,7 @@ impl Default for Masking {
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),
             working_calls: 10,
+            working_files: WORKING_FILES,
             inputs: true,
             protected_tools: Vec::new(),
         }

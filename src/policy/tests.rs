@@ -275,8 +275,18 @@ fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
 #[test]
 fn the_prunable_list_goes_only_when_what_it_names_is_worth_more_than_the_list() {
     // Written uncached with every request: 1.25 x 40 against a cached read of what it names.
-    assert!(!list_pays(400, 40));
-    assert!(list_pays(500, 40));
+    assert!(!list_pays(400, 40, 0));
+    assert!(list_pays(500, 40, 0));
+}
+
+#[test]
+fn every_list_the_agent_leaves_unanswered_doubles_what_the_next_must_name() {
+    assert!(!list_pays(500, 40, 1));
+    assert!(list_pays(1_000, 40, 1));
+    assert!(!list_pays(3_999, 40, 3));
+    assert!(list_pays(4_000, 40, 3));
+    // The bar stops rising, and never overflows.
+    assert_eq!(list_pays(u64::MAX / 2, 40, 40), list_pays(u64::MAX / 2, 40, 16));
 }
 
 #[test]

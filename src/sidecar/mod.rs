@@ -66,6 +66,15 @@ pub struct Options {
     pub project: Option<PathBuf>,
 }
 
+/// The `<prunable-tools>` lists sent to a session and what the agent did with them.
+#[derive(Debug, Default, Clone, Copy)]
+struct ListsSent {
+    /// The agent's own prunes when they were last counted (`transform`'s `agent_prunes`).
+    answered: usize,
+    /// Lists sent since the agent last pruned.
+    unanswered: u32,
+}
+
 /// What the sidecar keeps about a live session besides its state.
 #[derive(Debug, Default)]
 struct LiveSession {
@@ -91,6 +100,8 @@ struct LiveSession {
     calls_at_nudge: usize,
     /// The last call the `<prunable-tools>` list named when it was last sent.
     list_shown: Option<usize>,
+    /// The lists sent since the agent last pruned (`crate::policy::list_pays`).
+    lists: ListsSent,
     /// What the plugin holds of the edits.
     edits: EditsSent,
     /// The messages whose tool outputs were counted ahead (see [`Server::precount`]).

@@ -16,7 +16,7 @@ use super::protocol::{
 };
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
-use super::{internal, masking_candidates, now_ms, savings, validate_session_id, LiveSession, Server};
+use super::{internal, masking_candidates, now_ms, savings, validate_session_id, ListsSent, LiveSession, Server};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -230,15 +230,21 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     };
     let mut text = list.to_string();
     // The list is written uncached with every request that carries it: it goes only when the
-    // calls it names that the last list sent did not would save more on each request, pruned,
-    // than the list itself costs. What an earlier list named, the agent has seen (and can name
+    // calls it names that the last list sent did not would gain more, discarded, than the
+    // list itself costs, and more again for each list the agent left unanswered
+    // (`policy::list_pays`). What an earlier list named, the agent has seen (and can name
     // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
     let (fresh, last) = index.listed_after(session.list_shown);
+    let answered = agent_prunes(&cx.slot.state);
+    if answered > session.lists.answered {
+        session.lists = ListsSent { answered, unanswered: 0 };
+    }
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64) {
+    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64, session.lists.unanswered) {
         return Vec::new();
     }
     session.list_shown = last;
+    session.lists.unanswered += 1;
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;
@@ -254,6 +260,15 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         text.push_str(&texts::nudge(listed, tokens));
     }
     vec![synthetic_message(cx.sid, messages, text)]
+}
+
+/// The agent's own prunes so far: its discards and extracts, and its compressed ranges.
+fn agent_prunes(state: &crate::state::SessionState) -> usize {
+    let manual = state
+        .pruned
+        .values()
+        .filter(|r| matches!(r.strategy, crate::state::Strategy::Discard | crate::state::Strategy::Extract));
+    manual.count() + state.blocks.by_id.len()
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.

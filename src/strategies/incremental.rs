@@ -110,6 +110,9 @@ pub struct Index {
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
+    /// The distinct files the latest completed reads, edits and writes touched, the most
+    /// recent first, at most [`masking::MAX_WORKING_FILES`] ([`masking::working`]).
+    recent_files: Vec<String>,
     /// The latest completed call of each tool and key argument ([`masking::volatile`]).
     latest_view: HashMap<(String, String), usize>,
     /// The slot's `resets` the index was built against.
@@ -170,17 +173,26 @@ impl Index {
             self.latest_read.insert(path.to_string(), at);
         } else if masking::EDIT_TOOLS.contains(&call.tool) {
             self.last_edit.insert(path.to_string(), at);
+        } else {
+            return;
         }
+        self.recent_files.retain(|f| f != path);
+        self.recent_files.insert(0, path.to_string());
+        self.recent_files.truncate(masking::MAX_WORKING_FILES);
     }
 
     /// Whether call `at` is the agent's working material now ([`masking::working`]): the latest
-    /// read of a file edited or written within the last `workingCalls` calls.
+    /// read of a file edited or written within the last `workingCalls` calls, or of one of the
+    /// last `workingFiles` files touched.
     fn working(&self, at: usize, rules: &Rules) -> bool {
-        let keep = rules.config().strategies.masking.working_calls as usize;
-        let recent = self.calls.len().saturating_sub(keep);
+        let m = &rules.config().strategies.masking;
+        let recent = self.calls.len().saturating_sub(m.working_calls as usize);
         let facts = &self.calls[at].facts;
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
-        self.latest_read.get(path) == Some(&at) && self.last_edit.get(path).is_some_and(|&e| e >= recent)
+        let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
+        self.latest_read.get(path) == Some(&at)
+            && (self.last_edit.get(path).is_some_and(|&e| e >= recent)
+                || self.recent_files[..files.min(self.recent_files.len())].iter().any(|f| f == path))
     }
 
     /// Whether a newer completed call of the same tool on the same key argument exists (a file

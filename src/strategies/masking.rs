@@ -254,25 +254,41 @@ pub const COMMAND_TOOLS: &[&str] = &["bash"];
 /// Tools whose calls change a file, for the working set ([`working`]).
 pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
 
+/// The most files `strategies.masking.workingFiles` counts.
+pub const MAX_WORKING_FILES: usize = 32;
+
 /// Which of `calls` are the agent's working material (see the module header, "The working
 /// set"): the latest `read` of each file edited or written within the last `workingCalls`
-/// calls.
+/// calls, or among the last `workingFiles` distinct files read, edited or written.
 pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
-    let keep = rules.config().strategies.masking.working_calls as usize;
+    let m = &rules.config().strategies.masking;
     let mut out = vec![false; calls.len()];
-    let recent = calls.len().saturating_sub(keep);
+    let recent = calls.len().saturating_sub(m.working_calls as usize);
+    let touched = |c: &&ToolCall<'_>| c.status == ToolStatus::Completed && c.file_path().is_some();
     let edited: std::collections::HashSet<&str> = calls[recent..]
         .iter()
-        .filter(|c| EDIT_TOOLS.contains(&c.tool) && c.status == ToolStatus::Completed)
+        .filter(touched)
+        .filter(|c| EDIT_TOOLS.contains(&c.tool))
         .filter_map(|c| c.file_path())
         .collect();
+    let files = (m.working_files as usize).min(MAX_WORKING_FILES);
+    let mut latest_files: Vec<&str> = Vec::new();
+    for path in calls.iter().rev().filter(touched).filter(|c| c.tool == "read" || EDIT_TOOLS.contains(&c.tool)) {
+        let path = path.file_path().unwrap_or_default();
+        if latest_files.len() == files {
+            break;
+        }
+        if !latest_files.contains(&path) {
+            latest_files.push(path);
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     for (i, call) in calls.iter().enumerate().rev() {
         let Some(path) = call.file_path().filter(|_| call.tool == "read" && call.status == ToolStatus::Completed)
         else {
             continue;
         };
-        if seen.insert(path) && edited.contains(path) {
+        if seen.insert(path) && (edited.contains(path) || latest_files.contains(&path)) {
             out[i] = true;
         }
     }

@@ -139,3 +139,12 @@ fn the_index_agrees_after_it_starts_over() {
     let pruning = side_by_side(&spec(150, 60, 3), &Config::default(), &[10, 11, 40]);
     assert!(pruning > 5, "only {pruning} steps pruned anything");
 }
+
+#[test]
+fn the_index_keeps_the_same_working_files_as_the_batch_masking() {
+    let mut config = Config::default();
+    config.strategies.masking.working_files = 2;
+    config.strategies.masking.working_calls = 0;
+    let pruning = side_by_side(&spec(200, 100, 5), &config, &[30]);
+    assert!(pruning > 10, "only {pruning} steps pruned anything");
+}

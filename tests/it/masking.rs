@@ -96,6 +96,26 @@ fn the_file_being_edited_stays_whole_and_its_superseded_views_go() {
 }
 
 #[test]
+fn the_latest_read_of_one_of_the_last_working_files_stays_whole_until_the_agent_moves_on() {
+    let mut b = SessionBuilder::new()
+        .user("one task")
+        .tool("old_view", "read", json!({"filePath": "/p/a.rs"}), &long("a v1"))
+        .tool("view", "read", json!({"filePath": "/p/a.rs"}), &long("a v2"));
+    for i in 0..11 {
+        b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("fn g{i}")}), &long("hit"));
+    }
+    let mut config = paper_window();
+    config.strategies.masking.working_files = 1;
+    // a.rs is the last file the agent touched: its latest view stays, the earlier one goes.
+    assert_eq!(masked(&b.clone().build(), &config), ["old_view", "g0"]);
+    // Once it has read another file, a.rs is no longer among the last one.
+    let moved = b.tool("b", "read", json!({"filePath": "/p/b.rs"}), &long("b"));
+    assert_eq!(masked(&moved.clone().build(), &config), ["old_view", "view", "g0", "g1"]);
+    config.strategies.masking.working_files = 2;
+    assert_eq!(masked(&moved.build(), &config), ["old_view", "g0", "g1"]);
+}
+
+#[test]
 fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
     let messages = SessionBuilder::new()
         .user("old task")
