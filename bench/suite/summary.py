@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a `dcp replay --all --json` document as one group of the effect bench.
 
-usage: summary.py REPLAY_JSON --group NAME [--manifest bench/real/sources.json] [--markdown]
+usage: summary.py REPLAY_JSON --group NAME [--manifest bench/real/sources.json] [--markdown] [--per-quote]
 
 Per mode, the ratios to no pruning of cost, cost with misses charged, tokens sent and final
 context as median / worst / total over the sessions (as `dcp replay` aggregates them), and
@@ -10,12 +10,16 @@ With --manifest (the real group), the sessions are also summarised apart by thei
 (continuous, interactive), a subagent session taking its parent's; a session is matched to the
 manifest by its title. The row "continuous 30+" is issue 24's own population: the continuous
 runs of at least LONG_RUN requests (one prompt driving 30 to 100 steps), subagents included.
+With --per-quote, misses and the cost with misses are counted by the rule that charges every
+step quoting hidden text in full (`misses_per_quote`), not once per hidden text.
 """
 import json
 import sys
 
 FIGURES = [("cost", "cost"), ("cost_with_misses", "cost w/ misses"), ("tokens_sent", "tokens sent"),
            ("final_context", "final context")]
+# The misses counted: once per hidden text (the default) or per quoting step (--per-quote).
+MISSES = "misses"
 # The fewest requests of a run in the "continuous 30+" row.
 LONG_RUN = 30
 
@@ -42,8 +46,8 @@ def summarise(sessions, mode):
             num, den = num + m[key], den + none[key]
         out[key] = aggregate(ratios, num / den if den else 1.0)
     runs = [s["modes"][mode] for s in sessions if mode in s["modes"] and s["modes"][mode]["requests"]]
-    misses, steps = sum(r["misses"] for r in runs), sum(r["requests"] for r in runs)
-    out["misses"] = aggregate([r["misses"] / r["requests"] for r in runs], misses / steps if steps else 0.0)
+    misses, steps = sum(r[MISSES] for r in runs), sum(r["requests"] for r in runs)
+    out["misses"] = aggregate([r[MISSES] / r["requests"] for r in runs], misses / steps if steps else 0.0)
     out["miss_count"] = misses
     return out
 
@@ -82,6 +86,10 @@ def main():
         doc = json.load(f)
     group = args[args.index("--group") + 1] if "--group" in args else "sessions"
     markdown = "--markdown" in args
+    if "--per-quote" in args:
+        global MISSES
+        MISSES = "misses_per_quote"
+        FIGURES[1] = ("cost_with_misses_per_quote", "cost w/ misses per quote")
     parts = [("all", doc["sessions"])]
     if "--manifest" in args:
         kind = kinds(doc, args[args.index("--manifest") + 1])

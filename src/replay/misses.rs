@@ -8,7 +8,12 @@
 //! one of its quotes shares a [`WINDOW`]-character window, after [`normalise`], with a
 //! hidden text of request `r` and that window appears in no visible text of request `r`:
 //! the model copied what it was no longer shown, so it would have had to fetch it again.
-//! OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
+//! A miss is fetched once: from the step that missed a hidden text on, that text is back in
+//! the agent's context, so later steps that quote it again are no misses (a window of a
+//! restored text counts as visible), and every later request carries it, read from the
+//! cache ([`Misses::carried`]). A different hidden text is still a miss. The rule of
+//! charging every quoting step in full is kept beside it ([`Checked::per_quote`]) to
+//! compare with. OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
 //! here. A run without edits has no misses.
 //!
 //! How it stays fast. Every quote of the session is cut into windows once, up front, in an
@@ -37,6 +42,15 @@ pub struct Miss {
     pub quoted: Vec<String>,
     /// Tokens of those hidden texts: what running the calls again brings back.
     pub hidden_tokens: u64,
+}
+
+/// What one step's check finds, under the two rules of the module header.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Checked {
+    /// The miss under the rule in use: only hidden texts not already fetched by an earlier miss.
+    pub miss: Option<Miss>,
+    /// The miss when every quoting step is charged in full, texts fetched before included.
+    pub per_quote: Option<Miss>,
 }
 
 type TextId = u32;
@@ -77,6 +91,9 @@ const BITS: u64 = 1 << 20;
 pub struct Misses<'a> {
     index: &'a mut Index,
     parts: FxHashMap<PartKey, PartTexts>,
+    /// The hidden texts an earlier miss fetched again, and their tokens.
+    restored: FxHashSet<TextId>,
+    restored_tokens: u64,
 }
 
 fn hash_of(text: &str) -> u64 {
@@ -179,7 +196,13 @@ impl Index {
 
 impl<'a> Misses<'a> {
     pub fn new(index: &'a mut Index) -> Misses<'a> {
-        Misses { index, parts: FxHashMap::default() }
+        Misses { index, parts: FxHashMap::default(), restored: FxHashSet::default(), restored_tokens: 0 }
+    }
+
+    /// Tokens of the hidden texts earlier misses fetched again: what every later request
+    /// carries in its context, read from the cache.
+    pub fn carried(&self) -> u64 {
+        self.restored_tokens
     }
 
     /// The texts of `part` (message `i`, part `p` of the request, at OpenCode's clearing
@@ -210,37 +233,52 @@ impl<'a> Misses<'a> {
         texts
     }
 
-    /// Whether the step produced by `step`'s request is a miss, and what it quoted.
-    pub fn check(&mut self, step: &Step<'_>, pieces: &Pieces) -> Option<Miss> {
+    /// Whether the step produced by `step`'s request is a miss, and what it quoted; the
+    /// hidden texts it missed count as fetched from then on.
+    pub fn check(&mut self, step: &Step<'_>, pieces: &Pieces) -> Checked {
         if step.edits.is_empty() && step.replace.is_empty() {
-            return None;
+            return Checked::default();
         }
         let id = step.timeline.messages()[step.request.message].id();
-        let wanted = self.index.quotes.get(id)?.clone();
+        let Some(wanted) = self.index.quotes.get(id).cloned() else { return Checked::default() };
         let sent = self.sent(step);
-        let mut hit: Vec<(TextId, String)> = Vec::new();
+        let (mut all, mut new): (Vec<(TextId, String)>, Vec<(TextId, String)>) = (Vec::new(), Vec::new());
         for w in &wanted {
             let Some(posts) = self.index.postings.get(w) else { continue };
             if posts.iter().any(|t| sent.visible.contains(t)) {
                 continue;
             }
+            let fetched = posts.iter().any(|t| self.restored.contains(t));
             for t in posts {
-                if let Some(owner) = sent.hidden.get(t) {
-                    if !hit.iter().any(|(id, _)| id == t) {
-                        hit.push((*t, owner.clone()));
-                    }
+                let Some(owner) = sent.hidden.get(t) else { continue };
+                if !all.iter().any(|(id, _)| id == t) {
+                    all.push((*t, owner.clone()));
+                }
+                if !fetched && !new.iter().any(|(id, _)| id == t) {
+                    new.push((*t, owner.clone()));
                 }
             }
         }
+        let per_quote = self.miss(&all, pieces);
+        let miss = self.miss(&new, pieces);
+        for (t, _) in new {
+            self.restored_tokens += self.index.tokens(t, pieces);
+            self.restored.insert(t);
+        }
+        Checked { miss, per_quote }
+    }
+
+    /// The miss of the hidden texts `hit`, with the id of the part each came from.
+    fn miss(&mut self, hit: &[(TextId, String)], pieces: &Pieces) -> Option<Miss> {
         if hit.is_empty() {
             return None;
         }
         let mut quoted: Vec<String> = Vec::new();
         let mut hidden_tokens = 0;
         for (t, owner) in hit {
-            hidden_tokens += self.index.tokens(t, pieces);
-            if !quoted.contains(&owner) {
-                quoted.push(owner);
+            hidden_tokens += self.index.tokens(*t, pieces);
+            if !quoted.contains(owner) {
+                quoted.push(owner.clone());
             }
         }
         Some(Miss { quoted, hidden_tokens })

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use self::cost::{Bill, Meter, Piece, Totals, Ttl};
 use self::engine::{Engine, EngineError, Setup};
-use self::misses::{Index, Miss, Misses};
+use self::misses::{Checked, Index, Miss, Misses};
 use self::pieces::{Edit, Pieces};
 use self::steps::{AgentTools, Recorded, RecordedRequest, Timeline};
 use crate::config::{Config, RewriteMode};
@@ -141,6 +141,9 @@ pub struct RequestBill {
     /// The step this request produced quoted text the request had hidden (see [`misses`]),
     /// and what that is charged.
     pub miss: Option<ChargedMiss>,
+    /// Tokens of hidden texts earlier misses fetched, carried in this request's context and
+    /// charged at the cache-read price in `cost_with_misses`.
+    pub carried: u64,
 }
 
 /// A miss and its charge.
@@ -312,7 +315,8 @@ struct Counted {
     message_id: String,
     applied: Option<String>,
     offered: bool,
-    miss: Option<Miss>,
+    checked: Checked,
+    carried: u64,
 }
 
 /// One run: every request of the session in `mode`, counted and billed.
@@ -341,23 +345,28 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
         let id = step.timeline.messages()[step.request.message].id().to_string();
         let applied = step.applied.map(str::to_string);
         let offered = step.offered;
-        let miss = misses.check(step, pieces);
+        let carried = misses.carried();
+        let checked = misses.check(step, pieces);
         let time = step.request.time;
-        counted.push(Counted { time, pieces: request, history, message_id: id, applied, offered, miss });
+        counted.push(Counted { time, pieces: request, history, message_id: id, applied, offered, checked, carried });
     })?;
     let opencode = pieces.fixed("opencode", options.overhead);
     // The system paragraph and each tool's definition, its argument schema included.
     let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum();
     let head = (dcp > 0).then(|| pieces.fixed("dcp", dcp));
-    for Counted { time, pieces: request, history, message_id, applied, offered, miss } in counted {
+    for Counted { time, pieces: request, history, message_id, applied, offered, checked, carried } in counted {
         let fixed: Vec<Piece> = std::iter::once(opencode).chain(head.filter(|_| offered)).collect();
         let pieces: Vec<Piece> = fixed.iter().copied().chain(request).collect();
         let bill = meter.bill(time, pieces, history + fixed.len());
         // A rewrite the engine did not make is OpenCode's: a compaction, or outputs it cleared.
         let rewrite = bill.rewrite.then(|| applied.clone().unwrap_or_else(|| "host".to_string()));
         totals.add(&bill, rewrite.as_deref());
-        let miss = miss.map(|miss| ChargedMiss { charge: totals.charge(&bill, miss.hidden_tokens), miss });
-        per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss });
+        totals.carry(carried);
+        if let Some(m) = &checked.per_quote {
+            totals.charge_per_quote(&bill, m.hidden_tokens);
+        }
+        let miss = checked.miss.map(|miss| ChargedMiss { charge: totals.charge(&bill, miss.hidden_tokens), miss });
+        per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, carried });
     }
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
 }

@@ -6,8 +6,9 @@
 //! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
 //! total}}, cost_with_misses: {…}, misses: {median, worst, total}}}}`, where `M` is
 //! `{requests, tokens_sent, cost, final_context, rewrites, misses, miss_share,
-//! cost_with_misses, agent_calls, agent_calls_same, per_request}` and each `per_request`
-//! entry carries `miss: null | {quoted, hidden_tokens, charge}`. `cost_with_misses` is
+//! cost_with_misses, misses_per_quote, cost_with_misses_per_quote, agent_calls,
+//! agent_calls_same, per_request}` and each `per_request` entry carries `miss: null |
+//! {quoted, hidden_tokens, charge}` and `carried` (tokens an earlier miss fetched again). `cost_with_misses` is
 //! aggregated as a ratio to no pruning's cost, `misses` as the share of steps (the total is
 //! all misses over all steps).
 

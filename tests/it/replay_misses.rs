@@ -160,6 +160,73 @@ fn the_text_report_shows_misses_and_the_charged_cost() {
     assert!(text.contains("Misses, share of steps"), "{text}");
 }
 
+/// An edit of `path` whose `oldString` is lines `from` to `from + 2` (1-based) of `lines`.
+fn edit_at(path: &str, lines: &[String], from: usize) -> Value {
+    json!({"filePath": path, "oldString": lines[from - 1..from + 2].join("\n"), "newString": "    todo!()"})
+}
+
+/// The requests of `run` whose step was a miss, by index.
+fn missed(run: &Value) -> Vec<usize> {
+    let requests = run["per_request"].as_array().unwrap();
+    requests.iter().enumerate().filter(|(_, r)| !r["miss"].is_null()).map(|(i, _)| i).collect()
+}
+
+#[test]
+fn a_text_quoted_three_times_after_it_was_hidden_is_charged_one_re_read_and_carried_after() {
+    let s = Sandbox::new();
+    let a = source("alpha");
+    let messages = SessionBuilder::new()
+        .user("fix alpha")
+        .tool("c_a", "read", json!({"filePath": "/p/a.rs"}), &opencode_view(&a))
+        .tool("c_b", "read", json!({"filePath": "/p/b.rs"}), &opencode_view(&source("beta")))
+        .tool("c_e1", "edit", edit_at("/p/a.rs", &a, 10), "Edit applied successfully.")
+        .tool("c_e2", "edit", edit_at("/p/a.rs", &a, 20), "Edit applied successfully.")
+        .tool("c_e3", "edit", edit_at("/p/a.rs", &a, 30), "Edit applied successfully.")
+        .tool("c_d", "read", json!({"filePath": "/p/d.rs"}), &opencode_view(&source("delta")))
+        .build();
+    store(&s, SID, &messages);
+    let v = replay_json(&s, MASK_ALL_BUT_LAST, SID);
+    let dcp = run(&v, "dcp");
+    let requests = dcp["per_request"].as_array().unwrap();
+    // Each edit quoted a.rs's masked view; only the first is a miss: the re-read brings it back.
+    assert_eq!(dcp["misses_per_quote"], json!(3), "{:#}", dcp["per_request"]);
+    assert_eq!(missed(dcp), vec![2], "{:#}", dcp["per_request"]);
+    let miss = &requests[2]["miss"];
+    let read_a = messages[1].parts[1]["id"].as_str().unwrap();
+    assert_eq!(miss["quoted"], json!([read_a]));
+    // From the request after the miss on, the re-read view is carried, read from the cache.
+    let hidden = miss["hidden_tokens"].as_u64().unwrap();
+    let carried: Vec<u64> = requests.iter().map(|r| r["carried"].as_u64().unwrap()).collect();
+    assert_eq!(carried, vec![0, 0, 0, hidden, hidden, hidden]);
+    let (cost, charged) = (dcp["cost"].as_f64().unwrap(), dcp["cost_with_misses"].as_f64().unwrap());
+    let expected = cost + miss["charge"].as_f64().unwrap() + 3.0 * 0.1 * hidden as f64;
+    assert!((charged - expected).abs() <= 2.0, "{charged} != {expected}");
+    // The rule that charges every quote in full costs three re-reads, nothing carried.
+    let per_quote = dcp["cost_with_misses_per_quote"].as_f64().unwrap();
+    assert!(per_quote > charged, "{per_quote} <= {charged}");
+}
+
+#[test]
+fn a_different_hidden_text_is_still_a_miss_after_one_was_re_read() {
+    let s = Sandbox::new();
+    let (a, b) = (source("alpha"), source("beta"));
+    let messages = SessionBuilder::new()
+        .user("fix alpha and beta")
+        .tool("c_a", "read", json!({"filePath": "/p/a.rs"}), &opencode_view(&a))
+        .tool("c_b", "read", json!({"filePath": "/p/b.rs"}), &opencode_view(&b))
+        .tool("c_c", "read", json!({"filePath": "/p/c.rs"}), &opencode_view(&source("gamma")))
+        .tool("c_ea", "edit", edit_at("/p/a.rs", &a, 10), "Edit applied successfully.")
+        .tool("c_eb", "edit", edit_at("/p/b.rs", &b, 10), "Edit applied successfully.")
+        .build();
+    store(&s, SID, &messages);
+    let v = replay_json(&s, MASK_ALL_BUT_LAST, SID);
+    let dcp = run(&v, "dcp");
+    let requests = dcp["per_request"].as_array().unwrap();
+    assert_eq!(missed(dcp), vec![3, 4], "{:#}", dcp["per_request"]);
+    let read_b = messages[2].parts[1]["id"].as_str().unwrap();
+    assert_eq!(requests[4]["miss"]["quoted"], json!([read_b]));
+}
+
 /// The string values of `v`, depth first.
 fn strings(v: &Value, out: &mut Vec<String>) {
     match v {
@@ -191,8 +258,9 @@ fn normalised(text: &str) -> String {
 }
 
 /// Whether the step `step` produced by a request that sent `sent` (original `history`) is a
-/// miss, by plain substring search over every window: the rule without the index.
-fn naive_miss(step: &Value, history: &[Value], sent: &[Value]) -> bool {
+/// miss, by plain substring search over every window: the rule without the index. `restored`:
+/// the hidden texts earlier misses fetched, which count as visible; it gains this step's.
+fn naive_miss(step: &Value, history: &[Value], sent: &[Value], restored: &mut Vec<String>) -> bool {
     let (mut visible, mut hidden) = (Vec::new(), Vec::new());
     for (m, message) in sent.iter().enumerate() {
         for (p, part) in message["parts"].as_array().unwrap().iter().enumerate() {
@@ -216,12 +284,19 @@ fn naive_miss(step: &Value, history: &[Value], sent: &[Value]) -> bool {
             _ => {}
         }
     }
-    quotes.iter().map(|q| normalised(q).chars().collect::<Vec<char>>()).any(|q| {
-        q.windows(64).any(|w| {
+    let mut hit: Vec<String> = Vec::new();
+    for q in quotes.iter().map(|q| normalised(q).chars().collect::<Vec<char>>()) {
+        for w in q.windows(64) {
             let w: String = w.iter().collect();
-            hidden.iter().any(|h| h.contains(&w)) && !visible.iter().any(|v| v.contains(&w))
-        })
-    })
+            if visible.iter().chain(restored.iter()).any(|v| v.contains(&w)) {
+                continue;
+            }
+            hit.extend(hidden.iter().filter(|h| h.contains(&w) && !hit.contains(h)).cloned().collect::<Vec<_>>());
+        }
+    }
+    let missed = !hit.is_empty();
+    restored.extend(hit);
+    missed
 }
 
 #[test]
@@ -248,6 +323,7 @@ fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
             let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
             let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();
             let by_id = |id: &str| messages.iter().position(|m| m.id() == id).unwrap();
+            let mut restored = Vec::new();
             for (r, bill) in sent.iter().zip(&run.per_request) {
                 let step = serde_json::to_value(&messages[by_id(&r.message_id)]).unwrap();
                 let sent: Vec<Value> = r.messages.iter().map(|m| serde_json::to_value(m).unwrap()).collect();
@@ -258,7 +334,7 @@ fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
                         messages.iter().find(|o| o.id() == id).map_or(Value::Null, |o| serde_json::to_value(o).unwrap())
                     })
                     .collect();
-                let naive = naive_miss(&step, &history, &sent);
+                let naive = naive_miss(&step, &history, &sent, &mut restored);
                 assert_eq!(bill.miss.is_some(), naive, "{name}: request {} ({})", r.index, r.message_id);
                 compared += 1;
                 found += usize::from(naive);
