@@ -85,11 +85,13 @@
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
 //! that may never come, and the context carries them to the end. Such a rewrite still goes
-//! when it removes at least `rewrite.spendMinShare` of the context (2%) and its extra cost is
-//! at most `rewrite.spendBanked` of what the session has banked (half): the bank buys a
-//! smaller context, the session still costs no more than no pruning were it to end right
-//! after, and half the bank stays for the rewrites that pay. A context made smaller earlier is
-//! cheaper on every later request, and the batches that follow are smaller.
+//! when it removes at least `rewrite.spendMinShare` of the context (2%), its extra cost is
+//! at most `rewrite.spendBanked` of what the session has banked (half), and it pays back
+//! within `maxHorizon` requests: the bank buys the time a warm run has not yet proven, not a
+//! loss. The session still costs no more than no pruning were it to end right after, and half
+//! the bank stays for the rewrites that pay. A context made smaller earlier is cheaper on
+//! every later request, and the batches that follow are smaller; a small batch deep in the
+//! prompt is not, whatever the bank holds.
 //!
 //! The masked inputs of old edits and writes are *unsure* ([`Pending::unsure`]): they count at
 //! half their size in a rewrite's gain. Their text (file contents, often prose or word
@@ -237,15 +239,18 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
 }
 
 /// The rewrite of every pending one from the first that is no rider, if it removes at least
-/// `spendMinShare` of the context and its extra cost is at most `spendBanked` of what the
-/// session has banked (see the module header, "Spending the bank").
+/// `spendMinShare` of the context, its extra cost is at most `spendBanked` of what the
+/// session has banked and it pays back within `maxHorizon` requests (see the module header,
+/// "Spending the bank").
 fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Trigger)> {
     let start = pending.iter().position(|p| !p.rider)?;
     let gain: f64 = pending[start..].iter().map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let within =
-        rewrite_extra(gain, pending[start].tail as f64) <= config.spend_banked * pruning_balance(base).max(0.0);
-    (big_enough && within).then_some((start, Trigger::Spends))
+    let extra = rewrite_extra(gain, pending[start].tail as f64);
+    let within = extra <= config.spend_banked * pruning_balance(base).max(0.0);
+    // What the bank buys is time: the rewrite must pay back within `maxHorizon` requests.
+    let pays_back = CACHE_READ * gain * f64::from(config.max_horizon) >= extra;
+    (big_enough && within && pays_back).then_some((start, Trigger::Spends))
 }
 
 /// What a pending rewrite counts for in a gain: its size, an unsure one's at [`UNSURE_SHARE`].

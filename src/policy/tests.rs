@@ -140,26 +140,41 @@ fn an_unsure_rewrite_counts_at_half_its_size() {
 }
 
 #[test]
-fn a_rewrite_that_does_not_pay_back_may_spend_half_the_bank_on_a_smaller_context() {
+fn a_rewrite_that_does_not_pay_back_yet_may_spend_half_the_bank_on_a_smaller_context() {
     let base = Inputs { context: 50_000, warm: 4, banked: 4_000.0, ..Inputs::default() };
-    // Deep in the prompt: 2,000 of a tail of 40,000 never pays back within two requests.
-    let deep = Pending { tokens: 2_000, tail: 40_000, ..Pending::default() };
-    let extra = rewrite_extra(2_000.0, 40_000.0);
-    assert!((extra - 43_500.0).abs() < 1e-9);
+    // Deep in the prompt: 12,000 of a tail of 40,000 does not pay back within two requests,
+    // but would within 30 (31,000 extra now, 1,200 a request after).
+    let deep = Pending { tokens: 12_000, tail: 40_000, ..Pending::default() };
+    let extra = rewrite_extra(12_000.0, 40_000.0);
+    assert!((extra - 31_000.0).abs() < 1e-9);
+    assert_eq!(choose(&batched(), &Inputs { banked: 1e9, ..base }, &[deep]), Some((0, Trigger::Spends)));
     assert_eq!(choose(&batched(), &base, &[deep]), None, "the bank does not cover it");
     let rich = Inputs { banked: 2.0 * extra, ..base };
     assert_eq!(choose(&batched(), &rich, &[deep]), Some((0, Trigger::Spends)));
     // More than half the bank: it waits.
     let short = Inputs { banked: 2.0 * extra - 1.0, ..base };
     assert_eq!(choose(&batched(), &short, &[deep]), None);
-    // Less than 2% of the context: not worth the bank.
+    // Less than 2% of the context: not worth the bank, however long it is counted on.
     let small = Pending { tokens: 900, ..deep };
-    assert_eq!(choose(&batched(), &Inputs { banked: 1e9, ..base }, &[small]), None);
+    let patient = Rewrite { max_horizon: 10_000, ..batched() };
+    assert_eq!(choose(&patient, &Inputs { banked: 1e9, ..base }, &[small]), None);
     // A rider alone never starts one; off, nothing is spent.
     let rider = Pending { rider: true, ..deep };
     assert_eq!(choose(&batched(), &rich, &[rider]), None);
     let off = Rewrite { spend_banked: 0.0, ..batched() };
     assert_eq!(choose(&off, &rich, &[deep]), None);
+}
+
+#[test]
+fn a_small_batch_deep_in_the_prompt_spends_nothing_however_much_is_banked() {
+    // 2,000 tokens off a tail of 40,000: 43,500 extra now, 200 a request after, so it would
+    // need 218 requests to pay back; the bank is not spent on it.
+    let base = Inputs { context: 50_000, warm: 4, banked: 1e9, ..Inputs::default() };
+    let deep = Pending { tokens: 2_000, tail: 40_000, ..Pending::default() };
+    assert_eq!(choose(&batched(), &base, &[deep]), None);
+    // Within the horizon it would pay back: it goes.
+    let longer = Rewrite { max_horizon: 218, ..batched() };
+    assert_eq!(choose(&longer, &base, &[deep]), Some((0, Trigger::Spends)));
 }
 
 #[test]
