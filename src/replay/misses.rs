@@ -8,12 +8,12 @@
 //! one of its quotes shares a [`WINDOW`]-character window, after [`normalise`], with a
 //! hidden text of request `r` and that window appears in no visible text of request `r`:
 //! the model copied what it was no longer shown, so it would have had to fetch it again.
-//! A miss is fetched once: from the step that missed a hidden text on, that text is back in
-//! the agent's context, so later steps that quote it again are no misses (a window of a
-//! restored text counts as visible), and every later request carries it, read from the
-//! cache ([`Misses::carried`]). A different hidden text is still a miss. The rule of
-//! charging every quoting step in full is kept beside it ([`Checked::per_quote`]) to
-//! compare with. OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
+//! A hidden text is fetched once: from the step that missed it on, it is back in the
+//! agent's context, so later steps that quote it again are no misses (a window of a fetched
+//! text counts as visible), and every later request carries it, read from the cache
+//! ([`Misses::carried`]). A different hidden text is still a miss. The rule that charges
+//! every quoting step in full is kept beside it ([`Checked::per_quote`]) to compare with.
+//! OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
 //! here. A run without edits has no misses.
 //!
 //! How it stays fast. Every quote of the session is cut into windows once, up front, in an
