@@ -12,9 +12,11 @@
 //! The all-time report must stay fast over thousands of files: [`AllTimeCache`] says how.
 
 mod all_time;
+mod net;
 mod watch;
 
 pub use all_time::AllTimeCache;
+pub use net::{Direction, Net};
 
 use std::path::PathBuf;
 
