@@ -17,6 +17,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
+            // What the command printed before it failed comes first, as it would have on its
+            // own: a terminal shows stdout and stderr in the order they are written.
+            let _ = out.flush();
             // An error can quote a path, a key or a value: escape what a terminal would act on.
             let text = format!("{err:#}");
             eprintln!("dcp: {}", dcp::format::terminal(&text, dcp::format::Lines::Keep));
