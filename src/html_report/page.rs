@@ -30,7 +30,7 @@ table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 6px; text-align: right; }
 th:first-child, td:first-child { text-align: left; } td { white-space: nowrap; }
 td:first-child { white-space: normal; min-width: 12em; } td code { word-break: break-all; }
-.wide { overflow-x: auto; }
+.wide { overflow-x: auto; } .when { white-space: nowrap; }
 .chart { width: 100%; min-width: 520px; height: auto; display: block; }
 .chart text { fill: var(--muted); font: 11px system-ui, sans-serif; } .chart text.label { fill: var(--fg); }
 .chart .grid { stroke: var(--line); stroke-width: 1; } .chart .zero { stroke: var(--muted); stroke-width: 1; }
@@ -58,12 +58,19 @@ pub fn page(r: &Report) -> String {
     );
     let _ = write!(
         out,
-        "<h1>dcp savings</h1><p class=\"muted\">{} ({}) in <code>{}</code>, made {}.</p>",
+        "<h1>dcp savings</h1><p class=\"muted\">{} ({}) in <code>{}</code>, made <span class=\"when\">{}</span>.</p>",
         format::count(r.all.files, "state file"),
         esc(&format::bytes(r.all.bytes)),
         esc(&r.state_dir.display().to_string()),
         esc(&r.generated)
     );
+    if r.all.files == 0 {
+        out.push_str(
+            "<p>No state files here yet: dcp writes one per session once the plugin (or <code>dcp proxy</code>) \
+             answers its requests. To see what it would have saved on the sessions you already have, run \
+             <code>dcp replay --all</code>.</p>",
+        );
+    }
     all_time(&mut out, r);
     over_time(&mut out, r);
     strategies(&mut out, r);

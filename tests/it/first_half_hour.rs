@@ -105,3 +105,16 @@ fn a_mistyped_config_key_names_the_key_it_meant() {
     assert!(out.status.success(), "an unknown key is a warning: {stderr}");
     insta::assert_snapshot!(stderr);
 }
+
+/// `dcp report` on a fresh home wrote a page of zeros that did not say why, nor how to see
+/// what dcp would save on the sessions already there.
+#[test]
+fn the_report_of_a_fresh_home_says_how_to_see_what_dcp_would_save() {
+    let s = Sandbox::new();
+    let empty = s.dir.path().join("empty");
+    let page = s.dir.path().join("report.html");
+    let text = run(&s, &empty, &["report", "--out", page.to_str().unwrap()]);
+    assert!(text.starts_with("success: true") && text.contains("Report written to [SANDBOX]/report.html"), "{text}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("No state files here yet") && html.contains("<code>dcp replay --all</code>"), "{html}");
+}
