@@ -269,7 +269,8 @@ fn no_surface_shows_a_negative_saving() {
             );
         }
         let page = &surfaces.last().unwrap().1;
-        let added: &[&str] = if all { &["% added"] } else { &["Added to requests", "Cost added"] };
+        // The cards (alone), the table (beside the others) and the session's own sentence.
+        let added: &[&str] = if all { &["% added", "; cost added "] } else { &["Added to requests", "Cost added"] };
         assert!(added.iter().all(|a| page.contains(a)), "the page says nothing was added:\n{page}");
     }
 }

@@ -147,7 +147,7 @@ fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() 
     let page = s.dir.path().join("report.html");
     let out = crate::support::dcp(&s, &["report", "--out", page.to_str().unwrap()]);
     assert!(out.status.success(), "{}", tail(&out.stderr));
-    let looks = [("light", "900,2600", ""), ("dark", "900,2600", "--force-dark-mode"), ("phone", "420,3400", "")];
+    let looks = [("light", "900,4200", ""), ("dark", "900,2600", "--force-dark-mode"), ("phone", "420,3400", "")];
     for (name, size, flag) in looks {
         let shot = s.dir.path().join(format!("report-{name}.png"));
         let mut args = vec![format!("--screenshot={}", shot.display()), format!("--window-size={size}")];
