@@ -118,3 +118,18 @@ fn the_report_of_a_fresh_home_says_how_to_see_what_dcp_would_save() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("No state files here yet") && html.contains("<code>dcp replay --all</code>"), "{html}");
 }
+
+/// A mistyped flag or value was echoed by clap as typed, colours and all: on a terminal, the
+/// escape sequences in it (here a colour and an OSC 52 clipboard write) were acted on.
+#[test]
+fn a_wrong_flag_is_echoed_without_the_control_characters_it_holds() {
+    let s = Sandbox::new();
+    let env = [("CLICOLOR_FORCE", std::path::PathBuf::from("1"))];
+    for args in [&["replay", "--mode", "x\u{1b}[31mred"][..], &["--bo\u{1b}]52;c;aGVsbG8=\u{7}gus"][..]] {
+        let out = crate::support::run_dcp(args, s.dir.path(), &env, std::time::Duration::from_secs(20));
+        let text = rendered(&out);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "a raw control character: {text:?}");
+        assert!(text.contains("error: "), "{text}");
+    }
+}
