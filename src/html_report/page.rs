@@ -128,7 +128,7 @@ fn all_time(out: &mut String, r: &Report) {
         if proxied.is_empty() { String::new() } else { format!("; through the proxy: {}", proxied.join(", ")) };
     let _ = write!(
         out,
-        "</div><p class=\"muted\">{} with savings; {} tools pruned{}.</p>",
+        "</div><p class=\"muted\">{} with prunes; {} tools pruned{}.</p>",
         format::count(a.sessions, "session"),
         a.tools_pruned,
         esc(&proxied)
@@ -197,9 +197,9 @@ fn strategies(out: &mut String, r: &Report) {
 }
 
 fn top(out: &mut String, r: &Report) {
-    out.push_str("<h2>Sessions that saved most</h2>");
+    out.push_str("<h2>Sessions, most kept out first</h2>");
     if r.sessions.is_empty() {
-        out.push_str("<p class=\"muted\">No session has savings yet.</p>");
+        out.push_str("<p class=\"muted\">No session has prunes or requests yet.</p>");
         return;
     }
     out.push_str("<div class=\"wide\"><table><tr><th>Session</th><th>Requests</th><th>Kept out</th><th>Cost saved</th><th>In force</th><th>Waiting</th><th>Pruned (DCP)</th></tr>");
