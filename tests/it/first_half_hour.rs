@@ -133,3 +133,14 @@ fn a_wrong_flag_is_echoed_without_the_control_characters_it_holds() {
         assert!(text.contains("error: "), "{text}");
     }
 }
+
+/// `dcp replay --requests FILE` said "cannot create FILE: File exists", as if the file were
+/// the problem's answer rather than its cause.
+#[test]
+fn replay_requests_into_a_file_says_it_needs_a_directory() {
+    let s = Sandbox::new();
+    let file = s.dir.path().join("requests.txt");
+    std::fs::write(&file, "mine").unwrap();
+    insta::assert_snapshot!(run(&s, &s.data(), &["replay", "--requests", file.to_str().unwrap()]));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine", "the file is left as it was");
+}
