@@ -96,9 +96,14 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
             Some(title) => {
                 let _ = writeln!(out, "Session \"{}\" ({}):", format::title(title), s.session_id);
             }
-            None => {
-                let _ = writeln!(out, "Session {}:", s.session_id);
-            }
+            None => match s.proxy_client() {
+                Some(client) => {
+                    let _ = writeln!(out, "Session {} ({client}, through dcp proxy):", s.session_id);
+                }
+                None => {
+                    let _ = writeln!(out, "Session {}:", s.session_id);
+                }
+            },
         }
         figures(&mut out, &s.figures, Some((s.in_force_prunes, s.waiting_prunes)));
         let _ = writeln!(

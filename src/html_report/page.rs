@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 use super::charts::{self, Axes, Bar, Marker, Series};
 use super::{esc, Report, SessionView, Source};
 use crate::format;
-use crate::state::persist;
 use crate::state::savings::Mark;
 use crate::stats::{Direction, Figures, Net, SessionStats};
 
@@ -260,8 +259,8 @@ fn name(s: &SessionStats) -> String {
     if let Some(title) = &s.title {
         return title.clone();
     }
-    match persist::folder_of(&s.session_id) {
-        Some(folder) => format!("{}, through dcp proxy", folder.trim_start_matches("proxy/")),
+    match s.proxy_client() {
+        Some(client) => format!("{client}, through dcp proxy"),
         None => "(untitled)".to_string(),
     }
 }

@@ -42,6 +42,15 @@ pub struct SessionStats {
     pub by_strategy: Vec<StrategyTally>,
 }
 
+impl SessionStats {
+    /// The client of a conversation through `dcp proxy` (`claude-code`), as its state file's
+    /// folder names it; `None` for an OpenCode session.
+    pub fn proxy_client(&self) -> Option<String> {
+        let folder = crate::state::persist::folder_of(&self.session_id)?;
+        Some(folder.trim_start_matches("proxy/").to_string())
+    }
+}
+
 /// What reached the model, for a session or summed over sessions (see
 /// `crate::state::savings`).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]

@@ -268,6 +268,10 @@ fn no_surface_shows_a_negative_saving() {
                 "{surface} (with the others: {all}) shows a negative number:\n{text}"
             );
         }
+        if all {
+            let proxied = &surfaces.iter().find(|(name, _)| name.ends_with(PROXIED)).unwrap().1;
+            assert!(proxied.contains(&format!("Session {PROXIED} (claude-code, through dcp proxy):")), "{proxied}");
+        }
         let page = &surfaces.last().unwrap().1;
         // The cards (alone), the table (beside the others) and the session's own sentence.
         let added: &[&str] = if all { &["% added", "; cost added "] } else { &["Added to requests", "Cost added"] };
