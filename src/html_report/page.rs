@@ -165,7 +165,11 @@ fn over_time(out: &mut String, r: &Report) {
     };
     let (first, last) = span(first.0, last.0);
     let axes = Axes { first: &first, last: &last, label: "savings over every request" };
-    out.push_str("<p class=\"key\"><span class=\"k-kept\"><i></i>tokens kept out, so far</span><span class=\"k-saved\"><i></i>cost saved, in tokens at the input price</span></p>");
+    let below = if r.over_time.iter().any(|p| p.1 < 0 || p.2 < 0.0) { " (below 0: what dcp added)" } else { "" };
+    let _ = write!(
+        out,
+        "<p class=\"key\"><span class=\"k-kept\"><i></i>tokens kept out, so far</span><span class=\"k-saved\"><i></i>cost saved, in tokens at the input price</span><span class=\"muted\">{below}</span></p>"
+    );
     out.push_str(&charts::lines(&[kept, saved], &[], &axes));
 }
 
@@ -191,7 +195,7 @@ fn strategies(out: &mut String, r: &Report) {
             ),
         })
         .collect();
-    out.push_str("<p class=\"key\"><span class=\"k-with\"><i></i>in force now</span><span class=\"muted\">light: pruned over the sessions' life (DCP's figure)</span></p>");
+    out.push_str("<p class=\"key\"><span class=\"k-with\"><i></i>in force now</span><span class=\"muted\">grey: pruned over the sessions' life (DCP's figure)</span></p>");
     out.push_str(&charts::bars(&bars, "tokens pruned by strategy"));
 }
 
