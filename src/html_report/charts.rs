@@ -69,8 +69,12 @@ pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> Stri
         );
     }
     for s in series {
-        let points: Vec<String> =
+        let mut points: Vec<String> =
             s.values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
+        // One request is one point, which a polyline does not draw: a short dash shows it.
+        if let [v] = s.values[..] {
+            points = vec![format!("{:.1},{:.1}", x(0) - 8.0, y(v)), format!("{:.1},{:.1}", x(0) + 8.0, y(v))];
+        }
         let _ = write!(
             svg,
             r#"<polyline class="{}" fill="none" points="{}"><title>{}</title></polyline>"#,
@@ -148,4 +152,18 @@ pub fn bars(bars: &[Bar<'_>], label: &str) -> String {
     }
     svg.push_str("</svg></div>");
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_of_one_request_is_drawn_as_a_dash_not_left_invisible() {
+        let one = Series { class: "with", name: "with dcp", values: vec![1_200.0] };
+        let axes = Axes { first: "request 1", last: "request 1", label: "context" };
+        let svg = lines(&[one], &[], &axes);
+        let points = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        assert_eq!(points.split(' ').count(), 2, "{svg}");
+    }
 }
