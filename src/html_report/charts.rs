@@ -51,12 +51,7 @@ pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> Stri
     );
     grid(&mut svg, [lo, (lo + hi) / 2.0, hi].map(|v| (v, y(v))));
     if lo < 0.0 {
-        let _ = write!(
-            svg,
-            r#"<line class="zero" x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}"/>"#,
-            WIDTH - right,
-            y = y(0.0)
-        );
+        zero_line(&mut svg, y(0.0), [lo, (lo + hi) / 2.0, hi].map(&y));
     }
     for m in markers.iter().filter(|m| m.at < n) {
         let _ = write!(
@@ -92,6 +87,17 @@ pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> Stri
         esc(axes.last)
     );
     svg
+}
+
+/// The line at zero, at height `zero`, labelled unless a grid line's label (at heights `grid`)
+/// is too near to read both.
+fn zero_line(svg: &mut String, zero: f64, grid: [f64; 3]) {
+    let (left, right, _, _) = PAD;
+    let _ = write!(svg, r#"<line class="zero" x1="{left}" x2="{}" y1="{zero:.1}" y2="{zero:.1}"/>"#, WIDTH - right);
+    if grid.iter().all(|y| (y - zero).abs() >= 14.0) {
+        let _ =
+            write!(svg, r#"<text class="axis" x="{}" y="{:.1}" text-anchor="end">0</text>"#, left - 6.0, zero + 4.0);
+    }
 }
 
 /// The grid lines at `rows` (a value and its height), labelled on the left.

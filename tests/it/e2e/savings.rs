@@ -109,8 +109,8 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
     let (colours, ink) = png_colours(&std::fs::read(&shot).unwrap());
     println!("screenshot {}: {colours} colours, {:.1}% of pixels not background", shot.display(), 100.0 * ink);
     assert!(colours >= 8 && ink > 0.02, "the page looks blank: {colours} colours, {ink:.3} ink");
-    if let Some(keep) = std::env::var_os("DCP_KEEP_SCREENSHOT") {
-        std::fs::copy(&shot, keep).unwrap();
+    if let Some(dir) = std::env::var_os("DCP_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, Path::new(&dir).join("report-live.png")).unwrap();
     }
     let (status, dom) = chromium(&["--dump-dom".to_string()], &page);
     assert!(status, "chromium could not read the page");
@@ -139,7 +139,7 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
 /// The page of a session that saved, one whose head dcp has not won back yet and a Claude Code
 /// conversation through the proxy, as Chromium renders it light, dark and on a phone's width:
 /// never blank, the proxied one named by its client, and no negative saving in what it shows.
-/// `DCP_KEEP_SCREENSHOT=DIR` keeps the three screenshots in DIR.
+/// `DCP_KEEP_SCREENSHOT=DIR` keeps the three screenshots in DIR (and the live session's, above).
 #[test]
 fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() {
     use crate::savings::{negative_number, page_text, sessions_as_users_meet_them};
