@@ -26,6 +26,7 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
+use super::buffers::Buffers;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
@@ -45,7 +46,9 @@ pub async fn handle(
     parts: Parts,
     body: Incoming,
 ) -> Response<Body> {
-    let mut arrived = Arrived { body, frames: Vec::new(), len: 0, ended: false };
+    let entered = std::time::Instant::now();
+    let mut advancing = std::time::Duration::ZERO;
+    let mut arrived = Arrived::new(body, &parts, &shared.conversations.spare);
     let chosen = match choose(shared, api, &parts, &mut arrived).await {
         Ok(chosen) => chosen,
         Err(e) => return unread(&e),
@@ -53,7 +56,10 @@ pub async fn handle(
     let mut speculation = chosen.and_then(|layout| Speculation::start(shared, upstream, &parts, layout));
     loop {
         if let Some(s) = speculation.as_mut() {
-            if s.advance(&arrived).is_err() {
+            let t = std::time::Instant::now();
+            let advanced = s.advance(&arrived);
+            advancing += t.elapsed();
+            if advanced.is_err() {
                 if let Some(s) = speculation.take() {
                     s.abort(shared).await;
                 }
@@ -65,9 +71,15 @@ pub async fn handle(
             Err(e) => return unread(&e),
         }
     }
-    let outgoing = super::outgoing(shared, api, &parts, arrived.whole()).await;
+    let ended = std::time::Instant::now();
+    let received = ended - entered;
+    let frames = arrived.frames.len();
+    let whole = arrived.whole();
+    let joined = ended.elapsed();
+    let checked = speculation.as_ref().and_then(Speculation::checked);
+    let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing).await {
+        Some(s) => match s.finish(shared, outgoing, Tail { ended, joined, received, frames, advancing }).await {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -120,15 +132,25 @@ fn matches(pieces: &[Bytes], bytes: &[u8]) -> bool {
     at == bytes.len()
 }
 
-/// The client's body as it arrives, in frames with their offsets.
+/// The client's body as it arrives, in frames with their offsets, and joined as it comes
+/// (so that the whole body is at hand when its last frame is, not copied after it).
 struct Arrived {
     body: Incoming,
     frames: Vec<(usize, Bytes)>,
+    joined: BytesMut,
     len: usize,
     ended: bool,
 }
 
 impl Arrived {
+    /// The body to come, its buffer (a spare one where one fits) sized for the length the
+    /// request declares, up to the most the engine reads.
+    fn new(body: Incoming, parts: &Parts, spare: &Buffers) -> Arrived {
+        let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        let joined = spare.take(declared.unwrap_or(0).min(super::MAX_BODY));
+        Arrived { body, frames: Vec::new(), joined, len: 0, ended: false }
+    }
+
     /// Reads the next data frame; `None` at the end.
     async fn next(&mut self) -> Result<Option<()>, hyper::Error> {
         while !self.ended {
@@ -138,6 +160,7 @@ impl Arrived {
             };
             if let Ok(data) = frame?.into_data() {
                 if !data.is_empty() {
+                    self.joined.extend_from_slice(&data);
                     self.frames.push((self.len, data.clone()));
                     self.len += data.len();
                     return Ok(Some(()));
@@ -153,15 +176,9 @@ impl Arrived {
         overlapping.map(|(at, d)| d.slice(from.saturating_sub(*at)..(to - at).min(d.len()))).collect()
     }
 
-    fn whole(&self) -> Bytes {
-        if let [(_, one)] = self.frames.as_slice() {
-            return one.clone();
-        }
-        let mut whole = BytesMut::with_capacity(self.len);
-        for (_, frame) in &self.frames {
-            whole.extend_from_slice(frame);
-        }
-        whole.freeze()
+    /// The whole body, once it has arrived.
+    fn whole(&mut self) -> Bytes {
+        std::mem::take(&mut self.joined).freeze()
     }
 }
 
@@ -187,6 +204,16 @@ struct Speculation {
     sent: Vec<Bytes>,
     tx: mpsc::UnboundedSender<Result<Bytes, BoxError>>,
     answer: tokio::task::JoinHandle<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+}
+
+/// When the client's body ended, and how long joining its frames took: the speculative
+/// request's debug line times what follows the body's end from them.
+struct Tail {
+    ended: std::time::Instant,
+    joined: std::time::Duration,
+    received: std::time::Duration,
+    frames: usize,
+    advancing: std::time::Duration,
 }
 
 /// A speculative request's outcome: the upstream's answer, or the body to send anew.
@@ -226,6 +253,12 @@ impl Speculation {
             tx,
             answer,
         })
+    }
+
+    /// The last body, when the client's has every byte of its known part (compared as
+    /// they arrived).
+    fn checked(&self) -> Option<Arc<super::raw::Head>> {
+        (self.matched == self.end).then(|| Arc::clone(&self.layout.head))
     }
 
     /// Checks the bytes arrived past those checked, and sends what they settle.
@@ -280,7 +313,8 @@ impl Speculation {
 
     /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
     /// answer; else aborts the request.
-    async fn finish(mut self, shared: &Shared, outgoing: Outgoing) -> Finished {
+    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: Tail) -> Finished {
+        let pruned = tail.ended.elapsed();
         let body = match &outgoing {
             Outgoing::Pieces(pieces) => pieces.clone(),
             Outgoing::Bytes(bytes, _) => vec![bytes.clone()],
@@ -293,14 +327,29 @@ impl Speculation {
             self.abort(shared).await;
             return Finished::Aborted(outgoing);
         };
-        tracing::debug!(ahead, total, "speculation kept");
+        let compared = tail.ended.elapsed() - pruned;
         for piece in rest {
             if self.send(piece).is_err() {
                 break;
             }
         }
         drop(self.tx);
-        match self.answer.await {
+        let answer = self.answer.await;
+        let answered = tail.ended.elapsed();
+        let (joined, received, frames, advancing) = (tail.joined, tail.received, tail.frames, tail.advancing);
+        tracing::debug!(
+            ahead,
+            total,
+            ?joined,
+            ?pruned,
+            ?compared,
+            ?answered,
+            ?received,
+            frames,
+            ?advancing,
+            "speculation kept"
+        );
+        match answer {
             Ok(Ok(answer)) => Finished::Answered(answer.map(forward::boxed_incoming)),
             Ok(Err(e)) => {
                 tracing::warn!("upstream failed: {}", crate::error_chain(&e));
