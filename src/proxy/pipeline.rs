@@ -202,6 +202,8 @@ struct Speculation {
     /// Client bytes whose upstream bytes are sent.
     produced: usize,
     sent: Vec<Bytes>,
+    /// Small pieces to go out in one frame.
+    pending: BytesMut,
     tx: mpsc::UnboundedSender<Result<Bytes, BoxError>>,
     answer: tokio::task::JoinHandle<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
 }
@@ -250,6 +252,7 @@ impl Speculation {
             matched: 0,
             produced: 0,
             sent: Vec::new(),
+            pending: BytesMut::new(),
             tx,
             answer,
         })
@@ -263,6 +266,11 @@ impl Speculation {
 
     /// Checks the bytes arrived past those checked, and sends what they settle.
     fn advance(&mut self, arrived: &Arrived) -> Result<(), Broken> {
+        self.settle(arrived).and_then(|()| self.flush())
+    }
+
+    /// Queues the pieces the bytes arrived settle.
+    fn settle(&mut self, arrived: &Arrived) -> Result<(), Broken> {
         let upto = arrived.len.min(self.end);
         if upto > self.matched {
             let known = &self.layout.head.body[self.matched..upto];
@@ -302,7 +310,28 @@ impl Speculation {
         Ok(())
     }
 
+    /// Queues `piece`: a big one goes as it is, small ones are joined into one frame (a
+    /// body with thousands of rewritten items would otherwise go out in thousands of frames,
+    /// and a write call for every few of them).
     fn send(&mut self, piece: Bytes) -> Result<(), Broken> {
+        if piece.len() >= forward::JOINED {
+            self.flush()?;
+            return self.frame(piece);
+        }
+        self.pending.extend_from_slice(&piece);
+        if self.pending.len() >= forward::JOINED {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the small pieces queued.
+    fn flush(&mut self) -> Result<(), Broken> {
+        let joined = std::mem::take(&mut self.pending).freeze();
+        self.frame(joined)
+    }
+
+    fn frame(&mut self, piece: Bytes) -> Result<(), Broken> {
         if piece.is_empty() {
             return Ok(());
         }
@@ -328,11 +357,8 @@ impl Speculation {
             return Finished::Aborted(outgoing);
         };
         let compared = tail.ended.elapsed() - pruned;
-        for piece in rest {
-            if self.send(piece).is_err() {
-                break;
-            }
-        }
+        let sent: Result<(), Broken> = rest.into_iter().try_for_each(|piece| self.send(piece));
+        let _ = sent.and_then(|()| self.flush());
         drop(self.tx);
         let answer = self.answer.await;
         let answered = tail.ended.elapsed();
