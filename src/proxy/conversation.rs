@@ -246,6 +246,14 @@ impl Conversations {
         layouts.values().filter(|l| l.head.api == api && starts(l)).cloned().collect()
     }
 
+    /// The layout kept for the client body `body` (the same buffer), if it is still a
+    /// conversation's last.
+    pub fn layout_of(&self, body: &Bytes) -> Option<Arc<Layout>> {
+        let layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let same = |l: &&Arc<Layout>| l.head.body.as_ptr() == body.as_ptr() && l.head.body.len() == body.len();
+        layouts.values().find(same).cloned()
+    }
+
     /// How many bodies were read past a known one.
     pub fn resumed(&self) -> usize {
         self.resumed.load(std::sync::atomic::Ordering::Relaxed)

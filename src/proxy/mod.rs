@@ -20,6 +20,7 @@ pub mod forward;
 pub mod identity;
 mod pipeline;
 pub mod raw;
+mod rest;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -233,7 +234,8 @@ async fn prune_continuing(
     let started = std::time::Instant::now();
     let head = shared.conversations.continued(api, bytes, checked);
     let matched = started.elapsed();
-    let read_after = head.as_ref().and_then(|h| raw::Raw::read_after(api, bytes, h).map(|raw| (raw, h)));
+    // `continued` compared the head's known part, or the caller did as the body arrived.
+    let read_after = head.as_ref().and_then(|h| raw::Raw::read_past(api, bytes, h).map(|raw| (raw, h)));
     let (raw, read) = match read_after {
         Some((raw, head)) => (raw, conversation::Read::After(head)),
         None => match raw::Raw::read(api, bytes)? {

@@ -30,6 +30,7 @@ use super::buffers::Buffers;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
+use super::rest;
 use super::Shared;
 
 /// How many bytes of a body's start choose the conversation it continues.
@@ -75,11 +76,12 @@ pub async fn handle(
     let received = ended - entered;
     let frames = arrived.frames.len();
     let whole = arrived.whole();
+    let body = whole.clone();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
     let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, Tail { ended, joined, received, frames, advancing }).await {
+        Some(s) => match s.finish(shared, outgoing, Tail { body, ended, joined, received, frames, advancing }).await {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -211,6 +213,8 @@ struct Speculation {
 /// When the client's body ended, and how long joining its frames took: the speculative
 /// request's debug line times what follows the body's end from them.
 struct Tail {
+    /// The client's whole body.
+    body: Bytes,
     ended: std::time::Instant,
     joined: std::time::Duration,
     received: std::time::Duration,
@@ -351,7 +355,9 @@ impl Speculation {
         };
         let total: usize = body.iter().map(Bytes::len).sum();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
-        let Some(rest) = after(&body, &self.sent).filter(|_| total == self.length) else {
+        let new = shared.conversations.layout_of(&tail.body);
+        let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
+        let Some(rest) = rest::rest(&body, &sent_ahead, new.as_deref()).filter(|_| total == self.length) else {
             tracing::debug!(ahead, "speculation aborted");
             self.abort(shared).await;
             return Finished::Aborted(outgoing);
@@ -420,29 +426,6 @@ fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
     out
 }
 
-/// What follows `sent` in `body` (both in pieces), when `body` starts with it.
-fn after(body: &[Bytes], sent: &[Bytes]) -> Option<Vec<Bytes>> {
-    let (mut piece, mut at) = (0, 0);
-    for s in sent {
-        let mut s = &s[..];
-        while !s.is_empty() {
-            let current = body.get(piece)?;
-            let n = s.len().min(current.len() - at);
-            if current[at..at + n] != s[..n] {
-                return None;
-            }
-            s = &s[n..];
-            at += n;
-            if at == current.len() {
-                (piece, at) = (piece + 1, 0);
-            }
-        }
-    }
-    let mut rest: Vec<Bytes> = body.get(piece).map(|p| p.slice(at..)).into_iter().collect();
-    rest.extend(body.iter().skip(piece + 1).cloned());
-    Some(rest)
-}
-
 /// The speculative request's body: what the channel is given, in turn; an error aborts it.
 struct Channel(mpsc::UnboundedReceiver<Result<Bytes, BoxError>>);
 
@@ -452,29 +435,5 @@ impl hyper::body::Body for Channel {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.0.poll_recv(cx).map(|next| next.map(|piece| piece.map(Frame::data)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pieces(parts: &[&'static str]) -> Vec<Bytes> {
-        parts.iter().map(|p| Bytes::from_static(p.as_bytes())).collect()
-    }
-
-    #[test]
-    fn the_rest_of_a_body_is_what_follows_the_bytes_sent_however_both_are_cut() {
-        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
-        let rest = after(&body, &pieces(&["{\"a\"", ": [1", ","])).unwrap();
-        assert_eq!(rest.concat(), b" 2], \"b\": 3}");
-        assert_eq!(after(&body, &body).unwrap().concat(), b"");
-    }
-
-    #[test]
-    fn a_body_that_differs_in_one_byte_sent_or_is_shorter_than_what_was_sent_has_no_rest() {
-        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
-        assert!(after(&body, &pieces(&["{\"a\": [1, 3]"])).is_none(), "same length, one byte differs");
-        assert!(after(&body, &pieces(&["{\"a\": [1, 2], \"b\": 3}  "])).is_none(), "more sent than the body has");
     }
 }
