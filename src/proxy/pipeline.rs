@@ -348,16 +348,16 @@ impl Speculation {
     /// answer; else aborts the request.
     async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: Tail) -> Finished {
         let pruned = tail.ended.elapsed();
-        let body = match &outgoing {
-            Outgoing::Pieces(pieces) => pieces.clone(),
-            Outgoing::Bytes(bytes, _) => vec![bytes.clone()],
-            Outgoing::Stream(_) => Vec::new(),
+        let body: &[Bytes] = match &outgoing {
+            Outgoing::Pieces(pieces) => pieces,
+            Outgoing::Bytes(bytes, _) => std::slice::from_ref(bytes),
+            Outgoing::Stream(_) => &[],
         };
         let total: usize = body.iter().map(Bytes::len).sum();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
         let new = shared.conversations.layout_of(&tail.body);
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
-        let Some(rest) = rest::rest(&body, &sent_ahead, new.as_deref()).filter(|_| total == self.length) else {
+        let Some(rest) = rest::rest(body, &sent_ahead, new.as_deref()).filter(|_| total == self.length) else {
             tracing::debug!(ahead, "speculation aborted");
             self.abort(shared).await;
             return Finished::Aborted(outgoing);

@@ -37,8 +37,20 @@ fn same_items(ahead: &Ahead<'_>, new: &Layout) -> bool {
     let (old_spans, new_spans) = (&ahead.layout.head.raw.spans, &new.head.raw.spans);
     let sent = ahead.layout.items.iter().filter(|(i, _)| old_spans[*i].1 <= ahead.produced);
     let due = new.items.iter().filter(|(i, _)| new_spans.get(*i).is_some_and(|s| s.0 < ahead.produced));
-    let sent = sent.map(|(i, item)| (*i, old_spans[*i], &item[..]));
-    sent.eq(due.map(|(i, item)| (*i, new_spans[*i], &item[..])))
+    let sent = sent.map(|(i, item)| (*i, old_spans[*i], Same(item)));
+    sent.eq(due.map(|(i, item)| (*i, new_spans[*i], Same(item))))
+}
+
+/// An item's bytes, equal to another's when they are the same bytes in memory (an item the
+/// engine's unchanged edits left as written) or hold the same bytes.
+#[derive(Debug)]
+struct Same<'a>(&'a Bytes);
+
+impl PartialEq for Same<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0, other.0);
+        (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+    }
 }
 
 /// `body` (in pieces) past its first `n` bytes; `None` when it is shorter.
