@@ -17,11 +17,17 @@ resident memory at the end (`rss_mb`, and its peak, `peak_rss_mb`, from /proc) a
 time it spent per request after the first (`cpu_ms_per_request`, user and system, all its
 threads: what the load of a shared machine does not inflate). With
 --stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
-engine, write) is added from it. With --compare, a second proxy (another dcp binary, say
+engine, write) is added from it, and for a request sent ahead of the engine: `received` (from
+the request's head to its body's last byte), `advancing` (the time spent comparing and sending
+ahead in that span), `pruned`, `compared` and `answered` (from the body's last byte to the
+engine's edits, to the rest found, to the upstream's answer), `frames` (the body's frames).
+The fake upstream reads each body into one buffer, so its reading time does not depend on how
+the bytes come cut. With --compare, a second proxy (another dcp binary, say
 the one before a change) gets each request too, in turn with the others, and its figures
 are reported under `compare_`, from the same run. With --floor, the first proxy also gets
 each request on a path it does not know (`/v1/forward`), which it streams upstream unread: the
-forwarding floor of the body through two loopback sockets, reported under `floor_` (the proxy's CPU time then includes them).
+forwarding floor of the body through two loopback sockets, reported under `floor_` (the
+proxy's CPU time then includes them).
 """
 import argparse
 import json
