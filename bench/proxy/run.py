@@ -2,7 +2,7 @@
 """Times `dcp proxy` against a direct call to the same upstream.
 
     python3 bench/proxy/run.py --session FILE [--bin target/release/dcp] [--steps N] [--stages]
-                               [--compare OTHER_DCP]
+                               [--compare OTHER_DCP] [--floor] [--config JSON]
 
 FILE is a generated session (`dcp-testkit gen session`, see BENCHMARKS.md, The generated data).
 Its history and steps are sent as OpenCode sends them to an OpenAI-compatible provider: one
@@ -24,7 +24,8 @@ engine's edits, to the rest found, to the upstream's answer), `frames` (the body
 The fake upstream reads each body into one buffer, so its reading time does not depend on how
 the bytes come cut. With --compare, a second proxy (another dcp binary, say
 the one before a change) gets each request too, in turn with the others, and its figures
-are reported under `compare_`, from the same run. With --floor, the first proxy also gets
+are reported under `compare_`, from the same run. --config gives every proxy dcp.jsonc keys
+(JSON; `{"enabled": false}`: the proxy's path with dcp leaving every conversation alone). With --floor, the first proxy also gets
 each request on a path it does not know (`/v1/forward`), which it streams upstream unread: the
 forwarding floor of the body through two loopback sockets, reported under `floor_` (the
 proxy's CPU time then includes them).
@@ -114,12 +115,12 @@ def timed_post(port, body, path="/v1/chat/completions"):
     return first, time.perf_counter() - start
 
 
-def start_proxy(binary, upstream_port, home, stages):
+def start_proxy(binary, upstream_port, home, config):
     env = dict(os.environ, HOME=home, XDG_DATA_HOME=f"{home}/data", XDG_CONFIG_HOME=f"{home}/config")
-    if stages:
+    if config:
         os.makedirs(f"{home}/config/opencode")
         with open(f"{home}/config/opencode/dcp.jsonc", "w") as f:
-            f.write('{"debug": true}')
+            f.write(json.dumps(config))
     proc = subprocess.Popen([binary, "proxy", "--listen", "127.0.0.1:0", "--upstream", f"http://127.0.0.1:{upstream_port}"],
                             stdout=subprocess.PIPE, env=env)
     line = proc.stdout.readline().decode()
@@ -168,6 +169,7 @@ def main():
     p.add_argument("--stages", action="store_true")
     p.add_argument("--compare", help="a second dcp binary, measured in the same run")
     p.add_argument("--floor", action="store_true", help="also time the proxy forwarding unread")
+    p.add_argument("--config", default="{}", help="dcp.jsonc keys for every proxy, as JSON")
     args = p.parse_args()
     session = json.load(open(args.session))
     listener = socket.create_server(("127.0.0.1", 0))
@@ -178,7 +180,8 @@ def main():
         try:
             for name, binary, where in [("proxy", args.bin, home), ("compare", args.compare, other_home)]:
                 if binary:
-                    proc, port = start_proxy(binary, upstream, where, args.stages)
+                    config = dict({"debug": True} if args.stages else {}, **json.loads(args.config))
+                    proc, port = start_proxy(binary, upstream, where, config)
                     procs.append(proc)
                     targets.append((name, port))
                     if name == "proxy" and args.floor:
