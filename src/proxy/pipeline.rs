@@ -66,6 +66,7 @@ pub async fn handle(
                 }
             }
         }
+        arrived.release(speculation.as_ref().map_or(usize::MAX, Speculation::needs_from));
         match arrived.next().await {
             Ok(Some(())) => {}
             Ok(None) => break,
@@ -74,7 +75,7 @@ pub async fn handle(
     }
     let ended = std::time::Instant::now();
     let received = ended - entered;
-    let frames = arrived.frames.len();
+    let frames = arrived.count;
     let whole = arrived.whole();
     let body = whole.clone();
     let joined = ended.elapsed();
@@ -135,10 +136,14 @@ fn matches(pieces: &[Bytes], bytes: &[u8]) -> bool {
 }
 
 /// The client's body as it arrives, in frames with their offsets, and joined as it comes
-/// (so that the whole body is at hand when its last frame is, not copied after it).
+/// (so that the whole body is at hand when its last frame is, not copied after it). A frame
+/// is let go once nothing more is read or sent from it, so that the server's read buffer is
+/// reused for the frames to come rather than allocated anew.
 struct Arrived {
     body: Incoming,
-    frames: Vec<(usize, Bytes)>,
+    frames: std::collections::VecDeque<(usize, Bytes)>,
+    /// How many frames arrived.
+    count: usize,
     joined: BytesMut,
     len: usize,
     ended: bool,
@@ -150,7 +155,7 @@ impl Arrived {
     fn new(body: Incoming, parts: &Parts, spare: &Buffers) -> Arrived {
         let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
         let joined = spare.take(declared.unwrap_or(0).min(super::MAX_BODY));
-        Arrived { body, frames: Vec::new(), joined, len: 0, ended: false }
+        Arrived { body, frames: std::collections::VecDeque::new(), count: 0, joined, len: 0, ended: false }
     }
 
     /// Reads the next data frame; `None` at the end.
@@ -163,7 +168,8 @@ impl Arrived {
             if let Ok(data) = frame?.into_data() {
                 if !data.is_empty() {
                     self.joined.extend_from_slice(&data);
-                    self.frames.push((self.len, data.clone()));
+                    self.frames.push_back((self.len, data.clone()));
+                    self.count += 1;
                     self.len += data.len();
                     return Ok(Some(()));
                 }
@@ -172,7 +178,14 @@ impl Arrived {
         Ok(None)
     }
 
-    /// Bytes `from..to`, as slices of the frames.
+    /// Lets go of the frames that end at or before `upto`: no byte before it is read again.
+    fn release(&mut self, upto: usize) {
+        while self.frames.front().is_some_and(|(at, d)| at + d.len() <= upto) {
+            self.frames.pop_front();
+        }
+    }
+
+    /// Bytes `from..to`, as slices of the frames (those not let go).
     fn slices(&self, from: usize, to: usize) -> Vec<Bytes> {
         let overlapping = self.frames.iter().filter(|(at, d)| at + d.len() > from && *at < to);
         overlapping.map(|(at, d)| d.slice(from.saturating_sub(*at)..(to - at).min(d.len()))).collect()
@@ -266,6 +279,13 @@ impl Speculation {
     /// they arrived).
     fn checked(&self) -> Option<Arc<super::raw::Head>> {
         (self.matched == self.end).then(|| Arc::clone(&self.layout.head))
+    }
+
+    /// From where on the client's bytes are still to be checked (up to the known part's
+    /// end) or sent.
+    fn needs_from(&self) -> usize {
+        let checking = if self.matched < self.end { self.matched } else { usize::MAX };
+        checking.min(self.produced)
     }
 
     /// Checks the bytes arrived past those checked, and sends what they settle.
