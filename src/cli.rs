@@ -63,7 +63,7 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Show tokens and tools pruned, for a session and all-time.
+    /// Show the tokens kept out and the cost saved, for a session and all-time.
     Stats {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
@@ -88,8 +88,8 @@ pub enum Command {
     /// Run a local HTTP gateway that prunes what any client sends (Anthropic Messages, OpenAI
     /// Chat Completions and Responses) and forwards it to the upstream.
     Proxy {
-        /// The address to listen on.
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788")]
+        /// The address to listen on, `HOST:PORT`.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788", value_parser = parse_listen)]
         listen: std::net::SocketAddr,
         /// The API's upstream, `http(s)://host[:port][/path]` (the request's path is kept after
         /// it); else dcp.jsonc's `proxy.upstream`, and `proxy.upstreams.<api>` per API.
@@ -158,10 +158,36 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
         Command::Proxy { listen, upstream } => {
+            can_listen(listen)?;
             let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
             crate::proxy::run(crate::proxy::Options { listen, upstream, sidecar })
         }
     }
+}
+
+/// `--listen`'s value: an IP address and a port.
+fn parse_listen(value: &str) -> Result<std::net::SocketAddr, String> {
+    value.parse().map_err(|_| format!("{value:?} is not HOST:PORT with HOST an IP address, e.g. 127.0.0.1:8788"))
+}
+
+/// Fails, saying what to do, when the proxy could not listen on `addr`: a port another
+/// program holds, one that needs privileges, an address not of this machine.
+fn can_listen(addr: std::net::SocketAddr) -> Result<()> {
+    use std::io::ErrorKind;
+    let Err(e) = std::net::TcpListener::bind(addr) else { return Ok(()) };
+    let what = match e.kind() {
+        ErrorKind::AddrInUse => {
+            "another program listens there (another dcp proxy?): stop it, or pass \
+                                 --listen 127.0.0.1:PORT with a free port and give the client that port"
+        }
+        ErrorKind::PermissionDenied => {
+            "this user may not listen on that port: pass --listen 127.0.0.1:PORT \
+                                        with a port above 1023"
+        }
+        ErrorKind::AddrNotAvailable => "that is not an address of this machine: pass --listen 127.0.0.1:PORT",
+        _ => return Ok(()),
+    };
+    anyhow::bail!("cannot listen on {addr}: {e}; {what}")
 }
 
 /// Prints the doctor's report; any problem found is an error, so the exit code is 1.
@@ -360,6 +386,7 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
     let dir = ctx.state_dir();
     let session_stats = match session {
         Some(id) => {
+            known_session(ctx, id)?;
             let mut store = ctx.store();
             let slot = store.slot(id)?;
             Some(stats::session(id, &slot.state))
@@ -378,6 +405,24 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
     Ok(())
+}
+
+/// Fails unless session `id` has a state file or is one of OpenCode's sessions: a mistyped id
+/// would otherwise show a session that saved nothing.
+fn known_session(ctx: &Ctx, id: &str) -> Result<()> {
+    if persist::state_path(&ctx.state_dir(), id)?.exists() {
+        return Ok(());
+    }
+    let data = DataDir::new(&ctx.data_dir, &Env::from_process());
+    if data.sessions().is_ok_and(|sessions| sessions.iter().any(|s| s.id == id)) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "session {id} has no state file in {} and is not one of OpenCode's sessions in {} \
+         (`dcp sessions` lists them; `dcp stats` without --session gives all-time)",
+        ctx.state_dir().display(),
+        ctx.data_dir.display()
+    )
 }
 
 /// `dcp report`: writes the page and says where it is; with `--open`, opens it where a

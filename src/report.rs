@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::context::{Analysis, Status};
 use crate::format;
-use crate::stats::{AllTime, Figures, SessionStats};
+use crate::stats::{AllTime, Figures, Net, SessionStats};
 
 /// The by-category context report: what the model is sent without pruning, what it is sent
 /// now (the prunes in force), and what it would be sent with every prune applied (those
@@ -96,9 +96,14 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
             Some(title) => {
                 let _ = writeln!(out, "Session \"{}\" ({}):", format::title(title), s.session_id);
             }
-            None => {
-                let _ = writeln!(out, "Session {}:", s.session_id);
-            }
+            None => match s.proxy_client() {
+                Some(client) => {
+                    let _ = writeln!(out, "Session {} ({client}, through dcp proxy):", s.session_id);
+                }
+                None => {
+                    let _ = writeln!(out, "Session {}:", s.session_id);
+                }
+            },
         }
         figures(&mut out, &s.figures, Some((s.in_force_prunes, s.waiting_prunes)));
         let _ = writeln!(
@@ -134,23 +139,15 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     out
 }
 
-/// The rows of what reached the model; `prunes` counts those in force and waiting.
+/// The rows of what reached the model; `prunes` counts those in force and waiting. The net
+/// rows are said by [`Net`]: what was added until pruning has won it back, never a negative
+/// saving.
 fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
-    let kept = f.kept_out_tokens;
-    let over = format::count(f.requests, "request");
-    // What dcp adds (its tools and instructions) is counted against what it kept out; until
-    // pruning has won it back, the rows say what was added, not a negative saving.
-    if kept < 0 {
-        let added = format::approx(kept.unsigned_abs());
-        let _ = writeln!(out, "  Added:           {added} tokens over {over} (dcp's tools)");
-    } else {
-        let _ = writeln!(out, "  Kept out:        {} tokens over {over}", format::approx(kept.unsigned_abs()));
-    }
-    if f.cost_saved_share < 0.0 {
-        let _ = writeln!(out, "  Cost added:      {:.1}% over the cost without dcp", -100.0 * f.cost_saved_share);
-    } else {
-        let _ = writeln!(out, "  Cost saved:      {}", share(f.cost_saved_share));
-    }
+    let net = Net::of(f);
+    let tokens = format!("{}:", net.tokens_label());
+    let _ = writeln!(out, "  {tokens:<16} {} {}", format::approx(net.token_count), net.tokens_note(f.requests));
+    let cost = format!("{}:", net.cost_label());
+    let _ = writeln!(out, "  {cost:<16} {} {}", net.cost_percent(), net.cost_note());
     let count = |n: Option<u64>| n.map(|n| format!(" ({})", format::count(n, "prune"))).unwrap_or_default();
     let _ = writeln!(
         out,
@@ -164,9 +161,4 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
         format::approx(f.waiting_tokens),
         count(prunes.map(|p| p.1))
     );
-}
-
-/// A share of the cost without dcp, as a signed percentage: `12.3%`, `-0.4%`.
-pub fn share(share: f64) -> String {
-    format!("{:.1}% of the cost without dcp", 100.0 * share)
 }

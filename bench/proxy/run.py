@@ -2,7 +2,7 @@
 """Times `dcp proxy` against a direct call to the same upstream.
 
     python3 bench/proxy/run.py --session FILE [--bin target/release/dcp] [--steps N] [--stages]
-                               [--compare OTHER_DCP]
+                               [--compare OTHER_DCP] [--floor] [--config JSON]
 
 FILE is a generated session (`dcp-testkit gen session`, see BENCHMARKS.md, The generated data).
 Its history and steps are sent as OpenCode sends them to an OpenAI-compatible provider: one
@@ -17,9 +17,18 @@ resident memory at the end (`rss_mb`, and its peak, `peak_rss_mb`, from /proc) a
 time it spent per request after the first (`cpu_ms_per_request`, user and system, all its
 threads: what the load of a shared machine does not inflate). With
 --stages, dcp's debug log is on and the p50 of each stage of a pruned request (parse, map,
-engine, write) is added from it. With --compare, a second proxy (another dcp binary, say
+engine, write) is added from it, and for a request sent ahead of the engine: `received` (from
+the request's head to its body's last byte), `advancing` (the time spent comparing and sending
+ahead in that span), `pruned`, `compared` and `answered` (from the body's last byte to the
+engine's edits, to the rest found, to the upstream's answer), `frames` (the body's frames).
+The fake upstream reads each body into one buffer, so its reading time does not depend on how
+the bytes come cut. With --compare, a second proxy (another dcp binary, say
 the one before a change) gets each request too, in turn with the others, and its figures
-are reported under `compare_`, from the same run.
+are reported under `compare_`, from the same run. --config gives every proxy dcp.jsonc keys
+(JSON; `{"enabled": false}`: the proxy's path with dcp leaving every conversation alone). With --floor, the first proxy also gets
+each request on a path it does not know (`/v1/forward`), which it streams upstream unread: the
+forwarding floor of the body through two loopback sockets, reported under `floor_` (the
+proxy's CPU time then includes them).
 """
 import argparse
 import json
@@ -71,15 +80,23 @@ def answer(conn):
             data += chunk
         head, body = data.split(b"\r\n\r\n", 1)
         length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:"))
-        while len(body) < length:
-            body += conn.recv(1 << 20)
+        # Read into one buffer: joining the pieces as they come costs the body's size per
+        # piece, which would time the reader instead of the sender.
+        buf = bytearray(max(length, len(body)))
+        buf[:len(body)] = body
+        view, got = memoryview(buf), len(body)
+        while got < length:
+            n = conn.recv_into(view[got:], length - got)
+            if not n:
+                return
+            got += n
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + STREAM)
         conn.sendall(b"data: [DONE]\n\n")
 
 
-def timed_post(port, body):
+def timed_post(port, body, path="/v1/chat/completions"):
     """Sends one request; returns (seconds to the first body byte, seconds to the end)."""
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer sk-bench\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     start = time.perf_counter()
     s = socket.create_connection(("127.0.0.1", port))
@@ -98,12 +115,12 @@ def timed_post(port, body):
     return first, time.perf_counter() - start
 
 
-def start_proxy(binary, upstream_port, home, stages):
+def start_proxy(binary, upstream_port, home, config):
     env = dict(os.environ, HOME=home, XDG_DATA_HOME=f"{home}/data", XDG_CONFIG_HOME=f"{home}/config")
-    if stages:
+    if config:
         os.makedirs(f"{home}/config/opencode")
         with open(f"{home}/config/opencode/dcp.jsonc", "w") as f:
-            f.write('{"debug": true}')
+            f.write(json.dumps(config))
     proc = subprocess.Popen([binary, "proxy", "--listen", "127.0.0.1:0", "--upstream", f"http://127.0.0.1:{upstream_port}"],
                             stdout=subprocess.PIPE, env=env)
     line = proc.stdout.readline().decode()
@@ -133,7 +150,7 @@ def measure(args, session, targets, procs=()):
         turn = step % len(targets)
         order = targets[turn:] + targets[:turn]
         for name, port in (order if step % 2 else order[::-1]):
-            t = timed_post(port, body)
+            t = timed_post(port, body, "/v1/forward") if name == "floor" else timed_post(port, body)
             if step == 0:
                 first[name] = t
             else:
@@ -151,6 +168,8 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--stages", action="store_true")
     p.add_argument("--compare", help="a second dcp binary, measured in the same run")
+    p.add_argument("--floor", action="store_true", help="also time the proxy forwarding unread")
+    p.add_argument("--config", default="{}", help="dcp.jsonc keys for every proxy, as JSON")
     args = p.parse_args()
     session = json.load(open(args.session))
     listener = socket.create_server(("127.0.0.1", 0))
@@ -161,9 +180,12 @@ def main():
         try:
             for name, binary, where in [("proxy", args.bin, home), ("compare", args.compare, other_home)]:
                 if binary:
-                    proc, port = start_proxy(binary, upstream, where, args.stages)
+                    config = dict({"debug": True} if args.stages else {}, **json.loads(args.config))
+                    proc, port = start_proxy(binary, upstream, where, config)
                     procs.append(proc)
                     targets.append((name, port))
+                    if name == "proxy" and args.floor:
+                        targets.append(("floor", port))
             base, times, first, cpu = measure(args, session, targets, procs)
             memory = [rss(proc.pid) for proc in procs]
         finally:
@@ -175,7 +197,9 @@ def main():
             found.update({f"compare_{k}": v for k, v in stages(f"{other_home}/config/opencode/logs/dcp").items()})
     out = {"messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
            "load_average": round(os.getloadavg()[0], 1)}
-    for (name, _), (now, peak), cpu_ms in zip(targets[1:], memory, cpu):
+    if args.floor:
+        out.update(figures("floor", times, first))
+    for (name, _), (now, peak), cpu_ms in zip([t for t in targets[1:] if t[0] != "floor"], memory, cpu):
         out.update(figures(name, times, first))
         prefix = "" if name == "proxy" else "compare_"
         out.update({f"{prefix}rss_mb": now, f"{prefix}peak_rss_mb": peak, f"{prefix}cpu_ms_per_request": cpu_ms})
@@ -188,7 +212,7 @@ def figures(name, times, first):
     ttfb = {k: [t[0] for t in v] for k, v in times.items()}
     added = [p_ - d for p_, d in zip(total[name], total["direct"])]
     ttfb_added = [p_ - d for p_, d in zip(ttfb[name], ttfb["direct"])]
-    prefix = "" if name == "proxy" else "compare_"
+    prefix = {"proxy": "", "floor": "floor_"}.get(name, "compare_")
     return {f"{prefix}{k}": v for k, v in {
         "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first[name][1] * 1000, 1),
         "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total[name], 0.5),
@@ -211,18 +235,19 @@ def rss(pid):
 def stages(log_dir):
     """The p50 of each stage of the pruned requests, from the proxy's debug log, in ms, and how
     many requests went upstream before the engine answered (kept, aborted)."""
-    found = {"parse": [], "matched": [], "map": [], "engine": [], "write": [], "spliced": []}
+    found = {"parse": [], "matched": [], "map": [], "engine": [], "write": [], "spliced": [],
+             "joined": [], "pruned": [], "compared": [], "answered": [], "received": [], "advancing": [], "frames": []}
     bets = {"kept": 0, "aborted": 0}
     for name in os.listdir(log_dir):
         for line in open(os.path.join(log_dir, name)):
             for bet in bets:
                 bets[bet] += f"speculation {bet}" in line
-            if "pruned" not in line:
+            if "pruned" not in line and "speculation kept" not in line:
                 continue
             for key in found:
-                m = re.search(rf"\b{key}=([0-9.]+)(ms|µs|s)\b", line)
+                m = re.search(rf"\b{key}=([0-9.]+)(ms|µs|ns|s|)\b", line)
                 if m:
-                    scale = {"ms": 1e-3, "µs": 1e-6, "s": 1}[m.group(2)]
+                    scale = {"ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "s": 1, "": 1e-3}[m.group(2)]
                     found[key].append(float(m.group(1)) * scale)
     out = {f"stage_{k}_p50_ms": pct(v, 0.5) for k, v in found.items() if v}
     return dict(out, **{f"speculation_{k}": v for k, v in bets.items()})

@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 
 use super::Config;
 
+mod suggest;
+
 /// What a value of the schema must be.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -257,7 +259,12 @@ fn check_object(
                     message: "must be an object".to_string(),
                 })
             }
-            _ => warnings.push(format!("{}: unknown key `{dotted}` ignored", path.display())),
+            _ => {
+                let keys: Vec<&'static str> = SCHEMA.iter().map(|(k, _)| *k).collect();
+                let hint =
+                    suggest::meant(&dotted, &keys).map(|key| format!(" (did you mean `{key}`?)")).unwrap_or_default();
+                warnings.push(format!("{}: unknown key `{dotted}` ignored{hint}", path.display()));
+            }
         }
     }
     Ok(())

@@ -63,11 +63,14 @@ pub struct DataDir {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
-    #[error("no OpenCode data in {0}: neither opencode.db nor storage/ exists")]
+    #[error(
+        "no OpenCode data in {0}: neither opencode.db nor storage/ exists (OpenCode has not run \
+         with this data dir yet; else pass OpenCode's data dir with --data-dir)"
+    )]
     NoData(PathBuf),
     #[error("{path} is {what}, not OpenCode's database file")]
     NotADatabase { path: PathBuf, what: &'static str },
-    #[error("session {id} not found in {root}")]
+    #[error("session {id} not found in {root} (`dcp sessions` lists the sessions there)")]
     SessionNotFound { id: String, root: PathBuf },
     #[error(transparent)]
     Sqlite(#[from] sqlite::SqliteError),

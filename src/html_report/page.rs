@@ -9,7 +9,7 @@ use super::charts::{self, Axes, Bar, Marker, Series};
 use super::{esc, Report, SessionView, Source};
 use crate::format;
 use crate::state::savings::Mark;
-use crate::stats::Figures;
+use crate::stats::{Direction, Figures, Net, SessionStats};
 
 const STYLE: &str = r#"
 :root { --bg: #ffffff; --fg: #1b1f24; --muted: #5b6570; --card: #f3f5f7; --line: #d7dce1;
@@ -27,8 +27,10 @@ h3 { font-size: 15px; margin: 20px 0 4px; } .muted, .note { color: var(--muted);
 .card .big { font-size: 22px; font-weight: 600; display: block; }
 table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 6px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.chart { width: 100%; height: auto; display: block; }
+th:first-child, td:first-child { text-align: left; } td { white-space: nowrap; }
+td:first-child { white-space: normal; min-width: 12em; } td code { word-break: break-all; }
+.wide { overflow-x: auto; } .when { white-space: nowrap; }
+.chart { width: 100%; min-width: 520px; height: auto; display: block; }
 .chart text { fill: var(--muted); font: 11px system-ui, sans-serif; } .chart text.label { fill: var(--fg); }
 .chart .grid { stroke: var(--line); stroke-width: 1; } .chart .zero { stroke: var(--muted); stroke-width: 1; }
 .chart polyline { stroke-width: 2; stroke-linejoin: round; }
@@ -37,10 +39,11 @@ th:first-child, td:first-child { text-align: left; }
 .chart .rewrite { stroke: var(--rewrite); stroke-dasharray: 3 3; }
 .chart .compaction { stroke: var(--compaction); stroke-width: 2; }
 .chart .whole { fill: var(--line); } .chart .solid { fill: var(--with); }
-.key span { margin-right: 14px; } .key i { display: inline-block; width: 14px; height: 3px; margin-right: 4px;
+.key span { margin-right: 14px; white-space: nowrap; } .key i { display: inline-block; width: 14px; height: 3px; margin-right: 4px;
   vertical-align: middle; background: currentColor; }
 .k-without { color: var(--without); } .k-with, .k-kept { color: var(--with); } .k-saved { color: var(--saved); }
 .k-rewrite { color: var(--rewrite); } .k-compaction { color: var(--compaction); }
+@media (max-width: 600px) { body { padding: 12px; } .chart text { font-size: 15px; } }
 "#;
 
 /// The whole page.
@@ -54,12 +57,19 @@ pub fn page(r: &Report) -> String {
     );
     let _ = write!(
         out,
-        "<h1>dcp savings</h1><p class=\"muted\">{} ({}) in <code>{}</code>, made {}.</p>",
+        "<h1>dcp savings</h1><p class=\"muted\">{} ({}) in <code>{}</code>, made <span class=\"when\">{}</span>.</p>",
         format::count(r.all.files, "state file"),
         esc(&format::bytes(r.all.bytes)),
         esc(&r.state_dir.display().to_string()),
         esc(&r.generated)
     );
+    if r.all.files == 0 {
+        out.push_str(
+            "<p>No state files here yet: dcp writes one per session once the plugin (or <code>dcp proxy</code>) \
+             answers its requests. To see what it would have saved on the sessions you already have, run \
+             <code>dcp replay --all</code>.</p>",
+        );
+    }
     all_time(&mut out, r);
     over_time(&mut out, r);
     strategies(&mut out, r);
@@ -76,29 +86,21 @@ fn figure(id: &str, value: impl std::fmt::Display, text: &str) -> String {
     format!(r#"<span class="big" id="{id}" data-value="{value}">{}</span>"#, esc(text))
 }
 
-fn signed(n: i64) -> String {
-    let sign = if n < 0 { "-" } else { "" };
-    format!("{sign}{}", format::thousands(n.unsigned_abs()))
-}
-
-fn percent(share: f64) -> String {
-    format!("{:.1}%", 100.0 * share)
-}
-
 fn all_time(out: &mut String, r: &Report) {
     let (a, f): (_, &Figures) = (&r.all, &r.all.figures);
     let share = (f.cost_saved_share * 10_000.0).round() / 10_000.0;
+    let net = Net::of(f);
+    let (kept_title, kept_note) = match net.tokens {
+        Direction::Saved => ("Kept out of requests", "tokens, net of what dcp adds"),
+        Direction::Added => ("Added to requests", "tokens of dcp's tools, not won back by pruning yet"),
+    };
     let cards = [
-        (
-            "Kept out of requests",
-            figure("kept-out-tokens", f.kept_out_tokens, &signed(f.kept_out_tokens)),
-            "tokens, net of what dcp adds",
-        ),
+        (kept_title, figure("kept-out-tokens", f.kept_out_tokens, &format::thousands(net.token_count)), kept_note),
         ("Requests", figure("requests", f.requests, &format::thousands(f.requests)), "answered by dcp"),
         (
-            "Cost saved",
-            figure("cost-saved-share", share, &percent(f.cost_saved_share)),
-            "of the cost without dcp (prompt cache counted)",
+            net.cost_label(),
+            figure("cost-saved-share", share, &net.cost_percent()),
+            &format!("{} (prompt cache counted)", net.cost_note()),
         ),
         (
             "In force",
@@ -120,16 +122,29 @@ fn all_time(out: &mut String, r: &Report) {
     for (title, value, note) in cards {
         let _ = write!(out, "<div class=\"card\">{}{value}<span class=\"note\">{}</span></div>", esc(title), esc(note));
     }
+    let proxied: Vec<String> = a.proxied.iter().map(|(client, n)| format!("{client} {n}")).collect();
+    let proxied =
+        if proxied.is_empty() { String::new() } else { format!("; through the proxy: {}", proxied.join(", ")) };
     let _ = write!(
         out,
-        "</div><p class=\"muted\">{} with savings; {} tools pruned.</p>",
+        "</div><p class=\"muted\">{} with prunes; {} tools pruned{}.</p>",
         format::count(a.sessions, "session"),
-        a.tools_pruned
+        a.tools_pruned,
+        esc(&proxied)
     );
 }
 
-fn day(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(String::new, |t| t.format("%Y-%m-%d %H:%M").to_string())
+/// When the first and the last request were, in UTC: to the minute, or to the second when
+/// that tells them apart.
+fn span(first: i64, last: i64) -> (String, String) {
+    let at = |ms: i64, format: &str| {
+        chrono::DateTime::from_timestamp_millis(ms).map_or_else(String::new, |t| t.format(format).to_string())
+    };
+    let minutes = (at(first, "%Y-%m-%d %H:%M UTC"), at(last, "%Y-%m-%d %H:%M UTC"));
+    if minutes.0 != minutes.1 || first == last {
+        return minutes;
+    }
+    (at(first, "%Y-%m-%d %H:%M:%S UTC"), at(last, "%Y-%m-%d %H:%M:%S UTC"))
 }
 
 fn over_time(out: &mut String, r: &Report) {
@@ -148,8 +163,13 @@ fn over_time(out: &mut String, r: &Report) {
         name: "cost saved so far, in tokens at the input price",
         values: r.over_time.iter().map(|p| p.2).collect(),
     };
-    let axes = Axes { first: &day(first.0), last: &day(last.0), unit: "tokens", label: "savings over every request" };
-    out.push_str("<p class=\"key\"><span class=\"k-kept\"><i></i>tokens kept out, so far</span><span class=\"k-saved\"><i></i>cost saved, in tokens at the input price</span></p>");
+    let (first, last) = span(first.0, last.0);
+    let axes = Axes { first: &first, last: &last, label: "savings over every request" };
+    let below = if r.over_time.iter().any(|p| p.1 < 0 || p.2 < 0.0) { " (below 0: what dcp added)" } else { "" };
+    let _ = write!(
+        out,
+        "<p class=\"key\"><span class=\"k-kept\"><i></i>tokens kept out, so far</span><span class=\"k-saved\"><i></i>cost saved, in tokens at the input price</span><span class=\"muted\">{below}</span></p>"
+    );
     out.push_str(&charts::lines(&[kept, saved], &[], &axes));
 }
 
@@ -175,44 +195,91 @@ fn strategies(out: &mut String, r: &Report) {
             ),
         })
         .collect();
-    out.push_str("<p class=\"key\"><span class=\"k-with\"><i></i>in force now</span><span class=\"muted\">light: pruned over the sessions' life (DCP's figure)</span></p>");
+    out.push_str("<p class=\"key\"><span class=\"k-with\"><i></i>in force now</span><span class=\"muted\">grey: pruned over the sessions' life (DCP's figure)</span></p>");
     out.push_str(&charts::bars(&bars, "tokens pruned by strategy"));
 }
 
 fn top(out: &mut String, r: &Report) {
-    out.push_str("<h2>Sessions that saved most</h2>");
+    out.push_str("<h2>Sessions, most kept out first</h2>");
     if r.sessions.is_empty() {
-        out.push_str("<p class=\"muted\">No session has savings yet.</p>");
+        out.push_str("<p class=\"muted\">No session has prunes or requests yet.</p>");
         return;
     }
-    out.push_str("<table><tr><th>Session</th><th>Requests</th><th>Kept out</th><th>Cost saved</th><th>In force</th><th>Waiting</th><th>Pruned (DCP)</th></tr>");
+    out.push_str("<div class=\"wide\"><table><tr><th>Session</th><th>Requests</th><th>Kept out</th><th>Cost saved</th><th>In force</th><th>Waiting</th><th>Pruned (DCP)</th></tr>");
     for s in &r.sessions {
         let (st, f) = (&s.stats, &s.stats.figures);
+        let net = Net::of(f);
         let _ = write!(
             out,
             "<tr data-session=\"{}\"><td>{}<br><code class=\"muted\">{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&st.session_id),
-            esc(st.title.as_deref().unwrap_or("(untitled)")),
+            esc(&name(st)),
             esc(&st.session_id),
             f.requests,
-            signed(f.kept_out_tokens),
-            percent(f.cost_saved_share),
+            net_tokens(&net),
+            net_cost(&net),
             format::thousands(f.in_force_tokens),
             format::thousands(f.waiting_tokens),
             format::thousands(st.pruned_tokens)
         );
     }
-    out.push_str("</table>");
+    out.push_str("</table></div>");
+}
+
+/// A session's net in a sentence: `Kept out 19,026 tokens over 6 requests; cost saved 12.6% of
+/// the cost without dcp.`, or what dcp added, which a chart whose lines nearly meet hides.
+fn net_sentence(f: &Figures) -> String {
+    let net = Net::of(f);
+    format!(
+        "{} {} {}; {} {} {}.",
+        net.tokens_label(),
+        format::thousands(net.token_count),
+        net.tokens_note(f.requests),
+        net.cost_label().to_lowercase(),
+        net.cost_percent(),
+        net.cost_note()
+    )
+}
+
+/// A table cell's net tokens: `12,345`, or `1,234 added`.
+fn net_tokens(net: &Net) -> String {
+    match net.tokens {
+        Direction::Saved => format::thousands(net.token_count),
+        Direction::Added => format!("{} added", format::thousands(net.token_count)),
+    }
+}
+
+/// A table cell's net cost: `12.3%`, or `1.2% added`.
+fn net_cost(net: &Net) -> String {
+    match net.cost {
+        Direction::Saved => net.cost_percent(),
+        Direction::Added => format!("{} added", net.cost_percent()),
+    }
+}
+
+/// What a session is called: its title; else, for a conversation through `dcp proxy`, its
+/// client (as `dcp stats` labels it); else `(untitled)`.
+fn name(s: &SessionStats) -> String {
+    if let Some(title) = &s.title {
+        return title.clone();
+    }
+    match s.proxy_client() {
+        Some(client) => format!("{client}, through dcp proxy"),
+        None => "(untitled)".to_string(),
+    }
 }
 
 fn session(out: &mut String, i: usize, s: &SessionView) {
-    let title = s.stats.title.as_deref().unwrap_or("(untitled)");
+    let title = name(&s.stats);
     let _ = write!(
         out,
         "<h3 id=\"session-{i}\">{} <code class=\"muted\">{}</code></h3>",
-        esc(title),
+        esc(&title),
         esc(&s.stats.session_id)
     );
+    if s.stats.figures.requests > 0 {
+        let _ = write!(out, "<p>{}</p>", esc(&net_sentence(&s.stats.figures)));
+    }
     let note = match s.source {
         Source::State => "Each request's context as dcp answered it.",
         Source::Replay => "Replayed from OpenCode's history: its state file holds no requests.",
@@ -241,8 +308,7 @@ fn session(out: &mut String, i: usize, s: &SessionView) {
         })
         .collect();
     let last = format!("request {}", s.points.len());
-    let axes =
-        Axes { first: "request 1", last: &last, unit: "tokens", label: "context per request, with and without dcp" };
+    let axes = Axes { first: "request 1", last: &last, label: "context per request, with and without dcp" };
     let _ = write!(
         out,
         "<p class=\"muted\">{} <span class=\"key\"><span class=\"k-without\"><i></i>without dcp</span><span class=\"k-with\"><i></i>with dcp</span><span class=\"k-rewrite\"><i></i>rewrite</span><span class=\"k-compaction\"><i></i>compaction</span></span></p>",

@@ -183,6 +183,8 @@ pub struct Conversations {
     reading: Reading,
     pipelining: Pipelining,
     resumed: std::sync::atomic::AtomicUsize,
+    /// The buffers of replaced bodies, for the bodies to come.
+    pub spare: super::buffers::Buffers,
     /// Requests sent upstream before the engine answered, and those of them aborted.
     pub speculated: std::sync::atomic::AtomicUsize,
     pub aborted: std::sync::atomic::AtomicUsize,
@@ -244,6 +246,14 @@ impl Conversations {
         layouts.values().filter(|l| l.head.api == api && starts(l)).cloned().collect()
     }
 
+    /// The layout kept for the client body `body` (the same buffer), if it is still a
+    /// conversation's last.
+    pub fn layout_of(&self, body: &Bytes) -> Option<Arc<Layout>> {
+        let layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let same = |l: &&Arc<Layout>| l.head.body.as_ptr() == body.as_ptr() && l.head.body.len() == body.len();
+        layouts.values().find(same).cloned()
+    }
+
     /// How many bodies were read past a known one.
     pub fn resumed(&self) -> usize {
         self.resumed.load(std::sync::atomic::Ordering::Relaxed)
@@ -269,7 +279,10 @@ impl Conversations {
     /// Keeps `conversation` as `sid`'s last request, in `held` (`sid`'s slot, locked).
     pub fn keep(&self, sid: &str, held: &mut Option<Conversation>, conversation: Conversation) {
         let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        heads.insert(sid.to_string(), Arc::clone(&conversation.head));
+        let replaced = heads.insert(sid.to_string(), Arc::clone(&conversation.head));
+        if let Some(replaced) = replaced.filter(|r| !Arc::ptr_eq(r, &conversation.head)) {
+            self.spare.retire(&replaced.body);
+        }
         let mut layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match &conversation.memory.last {
             Some(last) => {
@@ -284,10 +297,14 @@ impl Conversations {
     }
 
     /// The kept body that `body` continues (starts with every byte of, up to its last
-    /// item), the longest if several do.
-    pub fn continued(&self, api: Api, body: &[u8]) -> Option<Arc<Head>> {
+    /// item), the longest if several do; `checked` when the caller has compared them
+    /// already (any body it continues reads it alike, [`Raw::read_after`]).
+    pub fn continued(&self, api: Api, body: &[u8], checked: Option<Arc<Head>>) -> Option<Arc<Head>> {
         if self.reading == Reading::Whole {
             return None;
+        }
+        if let Some(checked) = checked.filter(|h| h.api == api) {
+            return Some(checked);
         }
         let heads: Vec<Arc<Head>> = {
             let heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -4,21 +4,23 @@
 //! The server is handed requests as the plugin sends them (PROTOCOL.md): the caller sends
 //! only what follows the messages the server already holds unchanged (`base`, which
 //! `super::conversation` finds), and the engine holds the last answer's edits so that the
-//! server sends only what changed of them. Between requests it counts tokens ahead and hands out the saves that fall
-//! due, as the sidecar's line loop does. An error of the server drops what the engine
+//! server sends only what changed of them. The server's answer reaches the request as a
+//! value, not as protocol text, as soon as the server has decided it
+//! ([`Server::transform_answering`]): counting the request's savings, which tokenizes its
+//! new messages, runs after, off the request's path. Between requests it counts tokens ahead
+//! and hands out the saves that fall due, as the sidecar's line loop does. An error of the server drops what the engine
 //! remembers of that conversation; the caller then sends its next request whole.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::convert::EngineEdit;
 use crate::session::Node;
-use crate::sidecar::protocol::Request;
-use crate::sidecar::Server;
+use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
+use crate::sidecar::{transform_params, Server};
 
 /// Why a request's conversation was not run through the engine.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +92,7 @@ fn run(mut server: Server, jobs: &Receiver<Job>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
     while let Some(job) = next_job(&mut server, jobs) {
         let Job { sid, base, messages, reply } = job;
-        let _ = reply.send(transform(&mut server, &mut sent, &sid, base, messages));
+        transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
     server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
@@ -134,44 +136,61 @@ struct Sent {
 /// out the same list.
 pub type Edits = std::sync::Arc<Vec<EngineEdit>>;
 
-/// Runs one `transform` of conversation `sid`, sending only what changed since the last one.
-fn transform(
-    server: &mut Server,
-    sent: &mut HashMap<String, Sent>,
-    sid: &str,
+/// The messages of a request from index `base` on (those before are the last transform's).
+struct Tail {
     base: usize,
     messages: Vec<Value>,
-) -> Result<Edits, EngineError> {
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<Edits, EngineError>>;
+
+/// Runs one `transform` of conversation `sid`, sending only what changed since the last one,
+/// and hands `reply` the edits as soon as the server has decided them (it counts the
+/// request's savings after).
+fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, tail: Tail, reply: Reply) {
     let mut before = sent.remove(sid).unwrap_or_default();
-    let tail: Vec<Node> = messages.into_iter().map(Node::from).collect();
-    let request = Request {
-        id: Some(json!(1)),
-        method: "transform".to_string(),
-        params: json!({ "sessionID": sid, "parentID": null, "base": base, "have": before.seq, "messages": [] }),
-        messages: Some(tail),
-    };
-    let answer = server.handle_decoded(Ok(request)).ok_or_else(|| EngineError::Refused("no answer".into()))?;
-    let mut answer: Value = serde_json::from_str(&answer).map_err(|e| EngineError::Refused(e.to_string()))?;
-    if let Some(error) = answer.get("error") {
-        let message = error.get("message").and_then(Value::as_str).unwrap_or("an error");
-        return Err(EngineError::Refused(message.to_string()));
-    }
-    let result = answer.get_mut("result").map(Value::take).unwrap_or_default();
-    let edits = |key: &str| -> Result<Option<Vec<EngineEdit>>, EngineError> {
-        let Some(list) = result.get(key) else { return Ok(None) };
-        Vec::<EngineEdit>::deserialize(list).map(Some).map_err(|e| EngineError::Refused(e.to_string()))
-    };
-    if let Some(full) = edits("edits")? {
-        before.edits = Edits::new(full);
-    } else if let Some(added) = edits("addEdits")? {
-        if !added.is_empty() {
-            std::sync::Arc::make_mut(&mut before.edits).extend(added);
+    let messages: Vec<Node> = tail.messages.into_iter().map(Node::from).collect();
+    let params = json!({ "sessionID": sid, "parentID": null, "base": tail.base, "have": before.seq, "messages": [] });
+    let params = match transform_params(params, Some(messages)) {
+        Ok(params) => params,
+        Err(e) => {
+            let _ = reply.send(Err(EngineError::Refused(e.message)));
+            return;
         }
-    } else if result.get("sameEdits").and_then(Value::as_bool) != Some(true) && !before.edits.is_empty() {
-        before.edits = Edits::default();
+    };
+    let mut reply = Some(reply);
+    let result = server.transform_answering(params, &mut |result| {
+        if let Some(reply) = reply.take() {
+            let _ = reply.send(answered(&mut before, result));
+        }
+    });
+    if let Some(reply) = reply.take() {
+        let _ = reply.send(answered(&mut before, &result));
     }
-    let answer = Edits::clone(&before.edits);
-    let seq = result.get("seq").and_then(Value::as_u64);
-    sent.insert(sid.to_string(), Sent { seq, edits: before.edits });
-    Ok(answer)
+    if result.is_ok() {
+        sent.insert(sid.to_string(), before);
+    }
+}
+
+/// The edits in force after `result`, which `before` is brought up to.
+fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result<Edits, EngineError> {
+    let answer = match result {
+        Ok(answer) => answer,
+        Err(e) => {
+            if e.code != code::RESYNC {
+                tracing::warn!("transform: {}", e.message);
+            }
+            return Err(EngineError::Refused(e.message.clone()));
+        }
+    };
+    let engine_edit = |e: &Edit| EngineEdit { m: e.m, p: e.p, path: e.path.clone(), value: e.value.clone() };
+    match &answer.edits {
+        protocol::Edits::Full(full) => before.edits = Edits::new(full.iter().map(engine_edit).collect()),
+        protocol::Edits::Add(added) if !added.is_empty() => {
+            std::sync::Arc::make_mut(&mut before.edits).extend(added.iter().map(engine_edit));
+        }
+        protocol::Edits::Add(_) | protocol::Edits::Same => {}
+    }
+    before.seq = answer.seq;
+    Ok(Edits::clone(&before.edits))
 }

@@ -188,6 +188,36 @@ pub fn boxed_bytes(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
 }
 
+/// How big a frame small pieces are joined into before they go upstream; a piece this big
+/// goes as it is.
+pub const JOINED: usize = 64 << 10;
+
+/// `pieces` as the frames that go upstream: runs of small pieces joined into frames of
+/// about [`JOINED`] bytes (a pruned body is the client's bytes around every rewritten item,
+/// and a frame per piece would cost a write call for every few of them), big ones as they
+/// are, empty ones left out.
+pub fn frames(pieces: Vec<Bytes>) -> std::collections::VecDeque<Bytes> {
+    let mut out = std::collections::VecDeque::with_capacity(pieces.len());
+    let mut pending = bytes::BytesMut::new();
+    for piece in pieces {
+        if piece.len() >= JOINED {
+            if !pending.is_empty() {
+                out.push_back(std::mem::take(&mut pending).freeze());
+            }
+            out.push_back(piece);
+            continue;
+        }
+        pending.extend_from_slice(&piece);
+        if pending.len() >= JOINED {
+            out.push_back(std::mem::take(&mut pending).freeze());
+        }
+    }
+    if !pending.is_empty() {
+        out.push_back(pending.freeze());
+    }
+    out
+}
+
 /// A body of known pieces, sent in turn as frames, with its exact length.
 struct Pieces(std::collections::VecDeque<Bytes>, u64);
 
@@ -243,7 +273,7 @@ pub async fn forward(
             let length: usize = pieces.iter().map(Bytes::len).sum();
             parts.headers.remove(TRANSFER_ENCODING);
             parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            Pieces(pieces.into_iter().filter(|p| !p.is_empty()).collect(), length as u64).boxed_unsync()
+            Pieces(frames(pieces), length as u64).boxed_unsync()
         }
     };
     match client.request(Request::from_parts(parts, body)).await {
@@ -275,4 +305,23 @@ pub fn failure(status: StatusCode, message: &str) -> Response<Body> {
     *answer.status_mut() = status;
     answer.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_pieces_go_upstream_joined_into_few_frames_with_the_same_bytes_and_big_ones_as_they_are() {
+        let big = Bytes::from(vec![b'b'; JOINED + 1]);
+        let mut pieces: Vec<Bytes> = (0..3000).map(|i| Bytes::from(format!("{i},"))).collect();
+        pieces.insert(1000, Bytes::new());
+        pieces.insert(2000, big.clone());
+        let want = pieces.concat();
+        let frames = frames(pieces);
+        assert_eq!(frames.iter().flat_map(|f| f.iter().copied()).collect::<Vec<u8>>(), want);
+        assert_eq!(frames.len(), 3, "the small pieces before the big one, the big one, those after it");
+        assert_eq!(frames[1].as_ptr(), big.as_ptr(), "a big piece is not copied");
+        assert!(frames.iter().all(|f| !f.is_empty()));
+    }
 }

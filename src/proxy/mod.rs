@@ -12,6 +12,7 @@
 //! one warning that names the reason and never the content; no header, key or message text is
 //! logged or stored.
 
+pub mod buffers;
 pub mod conversation;
 pub mod convert;
 mod engine;
@@ -19,6 +20,7 @@ pub mod forward;
 pub mod identity;
 mod pipeline;
 pub mod raw;
+mod rest;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -178,14 +180,21 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
             return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
         }
     };
-    let outgoing = outgoing(&shared, api, &parts, bytes).await;
+    let outgoing = outgoing(&shared, api, &parts, bytes, None).await;
     Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
 /// What goes upstream for a request's whole body: the pruned pieces, or the client's bytes
-/// (with a warning that names why, when the engine could not read them).
-async fn outgoing(shared: &Shared, api: Api, parts: &hyper::http::request::Parts, bytes: Bytes) -> Outgoing {
-    match prune(shared, api, &parts.headers, &bytes).await {
+/// (with a warning that names why, when the engine could not read them). `checked` is a
+/// kept body the caller has found the body to continue, if any.
+async fn outgoing(
+    shared: &Shared,
+    api: Api,
+    parts: &hyper::http::request::Parts,
+    bytes: Bytes,
+    checked: Option<Arc<raw::Head>>,
+) -> Outgoing {
+    match prune_continuing(shared, api, &parts.headers, &bytes, checked).await {
         Ok(Some(pruned)) => Outgoing::Pieces(pruned),
         Ok(None) => Outgoing::Bytes(bytes, Changed::No),
         Err(reason) => {
@@ -203,6 +212,18 @@ pub async fn prune(
     headers: &hyper::HeaderMap,
     bytes: &Bytes,
 ) -> Result<Option<Vec<Bytes>>, String> {
+    prune_continuing(shared, api, headers, bytes, None).await
+}
+
+/// As [`prune`], for a body known to continue `checked` (every byte of its known part
+/// compared already), which is then not looked for again among the kept bodies.
+async fn prune_continuing(
+    shared: &Shared,
+    api: Api,
+    headers: &hyper::HeaderMap,
+    bytes: &Bytes,
+    checked: Option<Arc<raw::Head>>,
+) -> Result<Option<Vec<Bytes>>, String> {
     let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
         return Err("the body is compressed".into());
@@ -211,9 +232,10 @@ pub async fn prune(
         return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
     }
     let started = std::time::Instant::now();
-    let head = shared.conversations.continued(api, bytes);
+    let head = shared.conversations.continued(api, bytes, checked);
     let matched = started.elapsed();
-    let read_after = head.as_ref().and_then(|h| raw::Raw::read_after(api, bytes, h).map(|raw| (raw, h)));
+    // `continued` compared the head's known part, or the caller did as the body arrived.
+    let read_after = head.as_ref().and_then(|h| raw::Raw::read_past(api, bytes, h).map(|raw| (raw, h)));
     let (raw, read) = match read_after {
         Some((raw, head)) => (raw, conversation::Read::After(head)),
         None => match raw::Raw::read(api, bytes)? {

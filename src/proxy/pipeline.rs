@@ -26,9 +26,11 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
+use super::buffers::Buffers;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
+use super::rest;
 use super::Shared;
 
 /// How many bytes of a body's start choose the conversation it continues.
@@ -45,7 +47,9 @@ pub async fn handle(
     parts: Parts,
     body: Incoming,
 ) -> Response<Body> {
-    let mut arrived = Arrived { body, frames: Vec::new(), len: 0, ended: false };
+    let entered = std::time::Instant::now();
+    let mut advancing = std::time::Duration::ZERO;
+    let mut arrived = Arrived::new(body, &parts, &shared.conversations.spare);
     let chosen = match choose(shared, api, &parts, &mut arrived).await {
         Ok(chosen) => chosen,
         Err(e) => return unread(&e),
@@ -53,21 +57,32 @@ pub async fn handle(
     let mut speculation = chosen.and_then(|layout| Speculation::start(shared, upstream, &parts, layout));
     loop {
         if let Some(s) = speculation.as_mut() {
-            if s.advance(&arrived).is_err() {
+            let t = std::time::Instant::now();
+            let advanced = s.advance(&arrived);
+            advancing += t.elapsed();
+            if advanced.is_err() {
                 if let Some(s) = speculation.take() {
                     s.abort(shared).await;
                 }
             }
         }
+        arrived.release(speculation.as_ref().map_or(usize::MAX, Speculation::needs_from));
         match arrived.next().await {
             Ok(Some(())) => {}
             Ok(None) => break,
             Err(e) => return unread(&e),
         }
     }
-    let outgoing = super::outgoing(shared, api, &parts, arrived.whole()).await;
+    let ended = std::time::Instant::now();
+    let received = ended - entered;
+    let frames = arrived.count;
+    let whole = arrived.whole();
+    let body = whole.clone();
+    let joined = ended.elapsed();
+    let checked = speculation.as_ref().and_then(Speculation::checked);
+    let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing).await {
+        Some(s) => match s.finish(shared, outgoing, Tail { body, ended, joined, received, frames, advancing }).await {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -120,15 +135,29 @@ fn matches(pieces: &[Bytes], bytes: &[u8]) -> bool {
     at == bytes.len()
 }
 
-/// The client's body as it arrives, in frames with their offsets.
+/// The client's body as it arrives, in frames with their offsets, and joined as it comes
+/// (so that the whole body is at hand when its last frame is, not copied after it). A frame
+/// is let go once nothing more is read or sent from it, so that the server's read buffer is
+/// reused for the frames to come rather than allocated anew.
 struct Arrived {
     body: Incoming,
-    frames: Vec<(usize, Bytes)>,
+    frames: std::collections::VecDeque<(usize, Bytes)>,
+    /// How many frames arrived.
+    count: usize,
+    joined: BytesMut,
     len: usize,
     ended: bool,
 }
 
 impl Arrived {
+    /// The body to come, its buffer (a spare one where one fits) sized for the length the
+    /// request declares, up to the most the engine reads.
+    fn new(body: Incoming, parts: &Parts, spare: &Buffers) -> Arrived {
+        let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        let joined = spare.take(declared.unwrap_or(0).min(super::MAX_BODY));
+        Arrived { body, frames: std::collections::VecDeque::new(), count: 0, joined, len: 0, ended: false }
+    }
+
     /// Reads the next data frame; `None` at the end.
     async fn next(&mut self) -> Result<Option<()>, hyper::Error> {
         while !self.ended {
@@ -138,7 +167,9 @@ impl Arrived {
             };
             if let Ok(data) = frame?.into_data() {
                 if !data.is_empty() {
-                    self.frames.push((self.len, data.clone()));
+                    self.joined.extend_from_slice(&data);
+                    self.frames.push_back((self.len, data.clone()));
+                    self.count += 1;
                     self.len += data.len();
                     return Ok(Some(()));
                 }
@@ -147,21 +178,22 @@ impl Arrived {
         Ok(None)
     }
 
-    /// Bytes `from..to`, as slices of the frames.
+    /// Lets go of the frames that end at or before `upto`: no byte before it is read again.
+    fn release(&mut self, upto: usize) {
+        while self.frames.front().is_some_and(|(at, d)| at + d.len() <= upto) {
+            self.frames.pop_front();
+        }
+    }
+
+    /// Bytes `from..to`, as slices of the frames (those not let go).
     fn slices(&self, from: usize, to: usize) -> Vec<Bytes> {
         let overlapping = self.frames.iter().filter(|(at, d)| at + d.len() > from && *at < to);
         overlapping.map(|(at, d)| d.slice(from.saturating_sub(*at)..(to - at).min(d.len()))).collect()
     }
 
-    fn whole(&self) -> Bytes {
-        if let [(_, one)] = self.frames.as_slice() {
-            return one.clone();
-        }
-        let mut whole = BytesMut::with_capacity(self.len);
-        for (_, frame) in &self.frames {
-            whole.extend_from_slice(frame);
-        }
-        whole.freeze()
+    /// The whole body, once it has arrived.
+    fn whole(&mut self) -> Bytes {
+        std::mem::take(&mut self.joined).freeze()
     }
 }
 
@@ -185,8 +217,22 @@ struct Speculation {
     /// Client bytes whose upstream bytes are sent.
     produced: usize,
     sent: Vec<Bytes>,
+    /// Small pieces to go out in one frame.
+    pending: BytesMut,
     tx: mpsc::UnboundedSender<Result<Bytes, BoxError>>,
     answer: tokio::task::JoinHandle<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+}
+
+/// When the client's body ended, and how long joining its frames took: the speculative
+/// request's debug line times what follows the body's end from them.
+struct Tail {
+    /// The client's whole body.
+    body: Bytes,
+    ended: std::time::Instant,
+    joined: std::time::Duration,
+    received: std::time::Duration,
+    frames: usize,
+    advancing: std::time::Duration,
 }
 
 /// A speculative request's outcome: the upstream's answer, or the body to send anew.
@@ -223,13 +269,32 @@ impl Speculation {
             matched: 0,
             produced: 0,
             sent: Vec::new(),
+            pending: BytesMut::new(),
             tx,
             answer,
         })
     }
 
+    /// The last body, when the client's has every byte of its known part (compared as
+    /// they arrived).
+    fn checked(&self) -> Option<Arc<super::raw::Head>> {
+        (self.matched == self.end).then(|| Arc::clone(&self.layout.head))
+    }
+
+    /// From where on the client's bytes are still to be checked (up to the known part's
+    /// end) or sent.
+    fn needs_from(&self) -> usize {
+        let checking = if self.matched < self.end { self.matched } else { usize::MAX };
+        checking.min(self.produced)
+    }
+
     /// Checks the bytes arrived past those checked, and sends what they settle.
     fn advance(&mut self, arrived: &Arrived) -> Result<(), Broken> {
+        self.settle(arrived).and_then(|()| self.flush())
+    }
+
+    /// Queues the pieces the bytes arrived settle.
+    fn settle(&mut self, arrived: &Arrived) -> Result<(), Broken> {
         let upto = arrived.len.min(self.end);
         if upto > self.matched {
             let known = &self.layout.head.body[self.matched..upto];
@@ -269,7 +334,28 @@ impl Speculation {
         Ok(())
     }
 
+    /// Queues `piece`: a big one goes as it is, small ones are joined into one frame (a
+    /// body with thousands of rewritten items would otherwise go out in thousands of frames,
+    /// and a write call for every few of them).
     fn send(&mut self, piece: Bytes) -> Result<(), Broken> {
+        if piece.len() >= forward::JOINED {
+            self.flush()?;
+            return self.frame(piece);
+        }
+        self.pending.extend_from_slice(&piece);
+        if self.pending.len() >= forward::JOINED {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the small pieces queued.
+    fn flush(&mut self) -> Result<(), Broken> {
+        let joined = std::mem::take(&mut self.pending).freeze();
+        self.frame(joined)
+    }
+
+    fn frame(&mut self, piece: Bytes) -> Result<(), Broken> {
         if piece.is_empty() {
             return Ok(());
         }
@@ -280,27 +366,42 @@ impl Speculation {
 
     /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
     /// answer; else aborts the request.
-    async fn finish(mut self, shared: &Shared, outgoing: Outgoing) -> Finished {
-        let body = match &outgoing {
-            Outgoing::Pieces(pieces) => pieces.clone(),
-            Outgoing::Bytes(bytes, _) => vec![bytes.clone()],
-            Outgoing::Stream(_) => Vec::new(),
+    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: Tail) -> Finished {
+        let pruned = tail.ended.elapsed();
+        let body: &[Bytes] = match &outgoing {
+            Outgoing::Pieces(pieces) => pieces,
+            Outgoing::Bytes(bytes, _) => std::slice::from_ref(bytes),
+            Outgoing::Stream(_) => &[],
         };
         let total: usize = body.iter().map(Bytes::len).sum();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
-        let Some(rest) = after(&body, &self.sent).filter(|_| total == self.length) else {
+        let new = shared.conversations.layout_of(&tail.body);
+        let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
+        let Some(rest) = rest::rest(body, &sent_ahead, new.as_deref()).filter(|_| total == self.length) else {
             tracing::debug!(ahead, "speculation aborted");
             self.abort(shared).await;
             return Finished::Aborted(outgoing);
         };
-        tracing::debug!(ahead, total, "speculation kept");
-        for piece in rest {
-            if self.send(piece).is_err() {
-                break;
-            }
-        }
+        let compared = tail.ended.elapsed() - pruned;
+        let sent: Result<(), Broken> = rest.into_iter().try_for_each(|piece| self.send(piece));
+        let _ = sent.and_then(|()| self.flush());
         drop(self.tx);
-        match self.answer.await {
+        let answer = self.answer.await;
+        let answered = tail.ended.elapsed();
+        let (joined, received, frames, advancing) = (tail.joined, tail.received, tail.frames, tail.advancing);
+        tracing::debug!(
+            ahead,
+            total,
+            ?joined,
+            ?pruned,
+            ?compared,
+            ?answered,
+            ?received,
+            frames,
+            ?advancing,
+            "speculation kept"
+        );
+        match answer {
             Ok(Ok(answer)) => Finished::Answered(answer.map(forward::boxed_incoming)),
             Ok(Err(e)) => {
                 tracing::warn!("upstream failed: {}", crate::error_chain(&e));
@@ -345,29 +446,6 @@ fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
     out
 }
 
-/// What follows `sent` in `body` (both in pieces), when `body` starts with it.
-fn after(body: &[Bytes], sent: &[Bytes]) -> Option<Vec<Bytes>> {
-    let (mut piece, mut at) = (0, 0);
-    for s in sent {
-        let mut s = &s[..];
-        while !s.is_empty() {
-            let current = body.get(piece)?;
-            let n = s.len().min(current.len() - at);
-            if current[at..at + n] != s[..n] {
-                return None;
-            }
-            s = &s[n..];
-            at += n;
-            if at == current.len() {
-                (piece, at) = (piece + 1, 0);
-            }
-        }
-    }
-    let mut rest: Vec<Bytes> = body.get(piece).map(|p| p.slice(at..)).into_iter().collect();
-    rest.extend(body.iter().skip(piece + 1).cloned());
-    Some(rest)
-}
-
 /// The speculative request's body: what the channel is given, in turn; an error aborts it.
 struct Channel(mpsc::UnboundedReceiver<Result<Bytes, BoxError>>);
 
@@ -377,29 +455,5 @@ impl hyper::body::Body for Channel {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.0.poll_recv(cx).map(|next| next.map(|piece| piece.map(Frame::data)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pieces(parts: &[&'static str]) -> Vec<Bytes> {
-        parts.iter().map(|p| Bytes::from_static(p.as_bytes())).collect()
-    }
-
-    #[test]
-    fn the_rest_of_a_body_is_what_follows_the_bytes_sent_however_both_are_cut() {
-        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
-        let rest = after(&body, &pieces(&["{\"a\"", ": [1", ","])).unwrap();
-        assert_eq!(rest.concat(), b" 2], \"b\": 3}");
-        assert_eq!(after(&body, &body).unwrap().concat(), b"");
-    }
-
-    #[test]
-    fn a_body_that_differs_in_one_byte_sent_or_is_shorter_than_what_was_sent_has_no_rest() {
-        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
-        assert!(after(&body, &pieces(&["{\"a\": [1, 3]"])).is_none(), "same length, one byte differs");
-        assert!(after(&body, &pieces(&["{\"a\": [1, 2], \"b\": 3}  "])).is_none(), "more sent than the body has");
     }
 }

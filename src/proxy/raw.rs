@@ -87,9 +87,18 @@ impl Raw {
     }
 
     /// Reads `body`, which starts with `head`'s known part, past it; `None` when the rest is
-    /// not what a list's new items and the fields after it look like (then read it whole).
+    /// not what a list's new items and the fields after it look like (then read it whole),
+    /// or when it does not start so.
     pub fn read_after(api: Api, body: &[u8], head: &Head) -> Option<Raw> {
-        let end = head.is_prefix_of(api, body)?;
+        head.is_prefix_of(api, body)?;
+        Raw::read_past(api, body, head)
+    }
+
+    /// As [`Raw::read_after`], for a body the caller has found to start with `head`'s known
+    /// part (its bytes are not compared again).
+    pub fn read_past(api: Api, body: &[u8], head: &Head) -> Option<Raw> {
+        let end = head.end().filter(|&end| api == head.api && end <= body.len())?;
+        debug_assert!(head.is_prefix_of(api, body).is_some(), "the body continues the head");
         let fields = head.raw.fields.iter().filter(|(_, s)| s.1 <= end).map(|(k, s)| (k.clone(), *s)).collect();
         let mut raw = Raw { fields, spans: head.raw.spans.clone(), named: head.raw.named.clone() };
         let mut at = Cursor { body, at: end };

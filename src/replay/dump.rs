@@ -17,7 +17,14 @@ use super::SentRequest;
 /// Writes `requests` of session `session_id` to `dir/<session_id>.jsonl`; returns its path.
 pub fn write(dir: &Path, session_id: &str, requests: &[SentRequest]) -> Result<PathBuf> {
     crate::state::persist::validate_session_id(session_id)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!(
+            "--requests {} is not a directory: name a directory (dcp creates it if it is not there)",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the --requests directory {}", dir.display()))?;
     let path = dir.join(format!("{session_id}.jsonl"));
     let partial = dir.join(format!(".{session_id}.jsonl.{}.partial", std::process::id()));
     let written = (|| -> Result<()> {

@@ -56,6 +56,7 @@ use crate::texts;
 use crate::tokens::EstimatorChoice;
 
 pub use self::stdio::{serve, serve_on};
+pub use self::transform::Answered;
 
 /// Where the sidecar finds things.
 #[derive(Debug, Clone)]
@@ -147,7 +148,10 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 
 /// The params of a `transform`. The messages, which the request holds apart from its params,
 /// are moved in as they are: decoding them again would rebuild every node of a long history.
-fn transform_params(params: Value, messages: Option<Vec<Node>>) -> Result<protocol::TransformParams, RpcError> {
+pub(crate) fn transform_params(
+    params: Value,
+    messages: Option<Vec<Node>>,
+) -> Result<protocol::TransformParams, RpcError> {
     let mut p: protocol::TransformParams = protocol::params("transform", params)?;
     p.messages = messages.unwrap_or_default();
     Ok(p)

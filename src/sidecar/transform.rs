@@ -45,14 +45,31 @@ struct EditsBasis {
     messages: usize,
 }
 
+/// Who is handed a transform's answer as soon as it is decided (see
+/// [`Server::transform_answering`]).
+pub type Answered<'a> = &'a mut dyn FnMut(&Result<Transformed, RpcError>);
+
 impl Server {
     pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
-        let sid = p.session_id.clone();
-        validate_session_id(&sid)?;
-        self.with_session(&sid, |server, session| server.transform_session(session, p))
+        self.transform_answering(p, &mut |_| {})
     }
 
-    fn transform_session(&mut self, session: &mut LiveSession, p: TransformParams) -> Result<Transformed, RpcError> {
+    /// A `transform` for a caller in this process (the proxy's engine): `answered` is handed
+    /// the answer as soon as it is decided, and the request's savings (which tokenize its new
+    /// messages) are counted after it, off the caller's path. The answer is returned too; an
+    /// error before the decision, or a compaction, is only returned.
+    pub fn transform_answering(&mut self, p: TransformParams, answered: Answered<'_>) -> Result<Transformed, RpcError> {
+        let sid = p.session_id.clone();
+        validate_session_id(&sid)?;
+        self.with_session(&sid, |server, session| server.transform_session(session, p, answered))
+    }
+
+    fn transform_session(
+        &mut self,
+        session: &mut LiveSession,
+        p: TransformParams,
+        answered: Answered<'_>,
+    ) -> Result<Transformed, RpcError> {
         let sid = p.session_id;
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
@@ -85,6 +102,7 @@ impl Server {
             }
             Err(e) => Err(e),
         };
+        answered(&result);
         if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
             if let Ok(mut cx) = self.request_context(session, &sid, &mirror, facts) {
                 savings::record(&mut cx, answer);

@@ -12,9 +12,11 @@
 //! The all-time report must stay fast over thousands of files: [`AllTimeCache`] says how.
 
 mod all_time;
+mod net;
 mod watch;
 
 pub use all_time::AllTimeCache;
+pub use net::{Direction, Net};
 
 use std::path::PathBuf;
 
@@ -38,6 +40,15 @@ pub struct SessionStats {
     #[serde(flatten)]
     pub figures: Figures,
     pub by_strategy: Vec<StrategyTally>,
+}
+
+impl SessionStats {
+    /// The client of a conversation through `dcp proxy` (`claude-code`), as its state file's
+    /// folder names it; `None` for an OpenCode session.
+    pub fn proxy_client(&self) -> Option<String> {
+        let folder = crate::state::persist::folder_of(&self.session_id)?;
+        Some(folder.trim_start_matches("proxy/").to_string())
+    }
 }
 
 /// What reached the model, for a session or summed over sessions (see

@@ -114,6 +114,15 @@ fn broken() -> Install {
     i
 }
 
+/// Right after a user named the plugin, before OpenCode had installed it (and its binary with
+/// it), the doctor failed on "the plugin finds no dcp binary".
+#[test]
+fn doctor_before_opencode_installed_the_plugin_warns_instead_of_failing_on_its_binary() {
+    let i = Install::new();
+    i.name_plugin(&format!("dcp-opencode@{VERSION}"));
+    insta::assert_snapshot!(i.doctor(&[]));
+}
+
 #[test]
 fn doctor_on_a_broken_install() {
     let out = broken().doctor(&[]);

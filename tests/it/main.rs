@@ -11,6 +11,7 @@ mod crash;
 mod doctor;
 mod e2e;
 mod engine;
+mod first_half_hour;
 mod gen;
 mod host;
 mod hostile;

@@ -53,9 +53,18 @@ fn post(port: u16, body: &[u8]) -> String {
     answer
 }
 
-/// Every body of the history `messages` grows through, to both proxies; the bodies each
-/// upstream received (complete ones only) and the pipelined proxy's counts.
-fn both_ways(config: &str, bodies: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize, usize) {
+/// What both proxies' upstreams received (complete bodies only) and the pipelined proxy's
+/// counts: requests sent ahead, those aborted, bodies joined into a replaced body's buffer.
+struct Upstreamed {
+    piped: Vec<Vec<u8>>,
+    waiting: Vec<Vec<u8>>,
+    speculated: usize,
+    aborted: usize,
+    reused: usize,
+}
+
+/// Every body of the history `messages` grows through, to both proxies.
+fn both_ways(config: &str, bodies: &[Vec<u8>]) -> Upstreamed {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (piped, waiting) = (serve(&runtime, config, Pipelining::On), serve(&runtime, config, Pipelining::Off));
     for body in bodies {
@@ -66,7 +75,9 @@ fn both_ways(config: &str, bodies: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u
     }
     let counts = &piped.shared.conversations;
     let (speculated, aborted) = (counts.speculated.load(Ordering::Relaxed), counts.aborted.load(Ordering::Relaxed));
-    let got = (piped.recorder.bodies(), waiting.recorder.bodies(), speculated, aborted);
+    let reused = counts.spare.reused();
+    let got =
+        Upstreamed { piped: piped.recorder.bodies(), waiting: waiting.recorder.bodies(), speculated, aborted, reused };
     runtime.shutdown_background();
     got
 }
@@ -92,7 +103,11 @@ fn generated(steps: usize) -> Vec<Vec<u8>> {
 fn a_pipelined_conversation_sends_the_upstream_the_bodies_the_waiting_proxy_sends_one_per_request() {
     let bodies = generated(40);
     for config in [r#"{"rewrite": {"mode": "immediate"}}"#, "{}"] {
-        let (piped, waiting, speculated, aborted) = both_ways(config, &bodies);
+        let Upstreamed { piped, waiting, speculated, aborted, reused } = both_ways(config, &bodies);
+        assert!(
+            bodies[0].len() > 256 << 10 && reused >= bodies.len() / 2,
+            "bodies joined into reused buffers: {reused}"
+        );
         assert_eq!(waiting.len(), bodies.len(), "one complete request per client request ({config})");
         assert_eq!(piped.len(), bodies.len(), "no aborted request completed ({config}, {aborted} aborted)");
         for (step, (got, want)) in piped.iter().zip(&waiting).enumerate() {
@@ -109,7 +124,8 @@ fn a_pipelined_conversation_sends_the_upstream_the_bodies_the_waiting_proxy_send
 #[test]
 fn a_request_whose_engine_answer_adds_a_rewrite_reaches_the_upstream_once_rewritten() {
     let bodies = chat_bodies([reads(4), reads(5)].into_iter().map(|r| r.to_vec()));
-    let (piped, waiting, speculated, aborted) = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#, &bodies);
+    let Upstreamed { piped, waiting, speculated, aborted, .. } =
+        both_ways(r#"{"rewrite": {"mode": "immediate"}}"#, &bodies);
     assert_eq!((speculated, aborted), (1, 1), "the second request was sent early, then abandoned");
     assert_eq!(piped.len(), 2, "the abandoned request never completed");
     assert!(piped == waiting, "the upstream got the rewritten body");

@@ -27,10 +27,15 @@ fn session(extra_steps: usize) -> Vec<Value> {
 
 /// Sends `requests` requests of the growing session, a second apart; returns the answers.
 fn drive(sidecar: &mut Sidecar, requests: usize) -> Vec<Value> {
+    drive_session(sidecar, SID, requests)
+}
+
+/// The same for session `sid`.
+fn drive_session(sidecar: &mut Sidecar, sid: &str, requests: usize) -> Vec<Value> {
     let t0 = 1_800_000_000_000i64;
     (0..requests)
         .map(|i| {
-            let params = json!({"sessionID": SID, "now": t0 + 1000 * i as i64, "messages": session(i)});
+            let params = json!({"sessionID": sid, "now": t0 + 1000 * i as i64, "messages": session(i)});
             sidecar.result("transform", params)
         })
         .collect()
@@ -163,4 +168,113 @@ fn counting_outputs_through_the_part_cache_equals_counting_them_afresh() {
         assert_eq!(measure_cached(&slimmed, &mut cached), measure(&messages, &plain), "step {step}, slimmed");
     }
     assert!(outputs > 1000, "few outputs were counted: {outputs}");
+}
+
+/// The session whose head dcp has not won back yet, and the one that saved.
+pub const UNPAID: &str = "ses_unpaid";
+pub const SAVED: &str = "ses_saved";
+/// A Claude Code conversation through `dcp proxy`, as the proxy names its state file.
+pub const PROXIED: &str = "proxy-claude-code-5e1f0c2a-3b7d4e9a";
+
+/// A sandbox whose state dir holds [`UNPAID`] (dcp's tools offered from the first request, a
+/// prune waiting for the policy: dcp has added more than it kept out), and with `all`, also
+/// [`SAVED`] and [`PROXIED`] (prunes in force from the first request, nothing added).
+pub fn sessions_as_users_meet_them(all: bool) -> Sandbox {
+    let s = Sandbox::new();
+    let mut unpaid = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}}"#);
+    drive_session(&mut unpaid, UNPAID, 3);
+    unpaid.shutdown();
+    if all {
+        let config = r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"offer": "paid"}}}"#;
+        let mut saved = Sidecar::spawn(&s, config);
+        drive_session(&mut saved, SAVED, 6);
+        drive_session(&mut saved, PROXIED, 4);
+        saved.shutdown();
+    }
+    for (sid, title) in
+        [(UNPAID, "Set up the parser (dcp's tools not paid for yet)"), (SAVED, "Refactor the CSV loader")]
+    {
+        let file = s.state_dir().join(format!("{sid}.json"));
+        let Ok(text) = std::fs::read(&file) else { continue };
+        let mut v: Value = serde_json::from_slice(&text).unwrap();
+        v["sessionName"] = json!(title);
+        std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    s
+}
+
+/// The first place in `text` (a page's text with its tags taken out, or a terminal's) that
+/// shows a negative number: a `-` at the start of a word followed by a digit or `~`.
+pub fn negative_number(text: &str) -> Option<String> {
+    let chars: Vec<char> = text.chars().collect();
+    (0..chars.len()).find_map(|i| {
+        let starts_word = i == 0 || chars[i - 1].is_whitespace() || "(>:".contains(chars[i - 1]);
+        let minus = chars[i] == '-' || chars[i] == '\u{2212}';
+        let number = chars.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == '~');
+        (starts_word && minus && number)
+            .then(|| chars[i.saturating_sub(40)..(i + 20).min(chars.len())].iter().collect())
+    })
+}
+
+/// `html`'s text, its style sheet and its tags (and their attributes, where the exact values
+/// for machines are) taken out.
+pub fn page_text(html: &str) -> String {
+    let html = match (html.find("<style>"), html.find("</style>")) {
+        (Some(start), Some(end)) => format!("{}{}", &html[..start], &html[end..]),
+        _ => html.to_string(),
+    };
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push(' ');
+            }
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every surface that shows savings (`/dcp stats`, `dcp stats` for a session and all-time,
+/// `dcp report`'s page) says what dcp added as added, whether dcp has paid for its head yet
+/// or not, alone or beside sessions that saved: none shows a negative saving.
+#[test]
+fn no_surface_shows_a_negative_saving() {
+    for all in [false, true] {
+        let s = sessions_as_users_meet_them(all);
+        let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}}"#);
+        let answer = sidecar.result("command", json!({"sessionID": UNPAID, "arguments": "stats"}));
+        sidecar.shutdown();
+        let mut surfaces = vec![("/dcp stats".to_string(), answer["text"].as_str().unwrap().to_string())];
+        let sessions: &[&str] = if all { &[UNPAID, SAVED, PROXIED] } else { &[UNPAID] };
+        for args in [vec!["stats"]].into_iter().chain(sessions.iter().map(|sid| vec!["stats", "--session", sid])) {
+            let out = dcp(&s, &args);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            surfaces.push((format!("dcp {}", args.join(" ")), String::from_utf8_lossy(&out.stdout).into_owned()));
+        }
+        let page = s.dir.path().join("report.html");
+        let out = dcp(&s, &["report", "--out", page.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        surfaces.push(("dcp report".to_string(), page_text(&std::fs::read_to_string(&page).unwrap())));
+        assert!(surfaces[0].1.contains("  Added:           ~"), "{}", surfaces[0].1);
+        for (surface, text) in &surfaces {
+            assert_eq!(
+                negative_number(text),
+                None,
+                "{surface} (with the others: {all}) shows a negative number:\n{text}"
+            );
+        }
+        if all {
+            let proxied = &surfaces.iter().find(|(name, _)| name.ends_with(PROXIED)).unwrap().1;
+            assert!(proxied.contains(&format!("Session {PROXIED} (claude-code, through dcp proxy):")), "{proxied}");
+        }
+        let page = &surfaces.last().unwrap().1;
+        // The cards (alone), the table (beside the others) and the session's own sentence.
+        let added: &[&str] = if all { &["% added", "; cost added "] } else { &["Added to requests", "Cost added"] };
+        assert!(added.iter().all(|a| page.contains(a)), "the page says nothing was added:\n{page}");
+    }
 }

@@ -109,8 +109,8 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
     let (colours, ink) = png_colours(&std::fs::read(&shot).unwrap());
     println!("screenshot {}: {colours} colours, {:.1}% of pixels not background", shot.display(), 100.0 * ink);
     assert!(colours >= 8 && ink > 0.02, "the page looks blank: {colours} colours, {ink:.3} ink");
-    if let Some(keep) = std::env::var_os("DCP_KEEP_SCREENSHOT") {
-        std::fs::copy(&shot, keep).unwrap();
+    if let Some(dir) = std::env::var_os("DCP_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, Path::new(&dir).join("report-live.png")).unwrap();
     }
     let (status, dom) = chromium(&["--dump-dom".to_string()], &page);
     assert!(status, "chromium could not read the page");
@@ -126,19 +126,55 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
         let expected = &all[key];
         assert_eq!(value.parse::<f64>().ok(), expected.as_f64(), "#{id}: {value} against {key} {expected}");
         let shown = match key {
-            "cost_saved_share" => format!("{:.1}%", 100.0 * expected.as_f64().unwrap()),
+            "cost_saved_share" => format!("{:.1}%", 100.0 * expected.as_f64().unwrap().abs()),
             _ => dcp::format::thousands(expected.as_i64().unwrap().unsigned_abs()),
         };
         assert!(text.ends_with(&shown), "#{id} shows {text:?}, stats say {shown}");
     }
+    // A negative share is said as what dcp added, never as a negative saving.
+    let said = if all["cost_saved_share"].as_f64() < Some(-0.0005) { "Cost added" } else { "Cost saved" };
+    assert!(dom.contains(said), "the page does not say {said:?}");
 }
 
-/// Runs headless Chromium on `page` with `args`; returns whether it succeeded, and its stdout
-/// (or stderr when it failed).
+/// The page of a session that saved, one whose head dcp has not won back yet and a Claude Code
+/// conversation through the proxy, as Chromium renders it light, dark and on a phone's width:
+/// never blank, the proxied one named by its client, and no negative saving in what it shows.
+/// `DCP_KEEP_SCREENSHOT=DIR` keeps the three screenshots in DIR (and the live session's, above).
+#[test]
+fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() {
+    use crate::savings::{negative_number, page_text, sessions_as_users_meet_them};
+    let s = sessions_as_users_meet_them(true);
+    let page = s.dir.path().join("report.html");
+    let out = crate::support::dcp(&s, &["report", "--out", page.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    let looks = [("light", "900,4200", ""), ("dark", "900,2600", "--force-dark-mode"), ("phone", "420,3400", "")];
+    for (name, size, flag) in looks {
+        let shot = s.dir.path().join(format!("report-{name}.png"));
+        let mut args = vec![format!("--screenshot={}", shot.display()), format!("--window-size={size}")];
+        args.extend((!flag.is_empty()).then(|| flag.to_string()));
+        let (status, stderr) = chromium(&args, &page);
+        assert!(status && shot.exists(), "chromium took no {name} screenshot: {stderr}");
+        let (colours, ink) = png_colours(&std::fs::read(&shot).unwrap());
+        println!("{name} screenshot: {colours} colours, {:.1}% of pixels not background", 100.0 * ink);
+        assert!(colours >= 8 && ink > 0.02, "the {name} page looks blank: {colours} colours, {ink:.3} ink");
+        if let Some(dir) = std::env::var_os("DCP_KEEP_SCREENSHOT") {
+            std::fs::copy(&shot, Path::new(&dir).join(format!("report-{name}.png"))).unwrap();
+        }
+    }
+    let (status, dom) = chromium(&["--dump-dom".to_string()], &page);
+    assert!(status, "chromium could not read the page");
+    let text = page_text(&dom);
+    assert_eq!(negative_number(&text), None, "the rendered page shows a negative number:\n{text}");
+    assert!(text.contains("claude-code, through dcp proxy") && text.contains(" added"), "{text}");
+}
+
+/// Runs headless Chromium on `page` with `args` (a window of 900 by 2200 unless they give
+/// one); returns whether it succeeded, and its stdout (or stderr when it failed).
 fn chromium(args: &[String], page: &Path) -> (bool, String) {
     let url = format!("file://{}", page.display());
     let out = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=900,2200"])
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .args(args.iter().all(|a| !a.starts_with("--window-size=")).then_some("--window-size=900,2200"))
         .args(args)
         .arg(&url)
         .output()

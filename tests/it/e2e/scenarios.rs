@@ -421,3 +421,17 @@ fn a_sidecar_that_hangs_is_passed_through() {
     let fake = fake_sidecar(&lab, "hang.sh", "exec cat >/dev/null");
     passes_through_and_keeps_the_state(lab, "h", fake);
 }
+
+/// The README's check of an install, `opencode run --command dcp help`, printed OpenCode's own
+/// help: its argument parser reads `help` as its own. `opencode run --command dcp` prints dcp's
+/// commands, and the README now says that.
+#[test]
+fn the_readme_s_check_of_the_install_prints_dcp_s_commands() {
+    let lab = Lab::new(IMMEDIATE);
+    let out = lab.opencode(&["run", "--command", "dcp"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("DCP commands:") && stdout.contains("/dcp stats"), "{stdout}\n{}", tail(&out.stderr));
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(readme.contains("`opencode run --command dcp` prints dcp's commands"), "the README names another check");
+}

@@ -1,0 +1,160 @@
+//! What a speculative request still has to send once the engine has answered: the part of
+//! the final body after the bytes sent ahead, when the final body starts with them.
+//!
+//! The bytes sent ahead are the client's bytes up to an offset, with the last body's
+//! rewritten items in their places. When the final body's layout is known (the items the
+//! engine's edits rewrite, [`Layout`]), it starts with them exactly when it rewrites the same
+//! items, to the same bytes, before that offset: a comparison of the rewritten items, not of
+//! the megabytes around them ([`rest`]). Without a layout, the bytes are compared ([`after`]).
+
+use bytes::Bytes;
+
+use super::conversation::Layout;
+
+/// What a speculative request sent: under which layout, how many client bytes it covers,
+/// and the bytes themselves.
+pub struct Ahead<'a> {
+    pub layout: &'a Layout,
+    pub produced: usize,
+    pub sent: &'a [Bytes],
+}
+
+/// What follows the bytes sent ahead in `body` (in pieces, laid out as `new` when it is
+/// known), when `body` starts with them.
+pub fn rest(body: &[Bytes], ahead: &Ahead<'_>, new: Option<&Layout>) -> Option<Vec<Bytes>> {
+    let Some(new) = new else { return after(body, ahead.sent) };
+    let quick = same_items(ahead, new).then(|| skip(body, ahead.sent.iter().map(Bytes::len).sum())).flatten();
+    debug_assert!(
+        quick.is_none() || quick.as_ref().map(|r| r.concat()) == after(body, ahead.sent).map(|r| r.concat()),
+        "the layouts agree only where the bytes do"
+    );
+    quick
+}
+
+/// Whether `new` rewrites, before the client offset sent ahead, the items the bytes sent
+/// ahead have rewritten (the same items, spans and bytes), and no other.
+fn same_items(ahead: &Ahead<'_>, new: &Layout) -> bool {
+    let (old_spans, new_spans) = (&ahead.layout.head.raw.spans, &new.head.raw.spans);
+    let sent = ahead.layout.items.iter().filter(|(i, _)| old_spans[*i].1 <= ahead.produced);
+    let due = new.items.iter().filter(|(i, _)| new_spans.get(*i).is_some_and(|s| s.0 < ahead.produced));
+    let sent = sent.map(|(i, item)| (*i, old_spans[*i], Same(item)));
+    sent.eq(due.map(|(i, item)| (*i, new_spans[*i], Same(item))))
+}
+
+/// An item's bytes, equal to another's when they are the same bytes in memory (an item the
+/// engine's unchanged edits left as written) or hold the same bytes.
+#[derive(Debug)]
+struct Same<'a>(&'a Bytes);
+
+impl PartialEq for Same<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0, other.0);
+        (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+    }
+}
+
+/// `body` (in pieces) past its first `n` bytes; `None` when it is shorter.
+fn skip(body: &[Bytes], n: usize) -> Option<Vec<Bytes>> {
+    let mut left = n;
+    for (k, piece) in body.iter().enumerate() {
+        if left < piece.len() {
+            let mut rest = vec![piece.slice(left..)];
+            rest.extend(body[k + 1..].iter().cloned());
+            return Some(rest);
+        }
+        left -= piece.len();
+    }
+    (left == 0).then(Vec::new)
+}
+
+/// What follows `sent` in `body` (both in pieces), when `body` starts with it.
+pub fn after(body: &[Bytes], sent: &[Bytes]) -> Option<Vec<Bytes>> {
+    let (mut piece, mut at) = (0, 0);
+    for s in sent {
+        let mut s = &s[..];
+        while !s.is_empty() {
+            let current = body.get(piece)?;
+            let n = s.len().min(current.len() - at);
+            if current[at..at + n] != s[..n] {
+                return None;
+            }
+            s = &s[n..];
+            at += n;
+            if at == current.len() {
+                (piece, at) = (piece + 1, 0);
+            }
+        }
+    }
+    let mut rest: Vec<Bytes> = body.get(piece).map(|p| p.slice(at..)).into_iter().collect();
+    rest.extend(body.iter().skip(piece + 1).cloned());
+    Some(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::proxy::convert::Api;
+    use crate::proxy::raw::{Head, Raw};
+
+    fn pieces(parts: &[&'static str]) -> Vec<Bytes> {
+        parts.iter().map(|p| Bytes::from_static(p.as_bytes())).collect()
+    }
+
+    #[test]
+    fn the_rest_of_a_body_is_what_follows_the_bytes_sent_however_both_are_cut() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        let rest = after(&body, &pieces(&["{\"a\"", ": [1", ","])).unwrap();
+        assert_eq!(rest.concat(), b" 2], \"b\": 3}");
+        assert_eq!(after(&body, &body).unwrap().concat(), b"");
+    }
+
+    #[test]
+    fn a_body_that_differs_in_one_byte_sent_or_is_shorter_than_what_was_sent_has_no_rest() {
+        let body = pieces(&["{\"a\": ", "[1, 2]", ", \"b\": 3}"]);
+        assert!(after(&body, &pieces(&["{\"a\": [1, 3]"])).is_none(), "same length, one byte differs");
+        assert!(after(&body, &pieces(&["{\"a\": [1, 2], \"b\": 3}  "])).is_none(), "more sent than the body has");
+    }
+
+    /// A three-item body, and its layout with `items` rewritten to `new {i}`.
+    fn layout(items: &[usize]) -> Layout {
+        let body = Bytes::from_static(br#"{"messages": [{"a": 0}, {"a": 1}, {"a": 2}], "z": 1}"#);
+        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
+        let items = items.iter().map(|&i| (i, Bytes::from(format!("{{\"new\": {i}}}")))).collect();
+        Layout { head: Arc::new(Head { api: Api::Chat, body, raw }), items }
+    }
+
+    /// The upstream body of `layout` in pieces, as splice lays it out.
+    fn upstream(layout: &Layout) -> Vec<Bytes> {
+        let (body, mut out, mut copied) = (&layout.head.body, Vec::new(), 0);
+        for (i, new) in &layout.items {
+            let (start, end) = layout.head.raw.spans[*i];
+            out.extend([body.slice(copied..start), new.clone()]);
+            copied = end;
+        }
+        out.push(body.slice(copied..));
+        out
+    }
+
+    #[test]
+    fn a_body_that_rewrites_the_items_sent_ahead_alike_has_the_rest_the_bytes_give_and_any_other_none() {
+        let old = layout(&[1]);
+        let produced = old.head.raw.spans[1].1;
+        let sent = upstream(&old).concat();
+        let sent = [Bytes::from(sent[..sent.len() - (old.head.body.len() - produced)].to_vec())];
+        let ahead = Ahead { layout: &old, produced, sent: &sent };
+        for (items, kept) in
+            [(vec![1], true), (vec![1, 2], true), (vec![0, 1], false), (vec![], false), (vec![2], false)]
+        {
+            let new = layout(&items);
+            let body = upstream(&new);
+            let quick = rest(&body, &ahead, Some(&new)).map(|r| r.concat());
+            assert_eq!(quick.is_some(), kept, "{items:?}");
+            assert_eq!(quick, after(&body, &sent).map(|r| r.concat()), "{items:?}: as the bytes say");
+        }
+        let mut other = layout(&[1]);
+        other.items[0].1 = Bytes::from_static(br#"{"new": 9}"#);
+        assert!(rest(&upstream(&other), &ahead, Some(&other)).is_none(), "the item's bytes differ");
+    }
+}
