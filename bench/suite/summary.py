@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a `dcp replay --all --json` document as one group of the effect bench.
 
-usage: summary.py REPLAY_JSON --group NAME [--manifest bench/real/sources.json] [--markdown] [--per-quote]
+usage: summary.py REPLAY_JSON --group NAME [--manifest bench/real/sources.json] [--markdown] [--reread]
 
 Per mode, the ratios to no pruning of cost, cost with misses charged, tokens sent and final
 context as median / worst / total over the sessions (as `dcp replay` aggregates them), and
@@ -10,15 +10,17 @@ With --manifest (the real group), the sessions are also summarised apart by thei
 (continuous, interactive), a subagent session taking its parent's; a session is matched to the
 manifest by its title. The row "continuous 30+" is issue 24's own population: the continuous
 runs of at least LONG_RUN requests (one prompt driving 30 to 100 steps), subagents included.
-With --per-quote, misses and the cost with misses are counted by the rule that charges every
-step quoting hidden text in full (`misses_per_quote`), not once per hidden text.
+Misses and the cost with misses follow issue 23's rule: every step that quotes hidden text is
+a miss, charged in full. With --reread, they follow the re-read model instead (`misses_reread`,
+`cost_with_misses_reread`): a hidden text is a miss at its first quote, then carried from the
+cache.
 """
 import json
 import sys
 
 FIGURES = [("cost", "cost"), ("cost_with_misses", "cost w/ misses"), ("tokens_sent", "tokens sent"),
            ("final_context", "final context")]
-# The misses counted: once per hidden text (the default) or per quoting step (--per-quote).
+# The misses counted: per quoting step (issue 23's rule, the default) or under the re-read model.
 MISSES = "misses"
 # The fewest requests of a run in the "continuous 30+" row.
 LONG_RUN = 30
@@ -86,10 +88,10 @@ def main():
         doc = json.load(f)
     group = args[args.index("--group") + 1] if "--group" in args else "sessions"
     markdown = "--markdown" in args
-    if "--per-quote" in args:
+    if "--reread" in args:
         global MISSES
-        MISSES = "misses_per_quote"
-        FIGURES[1] = ("cost_with_misses_per_quote", "cost w/ misses per quote")
+        MISSES = "misses_reread"
+        FIGURES[1] = ("cost_with_misses_reread", "cost w/ misses re-read")
     parts = [("all", doc["sessions"])]
     if "--manifest" in args:
         kind = kinds(doc, args[args.index("--manifest") + 1])

@@ -63,15 +63,16 @@ pub struct Totals {
     #[serde(serialize_with = "round4")]
     pub miss_share: f64,
     /// `cost` plus, for each miss, a request of its context at the cache-read price and the
-    /// hidden texts it fetched at the cache-write price, and on every later request those
-    /// texts at the cache-read price.
+    /// hidden texts it quoted at the cache-write price.
     #[serde(serialize_with = "round")]
     pub cost_with_misses: f64,
-    /// The misses when every step that quotes hidden text is one, fetched before or not.
-    pub misses_per_quote: u64,
-    /// `cost` plus each of `misses_per_quote` charged in full, nothing carried.
+    /// The misses under the re-read model (see `replay::misses`): a hidden text is a miss
+    /// only at the first step that quotes it.
+    pub misses_reread: u64,
+    /// `cost` plus each of `misses_reread` charged as a miss, and on every later request the
+    /// hidden texts they fetched at the cache-read price.
     #[serde(serialize_with = "round")]
-    pub cost_with_misses_per_quote: f64,
+    pub cost_with_misses_reread: f64,
 }
 
 impl Totals {
@@ -81,7 +82,7 @@ impl Totals {
         self.tokens_sent += bill.tokens;
         self.cost += bill.cost;
         self.cost_with_misses += bill.cost;
-        self.cost_with_misses_per_quote += bill.cost;
+        self.cost_with_misses_reread += bill.cost;
         self.final_context = bill.tokens;
         if let Some(reason) = rewrite {
             self.rewrites += 1;
@@ -100,16 +101,19 @@ impl Totals {
         charge
     }
 
-    /// Charges, on the request just added, the `tokens` of hidden texts earlier misses
-    /// fetched: read from the cache as part of its context.
+    /// Charges, under the re-read model, the `tokens` of hidden texts earlier misses fetched,
+    /// carried by the request just added: read from the cache as part of its context.
     pub fn carry(&mut self, tokens: u64) {
-        self.cost_with_misses += CACHE_READ * tokens as f64;
+        self.cost_with_misses_reread += CACHE_READ * tokens as f64;
     }
 
-    /// Charges a miss under the per-quote rule on the request just added, billed `bill`.
-    pub fn charge_per_quote(&mut self, bill: &Bill, hidden_tokens: u64) {
-        self.misses_per_quote += 1;
-        self.cost_with_misses_per_quote += miss_charge(bill.tokens, hidden_tokens);
+    /// Charges a miss under the re-read model on the request just added, billed `bill`;
+    /// returns the charge.
+    pub fn charge_reread(&mut self, bill: &Bill, hidden_tokens: u64) -> f64 {
+        let charge = miss_charge(bill.tokens, hidden_tokens);
+        self.misses_reread += 1;
+        self.cost_with_misses_reread += charge;
+        charge
     }
 
     /// Sums sessions: the final context of a total is the sum of the sessions' final contexts.
@@ -121,8 +125,8 @@ impl Totals {
         self.rewrites += other.rewrites;
         self.misses += other.misses;
         self.cost_with_misses += other.cost_with_misses;
-        self.misses_per_quote += other.misses_per_quote;
-        self.cost_with_misses_per_quote += other.cost_with_misses_per_quote;
+        self.misses_reread += other.misses_reread;
+        self.cost_with_misses_reread += other.cost_with_misses_reread;
         self.miss_share = self.misses as f64 / self.requests.max(1) as f64;
         for (reason, n) in &other.reasons {
             *self.reasons.entry(reason.clone()).or_default() += n;

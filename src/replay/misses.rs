@@ -8,13 +8,16 @@
 //! one of its quotes shares a [`WINDOW`]-character window, after [`normalise`], with a
 //! hidden text of request `r` and that window appears in no visible text of request `r`:
 //! the model copied what it was no longer shown, so it would have had to fetch it again.
-//! A hidden text is fetched once: from the step that missed it on, it is back in the
-//! agent's context, so later steps that quote it again are no misses (a window of a fetched
-//! text counts as visible), and every later request carries it, read from the cache
-//! ([`Misses::carried`]). A different hidden text is still a miss. The rule that charges
-//! every quoting step in full is kept beside it ([`Checked::per_quote`]) to compare with.
-//! OpenCode's own clearing of old outputs is the host's doing, not dcp's, and hides nothing
-//! here. A run without edits has no misses.
+//! Every such step is a miss, charged in full, however often the same hidden text was
+//! quoted before: the rule issue 23 defines, and the headline figures. OpenCode's own
+//! clearing of old outputs is the host's doing, not dcp's, and hides nothing here. A run
+//! without edits has no misses.
+//!
+//! The re-read model is a second view beside the rule ([`Checked::reread`]): a hidden text
+//! is fetched once, so from the step that missed it on it is back in the agent's context,
+//! later steps that quote it again are no misses (a window of a fetched text counts as
+//! visible), and every later request carries it, read from the cache ([`Misses::carried`]).
+//! A different hidden text is still a miss there.
 //!
 //! How it stays fast. Every quote of the session is cut into windows once, up front, in an
 //! [`Index`] the runs (modes) of the session share. Each distinct text the requests carry is
@@ -44,13 +47,13 @@ pub struct Miss {
     pub hidden_tokens: u64,
 }
 
-/// What one step's check finds, under the two rules of the module header.
+/// What one step's check finds, under the rule and the re-read model of the module header.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Checked {
-    /// The miss under the rule in use: only hidden texts not already fetched by an earlier miss.
+    /// The miss under the rule: every hidden text the step quoted, fetched before or not.
     pub miss: Option<Miss>,
-    /// The miss when every quoting step is charged in full, texts fetched before included.
-    pub per_quote: Option<Miss>,
+    /// The miss under the re-read model: only hidden texts no earlier miss fetched.
+    pub reread: Option<Miss>,
 }
 
 type TextId = u32;
@@ -233,8 +236,9 @@ impl<'a> Misses<'a> {
         texts
     }
 
-    /// Whether the step produced by `step`'s request is a miss, and what it quoted; the
-    /// hidden texts it missed count as fetched from then on.
+    /// Whether the step produced by `step`'s request is a miss, and what it quoted, under the
+    /// rule and under the re-read model; for the latter, the hidden texts it newly missed
+    /// count as fetched from then on.
     pub fn check(&mut self, step: &Step<'_>, pieces: &Pieces) -> Checked {
         if step.edits.is_empty() && step.replace.is_empty() {
             return Checked::default();
@@ -259,13 +263,13 @@ impl<'a> Misses<'a> {
                 }
             }
         }
-        let per_quote = self.miss(&all, pieces);
-        let miss = self.miss(&new, pieces);
+        let miss = self.miss(&all, pieces);
+        let reread = self.miss(&new, pieces);
         for (t, _) in new {
             self.restored_tokens += self.index.tokens(t, pieces);
             self.restored.insert(t);
         }
-        Checked { miss, per_quote }
+        Checked { miss, reread }
     }
 
     /// The miss of the hidden texts `hit`, with the id of the part each came from.

@@ -141,8 +141,10 @@ pub struct RequestBill {
     /// The step this request produced quoted text the request had hidden (see [`misses`]),
     /// and what that is charged.
     pub miss: Option<ChargedMiss>,
-    /// Tokens of hidden texts earlier misses fetched, carried in this request's context and
-    /// charged at the cache-read price in `cost_with_misses`.
+    /// The same under the re-read model: only hidden texts no earlier miss fetched.
+    pub miss_reread: Option<ChargedMiss>,
+    /// Under the re-read model, tokens of hidden texts earlier misses fetched, carried in this
+    /// request's context and charged at the cache-read price in `cost_with_misses_reread`.
     pub carried: u64,
 }
 
@@ -362,11 +364,10 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
         let rewrite = bill.rewrite.then(|| applied.clone().unwrap_or_else(|| "host".to_string()));
         totals.add(&bill, rewrite.as_deref());
         totals.carry(carried);
-        if let Some(m) = &checked.per_quote {
-            totals.charge_per_quote(&bill, m.hidden_tokens);
-        }
         let miss = checked.miss.map(|miss| ChargedMiss { charge: totals.charge(&bill, miss.hidden_tokens), miss });
-        per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, carried });
+        let miss_reread =
+            checked.reread.map(|miss| ChargedMiss { charge: totals.charge_reread(&bill, miss.hidden_tokens), miss });
+        per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, miss_reread, carried });
     }
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
 }

@@ -6,11 +6,14 @@
 //! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
 //! total}}, cost_with_misses: {…}, misses: {median, worst, total}}}}`, where `M` is
 //! `{requests, tokens_sent, cost, final_context, rewrites, misses, miss_share,
-//! cost_with_misses, misses_per_quote, cost_with_misses_per_quote, agent_calls,
-//! agent_calls_same, per_request}` and each `per_request` entry carries `miss: null |
-//! {quoted, hidden_tokens, charge}` and `carried` (tokens an earlier miss fetched again). `cost_with_misses` is
-//! aggregated as a ratio to no pruning's cost, `misses` as the share of steps (the total is
-//! all misses over all steps).
+//! cost_with_misses, misses_reread, cost_with_misses_reread, agent_calls, agent_calls_same,
+//! per_request}` and each `per_request` entry carries `miss` and `miss_reread`, each `null |
+//! {quoted, hidden_tokens, charge}`, and `carried`. `misses`, `miss_share`,
+//! `cost_with_misses` and `miss` follow issue 23's rule, the headline: every step that quotes
+//! hidden text is a miss, charged in full. The `_reread` fields and `carried` are the re-read
+//! model beside it: a hidden text is a miss once, then carried from the cache (see
+//! `replay::misses`). `cost_with_misses` is aggregated as a ratio to no pruning's cost,
+//! `misses` as the share of steps (the total is all misses over all steps).
 
 use std::fmt::Write as _;
 
