@@ -13,6 +13,7 @@
 //! continues no known one, has no `Content-Length`, or any error takes the unpipelined
 //! path.
 
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -116,23 +117,11 @@ async fn choose(
         let upto = arrived.len;
         candidates.retain(|l| {
             let end = l.head.end().unwrap_or(0).min(upto);
-            checked >= end || matches(&arrived.slices(checked, end), &l.head.body[checked..end])
+            checked >= end || arrived.equals(checked, &l.head.body[checked..end])
         });
         checked = upto;
     }
     Ok(if candidates.len() == 1 { candidates.pop() } else { None })
-}
-
-/// Whether `pieces`, joined, are `bytes`.
-fn matches(pieces: &[Bytes], bytes: &[u8]) -> bool {
-    let mut at = 0;
-    for piece in pieces {
-        if bytes.get(at..at + piece.len()) != Some(&piece[..]) {
-            return false;
-        }
-        at += piece.len();
-    }
-    at == bytes.len()
 }
 
 /// The client's body as it arrives, in frames with their offsets, and joined as it comes
@@ -185,6 +174,24 @@ impl Arrived {
         }
     }
 
+    /// Whether the bytes from `from` on (in frames not let go) are `known`: compared in
+    /// place, frame by frame.
+    fn equals(&self, from: usize, known: &[u8]) -> bool {
+        let to = from + known.len();
+        let mut at = from;
+        for (start, data) in self.frames.iter().filter(|(s, d)| s + d.len() > from && *s < to) {
+            if *start > at {
+                return false;
+            }
+            let piece = &data[at - start..(to - start).min(data.len())];
+            if known[at - from..at - from + piece.len()] != *piece {
+                return false;
+            }
+            at += piece.len();
+        }
+        at == to
+    }
+
     /// Bytes `from..to`, as slices of the frames (those not let go).
     fn slices(&self, from: usize, to: usize) -> Vec<Bytes> {
         let overlapping = self.frames.iter().filter(|(at, d)| at + d.len() > from && *at < to);
@@ -198,10 +205,11 @@ impl Arrived {
 }
 
 /// A piece of the last upstream body: the client's bytes up to an offset, or a rewritten
-/// item, sent once the client's bytes up to the item's end (its first field) match.
+/// item (its end in the client's body, and its place in the layout's items), sent once the
+/// client's bytes up to the item's end match.
 enum Segment {
     Copy(usize),
-    Item(usize, Bytes),
+    Item(usize, usize),
 }
 
 /// The speculative request: what it sent, and its answer to come.
@@ -297,32 +305,31 @@ impl Speculation {
     fn settle(&mut self, arrived: &Arrived) -> Result<(), Broken> {
         let upto = arrived.len.min(self.end);
         if upto > self.matched {
-            let known = &self.layout.head.body[self.matched..upto];
-            if !matches(&arrived.slices(self.matched, upto), known) {
+            if !arrived.equals(self.matched, &self.layout.head.body[self.matched..upto]) {
                 return Err(Broken);
             }
             self.matched = upto;
         }
+        let layout = Arc::clone(&self.layout);
         while let Some(segment) = self.segments.get(self.next) {
-            let piece = match segment {
+            match *segment {
                 Segment::Copy(b) => {
-                    let to = (*b).min(self.matched);
-                    let piece = self.layout.head.body.slice(self.produced.min(to)..to);
+                    let to = b.min(self.matched);
+                    let from = self.produced.min(to);
                     self.produced = self.produced.max(to);
-                    if to < *b {
-                        self.send(piece)?;
+                    self.put(&layout.head.body, from..to)?;
+                    if to < b {
                         return Ok(());
                     }
-                    piece
                 }
-                Segment::Item(e, _) if self.matched < *e => return Ok(()),
-                Segment::Item(e, new) => {
-                    self.produced = *e;
-                    new.clone()
+                Segment::Item(e, _) if self.matched < e => return Ok(()),
+                Segment::Item(e, k) => {
+                    self.produced = e;
+                    let new = &layout.items[k].1;
+                    self.put(new, 0..new.len())?;
                 }
-            };
+            }
             self.next += 1;
-            self.send(piece)?;
         }
         let to = arrived.len.saturating_sub(HELD_BACK);
         if to > self.produced {
@@ -338,20 +345,32 @@ impl Speculation {
     /// body with thousands of rewritten items would otherwise go out in thousands of frames,
     /// and a write call for every few of them).
     fn send(&mut self, piece: Bytes) -> Result<(), Broken> {
-        if piece.len() >= forward::JOINED {
+        let whole = 0..piece.len();
+        self.put(&piece, whole)
+    }
+
+    /// Queues `source[range]` as [`Speculation::send`] does, a small piece copied from where
+    /// it lies: no reference to `source` is taken for it.
+    fn put(&mut self, source: &Bytes, range: Range<usize>) -> Result<(), Broken> {
+        if range.len() >= forward::JOINED {
             self.flush()?;
-            return self.frame(piece);
+            return self.frame(source.slice(range));
         }
-        self.pending.extend_from_slice(&piece);
+        if self.pending.is_empty() && self.pending.capacity() < forward::JOINED {
+            // Room for a frame and the piece that fills it, so that it is never copied
+            // again to grow.
+            self.pending.reserve(2 * forward::JOINED);
+        }
+        self.pending.extend_from_slice(&source[range]);
         if self.pending.len() >= forward::JOINED {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Sends the small pieces queued.
+    /// Sends the small pieces queued (the frame's buffer keeps its room for the next).
     fn flush(&mut self) -> Result<(), Broken> {
-        let joined = std::mem::take(&mut self.pending).freeze();
+        let joined = self.pending.split().freeze();
         self.frame(joined)
     }
 
@@ -437,10 +456,10 @@ fn assumed_length(layout: &Layout, client_length: usize) -> Option<usize> {
 /// The last upstream body's segments up to `end` (the end of its known part).
 fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
     let mut out = Vec::with_capacity(2 * layout.items.len() + 1);
-    for (i, new) in &layout.items {
+    for (k, (i, _)) in layout.items.iter().enumerate() {
         let (start, stop) = layout.head.raw.spans[*i];
         out.push(Segment::Copy(start));
-        out.push(Segment::Item(stop, new.clone()));
+        out.push(Segment::Item(stop, k));
     }
     out.push(Segment::Copy(end));
     out

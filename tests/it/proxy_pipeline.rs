@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use dcp::proxy::conversation::{Conversations, Pipelining, Reading};
 use dcp::proxy::Shared;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::proxy::{as_chat, reads, Recorder};
 use crate::proxy_resume::shared_with;
-use crate::support::Sandbox;
+use crate::support::{Sandbox, SessionBuilder};
 
 /// A proxy served in-process on `runtime`, in front of its own recorder.
 struct Served {
@@ -130,4 +130,31 @@ fn a_request_whose_engine_answer_adds_a_rewrite_reaches_the_upstream_once_rewrit
     assert_eq!(piped.len(), 2, "the abandoned request never completed");
     assert!(piped == waiting, "the upstream got the rewritten body");
     assert!(piped[1] != bodies[1], "the second body was rewritten");
+}
+
+/// Histories of re-read files where one file is read whole at 80 KiB: the bytes sent ahead
+/// hold stretches longer than a frame (sent as slices of the client's body) beside runs of
+/// small ones (copied into frames).
+fn reads_with_a_big_file(steps: usize) -> Vec<Vec<u8>> {
+    let mut b = SessionBuilder::new().user("Read the files, again and again.");
+    let mut histories = Vec::new();
+    for i in 0..steps {
+        let line = format!("fn f{}() {{ /* line */ }}\n", i % 4);
+        let output = line.repeat(if i % 4 == 0 { 3300 } else { 150 });
+        b = b.tool(&format!("call_{i}"), "read", json!({"filePath": format!("/p/f{}.rs", i % 4)}), &output);
+        histories.push(b.clone().build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect());
+    }
+    chat_bodies(histories.into_iter())
+}
+
+#[test]
+fn a_pipelined_body_with_stretches_longer_than_a_frame_reaches_the_upstream_as_the_waiting_proxy_sends_it() {
+    let bodies = reads_with_a_big_file(14);
+    let Upstreamed { piped, waiting, speculated, .. } = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#, &bodies);
+    assert!(speculated > 0, "requests went on before the engine answered");
+    assert_eq!(piped.len(), bodies.len(), "one complete request per client request");
+    assert!(piped.iter().zip(&bodies).any(|(got, sent)| got != sent), "some body was pruned");
+    for (step, (got, want)) in piped.iter().zip(&waiting).enumerate() {
+        assert!(got == want, "step {step}: the pipelined body differs");
+    }
 }
