@@ -178,11 +178,11 @@ fn can_listen(addr: std::net::SocketAddr) -> Result<()> {
     let what = match e.kind() {
         ErrorKind::AddrInUse => {
             "another program listens there (another dcp proxy?): stop it, or pass \
-                                 --listen 127.0.0.1:PORT with a free port and give the client that port"
+             --listen 127.0.0.1:PORT with a free port and give the client that port"
         }
         ErrorKind::PermissionDenied => {
             "this user may not listen on that port: pass --listen 127.0.0.1:PORT \
-                                        with a port above 1023"
+             with a port above 1023"
         }
         ErrorKind::AddrNotAvailable => "that is not an address of this machine: pass --listen 127.0.0.1:PORT",
         _ => return Ok(()),

@@ -8,8 +8,9 @@
 //! value, not as protocol text, as soon as the server has decided it
 //! ([`Server::transform_answering`]): counting the request's savings, which tokenizes its
 //! new messages, runs after, off the request's path. Between requests it counts tokens ahead
-//! and hands out the saves that fall due, as the sidecar's line loop does. An error of the server drops what the engine
-//! remembers of that conversation; the caller then sends its next request whole.
+//! and hands out the saves that fall due, as the sidecar's line loop does. An error of the
+//! server drops what the engine remembers of that conversation; the caller then sends its
+//! next request whole.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

@@ -83,7 +83,8 @@ pub async fn handle(
     let checked = speculation.as_ref().and_then(Speculation::checked);
     let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, Tail { body, ended, joined, received, frames, advancing }).await {
+        Some(s) => match s.finish(shared, outgoing, BodyEnd { body, ended, joined, received, frames, advancing }).await
+        {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -233,7 +234,7 @@ struct Speculation {
 
 /// When the client's body ended, and how long joining its frames took: the speculative
 /// request's debug line times what follows the body's end from them.
-struct Tail {
+struct BodyEnd {
     /// The client's whole body.
     body: Bytes,
     ended: std::time::Instant,
@@ -385,7 +386,7 @@ impl Speculation {
 
     /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
     /// answer; else aborts the request.
-    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: Tail) -> Finished {
+    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: BodyEnd) -> Finished {
         let pruned = tail.ended.elapsed();
         let body: &[Bytes] = match &outgoing {
             Outgoing::Pieces(pieces) => pieces,

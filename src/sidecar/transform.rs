@@ -262,7 +262,7 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         return Vec::new();
     }
     session.list_shown = last;
-    session.lists.unanswered += 1;
+    session.lists.unanswered = session.lists.unanswered.saturating_add(1);
     let calls = index.calls();
     if session.calls_at_nudge > calls {
         session.calls_at_nudge = 0;

@@ -176,15 +176,24 @@ pub const SAVED: &str = "ses_saved";
 /// A Claude Code conversation through `dcp proxy`, as the proxy names its state file.
 pub const PROXIED: &str = "proxy-claude-code-5e1f0c2a-3b7d4e9a";
 
+/// Which sessions [`sessions_as_users_meet_them`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sessions {
+    /// [`UNPAID`] alone.
+    UnpaidAlone,
+    /// [`UNPAID`] beside [`SAVED`] and [`PROXIED`].
+    UnpaidBesideOthers,
+}
+
 /// A sandbox whose state dir holds [`UNPAID`] (dcp's tools offered from the first request, a
-/// prune waiting for the policy: dcp has added more than it kept out), and with `all`, also
+/// prune waiting for the policy: dcp has added more than it kept out), and beside others, also
 /// [`SAVED`] and [`PROXIED`] (prunes in force from the first request, nothing added).
-pub fn sessions_as_users_meet_them(all: bool) -> Sandbox {
+pub fn sessions_as_users_meet_them(sessions: Sessions) -> Sandbox {
     let s = Sandbox::new();
     let mut unpaid = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}}"#);
     drive_session(&mut unpaid, UNPAID, 3);
     unpaid.shutdown();
-    if all {
+    if sessions == Sessions::UnpaidBesideOthers {
         let config = r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"offer": "paid"}}}"#;
         let mut saved = Sidecar::spawn(&s, config);
         drive_session(&mut saved, SAVED, 6);
@@ -244,8 +253,9 @@ pub fn page_text(html: &str) -> String {
 /// or not, alone or beside sessions that saved: none shows a negative saving.
 #[test]
 fn no_surface_shows_a_negative_saving() {
-    for all in [false, true] {
-        let s = sessions_as_users_meet_them(all);
+    for sessions in [Sessions::UnpaidAlone, Sessions::UnpaidBesideOthers] {
+        let all = sessions == Sessions::UnpaidBesideOthers;
+        let s = sessions_as_users_meet_them(sessions);
         let mut sidecar = Sidecar::spawn(&s, r#"{"rewrite": {"mode": "batched"}}"#);
         let answer = sidecar.result("command", json!({"sessionID": UNPAID, "arguments": "stats"}));
         sidecar.shutdown();

@@ -142,8 +142,8 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
 /// `DCP_KEEP_SCREENSHOT=DIR` keeps the three screenshots in DIR (and the live session's, above).
 #[test]
 fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() {
-    use crate::savings::{negative_number, page_text, sessions_as_users_meet_them};
-    let s = sessions_as_users_meet_them(true);
+    use crate::savings::{negative_number, page_text, sessions_as_users_meet_them, Sessions};
+    let s = sessions_as_users_meet_them(Sessions::UnpaidBesideOthers);
     let page = s.dir.path().join("report.html");
     let out = crate::support::dcp(&s, &["report", "--out", page.to_str().unwrap()]);
     assert!(out.status.success(), "{}", tail(&out.stderr));
