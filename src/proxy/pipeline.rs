@@ -14,14 +14,12 @@
 //! path.
 
 use std::ops::Range;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
@@ -33,6 +31,9 @@ use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
 use super::rest;
 use super::Shared;
+use channel::Channel;
+
+mod channel;
 
 /// How many bytes of a body's start choose the conversation it continues.
 const CHOOSE_AFTER: usize = 4096;
@@ -262,7 +263,7 @@ impl Speculation {
         let mut request = Request::builder().method(parts.method.clone()).uri(parts.uri.clone()).version(parts.version);
         *request.headers_mut()? = parts.headers.clone();
         let (tx, rx) = mpsc::unbounded_channel();
-        let (mut head, body) = request.body(Channel(rx).boxed_unsync()).ok()?.into_parts();
+        let (mut head, body) = request.body(Channel::new(rx, length).boxed_unsync()).ok()?.into_parts();
         forward::aim(upstream, &mut head).ok()?;
         head.headers.remove(TRANSFER_ENCODING);
         head.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
@@ -464,16 +465,4 @@ fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
     }
     out.push(Segment::Copy(end));
     out
-}
-
-/// The speculative request's body: what the channel is given, in turn; an error aborts it.
-struct Channel(mpsc::UnboundedReceiver<Result<Bytes, BoxError>>);
-
-impl hyper::body::Body for Channel {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.0.poll_recv(cx).map(|next| next.map(|piece| piece.map(Frame::data)))
-    }
 }
