@@ -81,7 +81,7 @@ pub async fn handle(
     let body = whole.clone();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
-    let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
+    let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
     let outgoing = match speculation {
         Some(s) => match s.finish(shared, outgoing, BodyEnd { body, ended, joined, received, frames, advancing }).await
         {
