@@ -250,8 +250,7 @@ impl Conversations {
     /// conversation's last.
     pub fn layout_of(&self, body: &Bytes) -> Option<Arc<Layout>> {
         let layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let same = |l: &&Arc<Layout>| l.head.body.as_ptr() == body.as_ptr() && l.head.body.len() == body.len();
-        layouts.values().find(same).cloned()
+        layouts.values().find(|l| same_memory(&l.head.body, body)).cloned()
     }
 
     /// How many bodies were read past a known one.
@@ -321,6 +320,12 @@ impl Conversations {
     }
 }
 
+/// Whether `a` and `b` are the same bytes in memory (one buffer, the same span of it), not
+/// only equal bytes.
+pub fn same_memory(a: &[u8], b: &[u8]) -> bool {
+    std::ptr::eq(a, b)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
@@ -337,6 +342,15 @@ mod tests {
             messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": output}));
         }
         serde_json::to_vec_pretty(&json!({"model": "m", "messages": messages})).unwrap()
+    }
+
+    #[test]
+    fn bytes_are_the_same_memory_only_as_the_same_span_of_one_buffer() {
+        let body = Bytes::from_static(b"{\"a\": 1}");
+        let copy = Bytes::copy_from_slice(&body);
+        assert!(same_memory(&body, &body.slice(..)));
+        assert!(!same_memory(&body, &copy), "equal bytes elsewhere are not the same memory");
+        assert!(!same_memory(&body, &body.slice(..3)), "a shorter span of the same buffer is not");
     }
 
     /// The builder `fold` gives for `body` after `before` (read past it when it continues

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
@@ -192,29 +192,51 @@ pub fn boxed_bytes(bytes: Bytes) -> Body {
 /// goes as it is.
 pub const JOINED: usize = 64 << 10;
 
-/// `pieces` as the frames that go upstream: runs of small pieces joined into frames of
-/// about [`JOINED`] bytes (a pruned body is the client's bytes around every rewritten item,
-/// and a frame per piece would cost a write call for every few of them), big ones as they
-/// are, empty ones left out.
+/// Small pieces joined into frames of about [`JOINED`] bytes: a pruned body is the client's
+/// bytes around every rewritten item, and a frame per piece would cost a write call for
+/// every few of them. A big piece goes as it is, after the small ones queued before it.
+#[derive(Debug, Default)]
+pub struct Joiner(BytesMut);
+
+/// The frames a piece put into a [`Joiner`] completes, in order: none, one or two.
+pub type Ready = std::iter::Flatten<std::array::IntoIter<Option<Bytes>, 2>>;
+
+impl Joiner {
+    /// Queues `source[range]` and hands back the frames that completes. A small piece is
+    /// copied from where it lies (no reference to `source` is taken for it); a big one is
+    /// a slice of `source`, not copied.
+    pub fn put(&mut self, source: &Bytes, range: std::ops::Range<usize>) -> Ready {
+        if range.len() >= JOINED {
+            return [self.flush(), Some(source.slice(range))].into_iter().flatten();
+        }
+        if self.0.is_empty() && self.0.capacity() < JOINED {
+            // Room for a frame and the piece that fills it, so that it is never copied
+            // again to grow.
+            self.0.reserve(2 * JOINED);
+        }
+        self.0.extend_from_slice(&source[range]);
+        let full = if self.0.len() >= JOINED { self.flush() } else { None };
+        [full, None].into_iter().flatten()
+    }
+
+    /// The small pieces queued, as one frame, if there are any (the buffer keeps its room
+    /// for the next).
+    pub fn flush(&mut self) -> Option<Bytes> {
+        if self.0.is_empty() {
+            return None;
+        }
+        Some(self.0.split().freeze())
+    }
+}
+
+/// `pieces` as the frames that go upstream, joined by a [`Joiner`]; empty ones are left out.
 pub fn frames(pieces: Vec<Bytes>) -> std::collections::VecDeque<Bytes> {
+    let mut joiner = Joiner::default();
     let mut out = std::collections::VecDeque::with_capacity(pieces.len());
-    let mut pending = bytes::BytesMut::new();
-    for piece in pieces {
-        if piece.len() >= JOINED {
-            if !pending.is_empty() {
-                out.push_back(std::mem::take(&mut pending).freeze());
-            }
-            out.push_back(piece);
-            continue;
-        }
-        pending.extend_from_slice(&piece);
-        if pending.len() >= JOINED {
-            out.push_back(std::mem::take(&mut pending).freeze());
-        }
+    for piece in &pieces {
+        out.extend(joiner.put(piece, 0..piece.len()));
     }
-    if !pending.is_empty() {
-        out.push_back(pending.freeze());
-    }
+    out.extend(joiner.flush());
     out
 }
 

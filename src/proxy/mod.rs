@@ -30,6 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
@@ -180,91 +181,92 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
             return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
         }
     };
-    let outgoing = outgoing(&shared, api, &parts, bytes, None).await;
+    let outgoing = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
     Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
-/// What goes upstream for a request's whole body: the pruned pieces, or the client's bytes
-/// (with a warning that names why, when the engine could not read them). `checked` is a
-/// kept body the caller has found the body to continue, if any.
-async fn outgoing(
-    shared: &Shared,
+/// A request whose whole body has arrived, as pruning reads it.
+struct Whole<'a> {
+    shared: &'a Shared,
     api: Api,
-    parts: &hyper::http::request::Parts,
+    parts: &'a Parts,
     bytes: Bytes,
+    /// A kept body the caller has found the body to continue (every byte of its known part
+    /// compared already), which is then not looked for again among the kept bodies.
     checked: Option<Arc<raw::Head>>,
-) -> Outgoing {
-    match prune_continuing(shared, api, &parts.headers, &bytes, checked).await {
-        Ok(Some(pruned)) => Outgoing::Pieces(pruned),
-        Ok(None) => Outgoing::Bytes(bytes, Changed::No),
-        Err(reason) => {
-            tracing::warn!("{} {}: sent on unpruned: {reason}", parts.method, parts.uri.path());
-            Outgoing::Bytes(bytes, Changed::No)
-        }
-    }
 }
 
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
 /// in it changes, or why it is not pruned.
-pub async fn prune(
-    shared: &Shared,
-    api: Api,
-    headers: &hyper::HeaderMap,
-    bytes: &Bytes,
-) -> Result<Option<Vec<Bytes>>, String> {
-    prune_continuing(shared, api, headers, bytes, None).await
+pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
+    Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await
 }
 
-/// As [`prune`], for a body known to continue `checked` (every byte of its known part
-/// compared already), which is then not looked for again among the kept bodies.
-async fn prune_continuing(
-    shared: &Shared,
-    api: Api,
-    headers: &hyper::HeaderMap,
-    bytes: &Bytes,
-    checked: Option<Arc<raw::Head>>,
-) -> Result<Option<Vec<Bytes>>, String> {
-    let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
-    if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
-        return Err("the body is compressed".into());
+impl Whole<'_> {
+    /// What goes upstream: the pruned pieces, or the client's bytes (with a warning that
+    /// names why, when the engine could not read them).
+    async fn outgoing(self) -> Outgoing {
+        match self.prune().await {
+            Ok(Some(pruned)) => Outgoing::Pieces(pruned),
+            Ok(None) => Outgoing::Bytes(self.bytes, Changed::No),
+            Err(reason) => {
+                tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
+                Outgoing::Bytes(self.bytes, Changed::No)
+            }
+        }
     }
-    if bytes.len() > MAX_BODY {
-        return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
+
+    /// What the free [`prune`](fn@prune) hands back, not looking again for a kept body
+    /// the caller has found this one to continue.
+    async fn prune(&self) -> Result<Option<Vec<Bytes>>, String> {
+        let Whole { shared, api, parts, bytes, .. } = self;
+        let (api, headers) = (*api, &parts.headers);
+        let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+        if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
+            return Err("the body is compressed".into());
+        }
+        if bytes.len() > MAX_BODY {
+            return Err(format!("the body is {} bytes, over the {MAX_BODY}-byte limit", bytes.len()));
+        }
+        let started = std::time::Instant::now();
+        let head = shared.conversations.continued(api, bytes, self.checked.clone());
+        let matched = started.elapsed();
+        // `continued` compared the head's known part, or the caller did as the body arrived.
+        let read_after = head.as_ref().and_then(|h| raw::Raw::read_past(api, bytes, h).map(|raw| (raw, h)));
+        let (raw, read) = match read_after {
+            Some((raw, head)) => (raw, conversation::Read::After(head)),
+            None => match raw::Raw::read(api, bytes)? {
+                Some(raw) => (raw, conversation::Read::Whole),
+                None => return Ok(None),
+            },
+        };
+        let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
+        let parsed = started.elapsed();
+        let slot = shared.conversations.slot(&sid);
+        let mut held = slot.lock().await;
+        let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
+        let base = builder.dirty_from();
+        let tail = builder.messages()[base..].to_vec();
+        let was_mapped = started.elapsed();
+        // On an error the conversation is not kept: its next request is mapped and sent whole.
+        let edits = shared
+            .engine
+            .transform(sid.clone(), base, tail, ENGINE_TIMEOUT)
+            .await
+            .map_err(|e| format!("{sid}: {e}"))?;
+        builder.mark_sent();
+        let engine = started.elapsed();
+        let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
+        let spliced = started.elapsed() - engine;
+        let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
+        shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
+        let (parse, map, engine_us, write) =
+            (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
+        let resumed = matches!(read, conversation::Read::After(_));
+        if resumed {
+            shared.conversations.count_resumed();
+        }
+        tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
+        Ok(pruned)
     }
-    let started = std::time::Instant::now();
-    let head = shared.conversations.continued(api, bytes, checked);
-    let matched = started.elapsed();
-    // `continued` compared the head's known part, or the caller did as the body arrived.
-    let read_after = head.as_ref().and_then(|h| raw::Raw::read_past(api, bytes, h).map(|raw| (raw, h)));
-    let (raw, read) = match read_after {
-        Some((raw, head)) => (raw, conversation::Read::After(head)),
-        None => match raw::Raw::read(api, bytes)? {
-            Some(raw) => (raw, conversation::Read::Whole),
-            None => return Ok(None),
-        },
-    };
-    let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
-    let parsed = started.elapsed();
-    let slot = shared.conversations.slot(&sid);
-    let mut held = slot.lock().await;
-    let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
-    let base = builder.dirty_from();
-    let tail = builder.messages()[base..].to_vec();
-    let was_mapped = started.elapsed();
-    // On an error the conversation is not kept: its next request is mapped and sent whole.
-    let edits =
-        shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await.map_err(|e| format!("{sid}: {e}"))?;
-    builder.mark_sent();
-    let engine = started.elapsed();
-    let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
-    let spliced = started.elapsed() - engine;
-    let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
-    shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
-    let (parse, map, engine_us, write) = (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
-    let resumed = matches!(read, conversation::Read::After(_));
-    if resumed {
-        shared.conversations.count_resumed();
-    }
-    tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
-    Ok(pruned)
 }

@@ -82,7 +82,7 @@ pub async fn handle(
     let body = whole.clone();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
-    let outgoing = super::outgoing(shared, api, &parts, whole, checked).await;
+    let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
     let outgoing = match speculation {
         Some(s) => match s.finish(shared, outgoing, BodyEnd { body, ended, joined, received, frames, advancing }).await
         {
@@ -228,7 +228,7 @@ struct Speculation {
     produced: usize,
     sent: Vec<Bytes>,
     /// Small pieces to go out in one frame.
-    pending: BytesMut,
+    joiner: forward::Joiner,
     tx: mpsc::UnboundedSender<Result<Bytes, BoxError>>,
     answer: tokio::task::JoinHandle<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
 }
@@ -279,7 +279,7 @@ impl Speculation {
             matched: 0,
             produced: 0,
             sent: Vec::new(),
-            pending: BytesMut::new(),
+            joiner: forward::Joiner::default(),
             tx,
             answer,
         })
@@ -343,9 +343,8 @@ impl Speculation {
         Ok(())
     }
 
-    /// Queues `piece`: a big one goes as it is, small ones are joined into one frame (a
-    /// body with thousands of rewritten items would otherwise go out in thousands of frames,
-    /// and a write call for every few of them).
+    /// Queues `piece`: a big one goes as it is, small ones are joined into one frame (see
+    /// [`forward::Joiner`]).
     fn send(&mut self, piece: Bytes) -> Result<(), Broken> {
         let whole = 0..piece.len();
         self.put(&piece, whole)
@@ -354,26 +353,18 @@ impl Speculation {
     /// Queues `source[range]` as [`Speculation::send`] does, a small piece copied from where
     /// it lies: no reference to `source` is taken for it.
     fn put(&mut self, source: &Bytes, range: Range<usize>) -> Result<(), Broken> {
-        if range.len() >= forward::JOINED {
-            self.flush()?;
-            return self.frame(source.slice(range));
-        }
-        if self.pending.is_empty() && self.pending.capacity() < forward::JOINED {
-            // Room for a frame and the piece that fills it, so that it is never copied
-            // again to grow.
-            self.pending.reserve(2 * forward::JOINED);
-        }
-        self.pending.extend_from_slice(&source[range]);
-        if self.pending.len() >= forward::JOINED {
-            self.flush()?;
+        for frame in self.joiner.put(source, range) {
+            self.frame(frame)?;
         }
         Ok(())
     }
 
-    /// Sends the small pieces queued (the frame's buffer keeps its room for the next).
+    /// Sends the small pieces queued.
     fn flush(&mut self) -> Result<(), Broken> {
-        let joined = self.pending.split().freeze();
-        self.frame(joined)
+        match self.joiner.flush() {
+            Some(joined) => self.frame(joined),
+            None => Ok(()),
+        }
     }
 
     fn frame(&mut self, piece: Bytes) -> Result<(), Broken> {

@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use super::conversation::Layout;
+use super::conversation::{same_memory, Layout};
 
 /// What a speculative request sent: under which layout, how many client bytes it covers,
 /// and the bytes themselves.
@@ -48,8 +48,7 @@ struct Same<'a>(&'a Bytes);
 
 impl PartialEq for Same<'_> {
     fn eq(&self, other: &Self) -> bool {
-        let (a, b) = (self.0, other.0);
-        (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+        same_memory(self.0, other.0) || self.0 == other.0
     }
 }
 

@@ -34,8 +34,8 @@ pub fn shared_with(sandbox: &Sandbox, config: &str, conversations: Conversations
 
 /// The body the upstream gets for `bytes`: the pruned pieces joined, or the client's bytes.
 async fn sent(shared: &Shared, bytes: &Bytes) -> (Vec<u8>, bool) {
-    let headers = hyper::HeaderMap::new();
-    match dcp::proxy::prune(shared, Api::Chat, &headers, bytes).await.unwrap() {
+    let (parts, ()) = hyper::Request::post("/v1/chat/completions").body(()).unwrap().into_parts();
+    match dcp::proxy::prune(shared, Api::Chat, &parts, bytes).await.unwrap() {
         Some(pieces) => (pieces.concat(), true),
         None => (bytes.to_vec(), false),
     }
