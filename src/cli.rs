@@ -158,7 +158,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
         Command::Proxy { listen, upstream } => {
-            can_listen(listen)?;
             let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
             crate::proxy::run(crate::proxy::Options { listen, upstream, sidecar })
         }
@@ -168,26 +167,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
 /// `--listen`'s value: an IP address and a port.
 fn parse_listen(value: &str) -> Result<std::net::SocketAddr, String> {
     value.parse().map_err(|_| format!("{value:?} is not HOST:PORT with HOST an IP address, e.g. 127.0.0.1:8788"))
-}
-
-/// Fails, saying what to do, when the proxy could not listen on `addr`: a port another
-/// program holds, one that needs privileges, an address not of this machine.
-fn can_listen(addr: std::net::SocketAddr) -> Result<()> {
-    use std::io::ErrorKind;
-    let Err(e) = std::net::TcpListener::bind(addr) else { return Ok(()) };
-    let what = match e.kind() {
-        ErrorKind::AddrInUse => {
-            "another program listens there (another dcp proxy?): stop it, or pass \
-             --listen 127.0.0.1:PORT with a free port and give the client that port"
-        }
-        ErrorKind::PermissionDenied => {
-            "this user may not listen on that port: pass --listen 127.0.0.1:PORT \
-             with a port above 1023"
-        }
-        ErrorKind::AddrNotAvailable => "that is not an address of this machine: pass --listen 127.0.0.1:PORT",
-        _ => return Ok(()),
-    };
-    anyhow::bail!("cannot listen on {addr}: {e}; {what}")
 }
 
 /// Prints the doctor's report; any problem found is an error, so the exit code is 1.

@@ -93,6 +93,24 @@ fn server_with(
     Server::with_config(options.clone(), config, saver)
 }
 
+/// Why the proxy could not listen on `addr`, and what to do: a port another program holds,
+/// one that needs privileges, an address not of this machine.
+fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let what = match e.kind() {
+        ErrorKind::AddrInUse => {
+            "; another program listens there (another dcp proxy?): stop it, or pass \
+             --listen 127.0.0.1:PORT with a free port and give the client that port"
+        }
+        ErrorKind::PermissionDenied => {
+            "; this user may not listen on that port: pass --listen 127.0.0.1:PORT with a port above 1023"
+        }
+        ErrorKind::AddrNotAvailable => "; that is not an address of this machine: pass --listen 127.0.0.1:PORT",
+        _ => "",
+    };
+    anyhow::anyhow!("cannot listen on {addr}: {e}{what}")
+}
+
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
 pub fn run(options: Options) -> anyhow::Result<()> {
     let config = load_config(&options.sidecar)?;
@@ -101,11 +119,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
+        let listener =
+            tokio::net::TcpListener::bind(options.listen).await.map_err(|e| listen_error(options.listen, &e))?;
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             conversations: conversation::Conversations::default(),
