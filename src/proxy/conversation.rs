@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::convert::{Api, Builder, EngineEdit};
+use super::convert::{Api, Builder, Edit};
 use super::engine::Edits;
 use super::raw::{Head, Raw};
 
@@ -49,7 +49,7 @@ struct Last {
 
 /// Rewritten items by index: the edits written into each, and its new bytes (`None`: the
 /// edits change nothing in it).
-pub type Written = HashMap<usize, (Vec<EngineEdit>, Option<Bytes>)>;
+pub type Written = HashMap<usize, (Vec<Edit>, Option<Bytes>)>;
 
 /// How `raw` was read: past `head`'s known part (whose items it then holds as they were), or
 /// whole.
@@ -123,10 +123,10 @@ fn written_items(
     body: &Bytes,
     raw: &Raw,
     builder: &Builder,
-    edits: &[EngineEdit],
+    edits: &[Edit],
     written: &mut Written,
 ) -> Option<Vec<(usize, Bytes)>> {
-    let mut by_item: BTreeMap<usize, Vec<&EngineEdit>> = BTreeMap::new();
+    let mut by_item: BTreeMap<usize, Vec<&Edit>> = BTreeMap::new();
     for edit in edits {
         if let Some(i) = builder.item_of(edit).filter(|i| *i < raw.spans.len()) {
             by_item.entry(i).or_default().push(edit);
@@ -403,11 +403,12 @@ mod tests {
         let body = Bytes::from(chat(&["a", "b"]));
         let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
         let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
-        let edits = Edits::new(vec![convert::EngineEdit {
+        let edits = Edits::new(vec![convert::Edit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
+            append: None,
         }]);
         let first = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
         let spliced = first.concat();
@@ -437,11 +438,12 @@ mod tests {
         let raw = Raw::read(Api::Chat, &before).unwrap().unwrap();
         let (mut builder, mut memory) = fold(Api::Chat, "s", &before, &raw, &Read::Whole, None);
         builder.mark_sent();
-        let edits = Edits::new(vec![convert::EngineEdit {
+        let edits = Edits::new(vec![convert::Edit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
+            append: None,
         }]);
         assert!(splice(&before, &raw, &builder, &edits, &mut memory).is_some());
         let head = Arc::new(Head { api: Api::Chat, body: before, raw });

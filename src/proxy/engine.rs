@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::convert::EngineEdit;
 use crate::session::Node;
 use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
 use crate::sidecar::{transform_params, Server};
@@ -135,7 +134,7 @@ struct Sent {
 
 /// The edits in force for a conversation, shared: an answer whose edits did not change hands
 /// out the same list.
-pub type Edits = std::sync::Arc<Vec<EngineEdit>>;
+pub type Edits = std::sync::Arc<Vec<Edit>>;
 
 /// The messages of a request from index `base` on (those before are the last transform's).
 struct Tail {
@@ -184,11 +183,10 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
             return Err(EngineError::Refused(e.message.clone()));
         }
     };
-    let engine_edit = |e: &Edit| EngineEdit { m: e.m, p: e.p, path: e.path.clone(), value: e.value.clone() };
     match &answer.edits {
-        protocol::Edits::Full(full) => before.edits = Edits::new(full.iter().map(engine_edit).collect()),
+        protocol::Edits::Full(full) => before.edits = Edits::new(full.clone()),
         protocol::Edits::Add(added) if !added.is_empty() => {
-            std::sync::Arc::make_mut(&mut before.edits).extend(added.iter().map(engine_edit));
+            std::sync::Arc::make_mut(&mut before.edits).extend(added.iter().cloned());
         }
         protocol::Edits::Add(_) | protocol::Edits::Same => {}
     }

@@ -10,7 +10,6 @@
 use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::cost::Piece;
@@ -24,44 +23,7 @@ use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT};
 /// What OpenCode sends for a tool call that never finished.
 const INTERRUPTED: &str = "[Tool execution was interrupted]";
 
-/// One edit of a `transform` answer: set `messages[m].parts[p]` at `path` to `value`, or
-/// append `append` to the string there (a message id tag; appends go after every value).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Edit {
-    pub m: usize,
-    pub p: usize,
-    pub path: Vec<String>,
-    #[serde(default)]
-    pub value: Option<Value>,
-    #[serde(default)]
-    pub append: Option<String>,
-}
-
-impl Edit {
-    /// Applies the edit to `part`, as the plugin does: a missing step of the path is a no-op.
-    pub fn apply(&self, part: &mut Node) {
-        let Some((last, steps)) = self.path.split_last() else { return };
-        let mut target = part;
-        for step in steps {
-            match target.get_mut(step.as_str()) {
-                Some(next) => target = next,
-                None => return,
-            }
-        }
-        let Some(map) = target.as_object_mut() else { return };
-        match (&self.value, &self.append) {
-            (Some(value), _) => map.insert(last, Node::from(value)),
-            (None, Some(tail)) => {
-                if let Some(slot) = map.get_mut(last.as_str()) {
-                    if let Some(text) = slot.as_str() {
-                        *slot = Node::from_string(format!("{text}{tail}"));
-                    }
-                }
-            }
-            (None, None) => {}
-        }
-    }
-}
+pub use crate::sidecar::protocol::Edit;
 
 /// Which piece of a part.
 #[derive(Hash)]

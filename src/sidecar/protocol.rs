@@ -352,15 +352,42 @@ pub enum Edits {
 /// One field change inside part `p` of message `m`: the string at `path` becomes `value`, or
 /// gets `append` at its end (a message id tag). Appends are applied after every `value` edit
 /// of the answer, kept ones included, so that a later prune of the same field keeps its tag.
-#[derive(Debug, Serialize)]
+/// It is the one edit type: the sidecar answers with it, `dcp replay` and the proxy apply it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Edit {
     pub m: usize,
     pub p: usize,
     pub path: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append: Option<String>,
+}
+
+impl Edit {
+    /// Applies the edit to `part`, as the plugin does: a missing step of the path is a no-op.
+    pub fn apply(&self, part: &mut Node) {
+        let Some((last, steps)) = self.path.split_last() else { return };
+        let mut target = part;
+        for step in steps {
+            match target.get_mut(step.as_str()) {
+                Some(next) => target = next,
+                None => return,
+            }
+        }
+        let Some(map) = target.as_object_mut() else { return };
+        match (&self.value, &self.append) {
+            (Some(value), _) => map.insert(last, Node::from(value)),
+            (None, Some(tail)) => {
+                if let Some(slot) = map.get_mut(last.as_str()) {
+                    if let Some(text) = slot.as_str() {
+                        *slot = Node::from_string(format!("{text}{tail}"));
+                    }
+                }
+            }
+            (None, None) => {}
+        }
+    }
 }
 
 /// A compressed range: messages `from..=to` of the history become `message`.

@@ -16,7 +16,6 @@ mod responses;
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 /// The APIs the proxy rewrites.
@@ -86,15 +85,9 @@ struct Target {
     locked: bool,
 }
 
-/// One of the engine's edits, as the sidecar answers it (PROTOCOL.md, `transform`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct EngineEdit {
-    pub m: usize,
-    pub p: usize,
-    pub path: Vec<String>,
-    #[serde(default)]
-    pub value: Option<Value>,
-}
+/// The engine's edits, as the sidecar answers them (PROTOCOL.md, `transform`). The proxy's
+/// engine offers no agent tools, so they carry no `append` (message id tags).
+pub use crate::sidecar::protocol::Edit;
 
 /// A request mapped onto the session model: its messages, and where each tool part's
 /// fields are in the request.
@@ -116,8 +109,8 @@ pub fn map(api: Api, body: &Value, sid: &str) -> Option<Mapped> {
 
 impl Mapped {
     /// Writes the engine's edits into `body`; returns how many fields changed.
-    pub fn apply(&self, body: &mut Value, edits: &[EngineEdit]) -> usize {
-        let mut apply = |edit: &EngineEdit| {
+    pub fn apply(&self, body: &mut Value, edits: &[Edit]) -> usize {
+        let mut apply = |edit: &Edit| {
             self.targets.get(&(edit.m, edit.p)).is_some_and(|target| apply_edit(target, edit, body, None))
         };
         edits.iter().filter(|edit| apply(edit)).count()
@@ -130,7 +123,7 @@ impl Mapped {
 
 /// Writes `edit` into `body`: the whole request, or (`item` set) the list's item of that
 /// index, which the target's path then starts inside of.
-fn apply_edit(target: &Target, edit: &EngineEdit, body: &mut Value, item: Option<usize>) -> bool {
+fn apply_edit(target: &Target, edit: &Edit, body: &mut Value, item: Option<usize>) -> bool {
     let Some(value) = &edit.value else { return false };
     let inside = |at: &[Seg]| -> Option<Vec<Seg>> {
         match item {
@@ -304,7 +297,7 @@ impl Builder {
     }
 
     /// The list item `edit` writes into, if it writes anywhere.
-    pub fn item_of(&self, edit: &EngineEdit) -> Option<usize> {
+    pub fn item_of(&self, edit: &Edit) -> Option<usize> {
         let target = self.touched(edit.m, edit.p)?;
         let at = match edit.path.get(1).map(String::as_str) {
             Some("input") => &target.input.as_ref()?.0,
@@ -317,7 +310,7 @@ impl Builder {
     }
 
     /// Writes `edit` into `item`, item `i` of the list; whether a field changed.
-    pub fn apply_to_item(&self, i: usize, item: &mut Value, edit: &EngineEdit) -> bool {
+    pub fn apply_to_item(&self, i: usize, item: &mut Value, edit: &Edit) -> bool {
         let Some(target) = self.touched(edit.m, edit.p) else { return false };
         apply_edit(target, edit, item, Some(i))
     }

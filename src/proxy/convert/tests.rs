@@ -2,8 +2,8 @@ use serde_json::json;
 
 use super::*;
 
-fn edit(m: usize, p: usize, path: &[&str], value: &str) -> EngineEdit {
-    EngineEdit { m, p, path: path.iter().map(|s| s.to_string()).collect(), value: Some(json!(value)) }
+fn edit(m: usize, p: usize, path: &[&str], value: &str) -> Edit {
+    Edit { m, p, path: path.iter().map(|s| s.to_string()).collect(), value: Some(json!(value)), append: None }
 }
 
 #[test]
