@@ -8,11 +8,10 @@ const TOAST_MS = 10000;
 /** OpenCode starts plugins before its TUI listens for events, and a toast sent before that is
  * lost. A failure found this early is toasted again at these delays after the plugin started,
  * and at `CLIENT_TOASTS_MS` after the first event a client's arrival causes (OpenCode boots a
- * directory's services, announcing each plugin, when the TUI first asks for it). On a loaded
- * machine the TUI may subscribe to events many seconds after that first event, so the last
- * repeat comes 20 s after it. Each toast replaces the last, so the user sees one. */
+ * directory's services, announcing each plugin, when the TUI first asks for it); each toast
+ * replaces the last, so the user sees one. */
 const EARLY_TOASTS_MS = [2000, 5000, 10000, 20000];
-const CLIENT_TOASTS_MS = [1000, 4000, 10000, 20000];
+const CLIENT_TOASTS_MS = [1000, 4000];
 
 /** Where this OpenCode process shows things: `"run"` under `opencode run`, which prints the
  * session's finished text parts and has no toasts; `"tui"` otherwise (the TUI's server, or

@@ -18,6 +18,26 @@ const CRASH_WINDOW_MS = 10 * 60 * 1000;
 export const RESYNC = -32001;
 
 /** One `dcp serve` child process, restarted on demand after any failure. */
+/** Hands `onText` a stream's text in whole lines: a pipe may cut a line anywhere (a sidecar
+ * writes `dcp: ` and its error in separate writes), and the first line says why it exited.
+ * `end` hands over what is left without a newline. */
+export function wholeLines(onText) {
+  let partial = "";
+  return {
+    push: (chunk) => {
+      partial += chunk;
+      const cut = partial.lastIndexOf("\n");
+      if (cut < 0) return;
+      onText(partial.slice(0, cut));
+      partial = partial.slice(cut + 1);
+    },
+    end: () => {
+      if (partial) onText(partial);
+      partial = "";
+    },
+  };
+}
+
 export class Sidecar {
   /** `log(level, text)` writes OpenCode's log; `tell(kind, text)` tells the user (not only
    * the log) about a problem they must fix. */
@@ -66,7 +86,9 @@ export class Sidecar {
     child.stdout.setEncoding("utf8");
     child.stdout.on("data", (chunk) => this.onData(child, chunk));
     child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => this.onStderr(child, chunk));
+    const stderr = wholeLines((text) => this.onStderr(child, text));
+    child.stderr.on("data", stderr.push);
+    child.stderr.on("end", stderr.end);
     child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
     // `close`, not `exit`: it comes after the last of stderr, which holds the reason.
     child.on("close", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));

@@ -25,7 +25,9 @@ fn main() -> ExitCode {
             let _ = out.flush();
             // An error can quote a path, a key or a value: escape what a terminal would act on.
             let text = format!("{err:#}");
-            eprintln!("dcp: {}", dcp::format::terminal(&text, dcp::format::Lines::Keep));
+            // One write: a reader of the pipe (the plugin) may otherwise get `dcp: ` alone.
+            let line = format!("dcp: {}\n", dcp::format::terminal(&text, dcp::format::Lines::Keep));
+            let _ = std::io::stderr().write_all(line.as_bytes());
             ExitCode::FAILURE
         }
     }

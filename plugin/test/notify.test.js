@@ -54,19 +54,6 @@ test("a failure told before any client is up is toasted again when one is", asyn
   assert.equal(c.calls.toasts.length, 2, "toasted again a second after the client's first event");
 });
 
-test("a failure told before a slow TUI listens is still toasted twenty seconds after the client's first event", (t) => {
-  t.mock.timers.enable({ apis: ["setTimeout"] });
-  const c = client();
-  const n = new Notifier(c, () => {}, "tui");
-  n.notifyUser("config", "dcp.jsonc: pruneNotification must be one of off, minimal, detailed");
-  t.mock.timers.tick(3000);
-  n.sawEvent("plugin.added");
-  t.mock.timers.tick(19999);
-  const before = c.calls.toasts.length;
-  t.mock.timers.tick(1);
-  assert.equal(c.calls.toasts.length, before + 1, "the last repeat comes 20 s after the client's first event");
-});
-
 test("under opencode run a failure goes to stderr, not to a toast", () => {
   const c = client();
   const written = [];

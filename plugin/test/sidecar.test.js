@@ -41,6 +41,18 @@ test("a sidecar that exits at start is told with its first line of stderr", asyn
   ]);
 });
 
+test("a sidecar's reason cut across two writes is told whole", async (t) => {
+  // The pipe delivers `dcp: ` and the rest apart, as a loaded machine did in CI.
+  fakeDcp(t, `printf 'dcp: ' >&2\nsleep 0.3\necho 'config /cfg/dcp.jsonc: \`pruneNotification\` must be one of off, minimal, detailed, not "loud"' >&2\nexit 1`);
+  const r = recorder();
+  const sidecar = new Sidecar(r.log, "/proj", r.tell);
+  sidecar.start();
+  assert.equal(await sidecar.ready, null);
+  assert.deepEqual(r.told, [
+    ["start", 'dcp is off: the sidecar exited at start: config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"'],
+  ]);
+});
+
 test("a sidecar that keeps crashing is told from its third failure, and its warnings are logged once each", async (t) => {
   // Answers `initialize`, then dies on the next request.
   fakeDcp(
