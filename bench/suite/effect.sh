@@ -6,6 +6,8 @@
 #      calibrated to the corpus (`real`);
 #   3. lab: the real OpenCode against the scripted model, recorded with dcp's plugin
 #      (fixtures/replay), and the recorded fixture session.
+# The held-out group (`holdout`: bench/real/holdout.json, sessions no one tunes on) runs only
+# when named: EFFECT_GROUPS=holdout. Report its figures; never tune on them.
 # Each group is replayed in every mode (`dcp replay --all --json`) with a 5-minute prompt cache
 # and with one that never expires, and summarised by summary.py: per mode, the ratios to no
 # pruning of cost, cost with misses charged, tokens sent and final context (median / worst /
@@ -16,7 +18,7 @@
 # Knobs: DCP_BIN (default target/release/dcp), TESTKIT_BIN (default
 # target/release/dcp-testkit), OUT (default target/effect: the data dirs and the replay JSON
 # documents, <group>-<ttl>.json), MODES (default all), TTLS (default "300 never"), EFFECT_GROUPS
-# (default "real generated generated-real lab"), TABLES=1 also prints dcp replay's own
+# (default "real generated generated-real lab"; also "holdout"), TABLES=1 also prints dcp replay's own
 # per-session tables.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -32,6 +34,8 @@ build() {
   case "$1" in
     real) rm -f "$OUT/real/opencode.db"
           "$TESTKIT_BIN" import --manifest bench/real/sources.json --out "$OUT/real" | tail -1 ;;
+    holdout) rm -f "$OUT/holdout/opencode.db"
+          "$TESTKIT_BIN" import --manifest bench/real/holdout.json --out "$OUT/holdout" | tail -1 ;;
     generated) python3 bench/suite/build.py "$OUT/generated" --group generated ;;
     generated-real) python3 bench/suite/build.py "$OUT/generated-real" --group generated --shape real ;;
     lab) python3 bench/suite/build.py "$OUT/lab" --group lab ;;
@@ -43,6 +47,7 @@ for group in ${EFFECT_GROUPS:-real generated generated-real lab}; do
   build "$group" >&2
   extra=()
   [ "$group" = real ] && extra=(--manifest bench/real/sources.json)
+  [ "$group" = holdout ] && extra=(--manifest bench/real/holdout.json)
   for ttl in ${TTLS:-300 never}; do
     json="$OUT/$group-$ttl.json"
     SECONDS=0

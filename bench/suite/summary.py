@@ -3,6 +3,9 @@
 
 usage: summary.py REPLAY_JSON --group NAME [--manifest bench/real/sources.json] [--markdown] [--reread]
 
+The held-out sessions (bench/real/holdout.json) are summarised the same way, with their own
+manifest: --group holdout --manifest bench/real/holdout.json.
+
 Per mode, the ratios to no pruning of cost, cost with misses charged, tokens sent and final
 context as median / worst / total over the sessions (as `dcp replay` aggregates them), and
 the share of steps that were misses (median / worst session, and all misses over all steps).

@@ -60,14 +60,14 @@ const SWE_AGENT: &str = r#"{"history":[{"role":"system","content":"You are an ag
 "replay_config":"{\"agent\":{\"model\":{\"name\":\"anthropic/claude-sonnet-4\"}}}"}"#;
 
 /// `dcp-testkit import FORMAT SOURCE --out DIR`, in process.
-fn import(format: &str, source: &Path, out: &Path) -> anyhow::Result<Value> {
+pub(crate) fn import(format: &str, source: &Path, out: &Path) -> anyhow::Result<Value> {
     let mut buf = Vec::new();
     let args = ["import", format, source.to_str().unwrap(), "--out", out.to_str().unwrap(), "--json"];
     dcp_testkit::cli::run(args, &mut buf)?;
     Ok(serde_json::from_slice(&buf)?)
 }
 
-fn dcp_json(args: &[&str], data: &Path) -> Value {
+pub(crate) fn dcp_json(args: &[&str], data: &Path) -> Value {
     let home = data.join("home");
     let env = [("HOME", home.clone()), ("XDG_CONFIG_HOME", home.join(".config"))];
     let args = args.iter().map(std::ffi::OsStr::new).chain([std::ffi::OsStr::new("--data-dir"), data.as_os_str()]);
@@ -81,7 +81,7 @@ fn dcp_json(args: &[&str], data: &Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn sample(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn sample(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path

@@ -13,6 +13,7 @@ mod e2e;
 mod engine;
 mod first_half_hour;
 mod gen;
+mod holdout;
 mod host;
 mod hostile;
 mod import;

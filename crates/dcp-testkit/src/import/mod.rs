@@ -14,6 +14,7 @@ pub mod codex;
 pub mod codex_rollout;
 pub mod ids;
 pub mod manifest;
+pub mod mini_swe_agent;
 pub mod model;
 pub mod shell;
 pub mod source;
@@ -41,6 +42,8 @@ pub enum Format {
     CodexRollout,
     /// SWE-agent 1.x `.traj` (function calling); estimated clock.
     SweAgent,
+    /// mini-swe-agent `.traj.json` (formats 1 and 1.1); recorded clock.
+    MiniSweAgent,
 }
 
 /// What the importer is told about a source beside its log.
@@ -64,6 +67,7 @@ pub fn parse(format: Format, file: &Path, meta: &SourceMeta) -> Result<model::Se
     let text = source::read_text(file)?;
     match format {
         Format::SweAgent => swe_agent::parse(&text, meta, file),
+        Format::MiniSweAgent => mini_swe_agent::parse(&text, meta, file),
         Format::ClaudeStreamJson => claude_stream::parse(&source::json_lines(&text, file)?, meta, file),
         Format::ClaudeTranscript => claude_transcript::parse(&source::json_lines(&text, file)?, meta, file),
         Format::CodexExecJson => codex::parse(&source::json_lines(&text, file)?, meta, file),
