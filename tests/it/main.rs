@@ -34,6 +34,7 @@ mod savings;
 mod sidecar;
 mod sidecar_compress;
 mod slim;
+mod spend;
 mod state_store;
 mod storage_failures;
 mod stream;
