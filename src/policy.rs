@@ -91,7 +91,12 @@
 //! loss. The session still costs no more than no pruning were it to end right after, and half
 //! the bank stays for the rewrites that pay. A context made smaller earlier is cheaper on
 //! every later request, and the batches that follow are smaller; a small batch deep in the
-//! prompt is not, whatever the bank holds.
+//! prompt is not, whatever the bank holds. A spend takes what earlier turns needed and the
+//! current turn's command outputs and edit inputs, but leaves the current turn's views of files
+//! (reads, searches, listings: [`Pending::current_view`]): what the agent is working from, so
+//! it edits and answers from them within a few steps, and a view taken before then is fetched
+//! again at a price the spend never counted. A rewrite that pays, or a cold cache, still takes
+//! them: such a rewrite costs nothing it does not earn back.
 //!
 //! The masked inputs of old edits and writes are *unsure* ([`Pending::unsure`]): they count at
 //! half their size in a rewrite's gain. Their text (file contents, often prose or word
@@ -201,12 +206,17 @@ pub struct Pending {
     /// content, an edit's strings) is often cheaper in tokens than characters / 4, beside a
     /// tail of code that is dearer. It counts at [`UNSURE_SHARE`] in a rewrite's gain.
     pub unsure: bool,
+    /// It is a view of a file (a read, a search, a listing) made in the current user turn:
+    /// what the agent is working from now, which a rewrite that pays or a cold cache may take,
+    /// but a spend leaves ([`takes`]; see the module header, "Spending the bank").
+    pub current_view: bool,
 }
 
 /// The share of an unsure rewrite's size ([`Pending::unsure`]) that counts in a gain.
 pub const UNSURE_SHARE: f64 = 0.5;
 
-/// Which pending rewrites to apply now: those from index `cut` on (in history order), and why.
+/// Which pending rewrites to apply now: those from index `cut` on (in history order) that the
+/// trigger [`takes`], and why.
 /// The whole set goes when pressure, a cold cache or immediate mode says so; otherwise the
 /// suffix that gains the most, if any suffix pays (a small old prune must not hold back newer
 /// ones that pay on their own, nor drag their tail back to its position). A suffix starts at
@@ -238,19 +248,26 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
     best.map(|(k, _)| (k, Trigger::Pays)).or_else(|| spend(config, base, pending))
 }
 
-/// The rewrite of every pending one from the first that is no rider, if it removes at least
-/// `spendMinShare` of the context, its extra cost is at most `spendBanked` of what the
-/// session has banked and it pays back within `maxHorizon` requests (see the module header,
-/// "Spending the bank").
+/// The rewrite of every pending one it [`takes`] from the first that is no rider, if it
+/// removes at least `spendMinShare` of the context, its extra cost is at most `spendBanked` of
+/// what the session has banked and it pays back within `maxHorizon` requests (see the module
+/// header, "Spending the bank").
 fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize, Trigger)> {
-    let start = pending.iter().position(|p| !p.rider)?;
-    let gain: f64 = pending[start..].iter().map(counted).sum();
+    let start = pending.iter().position(|p| !p.rider && takes(Trigger::Spends, p))?;
+    let gain: f64 = pending[start..].iter().filter(|p| takes(Trigger::Spends, p)).map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
     let extra = rewrite_extra(gain, pending[start].tail as f64);
     let within = extra <= config.spend_banked * pruning_balance(base).max(0.0);
     // What the bank buys is time: the rewrite must pay back within `maxHorizon` requests.
     let pays_back = CACHE_READ * gain * f64::from(config.max_horizon) >= extra;
     (big_enough && within && pays_back).then_some((start, Trigger::Spends))
+}
+
+/// Whether a rewrite applied for `trigger` takes pending rewrite `p` with the others from its
+/// start on: all of them, but a spend leaves the current turn's views of files
+/// ([`Pending::current_view`]).
+pub fn takes(trigger: Trigger, p: &Pending) -> bool {
+    trigger != Trigger::Spends || !p.current_view
 }
 
 /// What a pending rewrite counts for in a gain: its size, an unsure one's at [`UNSURE_SHARE`].

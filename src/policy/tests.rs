@@ -102,7 +102,7 @@ fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
 fn a_rider_goes_with_a_rewrite_that_starts_before_it_but_never_starts_one() {
     let base = Inputs { context: 50_000, warm: 10, banked: 6_000.0, ..Inputs::default() };
     let deep = Pending { tokens: 10_000, tail: 20_000, ..Pending::default() };
-    let rider = Pending { tokens: 4_000, tail: 6_000, rider: true, unsure: false };
+    let rider = Pending { tokens: 4_000, tail: 6_000, rider: true, ..Pending::default() };
     // Alone, the deep masking does not pay back; with the rider inside its tail it does.
     assert_eq!(choose(&batched(), &base, &[deep]), None);
     assert_eq!(choose(&batched(), &base, &[deep, rider]), Some((0, Trigger::Pays)));
@@ -121,7 +121,7 @@ fn an_unsure_rewrite_counts_at_half_its_size() {
     // removing at least 1.15 / 1.25 of the tail it re-bills.
     let base = Inputs { context: 20_000, warm: 1, ..Inputs::default() };
     let output = Pending { tokens: 800, tail: 1_000, ..Pending::default() };
-    let input = Pending { tokens: 150, tail: 600, rider: false, unsure: true };
+    let input = Pending { tokens: 150, tail: 600, unsure: true, ..Pending::default() };
     assert_eq!(choose(&batched(), &base, &[output]), None);
     // Counted whole, the edit's text would make the rewrite look free (950 of 1,000): text
     // cheaper in tokens than in characters / 4 would make it cost more than it saves.
@@ -163,6 +163,36 @@ fn a_rewrite_that_does_not_pay_back_yet_may_spend_half_the_bank_on_a_smaller_con
     assert_eq!(choose(&batched(), &rich, &[rider]), None);
     let off = Rewrite { spend_banked: 0.0, ..batched() };
     assert_eq!(choose(&off, &rich, &[deep]), None);
+}
+
+#[test]
+fn a_spend_leaves_the_views_of_files_the_current_turn_made() {
+    let base = Inputs { context: 50_000, warm: 4, banked: 1e9, ..Inputs::default() };
+    // An old command output deep in the prompt, then a read of this turn.
+    let old = Pending { tokens: 12_000, tail: 40_000, ..Pending::default() };
+    let view = Pending { tokens: 8_000, tail: 20_000, current_view: true, ..Pending::default() };
+    assert_eq!(choose(&batched(), &base, &[old, view]), Some((0, Trigger::Spends)));
+    assert!(takes(Trigger::Spends, &old));
+    assert!(!takes(Trigger::Spends, &view), "the spend goes without the view");
+    // Its gain counts no view of the turn: without the old output there is nothing to spend on.
+    assert_eq!(choose(&batched(), &base, &[view]), None);
+    let earlier = Pending { current_view: false, ..view };
+    assert_eq!(choose(&batched(), &base, &[earlier]), Some((0, Trigger::Spends)));
+    // Nor does a view of the turn lift a batch below `spendMinShare` over it.
+    let small = Pending { tokens: 600, ..old };
+    assert_eq!(choose(&batched(), &base, &[small, Pending { tokens: 900, ..view }]), None);
+}
+
+#[test]
+fn a_cold_cache_and_a_rewrite_that_pays_take_the_views_of_the_current_turn() {
+    let view = Pending { tokens: 4_800, tail: 5_000, current_view: true, ..Pending::default() };
+    let base = Inputs { context: 50_000, warm: 1, ..Inputs::default() };
+    assert_eq!(choose(&batched(), &base, &[view]), Some((0, Trigger::Pays)));
+    let cold = Inputs { idle_seconds: Some(3_600), ..base };
+    assert_eq!(choose(&batched(), &cold, &[view]), Some((0, Trigger::ColdCache)));
+    for trigger in [Trigger::Pays, Trigger::ColdCache, Trigger::Pressure, Trigger::Immediate] {
+        assert!(takes(trigger, &view), "{trigger:?}");
+    }
 }
 
 #[test]

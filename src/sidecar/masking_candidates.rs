@@ -13,6 +13,7 @@ use super::request::RequestContext;
 use crate::config::RewriteMode;
 use crate::policy;
 use crate::state::{Action, PruneRecord, Strategy};
+use crate::strategies::masking;
 
 /// What the prunes in force remove (applied, of calls still in the history), in the unit of
 /// the mirror's sizes ([`approx_saving`]).
@@ -26,7 +27,8 @@ pub(super) fn in_force(cx: &mut RequestContext) -> u64 {
 /// applied, and its cost to the policy (`tails[m]`: the history from message `m` on); then, in
 /// batched mode, the calls beyond the narrower window: the volatile ones as candidates, the
 /// others as riders, which a rewrite that goes anyway also masks (see
-/// `crate::strategies::masking`, "What goes first").
+/// `crate::strategies::masking`, "What goes first"). The current turn's views of files are
+/// marked, for a spend leaves them (`crate::policy::Pending::current_view`).
 pub(super) fn mask_pending(
     cx: &mut RequestContext,
     tails: &[u64],
@@ -50,7 +52,14 @@ pub(super) fn mask_pending(
                 applied: false,
             };
             let tokens = approx_saving(mirror, at, &record.action);
-            let pending = policy::Pending { tokens, tail: tails[at.0], rider: rider && !c.volatile, unsure: c.inputs };
+            let current_view = masking::is_view(tool) && index.in_current_turn(c);
+            let pending = policy::Pending {
+                tokens,
+                tail: tails[at.0],
+                rider: rider && !c.volatile,
+                unsure: c.inputs,
+                current_view,
+            };
             (at, id.to_string(), record, pending)
         })
         .collect()

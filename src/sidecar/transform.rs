@@ -336,9 +336,9 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
     tracing::debug!(session = cx.sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
-    let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
-    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
-    for (_, target, _) in &pending[cut..] {
+    let tokens = costs[cut..].iter().filter(|p| policy::takes(reason, p)).map(|p| p.tokens).sum();
+    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail: costs[cut].tail };
+    for (_, target, _) in pending[cut..].iter().filter(|(_, _, p)| policy::takes(reason, p)) {
         mark_applied(slot, target, &mut applied);
     }
     Some(applied)

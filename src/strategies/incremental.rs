@@ -375,6 +375,11 @@ impl Index {
         (&call.facts.call_id, &call.facts.tool, (call.message, call.facts.part))
     }
 
+    /// Whether candidate `c`'s call was made since the latest user prompt: in the current turn.
+    pub fn in_current_turn(&self, c: &MaskCandidate) -> bool {
+        self.calls[c.call].prompts == self.prompts
+    }
+
     /// Where call `call_id` is: its message and part.
     pub fn position(&self, call_id: &str) -> Option<(usize, usize)> {
         let call = &self.calls[*self.by_call_id.get(call_id)?];

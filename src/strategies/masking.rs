@@ -48,6 +48,11 @@
 //! (`onRewrite`) and may start a rewrite there; the latest views of files only ride along
 //! with a rewrite that goes anyway, and otherwise stay for the whole kept window.
 //!
+//! **Views of the current turn.** The reads, searches and listings the agent made since the
+//! person's latest prompt are what it edits and answers from next ([`VIEW_TOOLS`]): a rewrite
+//! that spends the bank leaves them (`crate::policy`, "Spending the bank"), while one that
+//! pays or a cold cache takes them like any other output.
+//!
 //! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
 //! arguments it refused) says nothing once the model has moved on, and its input repeats the
 //! error its output holds: masked, both go, and the placeholder names the tool it asked for.
@@ -250,6 +255,16 @@ pub fn volatile(tool: &str, superseded: bool) -> bool {
 /// Tools whose output is a command's: what the agent reads once and acts on, and runs again
 /// for a fresh one ([`volatile`]).
 pub const COMMAND_TOOLS: &[&str] = &["bash"];
+
+/// Tools whose output is a view of files (a file's text, a search's matches, a listing): what
+/// the agent works from while the turn that made it lasts, which a rewrite that spends the bank
+/// leaves (`crate::policy::Pending::current_view`).
+pub const VIEW_TOOLS: &[&str] = &["read", "grep", "glob", "list"];
+
+/// Whether an output of `tool` is a view of files ([`VIEW_TOOLS`]).
+pub fn is_view(tool: &str) -> bool {
+    VIEW_TOOLS.contains(&tool)
+}
 
 /// Tools whose calls change a file, for the working set ([`working`]).
 pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];

@@ -35,6 +35,7 @@ mod savings;
 mod sidecar;
 mod sidecar_compress;
 mod slim;
+mod spend;
 mod state_store;
 mod storage_failures;
 mod stream;

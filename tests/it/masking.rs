@@ -302,10 +302,10 @@ fn a_rewrite_that_goes_anyway_masks_down_to_the_narrower_window() {
 }
 
 /// A small seeded generator (xorshift), so the test depends on no generator it does not own.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
@@ -316,7 +316,7 @@ impl Rng {
         self.0 % n
     }
 
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo)
     }
 
@@ -328,7 +328,7 @@ impl Rng {
 /// A seeded session of `steps` model steps: user prompts after gaps (a third past the 5-minute
 /// cache TTL), agent steps seconds apart, reads, greps, commands and edits with outputs of
 /// every size, some failing, some read twice.
-fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
+pub(crate) fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
     let mut b = SessionBuilder::new();
     let mut done = 0;
     let mut n = 0;
