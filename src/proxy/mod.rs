@@ -117,10 +117,12 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
     let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
     crate::tokens::preload();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = match knob("WORKERS") {
+        Some(0) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n.unwrap_or(2)).enable_all().build()?,
+    };
     runtime.block_on(async move {
-        let listener =
-            tokio::net::TcpListener::bind(options.listen).await.map_err(|e| listen_error(options.listen, &e))?;
+        let listener = bind_tuned(options.listen).map_err(|e| listen_error(options.listen, &e))?;
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let shared = Arc::new(Shared {
@@ -139,6 +141,24 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         saver.flush().await;
         Ok(())
     })
+}
+
+/// EXPERIMENT: a tuning knob from `DCP_PROXY_<name>`.
+pub fn knob(name: &str) -> Option<usize> {
+    std::env::var(format!("DCP_PROXY_{name}")).ok()?.parse().ok()
+}
+
+fn bind_tuned(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    if let Some(n) = knob("SRV_RCVBUF") {
+        socket.set_recv_buffer_size(n as u32)?;
+    }
+    if let Some(n) = knob("SRV_SNDBUF") {
+        socket.set_send_buffer_size(n as u32)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn interrupted() {
@@ -166,11 +186,18 @@ pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        let _ = stream.set_nodelay(knob("SRV_NODELAY") != Some(0));
         let shared = Arc::clone(shared);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| handle(req, Arc::clone(&shared)));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+            let mut builder = http1::Builder::new();
+            if let Some(n) = knob("SRV_MAXBUF") {
+                builder.max_buf_size(n);
+            }
+            if let Some(n) = knob("SRV_WRITEV") {
+                builder.writev(n != 0);
+            }
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
                 tracing::debug!("connection: {e}");
             }
         });
@@ -216,7 +243,8 @@ struct Whole<'a> {
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
 /// in it changes, or why it is not pruned.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
-    Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await
+    let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
+    Ok(laid.filter(|layout| !layout.items.is_empty()).map(|layout| layout.pieces()))
 }
 
 impl Whole<'_> {
@@ -224,7 +252,7 @@ impl Whole<'_> {
     /// names why, when the engine could not read them).
     async fn outgoing(self) -> Outgoing {
         match self.prune().await {
-            Ok(Some(pruned)) => Outgoing::Pieces(pruned),
+            Ok(Some(layout)) => Outgoing::Laid(layout),
             Ok(None) => Outgoing::Bytes(self.bytes, Changed::No),
             Err(reason) => {
                 tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
@@ -233,9 +261,10 @@ impl Whole<'_> {
         }
     }
 
-    /// What the free [`prune`](fn@prune) hands back, not looking again for a kept body
-    /// the caller has found this one to continue.
-    async fn prune(&self) -> Result<Option<Vec<Bytes>>, String> {
+    /// The layout the body goes upstream under (the items the engine's edits rewrite in
+    /// it, none when nothing changes), `None` when the engine did not read it, or why it is
+    /// not pruned; not looking again for a kept body the caller has found this one to continue.
+    async fn prune(&self) -> Result<Option<Arc<conversation::Layout>>, String> {
         let Whole { shared, api, parts, bytes, .. } = self;
         let (api, headers) = (*api, &parts.headers);
         let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
@@ -273,10 +302,10 @@ impl Whole<'_> {
             .map_err(|e| format!("{sid}: {e}"))?;
         builder.mark_sent();
         let engine = started.elapsed();
-        let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
+        conversation::rewrite(bytes, &raw, &builder, &edits, &mut memory);
         let spliced = started.elapsed() - engine;
         let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
-        shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
+        let layout = shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
         let (parse, map, engine_us, write) =
             (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
         let resumed = matches!(read, conversation::Read::After(_));
@@ -284,6 +313,6 @@ impl Whole<'_> {
             shared.conversations.count_resumed();
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
-        Ok(pruned)
+        Ok(layout)
     }
 }
