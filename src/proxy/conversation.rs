@@ -9,9 +9,9 @@
 //! [`Builder`] that read the previous list (a left fold, so reading only the new items gives
 //! what reading all of them would), and the engine is sent only the messages from the first
 //! one the new items made or changed (`base`). The edits are written into copies of the
-//! items they touch, and the body goes upstream as the client's own bytes around those
-//! items, in pieces that share the client's buffer ([`splice`]). A history that changed
-//! anywhere but at its end is read whole again.
+//! items they touch ([`rewrite`]), and the body goes upstream as the client's own bytes around
+//! those items, in pieces that share the client's buffer, laid out only as it is sent
+//! ([`Layout::pieces`]). A history that changed anywhere but at its end is read whole again.
 
 mod layout;
 pub use layout::{Items, Layout, Sent};
@@ -126,7 +126,8 @@ pub fn rewrite(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory
 
 /// `body` with `edits` written in ([`rewrite`]), as pieces that share `body`'s buffer
 /// around the items written anew; `None` when nothing changes.
-pub fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
+#[cfg(test)]
+fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
     rewrite(body, raw, builder, edits, memory).then(|| {
         let items = memory.last.as_ref().map(|last| Arc::clone(&last.items)).unwrap_or_default();
         layout::pieces(body, &raw.spans, &items)

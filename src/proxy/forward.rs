@@ -159,26 +159,15 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let mut http = HttpConnector::new();
-    http.set_nodelay(super::knob("CLI_NODELAY") != Some(0));
-    http.set_send_buffer_size(super::knob("CLI_SNDBUF"));
-    http.set_recv_buffer_size(super::knob("CLI_RCVBUF"));
+    http.set_nodelay(true);
+    http.set_send_buffer_size(super::socket_buffer(super::Buffer::Send).map(|size| size as usize));
     http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    let mut builder = Client::builder(TokioExecutor::new());
-    if let Some(n) = super::knob("CLI_MAXBUF") {
-        builder.http1_max_buf_size(n);
-    }
-    if let Some(n) = super::knob("CLI_EXACT") {
-        builder.http1_read_buf_exact_size(n);
-    }
-    if let Some(n) = super::knob("CLI_WRITEV") {
-        builder.http1_writev(n != 0);
-    }
-    Ok(builder.build(https))
+    Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
 /// What goes upstream as the body: the client's own stream, its bytes, or the body a

@@ -117,12 +117,9 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
     let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
     crate::tokens::preload();
-    let runtime = match knob("WORKERS") {
-        Some(0) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
-        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n.unwrap_or(2)).enable_all().build()?,
-    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener = bind_tuned(options.listen).map_err(|e| listen_error(options.listen, &e))?;
+        let listener = listen(options.listen).map_err(|e| listen_error(options.listen, &e))?;
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let shared = Arc::new(Shared {
@@ -143,19 +140,40 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     })
 }
 
-/// EXPERIMENT: a tuning knob from `DCP_PROXY_<name>`.
-pub fn knob(name: &str) -> Option<usize> {
-    std::env::var(format!("DCP_PROXY_{name}")).ok()?.parse().ok()
+/// The kernel's buffer for each connection's request, given by the listening socket to the
+/// connections it accepts (`SO_RCVBUF`), and for each request to the upstream (`SO_SNDBUF`,
+/// [`forward::client`]). A long conversation's body is several megabytes: a buffer this size
+/// from the first byte lets the client write it in a few large writes, and the proxy read
+/// and send it in a few large pieces, where the buffers the kernel grows on its own start at
+/// a few kilobytes.
+pub const SOCKET_BUFFER: u32 = 4 << 20;
+
+/// Which of a socket's buffers.
+#[derive(Debug, Clone, Copy)]
+pub enum Buffer {
+    Receive,
+    Send,
 }
 
-fn bind_tuned(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// [`SOCKET_BUFFER`] when the system lets a socket have a buffer that big (Linux's
+/// `net.core.rmem_max` and `wmem_max`); else `None`, and the kernel sizes the buffer: a
+/// size set is a size fixed, and one cut down to a small maximum would be worse than the
+/// kernel's own.
+pub fn socket_buffer(which: Buffer) -> Option<u32> {
+    let name = match which {
+        Buffer::Receive => "rmem_max",
+        Buffer::Send => "wmem_max",
+    };
+    let max = std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?;
+    (max.trim().parse::<u64>().ok()? >= u64::from(SOCKET_BUFFER)).then_some(SOCKET_BUFFER)
+}
+
+/// The listening socket at `addr`, its connections' receive buffers [`socket_buffer`].
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
-    if let Some(n) = knob("SRV_RCVBUF") {
-        socket.set_recv_buffer_size(n as u32)?;
-    }
-    if let Some(n) = knob("SRV_SNDBUF") {
-        socket.set_send_buffer_size(n as u32)?;
+    if let Some(size) = socket_buffer(Buffer::Receive) {
+        socket.set_recv_buffer_size(size)?;
     }
     socket.bind(addr)?;
     socket.listen(1024)
@@ -186,18 +204,11 @@ pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared
                 continue;
             }
         };
-        let _ = stream.set_nodelay(knob("SRV_NODELAY") != Some(0));
+        let _ = stream.set_nodelay(true);
         let shared = Arc::clone(shared);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| handle(req, Arc::clone(&shared)));
-            let mut builder = http1::Builder::new();
-            if let Some(n) = knob("SRV_MAXBUF") {
-                builder.max_buf_size(n);
-            }
-            if let Some(n) = knob("SRV_WRITEV") {
-                builder.writev(n != 0);
-            }
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
                 tracing::debug!("connection: {e}");
             }
         });
@@ -314,5 +325,23 @@ impl Whole<'_> {
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
         Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_the_proxy_accepts_has_the_big_receive_buffer_where_the_system_allows_one() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let socket = tokio::net::TcpSocket::from_std_stream(accepted.into_std().unwrap());
+        let size = socket.recv_buffer_size().unwrap();
+        if let Some(wanted) = socket_buffer(Buffer::Receive) {
+            assert!(size >= wanted, "the accepted connection's buffer is {size} bytes");
+        }
+        drop(client);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! As the client's bytes arrive and match the last client body, the bytes the last upstream
 //! body had for them go upstream (the client's bytes, with last time's rewritten items in
-//! their place), then the client's new bytes: the bet is that the
+//! their place: slices of that body's frames when it went whole, else copied from the last
+//! client body and its items), then the client's new bytes: the bet is that the
 //! engine answers with the same edits as last time, and the request's `Content-Length` is
 //! the body's length under them. The body's last bytes wait for the engine. When the body
 //! it gives has that length and starts with every byte already sent, the rest is sent and
@@ -83,8 +84,7 @@ pub async fn handle(
     let checked = speculation.as_ref().and_then(Speculation::checked);
     let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, BodyEnd { ended, joined, received, frames, advancing }).await
-        {
+        Some(s) => match s.finish(shared, outgoing, BodyEnd { ended, joined, received, frames, advancing }).await {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -391,7 +391,9 @@ impl Speculation {
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
         let (total, rest, new) = match &outgoing {
             Outgoing::Laid(new) => (new.length_of(new.head.body.len()), rest::rest(new, &sent_ahead), Some(new)),
-            Outgoing::Bytes(bytes, _) => (Some(bytes.len()), rest::after(std::slice::from_ref(bytes), &self.sent), None),
+            Outgoing::Bytes(bytes, _) => {
+                (Some(bytes.len()), rest::after(std::slice::from_ref(bytes), &self.sent), None)
+            }
             Outgoing::Stream(_) => (None, None, None),
         };
         let Some(rest) = rest.filter(|_| total == Some(self.length)) else {

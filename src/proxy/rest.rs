@@ -5,7 +5,8 @@
 //! rewritten items in their places. When the final body's layout is known (the items the
 //! engine's edits rewrite, [`Layout`]), it starts with them exactly when it rewrites the same
 //! items, to the same bytes, before that offset: a comparison of the rewritten items, not of
-//! the megabytes around them ([`rest`]). Without a layout, the bytes are compared ([`after`]).
+//! the megabytes around them, and only the pieces past the bytes sent are made ([`rest`]).
+//! Without a layout, the bytes are compared ([`after`]).
 
 use bytes::Bytes;
 
