@@ -403,14 +403,13 @@ impl Speculation {
         };
         let compared = tail.ended.elapsed() - pruned;
         let sent: Result<(), Broken> = rest.into_iter().try_for_each(|piece| self.send(piece));
-        if sent.and_then(|()| self.flush()).is_ok() {
-            // The body went whole, and as the new layout gives it: the next request sends
-            // its known part from these frames.
-            if let Some(new) = new {
-                new.record(&self.sent);
-            }
-        }
+        let sent = sent.and_then(|()| self.flush());
         drop(self.tx);
+        if let Some(new) = new.filter(|_| sent.is_ok()) {
+            // The body went whole, as the new layout gives it: the next request sends its
+            // known part from it. Kept while the upstream reads.
+            new.record(&self.sent, self.layout.sent().map(|last| (last, self.upstream_at)));
+        }
         let answer = self.answer.await;
         let answered = tail.ended.elapsed();
         let (joined, received, frames, advancing) = (tail.joined, tail.received, tail.frames, tail.advancing);

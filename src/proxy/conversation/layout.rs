@@ -22,6 +22,10 @@ pub struct Layout {
     sent: std::sync::OnceLock<Sent>,
 }
 
+/// How many frames a recorded body takes from the last one before it is copied whole again:
+/// each request adds one (its new bytes), and the known part goes ahead frame by frame.
+pub const MOST_FRAMES: usize = 64;
+
 /// Rewritten items in list order: each one's index and new bytes.
 pub type Items = Arc<Vec<(usize, Bytes)>>;
 
@@ -84,18 +88,38 @@ impl Layout {
         Some(length)
     }
 
-    /// Keeps `frames` as the upstream body this layout gave, when they are as long as it is
-    /// (the caller has sent them whole, and checked them against the layout).
-    pub fn record(&self, frames: &[Bytes]) {
-        let mut ends = Vec::with_capacity(frames.len());
+    /// Keeps the upstream body this layout gave, sent whole as `frames`, when they are as
+    /// long as it is (the caller has checked them against the layout) and it rewrites an
+    /// item (else the client's body is the upstream body). The body keeps only bytes of its
+    /// own, never a slice of a client body or of a read buffer, which would then stay
+    /// allocated for as long as the conversation lasts: the first `known` bytes of the
+    /// frames are those of `last`, when given (slices of its frames, until it has
+    /// [`MOST_FRAMES`]), and the rest is copied.
+    pub fn record(&self, frames: &[Bytes], last: Option<(&Sent, usize)>) {
+        let length: usize = frames.iter().map(Bytes::len).sum();
+        if self.items.is_empty() || Some(length) != self.length_of(self.head.body.len()) {
+            return;
+        }
+        let last = last.filter(|(sent, known)| sent.frames.len() < MOST_FRAMES && *known <= length);
+        let (mut kept, known): (Vec<Bytes>, usize) = match last {
+            Some((sent, known)) => (sent.slices(0, known).filter(|s| !s.is_empty()).collect(), known),
+            None => (Vec::new(), 0),
+        };
+        let mut copied = bytes::BytesMut::with_capacity(length - known);
         let mut at = 0;
         for frame in frames {
+            let from = known.saturating_sub(at).min(frame.len());
+            copied.extend_from_slice(&frame[from..]);
             at += frame.len();
-            ends.push(at);
         }
-        if Some(at) == self.length_of(self.head.body.len()) {
-            let _ = self.sent.set(Sent { frames: frames.to_vec(), ends });
-        }
+        kept.extend((!copied.is_empty()).then(|| copied.freeze()));
+        let ends = kept.iter().scan(0, |end, frame| {
+            *end += frame.len();
+            Some(*end)
+        });
+        let ends = ends.collect();
+        debug_assert!(kept.concat() == frames.concat(), "the body kept is the body sent");
+        let _ = self.sent.set(Sent { frames: kept, ends });
     }
 
     /// The upstream body this layout gave, when it was recorded.
@@ -146,19 +170,24 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_body_gives_any_span_of_it_as_slices_of_its_frames_and_one_of_another_length_is_not_kept() {
+    fn a_recorded_body_owns_its_bytes_gives_any_span_of_them_and_one_of_another_length_is_not_kept() {
         let layout = laid();
         let whole = Bytes::from(layout.pieces().concat());
-        layout.record(&[whole.slice(..5)]);
+        layout.record(&[whole.slice(..5)], None);
         assert!(layout.sent().is_none(), "too short for the layout");
         let frames = [whole.slice(..7), whole.slice(7..8), whole.slice(8..30), whole.slice(30..)];
-        layout.record(&frames);
+        let last = laid();
+        last.record(&frames, None);
+        let last = last.sent().expect("as long as the layout's body");
+        assert!(last.frames.iter().all(|f| !whole.as_ptr_range().contains(&f.as_ptr())), "copied");
+        layout.record(&frames, Some((last, 20)));
         let sent = layout.sent().expect("as long as the layout's body");
+        assert_eq!(sent.frames.len(), 2, "the last body's slices, then the rest copied");
+        assert_eq!(sent.frames[0].as_ptr(), last.frames[0].as_ptr(), "the known part is the last body's");
         for from in 0..=whole.len() {
             for to in from..=whole.len() {
                 let slices: Vec<Bytes> = sent.slices(from, to).collect();
                 assert_eq!(slices.concat(), whole[from..to], "{from}..{to}");
-                assert!(slices.iter().all(|s| whole.as_ptr_range().contains(&s.as_ptr()) || s.is_empty()));
             }
         }
     }
