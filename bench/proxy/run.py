@@ -28,7 +28,7 @@ are reported under `compare_`, from the same run. --config gives every proxy dcp
 (JSON; `{"enabled": false}`: the proxy's path with dcp leaving every conversation alone). With --floor, the first proxy also gets
 each request on a path it does not know (`/v1/forward`), which it streams upstream unread: the
 forwarding floor of the body through two loopback sockets, reported under `floor_` (the
-proxy's CPU time then includes them).
+proxy's CPU time then includes them); with --compare, the second proxy too (`compare_floor_`).
 """
 import argparse
 import json
@@ -150,7 +150,7 @@ def measure(args, session, targets, procs=()):
         turn = step % len(targets)
         order = targets[turn:] + targets[:turn]
         for name, port in (order if step % 2 else order[::-1]):
-            t = timed_post(port, body, "/v1/forward") if name == "floor" else timed_post(port, body)
+            t = timed_post(port, body, "/v1/forward") if name.endswith("floor") else timed_post(port, body)
             if step == 0:
                 first[name] = t
             else:
@@ -184,8 +184,8 @@ def main():
                     proc, port = start_proxy(binary, upstream, where, config)
                     procs.append(proc)
                     targets.append((name, port))
-                    if name == "proxy" and args.floor:
-                        targets.append(("floor", port))
+                    if args.floor:
+                        targets.append(("floor" if name == "proxy" else "compare_floor", port))
             base, times, first, cpu = measure(args, session, targets, procs)
             memory = [rss(proc.pid) for proc in procs]
         finally:
@@ -197,9 +197,10 @@ def main():
             found.update({f"compare_{k}": v for k, v in stages(f"{other_home}/config/opencode/logs/dcp").items()})
     out = {"messages": len(session["messages"]), "chat_messages": len(base), "steps": args.steps,
            "load_average": round(os.getloadavg()[0], 1)}
-    if args.floor:
-        out.update(figures("floor", times, first))
-    for (name, _), (now, peak), cpu_ms in zip([t for t in targets[1:] if t[0] != "floor"], memory, cpu):
+    for name, _ in targets:
+        if name.endswith("floor"):
+            out.update(figures(name, times, first))
+    for (name, _), (now, peak), cpu_ms in zip([t for t in targets[1:] if not t[0].endswith("floor")], memory, cpu):
         out.update(figures(name, times, first))
         prefix = "" if name == "proxy" else "compare_"
         out.update({f"{prefix}rss_mb": now, f"{prefix}peak_rss_mb": peak, f"{prefix}cpu_ms_per_request": cpu_ms})
@@ -212,7 +213,7 @@ def figures(name, times, first):
     ttfb = {k: [t[0] for t in v] for k, v in times.items()}
     added = [p_ - d for p_, d in zip(total[name], total["direct"])]
     ttfb_added = [p_ - d for p_, d in zip(ttfb[name], ttfb["direct"])]
-    prefix = {"proxy": "", "floor": "floor_"}.get(name, "compare_")
+    prefix = {"proxy": "", "floor": "floor_", "compare_floor": "compare_floor_"}.get(name, "compare_")
     return {f"{prefix}{k}": v for k, v in {
         "first_direct_ms": round(first["direct"][1] * 1000, 1), "first_proxy_ms": round(first[name][1] * 1000, 1),
         "total_p50_direct_ms": pct(total["direct"], 0.5), "total_p50_proxy_ms": pct(total[name], 0.5),

@@ -9,9 +9,12 @@
 //! [`Builder`] that read the previous list (a left fold, so reading only the new items gives
 //! what reading all of them would), and the engine is sent only the messages from the first
 //! one the new items made or changed (`base`). The edits are written into copies of the
-//! items they touch, and the body goes upstream as the client's own bytes around those
-//! items, in pieces that share the client's buffer ([`splice`]). A history that changed
-//! anywhere but at its end is read whole again.
+//! items they touch ([`rewrite`]), and the body goes upstream as the client's own bytes around
+//! those items, in pieces that share the client's buffer, laid out only as it is sent
+//! ([`Layout::pieces`]). A history that changed anywhere but at its end is read whole again.
+
+mod layout;
+pub use layout::{Items, Layout, Sent};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -43,7 +46,7 @@ pub struct Memory {
 /// at the edits again.
 struct Last {
     edits: Edits,
-    items: Vec<(usize, Bytes)>,
+    items: Items,
     messages: usize,
 }
 
@@ -104,17 +107,31 @@ impl Conversation {
     }
 }
 
-/// `body` with `edits` written in, as pieces that share `body`'s buffer around the items
-/// written anew (laid out as last time when the edits are last time's list, else found item
-/// by item, [`written_items`]); `None` when nothing changes.
-pub fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
+/// Writes `edits` into the body: the items they rewrite, with their new bytes, laid out as
+/// last time when the edits are last time's list, else found item by item
+/// ([`written_items`]), kept as the conversation's last layout; whether any item changes.
+/// The body itself is laid out only when it is sent ([`Layout::pieces`]).
+pub fn rewrite(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> bool {
     let items = match memory.last.take().filter(|last| Arc::ptr_eq(&last.edits, edits)) {
         Some(last) => last.items,
-        None => written_items(body, raw, builder, edits, &mut memory.written)?,
+        None => match written_items(body, raw, builder, edits, &mut memory.written) {
+            Some(items) => Arc::new(items),
+            None => return false,
+        },
     };
-    let pieces = layout(body, raw, &items);
+    let changed = !items.is_empty();
     memory.last = Some(Last { edits: Arc::clone(edits), items, messages: builder.messages().len() });
-    pieces
+    changed
+}
+
+/// `body` with `edits` written in ([`rewrite`]), as pieces that share `body`'s buffer
+/// around the items written anew; `None` when nothing changes.
+#[cfg(test)]
+fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
+    rewrite(body, raw, builder, edits, memory).then(|| {
+        let items = memory.last.as_ref().map(|last| Arc::clone(&last.items)).unwrap_or_default();
+        layout::pieces(body, &raw.spans, &items)
+    })
 }
 
 /// The items `edits` rewrite, in list order, with their new bytes: written anew, or taken
@@ -155,23 +172,6 @@ fn written_items(
     Some(out)
 }
 
-/// `body` with `items` (in list order) in place of the items of those indexes.
-fn layout(body: &Bytes, raw: &Raw, items: &[(usize, Bytes)]) -> Option<Vec<Bytes>> {
-    if items.is_empty() {
-        return None;
-    }
-    let mut out = Vec::with_capacity(2 * items.len() + 1);
-    let mut copied = 0;
-    for (i, new) in items {
-        let (start, end) = raw.spans[*i];
-        out.push(body.slice(copied..start));
-        out.push(new.clone());
-        copied = end;
-    }
-    out.push(body.slice(copied..));
-    Some(out)
-}
-
 /// Every conversation's last request, each behind a lock of its own so that a
 /// conversation's requests are read in turn, and the bodies they were read from, to find
 /// the one a new body continues.
@@ -188,13 +188,8 @@ pub struct Conversations {
     /// Requests sent upstream before the engine answered, and those of them aborted.
     pub speculated: std::sync::atomic::AtomicUsize,
     pub aborted: std::sync::atomic::AtomicUsize,
-}
-
-/// What the last request of a conversation sent upstream: its client body and the items
-/// written anew in it (the rest of the upstream body is the client's bytes).
-pub struct Layout {
-    pub head: Arc<Head>,
-    pub items: Vec<(usize, Bytes)>,
+    /// Requests whose known part went as slices of the last upstream body's frames.
+    pub from_sent: std::sync::atomic::AtomicUsize,
 }
 
 /// Whether a request that continues a known body is sent upstream while its body arrives
@@ -246,13 +241,6 @@ impl Conversations {
         layouts.values().filter(|l| l.head.api == api && starts(l)).cloned().collect()
     }
 
-    /// The layout kept for the client body `body` (the same buffer), if it is still a
-    /// conversation's last.
-    pub fn layout_of(&self, body: &Bytes) -> Option<Arc<Layout>> {
-        let layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        layouts.values().find(|l| same_memory(&l.head.body, body)).cloned()
-    }
-
     /// How many bodies were read past a known one.
     pub fn resumed(&self) -> usize {
         self.resumed.load(std::sync::atomic::Ordering::Relaxed)
@@ -275,24 +263,28 @@ impl Conversations {
         Arc::clone(slots.entry(sid.to_string()).or_default())
     }
 
-    /// Keeps `conversation` as `sid`'s last request, in `held` (`sid`'s slot, locked).
-    pub fn keep(&self, sid: &str, held: &mut Option<Conversation>, conversation: Conversation) {
+    /// Keeps `conversation` as `sid`'s last request, in `held` (`sid`'s slot, locked), and
+    /// hands back its layout, when it has one.
+    pub fn keep(&self, sid: &str, held: &mut Option<Conversation>, conversation: Conversation) -> Option<Arc<Layout>> {
         let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let replaced = heads.insert(sid.to_string(), Arc::clone(&conversation.head));
         if let Some(replaced) = replaced.filter(|r| !Arc::ptr_eq(r, &conversation.head)) {
             self.spare.retire(&replaced.body);
         }
         let mut layouts = self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &conversation.memory.last {
+        let layout = match &conversation.memory.last {
             Some(last) => {
-                let layout = Layout { head: Arc::clone(&conversation.head), items: last.items.clone() };
-                layouts.insert(sid.to_string(), Arc::new(layout));
+                let layout = Arc::new(Layout::new(Arc::clone(&conversation.head), Arc::clone(&last.items)));
+                layouts.insert(sid.to_string(), Arc::clone(&layout));
+                Some(layout)
             }
             None => {
                 layouts.remove(sid);
+                None
             }
-        }
+        };
         *held = Some(conversation);
+        layout
     }
 
     /// The kept body that `body` continues (starts with every byte of, up to its last

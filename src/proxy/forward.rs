@@ -160,6 +160,7 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
         .with_no_client_auth();
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
+    http.set_send_buffer_size(super::socket_buffer(super::Buffer::Send).map(|size| size as usize));
     http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
@@ -169,12 +170,13 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
-/// What goes upstream as the body: the client's own stream, its bytes, or the pruned body in
-/// pieces (written one after the other, none copied).
+/// What goes upstream as the body: the client's own stream, its bytes, or the body a
+/// layout gives: the client's bytes when it rewrites no item, else the pruned body in
+/// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
     Stream(Incoming),
     Bytes(Bytes, Changed),
-    Pieces(Vec<Bytes>),
+    Laid(std::sync::Arc<super::conversation::Layout>),
 }
 
 /// Whether a buffered body is the one the client sent.
@@ -283,6 +285,14 @@ pub async fn forward(
         return failed;
     }
     let body = match body {
+        Outgoing::Laid(layout) if layout.items.is_empty() => boxed_bytes(layout.head.body.clone()),
+        Outgoing::Laid(layout) => {
+            let pieces = layout.pieces();
+            let length: usize = pieces.iter().map(Bytes::len).sum();
+            parts.headers.remove(TRANSFER_ENCODING);
+            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+            Pieces(frames(pieces), length as u64).boxed_unsync()
+        }
         Outgoing::Stream(incoming) => boxed_incoming(incoming),
         Outgoing::Bytes(bytes, changed) => {
             if changed == Changed::Yes {
@@ -290,12 +300,6 @@ pub async fn forward(
                 parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             }
             boxed_bytes(bytes)
-        }
-        Outgoing::Pieces(pieces) => {
-            let length: usize = pieces.iter().map(Bytes::len).sum();
-            parts.headers.remove(TRANSFER_ENCODING);
-            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            Pieces(frames(pieces), length as u64).boxed_unsync()
         }
     };
     match client.request(Request::from_parts(parts, body)).await {

@@ -119,8 +119,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener =
-            tokio::net::TcpListener::bind(options.listen).await.map_err(|e| listen_error(options.listen, &e))?;
+        let listener = listen(options.listen).map_err(|e| listen_error(options.listen, &e))?;
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let shared = Arc::new(Shared {
@@ -139,6 +138,45 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         saver.flush().await;
         Ok(())
     })
+}
+
+/// The kernel's buffer for each connection's request, given by the listening socket to the
+/// connections it accepts (`SO_RCVBUF`), and for each request to the upstream (`SO_SNDBUF`,
+/// [`forward::client`]). A long conversation's body is several megabytes: a buffer this size
+/// from the first byte lets the client write it in a few large writes, and the proxy read
+/// and send it in a few large pieces, where the buffers the kernel grows on its own start at
+/// a few kilobytes.
+pub const SOCKET_BUFFER: u32 = 4 << 20;
+
+/// Which of a socket's buffers.
+#[derive(Debug, Clone, Copy)]
+pub enum Buffer {
+    Receive,
+    Send,
+}
+
+/// [`SOCKET_BUFFER`] when the system lets a socket have a buffer that big (Linux's
+/// `net.core.rmem_max` and `wmem_max`); else `None`, and the kernel sizes the buffer: a
+/// size set is a size fixed, and one cut down to a small maximum would be worse than the
+/// kernel's own.
+pub fn socket_buffer(which: Buffer) -> Option<u32> {
+    let name = match which {
+        Buffer::Receive => "rmem_max",
+        Buffer::Send => "wmem_max",
+    };
+    let max = std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?;
+    (max.trim().parse::<u64>().ok()? >= u64::from(SOCKET_BUFFER)).then_some(SOCKET_BUFFER)
+}
+
+/// The listening socket at `addr`, its connections' receive buffers [`socket_buffer`].
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    if let Some(size) = socket_buffer(Buffer::Receive) {
+        socket.set_recv_buffer_size(size)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn interrupted() {
@@ -216,7 +254,8 @@ struct Whole<'a> {
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
 /// in it changes, or why it is not pruned.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
-    Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await
+    let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
+    Ok(laid.filter(|layout| !layout.items.is_empty()).map(|layout| layout.pieces()))
 }
 
 impl Whole<'_> {
@@ -224,7 +263,7 @@ impl Whole<'_> {
     /// names why, when the engine could not read them).
     async fn outgoing(self) -> Outgoing {
         match self.prune().await {
-            Ok(Some(pruned)) => Outgoing::Pieces(pruned),
+            Ok(Some(layout)) => Outgoing::Laid(layout),
             Ok(None) => Outgoing::Bytes(self.bytes, Changed::No),
             Err(reason) => {
                 tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
@@ -233,9 +272,10 @@ impl Whole<'_> {
         }
     }
 
-    /// What the free [`prune`](fn@prune) hands back, not looking again for a kept body
-    /// the caller has found this one to continue.
-    async fn prune(&self) -> Result<Option<Vec<Bytes>>, String> {
+    /// The layout the body goes upstream under (the items the engine's edits rewrite in
+    /// it, none when nothing changes), `None` when the engine did not read it, or why it is
+    /// not pruned; not looking again for a kept body the caller has found this one to continue.
+    async fn prune(&self) -> Result<Option<Arc<conversation::Layout>>, String> {
         let Whole { shared, api, parts, bytes, .. } = self;
         let (api, headers) = (*api, &parts.headers);
         let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
@@ -273,10 +313,10 @@ impl Whole<'_> {
             .map_err(|e| format!("{sid}: {e}"))?;
         builder.mark_sent();
         let engine = started.elapsed();
-        let pruned = conversation::splice(bytes, &raw, &builder, &edits, &mut memory);
+        conversation::rewrite(bytes, &raw, &builder, &edits, &mut memory);
         let spliced = started.elapsed() - engine;
         let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
-        shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
+        let layout = shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
         let (parse, map, engine_us, write) =
             (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
         let resumed = matches!(read, conversation::Read::After(_));
@@ -284,6 +324,24 @@ impl Whole<'_> {
             shared.conversations.count_resumed();
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
-        Ok(pruned)
+        Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_the_proxy_accepts_has_the_big_receive_buffer_where_the_system_allows_one() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let socket = tokio::net::TcpSocket::from_std_stream(accepted.into_std().unwrap());
+        let size = socket.recv_buffer_size().unwrap();
+        if let Some(wanted) = socket_buffer(Buffer::Receive) {
+            assert!(size >= wanted, "the accepted connection's buffer is {size} bytes");
+        }
+        drop(client);
     }
 }

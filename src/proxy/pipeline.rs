@@ -3,7 +3,8 @@
 //!
 //! As the client's bytes arrive and match the last client body, the bytes the last upstream
 //! body had for them go upstream (the client's bytes, with last time's rewritten items in
-//! their place), then the client's new bytes: the bet is that the
+//! their place: slices of that body's frames when it went whole, else copied from the last
+//! client body and its items), then the client's new bytes: the bet is that the
 //! engine answers with the same edits as last time, and the request's `Content-Length` is
 //! the body's length under them. The body's last bytes wait for the engine. When the body
 //! it gives has that length and starts with every byte already sent, the rest is sent and
@@ -79,13 +80,11 @@ pub async fn handle(
     let received = ended - entered;
     let frames = arrived.count;
     let whole = arrived.whole();
-    let body = whole.clone();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
     let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, BodyEnd { body, ended, joined, received, frames, advancing }).await
-        {
+        Some(s) => match s.finish(shared, outgoing, BodyEnd { ended, joined, received, frames, advancing }).await {
             Finished::Answered(answer) => return answer,
             Finished::Aborted(outgoing) => outgoing,
         },
@@ -206,19 +205,12 @@ impl Arrived {
     }
 }
 
-/// A piece of the last upstream body: the client's bytes up to an offset, or a rewritten
-/// item (its end in the client's body, and its place in the layout's items), sent once the
-/// client's bytes up to the item's end match.
-enum Segment {
-    Copy(usize),
-    Item(usize, usize),
-}
-
 /// The speculative request: what it sent, and its answer to come.
 struct Speculation {
     layout: Arc<Layout>,
-    segments: Vec<Segment>,
-    next: usize,
+    /// The next of the layout's rewritten items to send.
+    item: usize,
+    /// The end of the last body's known part.
     end: usize,
     /// The upstream body's length, as the request declares it.
     length: usize,
@@ -226,6 +218,8 @@ struct Speculation {
     matched: usize,
     /// Client bytes whose upstream bytes are sent.
     produced: usize,
+    /// Upstream bytes of the known part sent.
+    upstream_at: usize,
     sent: Vec<Bytes>,
     /// Small pieces to go out in one frame.
     joiner: forward::Joiner,
@@ -236,8 +230,6 @@ struct Speculation {
 /// When the client's body ended, and how long joining its frames took: the speculative
 /// request's debug line times what follows the body's end from them.
 struct BodyEnd {
-    /// The client's whole body.
-    body: Bytes,
     ended: std::time::Instant,
     joined: std::time::Duration,
     received: std::time::Duration,
@@ -259,7 +251,7 @@ impl Speculation {
     fn start(shared: &Shared, upstream: &Upstream, parts: &Parts, layout: Arc<Layout>) -> Option<Speculation> {
         let end = layout.head.end()?;
         let client_length: usize = parts.headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()?;
-        let length = assumed_length(&layout, client_length)?;
+        let length = layout.length_of(client_length)?;
         let mut request = Request::builder().method(parts.method.clone()).uri(parts.uri.clone()).version(parts.version);
         *request.headers_mut()? = parts.headers.clone();
         let (tx, rx) = mpsc::unbounded_channel();
@@ -269,15 +261,17 @@ impl Speculation {
         head.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
         let answer = tokio::spawn(shared.client.request(Request::from_parts(head, body)));
         shared.conversations.speculated.fetch_add(1, Ordering::Relaxed);
-        let segments = segments(&layout, end);
+        if layout.sent().is_some() {
+            shared.conversations.from_sent.fetch_add(1, Ordering::Relaxed);
+        }
         Some(Speculation {
             layout,
-            segments,
-            next: 0,
+            item: 0,
             end,
             length,
             matched: 0,
             produced: 0,
+            upstream_at: 0,
             sent: Vec::new(),
             joiner: forward::Joiner::default(),
             tx,
@@ -312,26 +306,8 @@ impl Speculation {
             }
             self.matched = upto;
         }
-        let layout = Arc::clone(&self.layout);
-        while let Some(segment) = self.segments.get(self.next) {
-            match *segment {
-                Segment::Copy(b) => {
-                    let to = b.min(self.matched);
-                    let from = self.produced.min(to);
-                    self.produced = self.produced.max(to);
-                    self.put(&layout.head.body, from..to)?;
-                    if to < b {
-                        return Ok(());
-                    }
-                }
-                Segment::Item(e, _) if self.matched < e => return Ok(()),
-                Segment::Item(e, k) => {
-                    self.produced = e;
-                    let new = &layout.items[k].1;
-                    self.put(new, 0..new.len())?;
-                }
-            }
-            self.next += 1;
+        if !self.settle_known()? {
+            return Ok(());
         }
         let to = arrived.len.saturating_sub(HELD_BACK);
         if to > self.produced {
@@ -341,6 +317,37 @@ impl Speculation {
             self.produced = to;
         }
         Ok(())
+    }
+
+    /// Queues the last upstream body's bytes for the client's bytes checked: the client's
+    /// stretches and the rewritten items they complete, in turn; whether the whole known
+    /// part is queued. Where the last upstream body was kept whole, its bytes go as slices
+    /// of its frames, and an item is only stepped over.
+    fn settle_known(&mut self) -> Result<bool, Broken> {
+        let layout = Arc::clone(&self.layout);
+        let (spans, sent, from) = (&layout.head.raw.spans, layout.sent(), self.upstream_at);
+        loop {
+            let next = layout.items.get(self.item).map(|(i, new)| (spans[*i], new));
+            let copied = next.map_or(self.end, |((start, _), _)| start).min(self.matched);
+            if copied > self.produced {
+                if sent.is_none() {
+                    self.put(&layout.head.body, self.produced..copied)?;
+                }
+                self.upstream_at += copied - self.produced;
+                self.produced = copied;
+            }
+            let Some(((_, stop), new)) = next.filter(|((_, stop), _)| *stop <= self.matched) else { break };
+            if sent.is_none() {
+                self.put(new, 0..new.len())?;
+            }
+            (self.upstream_at, self.produced, self.item) = (self.upstream_at + new.len(), stop, self.item + 1);
+        }
+        if let Some(sent) = sent {
+            for piece in sent.slices(from, self.upstream_at) {
+                self.send(piece)?;
+            }
+        }
+        Ok(self.item == layout.items.len() && self.produced == self.end)
     }
 
     /// Queues `piece`: a big one goes as it is, small ones are joined into one frame (see
@@ -380,30 +387,35 @@ impl Speculation {
     /// answer; else aborts the request.
     async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: BodyEnd) -> Finished {
         let pruned = tail.ended.elapsed();
-        let body: &[Bytes] = match &outgoing {
-            Outgoing::Pieces(pieces) => pieces,
-            Outgoing::Bytes(bytes, _) => std::slice::from_ref(bytes),
-            Outgoing::Stream(_) => &[],
-        };
-        let total: usize = body.iter().map(Bytes::len).sum();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
-        let new = shared.conversations.layout_of(&tail.body);
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
-        let Some(rest) = rest::rest(body, &sent_ahead, new.as_deref()).filter(|_| total == self.length) else {
+        let (total, rest, new) = match &outgoing {
+            Outgoing::Laid(new) => (new.length_of(new.head.body.len()), rest::rest(new, &sent_ahead), Some(new)),
+            Outgoing::Bytes(bytes, _) => {
+                (Some(bytes.len()), rest::after(std::slice::from_ref(bytes), &self.sent), None)
+            }
+            Outgoing::Stream(_) => (None, None, None),
+        };
+        let Some(rest) = rest.filter(|_| total == Some(self.length)) else {
             tracing::debug!(ahead, "speculation aborted");
             self.abort(shared).await;
             return Finished::Aborted(outgoing);
         };
         let compared = tail.ended.elapsed() - pruned;
         let sent: Result<(), Broken> = rest.into_iter().try_for_each(|piece| self.send(piece));
-        let _ = sent.and_then(|()| self.flush());
+        let sent = sent.and_then(|()| self.flush());
         drop(self.tx);
+        if let Some(new) = new.filter(|_| sent.is_ok()) {
+            // The body went whole, as the new layout gives it: the next request sends its
+            // known part from it. Kept while the upstream reads.
+            new.record(&self.sent, self.layout.sent().map(|last| (last, self.upstream_at)));
+        }
         let answer = self.answer.await;
         let answered = tail.ended.elapsed();
         let (joined, received, frames, advancing) = (tail.joined, tail.received, tail.frames, tail.advancing);
         tracing::debug!(
             ahead,
-            total,
+            total = self.length,
             ?joined,
             ?pruned,
             ?compared,
@@ -434,26 +446,4 @@ impl Speculation {
         self.answer.abort();
         let _ = self.answer.await;
     }
-}
-
-/// The length of the client body of `client_length` bytes under the layout's edits.
-fn assumed_length(layout: &Layout, client_length: usize) -> Option<usize> {
-    let mut length = client_length;
-    for (i, new) in &layout.items {
-        let (start, stop) = layout.head.raw.spans[*i];
-        length = (length + new.len()).checked_sub(stop - start)?;
-    }
-    Some(length)
-}
-
-/// The last upstream body's segments up to `end` (the end of its known part).
-fn segments(layout: &Layout, end: usize) -> Vec<Segment> {
-    let mut out = Vec::with_capacity(2 * layout.items.len() + 1);
-    for (k, (i, _)) in layout.items.iter().enumerate() {
-        let (start, stop) = layout.head.raw.spans[*i];
-        out.push(Segment::Copy(start));
-        out.push(Segment::Item(stop, k));
-    }
-    out.push(Segment::Copy(end));
-    out
 }

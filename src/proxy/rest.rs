@@ -5,7 +5,8 @@
 //! rewritten items in their places. When the final body's layout is known (the items the
 //! engine's edits rewrite, [`Layout`]), it starts with them exactly when it rewrites the same
 //! items, to the same bytes, before that offset: a comparison of the rewritten items, not of
-//! the megabytes around them ([`rest`]). Without a layout, the bytes are compared ([`after`]).
+//! the megabytes around them, and only the pieces past the bytes sent are made ([`rest`]).
+//! Without a layout, the bytes are compared ([`after`]).
 
 use bytes::Bytes;
 
@@ -19,13 +20,12 @@ pub struct Ahead<'a> {
     pub sent: &'a [Bytes],
 }
 
-/// What follows the bytes sent ahead in `body` (in pieces, laid out as `new` when it is
-/// known), when `body` starts with them.
-pub fn rest(body: &[Bytes], ahead: &Ahead<'_>, new: Option<&Layout>) -> Option<Vec<Bytes>> {
-    let Some(new) = new else { return after(body, ahead.sent) };
-    let quick = same_items(ahead, new).then(|| skip(body, ahead.sent.iter().map(Bytes::len).sum())).flatten();
+/// What follows the bytes sent ahead in the body `new` lays out, when it starts with them:
+/// only the pieces past them are made.
+pub fn rest(new: &Layout, ahead: &Ahead<'_>) -> Option<Vec<Bytes>> {
+    let quick = same_items(ahead, new).then(|| new.pieces_from(ahead.sent.iter().map(Bytes::len).sum())).flatten();
     debug_assert!(
-        quick.is_none() || quick.as_ref().map(|r| r.concat()) == after(body, ahead.sent).map(|r| r.concat()),
+        quick.is_none() || quick.as_ref().map(|r| r.concat()) == after(&new.pieces(), ahead.sent).map(|r| r.concat()),
         "the layouts agree only where the bytes do"
     );
     quick
@@ -50,20 +50,6 @@ impl PartialEq for Same<'_> {
     fn eq(&self, other: &Self) -> bool {
         same_memory(self.0, other.0) || self.0 == other.0
     }
-}
-
-/// `body` (in pieces) past its first `n` bytes; `None` when it is shorter.
-fn skip(body: &[Bytes], n: usize) -> Option<Vec<Bytes>> {
-    let mut left = n;
-    for (k, piece) in body.iter().enumerate() {
-        if left < piece.len() {
-            let mut rest = vec![piece.slice(left..)];
-            rest.extend(body[k + 1..].iter().cloned());
-            return Some(rest);
-        }
-        left -= piece.len();
-    }
-    (left == 0).then(Vec::new)
 }
 
 /// What follows `sent` in `body` (both in pieces), when `body` starts with it.
@@ -121,39 +107,27 @@ mod tests {
         let body = Bytes::from_static(br#"{"messages": [{"a": 0}, {"a": 1}, {"a": 2}], "z": 1}"#);
         let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
         let items = items.iter().map(|&i| (i, Bytes::from(format!("{{\"new\": {i}}}")))).collect();
-        Layout { head: Arc::new(Head { api: Api::Chat, body, raw }), items }
-    }
-
-    /// The upstream body of `layout` in pieces, as splice lays it out.
-    fn upstream(layout: &Layout) -> Vec<Bytes> {
-        let (body, mut out, mut copied) = (&layout.head.body, Vec::new(), 0);
-        for (i, new) in &layout.items {
-            let (start, end) = layout.head.raw.spans[*i];
-            out.extend([body.slice(copied..start), new.clone()]);
-            copied = end;
-        }
-        out.push(body.slice(copied..));
-        out
+        Layout::new(Arc::new(Head { api: Api::Chat, body, raw }), Arc::new(items))
     }
 
     #[test]
     fn a_body_that_rewrites_the_items_sent_ahead_alike_has_the_rest_the_bytes_give_and_any_other_none() {
         let old = layout(&[1]);
         let produced = old.head.raw.spans[1].1;
-        let sent = upstream(&old).concat();
+        let sent = old.pieces().concat();
         let sent = [Bytes::from(sent[..sent.len() - (old.head.body.len() - produced)].to_vec())];
         let ahead = Ahead { layout: &old, produced, sent: &sent };
         for (items, kept) in
             [(vec![1], true), (vec![1, 2], true), (vec![0, 1], false), (vec![], false), (vec![2], false)]
         {
             let new = layout(&items);
-            let body = upstream(&new);
-            let quick = rest(&body, &ahead, Some(&new)).map(|r| r.concat());
+            let body = new.pieces();
+            let quick = rest(&new, &ahead).map(|r| r.concat());
             assert_eq!(quick.is_some(), kept, "{items:?}");
             assert_eq!(quick, after(&body, &sent).map(|r| r.concat()), "{items:?}: as the bytes say");
         }
         let mut other = layout(&[1]);
-        other.items[0].1 = Bytes::from_static(br#"{"new": 9}"#);
-        assert!(rest(&upstream(&other), &ahead, Some(&other)).is_none(), "the item's bytes differ");
+        Arc::make_mut(&mut other.items)[0].1 = Bytes::from_static(br#"{"new": 9}"#);
+        assert!(rest(&other, &ahead).is_none(), "the item's bytes differ");
     }
 }

@@ -54,12 +54,14 @@ fn post(port: u16, body: &[u8]) -> String {
 }
 
 /// What both proxies' upstreams received (complete bodies only) and the pipelined proxy's
-/// counts: requests sent ahead, those aborted, bodies joined into a replaced body's buffer.
+/// counts: requests sent ahead, those aborted, those whose known part went as slices of the
+/// last upstream body, bodies joined into a replaced body's buffer.
 struct Upstreamed {
     piped: Vec<Vec<u8>>,
     waiting: Vec<Vec<u8>>,
     speculated: usize,
     aborted: usize,
+    from_sent: usize,
     reused: usize,
 }
 
@@ -75,9 +77,9 @@ fn both_ways(config: &str, bodies: &[Vec<u8>]) -> Upstreamed {
     }
     let counts = &piped.shared.conversations;
     let (speculated, aborted) = (counts.speculated.load(Ordering::Relaxed), counts.aborted.load(Ordering::Relaxed));
-    let reused = counts.spare.reused();
-    let got =
-        Upstreamed { piped: piped.recorder.bodies(), waiting: waiting.recorder.bodies(), speculated, aborted, reused };
+    let (from_sent, reused) = (counts.from_sent.load(Ordering::Relaxed), counts.spare.reused());
+    let (piped, waiting) = (piped.recorder.bodies(), waiting.recorder.bodies());
+    let got = Upstreamed { piped, waiting, speculated, aborted, from_sent, reused };
     runtime.shutdown_background();
     got
 }
@@ -103,7 +105,7 @@ fn generated(steps: usize) -> Vec<Vec<u8>> {
 fn a_pipelined_conversation_sends_the_upstream_the_bodies_the_waiting_proxy_sends_one_per_request() {
     let bodies = generated(40);
     for config in [r#"{"rewrite": {"mode": "immediate"}}"#, "{}"] {
-        let Upstreamed { piped, waiting, speculated, aborted, reused } = both_ways(config, &bodies);
+        let Upstreamed { piped, waiting, speculated, aborted, from_sent, reused } = both_ways(config, &bodies);
         assert!(
             bodies[0].len() > 256 << 10 && reused >= bodies.len() / 2,
             "bodies joined into reused buffers: {reused}"
@@ -118,6 +120,7 @@ fn a_pipelined_conversation_sends_the_upstream_the_bodies_the_waiting_proxy_send
             "most requests went on before the engine answered: {speculated}"
         );
         assert!(speculated > aborted, "{speculated} speculated, {aborted} aborted ({config})");
+        assert!(from_sent > 0, "known parts went as slices of the last upstream body ({config})");
     }
 }
 
@@ -150,8 +153,10 @@ fn reads_with_a_big_file(steps: usize) -> Vec<Vec<u8>> {
 #[test]
 fn a_pipelined_body_with_stretches_longer_than_a_frame_reaches_the_upstream_as_the_waiting_proxy_sends_it() {
     let bodies = reads_with_a_big_file(14);
-    let Upstreamed { piped, waiting, speculated, .. } = both_ways(r#"{"rewrite": {"mode": "immediate"}}"#, &bodies);
+    let Upstreamed { piped, waiting, speculated, aborted, from_sent, .. } =
+        both_ways(r#"{"rewrite": {"mode": "immediate"}}"#, &bodies);
     assert!(speculated > 0, "requests went on before the engine answered");
+    assert!(from_sent > 0, "known parts went as slices of the last upstream body ({aborted} aborted)");
     assert_eq!(piped.len(), bodies.len(), "one complete request per client request");
     assert!(piped.iter().zip(&bodies).any(|(got, sent)| got != sent), "some body was pruned");
     for (step, (got, want)) in piped.iter().zip(&waiting).enumerate() {
