@@ -38,6 +38,8 @@ struct Job {
     base: usize,
     messages: Vec<Value>,
     reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
+    /// When the job was sent, for the debug log's stages.
+    sent: Instant,
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -69,7 +71,7 @@ impl Engine {
         timeout: Duration,
     ) -> Result<Edits, EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs.send(Job { sid, base, messages, reply }).map_err(|_| EngineError::Stopped)?;
+        self.jobs.send(Job { sid, base, messages, reply, sent: Instant::now() }).map_err(|_| EngineError::Stopped)?;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EngineError::Stopped),
@@ -90,18 +92,26 @@ impl Engine {
 
 fn run(mut server: Server, jobs: &Receiver<Job>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
-    while let Some(job) = next_job(&mut server, jobs) {
-        let Job { sid, base, messages, reply } = job;
+    while let Some(job) = next_job(&mut server, &mut sent, jobs) {
+        let Job { sid, base, messages, reply, sent: at } = job;
+        let queued = at.elapsed();
         transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
+        tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
     server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
 }
 
-/// The next job, counting ahead while none waits and handing out the saves that fall due.
-fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
+/// The next job, copying the edits ahead and counting ahead while none waits, and handing out
+/// the saves that fall due.
+fn next_job(server: &mut Server, sent: &mut HashMap<String, Sent>, jobs: &Receiver<Job>) -> Option<Job> {
     let mut early = None;
     loop {
+        for conversation in sent.values_mut() {
+            while early.is_none() && conversation.copy_ahead() {
+                early = jobs.try_recv().ok();
+            }
+        }
         if early.is_none() && !server.save_is_due() && server.has_precount() {
             server.precount(|| {
                 if early.is_none() {
@@ -130,6 +140,41 @@ fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
 struct Sent {
     seq: Option<u64>,
     edits: Edits,
+    /// A copy of `edits` (or of their first part), made between requests: the proxy holds the
+    /// list it was handed, so an answer that adds edits builds a new one, and copying every
+    /// edit in force would be on the request's path.
+    spare: Vec<Edit>,
+}
+
+/// How many edits [`Sent::copy_ahead`] copies between two looks for a waiting job.
+const COPY_STEP: usize = 256;
+
+impl Sent {
+    /// Copies the next few edits into the spare list, when the list in force is shared; returns
+    /// whether it copied any (and may copy more).
+    fn copy_ahead(&mut self) -> bool {
+        let done = self.spare.len();
+        if done >= self.edits.len() || std::sync::Arc::strong_count(&self.edits) == 1 {
+            return false;
+        }
+        let to = (done + COPY_STEP).min(self.edits.len());
+        self.spare.extend_from_slice(&self.edits[done..to]);
+        true
+    }
+
+    /// Adds `added` to the edits in force: in place when no one else holds the list, else onto
+    /// the spare copy, completed first.
+    fn add(&mut self, added: &[Edit]) {
+        if let Some(edits) = std::sync::Arc::get_mut(&mut self.edits) {
+            edits.extend_from_slice(added);
+            self.spare.clear();
+            return;
+        }
+        let mut list = std::mem::take(&mut self.spare);
+        list.extend_from_slice(&self.edits[list.len()..]);
+        list.extend_from_slice(added);
+        self.edits = Edits::new(list);
+    }
 }
 
 /// The edits in force for a conversation, shared: an answer whose edits did not change hands
@@ -184,10 +229,11 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
         }
     };
     match &answer.edits {
-        protocol::Edits::Full(full) => before.edits = Edits::new(full.clone()),
-        protocol::Edits::Add(added) if !added.is_empty() => {
-            std::sync::Arc::make_mut(&mut before.edits).extend(added.iter().cloned());
+        protocol::Edits::Full(full) => {
+            before.edits = Edits::new(full.clone());
+            before.spare.clear();
         }
+        protocol::Edits::Add(added) if !added.is_empty() => before.add(added),
         protocol::Edits::Add(_) | protocol::Edits::Same => {}
     }
     before.seq = answer.seq;

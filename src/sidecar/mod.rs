@@ -19,6 +19,8 @@
 
 mod commands;
 mod head;
+mod in_force;
+mod laps;
 mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
@@ -56,6 +58,7 @@ use crate::texts;
 use crate::tokens::EstimatorChoice;
 
 pub use self::stdio::{serve, serve_on};
+pub use self::in_force::Views;
 pub use self::transform::Answered;
 
 /// Where the sidecar finds things.
@@ -111,8 +114,10 @@ struct LiveSession {
     saves: SaveTiming,
     /// What counting the next request's savings needs of this one (see [`savings`]).
     savings: savings::Meter,
-    /// The rewrite sizes of the prunes in force (see [`saving_cache`]).
+    /// The rewrite sizes of the masking candidates (see [`saving_cache`]).
     sizes: saving_cache::SavingCache,
+    /// The prunes in force and those waiting (see [`in_force`]).
+    in_force: in_force::InForce,
 }
 
 impl LiveSession {
@@ -135,6 +140,8 @@ pub struct Server {
     /// What `/dcp stats` knows of the state dir, so that a repeated report reads only what
     /// changed.
     all_time: AllTimeCache,
+    /// How the sessions' views of their prunes are brought up to date.
+    views: Views,
 }
 
 fn now_ms() -> i64 {
@@ -184,11 +191,19 @@ impl Server {
             shutting_down: false,
             head: None,
             all_time: AllTimeCache::default(),
+            views: Views::Kept,
         })
     }
 
     pub fn shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// Brings the sessions' views of their prunes up to date from every prune on each request
+    /// ([`Views::Rebuilt`]) instead of from what changed: for the differential tests, which
+    /// compare the answers of both.
+    pub fn set_views(&mut self, views: Views) {
+        self.views = views;
     }
 
     /// Handles one protocol line; returns the response line, if the line asks for one.
@@ -274,6 +289,7 @@ impl Server {
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {
                 session.index = Index::default();
+                session.in_force = in_force::InForce::default();
             }
         }
         let tools = &self.rules.config().tools;

@@ -14,6 +14,8 @@ use super::mirror::Mirror;
 use super::protocol::{
     Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
+use super::in_force::Views;
+use super::laps::Laps;
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
 use super::{internal, masking_candidates, now_ms, savings, validate_session_id, ListsSent, LiveSession, Server};
@@ -22,7 +24,7 @@ use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
-use crate::state::{PruneRecord, SessionState};
+use crate::state::PruneRecord;
 use crate::strategies::{self, prunable};
 use crate::texts;
 
@@ -33,6 +35,9 @@ pub(super) struct EditsSent {
     seq: u64,
     basis: Option<EditsBasis>,
     calls: HashSet<String>,
+    /// The length of the slot's changes ([`Slot::changes`]) when they were computed: what
+    /// came after is what may add edits.
+    changes: usize,
     /// The messages whose id tags were sent (see [`ranges`]).
     tags: usize,
 }
@@ -94,23 +99,53 @@ impl Server {
         facts.context_limit = p.context_limit;
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
+        let mut laps = Laps::start();
         let mut mirror = std::mem::take(&mut session.mirror);
-        let result = match mirror.resolve(p.base, p.messages) {
+        let decided = match mirror.resolve(p.base, p.messages) {
             Ok(_) => {
+                laps.lap("resolve");
                 count_unpruned(session, &mirror, &facts);
                 self.decide_request(session, &sid, &mirror, facts)
             }
             Err(e) => Err(e),
         };
+        laps.lap("decide");
+        let (result, changed) = match decided {
+            Ok((answer, changed)) => (Ok(answer), changed),
+            Err(e) => (Err(e), Changed::No),
+        };
         answered(&result);
-        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
-            if let Ok(mut cx) = self.request_context(session, &sid, &mirror, facts) {
-                savings::record(&mut cx, answer);
-            }
-        }
+        laps.lap("answered");
+        self.after_answer(session, &sid, &mirror, facts, (&result, changed), &mut laps);
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result
+    }
+
+    /// What follows a request's answer, off the caller's path: the save of what it changed,
+    /// and the request's savings.
+    fn after_answer(
+        &mut self,
+        session: &mut LiveSession,
+        sid: &str,
+        mirror: &Mirror,
+        facts: RequestFacts,
+        (result, changed): (&Result<Transformed, RpcError>, Changed),
+        laps: &mut Laps,
+    ) {
+        if changed == Changed::Yes {
+            self.save(session, sid);
+        }
+        laps.lap("save");
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
+            if let Ok(mut cx) = self.request_context(session, sid, mirror, facts) {
+                savings::record(&mut cx, answer);
+            }
+        }
+        laps.lap("savings");
+        if laps.on() {
+            tracing::debug!(session = sid, "transform {laps}");
+        }
     }
 
     /// The summariser sees the history as the model does, but this is no request: no
@@ -126,7 +161,7 @@ impl Server {
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
+        let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         Ok(Transformed {
             seq: None,
@@ -139,25 +174,22 @@ impl Server {
     }
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
-    /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
+    /// strategies' decisions, applies what the policy allows, and lists what the agent may
+    /// prune. Says whether the session's state changed, which a save must then write.
     fn decide_request(
         &mut self,
         session: &mut LiveSession,
         sid: &str,
         mirror: &Mirror,
         facts: RequestFacts,
-    ) -> Result<Transformed, RpcError> {
+    ) -> Result<(Transformed, Changed), RpcError> {
         if self.skips(Some(session)) {
-            return Ok(Transformed::unchanged());
+            return Ok((Transformed::unchanged(), Changed::No));
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
-        let (answer, changed) = answer_request(&mut cx, observed.compacted);
-        if changed == Changed::Yes {
-            self.save(session, sid);
-        }
-        Ok(answer)
+        Ok(answer_request(&mut cx, observed.compacted))
     }
 }
 
@@ -172,6 +204,7 @@ enum Changed {
 /// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
+    let mut laps = Laps::start();
     if cx.slot.state.session_name.is_none() {
         cx.slot.state.session_name = cx.session.title.clone();
     }
@@ -188,16 +221,23 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
             recorded_now.push(d.call_id);
         }
     }
-    let in_force = masking_candidates::in_force(cx);
+    laps.lap("decisions");
+    let session = &mut *cx.session;
+    session.in_force.update(cx.slot, &session.index, cx.mirror, cx.views);
+    let in_force = session.in_force.approx();
+    laps.lap("in_force");
     let applied_now = apply_pending(cx);
+    laps.lap("apply");
     let changed = compacted || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
+    laps.lap("edits");
     let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
+    laps.lap("tail");
     let balance = policy::Request {
         cold: cx.facts.gap_went_cold,
         in_force,
@@ -214,6 +254,10 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         cx.slot.mark_changed();
     }
     let answer = Transformed { seq: Some(seq), edits, replace, append, notify, applied };
+    laps.lap("notify");
+    if laps.on() {
+        tracing::debug!(session = cx.sid, "answer {laps}");
+    }
     (answer, if changed { Changed::Yes } else { Changed::No })
 }
 
@@ -300,28 +344,31 @@ enum Target {
 /// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
 /// calls and ranges whose rewrites it applied, or `None` when it waits.
 fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
+    let mut laps = Laps::start();
     let mirror = cx.mirror;
     let tails = tails(mirror.sizes());
+    laps.lap("tails");
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
     let masking = masking_candidates::mask_pending(cx, &tails);
-    let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &*cx.session, &cx.facts);
-    let index = &session.index;
-    let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
-        .state
-        .pruned
-        .iter()
-        .filter(|(_, r)| !r.applied)
-        .filter_map(|(id, r)| {
-            let at = index.position(id)?;
-            let tokens = masking_candidates::approx_saving(mirror, at, &r.action);
-            Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0], ..Default::default() }))
+    laps.lap("mask_pending");
+    let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
+    let (index, sizes) = (&session.index, &mut session.sizes);
+    let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
+        .in_force
+        .waiting()
+        .filter_map(|id| {
+            let (at, record) = (index.position(id)?, slot.state.pruned.get(id)?);
+            let tokens = sizes.approx_saving(mirror, id, at, &record.action);
+            let pending = policy::Pending { tokens, tail: tails[at.0], ..Default::default() };
+            Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
     let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
+    laps.lap("pending");
     let base = policy::Inputs {
         context: tails[0],
         tail: 0,
@@ -334,7 +381,12 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         added: session.added,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
-    let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
+    let chosen = policy::choose(&rules.config().rewrite, &base, &costs);
+    laps.lap("choose");
+    if laps.on() {
+        tracing::debug!(session = cx.sid, pending = pending.len(), "apply {laps}");
+    }
+    let (cut, reason) = chosen?;
     tracing::debug!(session = cx.sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
     let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
@@ -352,9 +404,7 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
             applied.calls.push(id.clone());
         }
         Target::Call(id) => {
-            if let Some(r) = slot.state.pruned.get_mut(id) {
-                r.applied = true;
-            }
+            slot.apply(id);
             applied.calls.push(id.clone());
         }
         Target::Block(id) => {
@@ -410,7 +460,18 @@ fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
         sent.calls.clear();
     }
     let index = &session.index;
-    let mut edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
+    let position = |id: &str| index.position(id);
+    // Following the last answer, only what was put in force since can add edits.
+    let (pruned, changes) = (&slot.state.pruned, slot.changes());
+    let since = (follows && cx.views == Views::Kept).then_some(sent.changes).filter(|&n| n <= changes.len());
+    let mut edits = match since {
+        Some(n) => {
+            let changed = changes[n..].iter().filter_map(|id| pruned.get_key_value(id.as_str()));
+            edits_for(messages, position, changed, &mut sent.calls)
+        }
+        None => edits_for(messages, position, pruned.iter(), &mut sent.calls),
+    };
+    sent.changes = changes.len();
     if tags.is_some() {
         edits.extend(ranges::tag_edits(messages, tags_from));
         sent.tags = messages.len();
@@ -468,17 +529,18 @@ fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic
     Synthetic { info, parts: vec![part] }
 }
 
-/// The edits that bring `messages` to what the model should see, for every applied prune
-/// whose call is not in `sent` yet; `sent` gains them. With an empty `sent`, every prune in
-/// force. `position` finds a call's message and part. Edits come in history order.
-fn edits_for(
+/// The edits that bring `messages` to what the model should see, for every applied prune of
+/// `prunes` whose call is not in `sent` yet; `sent` gains them. With an empty `sent` and every
+/// prune, every prune in force. `position` finds a call's message and part. Edits come in
+/// history order.
+fn edits_for<'a>(
     messages: &[Message],
     position: impl Fn(&str) -> Option<(usize, usize)>,
-    state: &SessionState,
+    prunes: impl Iterator<Item = (&'a String, &'a PruneRecord)>,
     sent: &mut HashSet<String>,
 ) -> Vec<Edit> {
     let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
-    for (id, record) in state.pruned.iter().filter(|(_, r)| r.applied) {
+    for (id, record) in prunes.filter(|(_, r)| r.applied) {
         if sent.contains(id.as_str()) {
             continue;
         }

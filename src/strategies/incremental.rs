@@ -381,6 +381,11 @@ impl Index {
         Some((call.message, call.facts.part))
     }
 
+    /// The id of the `at`-th tool call of the history.
+    pub fn call_id(&self, at: usize) -> Option<&str> {
+        self.calls.get(at).map(|c| c.facts.call_id.as_str())
+    }
+
     /// How many tool calls the history holds.
     pub fn calls(&self) -> usize {
         self.calls.len()
