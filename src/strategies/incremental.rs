@@ -107,6 +107,9 @@ pub struct Index {
     /// material now ([`masking::working`]).
     masking: Vec<MaskCandidate>,
     ready: Vec<MaskCandidate>,
+    /// Masking's decision on each call looked at as a rider ([`Index::mask_riders`]), made
+    /// once: a call's part does not change while the index holds it.
+    riders: HashMap<usize, Option<MaskCandidate>>,
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
@@ -335,10 +338,11 @@ impl Index {
             if state.pruned.contains_key(view.call_id) || self.working(at, rules) {
                 continue;
             }
-            if let Some(d) = masking::prune(&view, rules, counter) {
-                let facts = &self.calls[at].facts;
-                let volatile = d.record.action == Action::Mask && masking::volatile(&facts.tool, self.superseded(at));
-                riders.push(MaskCandidate { volatile, ..MaskCandidate::of(at, &d) });
+            let decided =
+                *self.riders.entry(at).or_insert_with(|| masking::prune(&view, rules, counter).map(|d| MaskCandidate::of(at, &d)));
+            if let Some(c) = decided {
+                let volatile = !c.inputs && masking::volatile(&self.calls[at].facts.tool, self.superseded(at));
+                riders.push(MaskCandidate { volatile, ..c });
             }
         }
         riders

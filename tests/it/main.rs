@@ -40,3 +40,4 @@ mod stream;
 mod stripped;
 mod support;
 mod tokens;
+mod views;
