@@ -92,7 +92,7 @@ impl Engine {
 
 fn run(mut server: Server, jobs: &Receiver<Job>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
-    while let Some(job) = next_job(&mut server, &mut sent, jobs) {
+    while let Some(job) = next_job(&mut server, jobs) {
         let Job { sid, base, messages, reply, sent: at } = job;
         let queued = at.elapsed();
         transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
@@ -102,16 +102,10 @@ fn run(mut server: Server, jobs: &Receiver<Job>) {
     server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
 }
 
-/// The next job, copying the edits ahead and counting ahead while none waits, and handing out
-/// the saves that fall due.
-fn next_job(server: &mut Server, sent: &mut HashMap<String, Sent>, jobs: &Receiver<Job>) -> Option<Job> {
+/// The next job, counting ahead while none waits and handing out the saves that fall due.
+fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
     let mut early = None;
     loop {
-        for conversation in sent.values_mut() {
-            while early.is_none() && conversation.copy_ahead() {
-                early = jobs.try_recv().ok();
-            }
-        }
         if early.is_none() && !server.save_is_due() && server.has_precount() {
             server.precount(|| {
                 if early.is_none() {
@@ -140,40 +134,30 @@ fn next_job(server: &mut Server, sent: &mut HashMap<String, Sent>, jobs: &Receiv
 struct Sent {
     seq: Option<u64>,
     edits: Edits,
-    /// A copy of `edits` (or of their first part), made between requests: the proxy holds the
-    /// list it was handed, so an answer that adds edits builds a new one, and copying every
-    /// edit in force would be on the request's path.
-    spare: Vec<Edit>,
+    /// The list in force before `edits`, a prefix of it. The proxy holds the list it was
+    /// handed until it is handed the next, so an answer that adds edits builds a new list;
+    /// once the proxy has let go of this one, it is brought up to date and reused, and only
+    /// the edits added since it was in force are copied, not every edit in force.
+    older: Edits,
 }
 
-/// How many edits [`Sent::copy_ahead`] copies between two looks for a waiting job.
-const COPY_STEP: usize = 256;
-
 impl Sent {
-    /// Copies the next few edits into the spare list, when the list in force is shared; returns
-    /// whether it copied any (and may copy more).
-    fn copy_ahead(&mut self) -> bool {
-        let done = self.spare.len();
-        if done >= self.edits.len() || std::sync::Arc::strong_count(&self.edits) == 1 {
-            return false;
-        }
-        let to = (done + COPY_STEP).min(self.edits.len());
-        self.spare.extend_from_slice(&self.edits[done..to]);
-        true
-    }
-
     /// Adds `added` to the edits in force: in place when no one else holds the list, else onto
-    /// the spare copy, completed first.
+    /// the older list when no one holds that, else onto a copy.
     fn add(&mut self, added: &[Edit]) {
         if let Some(edits) = std::sync::Arc::get_mut(&mut self.edits) {
             edits.extend_from_slice(added);
-            self.spare.clear();
             return;
         }
-        let mut list = std::mem::take(&mut self.spare);
-        list.extend_from_slice(&self.edits[list.len()..]);
-        list.extend_from_slice(added);
-        self.edits = Edits::new(list);
+        let mut next = std::mem::take(&mut self.older);
+        match std::sync::Arc::get_mut(&mut next).filter(|older| older.len() <= self.edits.len()) {
+            Some(older) => older.extend_from_slice(&self.edits[older.len()..]),
+            None => next = Edits::new(self.edits.to_vec()),
+        }
+        if let Some(list) = std::sync::Arc::get_mut(&mut next) {
+            list.extend_from_slice(added);
+        }
+        self.older = std::mem::replace(&mut self.edits, next);
     }
 }
 
@@ -231,7 +215,7 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
     match &answer.edits {
         protocol::Edits::Full(full) => {
             before.edits = Edits::new(full.clone());
-            before.spare.clear();
+            before.older = Edits::default();
         }
         protocol::Edits::Add(added) if !added.is_empty() => before.add(added),
         protocol::Edits::Add(_) | protocol::Edits::Same => {}

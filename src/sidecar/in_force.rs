@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::saving_cache;
 use super::mirror::Mirror;
+use super::saving_cache;
 use crate::state::store::Slot;
 use crate::state::PruneRecord;
 use crate::strategies::compress::Span;

@@ -18,6 +18,7 @@
 //! the session, its slot, the mirror, the rules and the request's facts.
 
 mod commands;
+mod edits;
 mod head;
 mod in_force;
 mod laps;
@@ -39,11 +40,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use self::edits::EditsSent;
 use self::mirror::Mirror;
 use self::protocol::{
     code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
 };
-use self::transform::EditsSent;
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
@@ -57,8 +58,8 @@ use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::EstimatorChoice;
 
-pub use self::stdio::{serve, serve_on};
 pub use self::in_force::Views;
+pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
 /// Where the sidecar finds things.

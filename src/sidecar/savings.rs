@@ -54,22 +54,14 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
     let added = appended + head + if offered { tags(rules, slot, messages) } else { 0 };
     let index = &session.index;
-    let mut laps = super::laps::Laps::start();
     let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
-    laps.lap("spans");
     session.in_force.update(slot, index, mirror, cx.views);
     let in_force = removed(&session.in_force, slot, &ranges, messages.len());
-    laps.lap("removed");
     let meter = &mut session.savings;
     let history = history_tokens(&mut meter.messages, mirror, &mut slot.tokens);
-    laps.lap("history");
     // A rewrite changes what was sent before from its first changed message on; what is in
     // front of it, as it was sent, stays cached.
     let first = first_applied_now(meter, index, slot, &ranges, cx.views);
-    laps.lap("first");
-    if laps.on() {
-        tracing::debug!("savings {laps}");
-    }
     let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
     let in_force_view = &session.in_force;
     let rewritten =
@@ -131,7 +123,8 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     // What was put in force since the last look is among the slot's changes since, unless
     // the prunes were reset between: then every prune in force is looked at.
     let changes = slot.changes();
-    let since = meter.changes.filter(|&(resets, n)| views == Views::Kept && resets == slot.resets() && n <= changes.len());
+    let since =
+        meter.changes.filter(|&(resets, n)| views == Views::Kept && resets == slot.resets() && n <= changes.len());
     meter.changes = Some((slot.resets(), changes.len()));
     let pruned = &slot.state.pruned;
     match since {

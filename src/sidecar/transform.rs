@@ -2,20 +2,22 @@
 //!
 //! A transform ([`Server::decide_request`], the per-request entry) records the automatic
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
-//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks (the message
-//! id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks ([`edits`](super::edits); the
+//! message id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
 //! when due) when what it names anew pays for it. A compaction's copy gets the edits in force.
-//! The per-request functions take the request's one [`RequestContext`].
+//! The per-request functions take the request's one [`RequestContext`]. What follows the
+//! answer (the save of what changed, the request's savings) runs after it is handed out, off
+//! the caller's path; the stages are timed in the debug log ([`super::laps`]).
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
+use super::edits::{answer_edits, edits_for};
+use super::laps::Laps;
 use super::mirror::Mirror;
 use super::protocol::{
-    Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
+    Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
-use super::in_force::Views;
-use super::laps::Laps;
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
 use super::{internal, masking_candidates, now_ms, savings, validate_session_id, ListsSent, LiveSession, Server};
@@ -25,30 +27,8 @@ use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
 use crate::state::PruneRecord;
-use crate::strategies::{self, prunable};
+use crate::strategies::prunable;
 use crate::texts;
-
-/// What the plugin holds of a session's edits: the number of the last answer whose edits
-/// it may keep, what they were computed from, and the calls they cover.
-#[derive(Debug, Default)]
-pub(super) struct EditsSent {
-    seq: u64,
-    basis: Option<EditsBasis>,
-    calls: HashSet<String>,
-    /// The length of the slot's changes ([`Slot::changes`]) when they were computed: what
-    /// came after is what may add edits.
-    changes: usize,
-    /// The messages whose id tags were sent (see [`ranges`]).
-    tags: usize,
-}
-
-/// What a set of edits was computed from: the slot's revision and resets, the messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EditsBasis {
-    revision: u64,
-    resets: u64,
-    messages: usize,
-}
 
 /// Who is handed a transform's answer as soon as it is decided (see
 /// [`Server::transform_answering`]).
@@ -344,14 +324,11 @@ enum Target {
 /// The cache-aware policy: applies the pending rewrites together, when it pays. Returns the
 /// calls and ranges whose rewrites it applied, or `None` when it waits.
 fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
-    let mut laps = Laps::start();
     let mirror = cx.mirror;
     let tails = tails(mirror.sizes());
-    laps.lap("tails");
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
     let masking = masking_candidates::mask_pending(cx, &tails);
-    laps.lap("mask_pending");
     let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
     let (index, sizes) = (&session.index, &mut session.sizes);
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
@@ -368,7 +345,6 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
-    laps.lap("pending");
     let base = policy::Inputs {
         context: tails[0],
         tail: 0,
@@ -381,12 +357,7 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         added: session.added,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
-    let chosen = policy::choose(&rules.config().rewrite, &base, &costs);
-    laps.lap("choose");
-    if laps.on() {
-        tracing::debug!(session = cx.sid, pending = pending.len(), "apply {laps}");
-    }
-    let (cut, reason) = chosen?;
+    let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
     tracing::debug!(session = cx.sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
     let (tokens, tail) = (costs[cut..].iter().map(|p| p.tokens).sum(), costs[cut].tail);
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail };
@@ -439,48 +410,6 @@ struct AppliedNow {
     tail: u64,
 }
 
-/// The edits of this answer, and its number. The plugin keeps the edits of the last answer
-/// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
-/// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
-fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
-    let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
-    let messages = mirror.messages();
-    let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
-    let sent = &mut session.edits;
-    let follows =
-        have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
-    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
-    let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
-    let new_tags = tags_from < messages.len();
-    if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
-        return (sent.seq, Edits::Same);
-    }
-    if !follows {
-        sent.calls.clear();
-    }
-    let index = &session.index;
-    let position = |id: &str| index.position(id);
-    // Following the last answer, only what was put in force since can add edits.
-    let (pruned, changes) = (&slot.state.pruned, slot.changes());
-    let since = (follows && cx.views == Views::Kept).then_some(sent.changes).filter(|&n| n <= changes.len());
-    let mut edits = match since {
-        Some(n) => {
-            let changed = changes[n..].iter().filter_map(|id| pruned.get_key_value(id.as_str()));
-            edits_for(messages, position, changed, &mut sent.calls)
-        }
-        None => edits_for(messages, position, pruned.iter(), &mut sent.calls),
-    };
-    sent.changes = changes.len();
-    if tags.is_some() {
-        edits.extend(ranges::tag_edits(messages, tags_from));
-        sent.tags = messages.len();
-    }
-    sent.seq += 1;
-    sent.basis = Some(basis);
-    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
-}
-
 /// The notification of this request's prunes, at the configured level: the rewrites applied
 /// to it (compressed ranges among them), and the prunes recorded now whose rewrite waits.
 fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_now: &[String]) -> Option<String> {
@@ -527,36 +456,4 @@ fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic
         synthetic: true,
     };
     Synthetic { info, parts: vec![part] }
-}
-
-/// The edits that bring `messages` to what the model should see, for every applied prune of
-/// `prunes` whose call is not in `sent` yet; `sent` gains them. With an empty `sent` and every
-/// prune, every prune in force. `position` finds a call's message and part. Edits come in
-/// history order.
-fn edits_for<'a>(
-    messages: &[Message],
-    position: impl Fn(&str) -> Option<(usize, usize)>,
-    prunes: impl Iterator<Item = (&'a String, &'a PruneRecord)>,
-    sent: &mut HashSet<String>,
-) -> Vec<Edit> {
-    let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
-    for (id, record) in prunes.filter(|(_, r)| r.applied) {
-        if sent.contains(id.as_str()) {
-            continue;
-        }
-        // A prune of a call not in the history has no edit; it is not looked for again.
-        sent.insert(id.clone());
-        if let Some(at) = position(id) {
-            new.push((at, id, record));
-        }
-    }
-    new.sort_unstable_by_key(|(at, _, _)| *at);
-    let mut edits = Vec::new();
-    for ((m, p), _, record) in new {
-        let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
-        for e in strategies::field_edits(part, &record.action) {
-            edits.push(Edit { m, p, path: e.path, value: Some(e.value), append: None });
-        }
-    }
-    edits
 }

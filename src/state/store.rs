@@ -54,9 +54,7 @@ pub struct Slot {
     journal: Vec<(String, PruneRecord)>,
     /// Call ids recorded since the sidecar last took them ([`Slot::take_recorded`]).
     recorded: Vec<String>,
-    /// Call ids whose prune was recorded or put in force since the last reset, in order (see
-    /// [`Slot::changes`]).
-    changes: Vec<String>,
+    changes: Vec<String>, // See `Slot::changes`.
     /// The version of the file `state` was last synced with.
     stamp: Option<Stamp>,
     /// The number of save jobs handed out, and of those whose outcome was taken in.
@@ -95,22 +93,19 @@ impl Slot {
         self.changes.clear();
     }
 
-    /// The call ids whose prune was recorded ([`Slot::record`]) or put in force
-    /// ([`Slot::apply`]) since the prunes were last reset ([`Slot::resets`]), oldest first; an
-    /// id is here once per change. Whoever keeps a view of the prunes across requests reads
-    /// what follows the part it read last, instead of every prune again. Every change to
-    /// `state.pruned` outside a reset goes through those two.
+    /// The call ids whose prune was recorded or put in force since the last reset, oldest
+    /// first: a view of the prunes kept across requests reads past what it read. Every change
+    /// to `state.pruned` but a reset goes through [`Slot::record`] and [`Slot::apply`].
     pub fn changes(&self) -> &[String] {
         &self.changes
     }
 
-    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite
-    /// ([`Slot::mark_rewrites_added`]). Returns whether it was waiting.
-    pub fn apply(&mut self, call_id: &str) -> bool {
-        let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) else { return false };
-        record.applied = true;
-        self.changes.push(call_id.to_string());
-        true
+    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
+    pub fn apply(&mut self, call_id: &str) {
+        if let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) {
+            record.applied = true;
+            self.changes.push(call_id.to_string());
+        }
     }
 
     /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.

@@ -110,6 +110,9 @@ pub struct Index {
     /// Masking's decision on each call looked at as a rider ([`Index::mask_riders`]), made
     /// once: a call's part does not change while the index holds it.
     riders: HashMap<usize, Option<MaskCandidate>>,
+    /// The calls found pruned, by call: a prune is dropped only when the prunes are reset,
+    /// which rebuilds the index.
+    pruned: Vec<bool>,
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
@@ -333,13 +336,23 @@ impl Index {
     ) -> Vec<MaskCandidate> {
         self.advance_window(rules);
         let mut riders = Vec::new();
+        self.pruned.resize(self.calls.len(), false);
         for at in self.window.start..self.deep.start {
-            let Some(view) = view(&self.calls, messages, at) else { continue };
-            if state.pruned.contains_key(view.call_id) || self.working(at, rules) {
+            if self.pruned[at] {
                 continue;
             }
-            let decided =
-                *self.riders.entry(at).or_insert_with(|| masking::prune(&view, rules, counter).map(|d| MaskCandidate::of(at, &d)));
+            let Some(view) = view(&self.calls, messages, at) else { continue };
+            if state.pruned.contains_key(view.call_id) {
+                self.pruned[at] = true;
+                continue;
+            }
+            if self.working(at, rules) {
+                continue;
+            }
+            let decided = *self
+                .riders
+                .entry(at)
+                .or_insert_with(|| masking::prune(&view, rules, counter).map(|d| MaskCandidate::of(at, &d)));
             if let Some(c) = decided {
                 let volatile = !c.inputs && masking::volatile(&self.calls[at].facts.tool, self.superseded(at));
                 riders.push(MaskCandidate { volatile, ..c });

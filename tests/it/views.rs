@@ -79,7 +79,10 @@ fn run(server: &mut Server, messages: usize, steps: usize, seed: u64) -> Vec<Str
             history.push(summary(&sid, NOW + 1000 * i as i64 + 500));
         }
         let (base, claimed) = next_request(i + 1, &mut history, sent);
-        let have = answers.last().and_then(|a| serde_json::from_str::<Value>(a).ok()).and_then(|a| a["result"]["seq"].as_u64());
+        let have = answers
+            .last()
+            .and_then(|a| serde_json::from_str::<Value>(a).ok())
+            .and_then(|a| a["result"]["seq"].as_u64());
         let now = NOW + 1000 * (i as i64 + 1);
         let params = json!({"sessionID": sid, "now": now, "base": base, "have": if claimed { have } else { None },
             "messages": history[base..]});
