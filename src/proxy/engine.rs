@@ -223,3 +223,44 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
     before.seq = answer.seq;
     Ok(Edits::clone(&before.edits))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(n: usize) -> Edit {
+        Edit {
+            m: n,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!(format!("e{n}"))),
+            append: None,
+        }
+    }
+
+    /// Answers `Add`s to a list the proxy holds (the last one handed out, and at times the one
+    /// before), and checks each list handed out against the edits added so far, copied whole.
+    #[test]
+    fn lists_built_onto_the_older_list_equal_lists_copied_whole() {
+        let mut sent = Sent::default();
+        let mut expected: Vec<Edit> = (0..5).map(edit).collect();
+        let full = Ok(Transformed { edits: protocol::Edits::Full(expected.clone()), ..Transformed::unchanged() });
+        let mut held = vec![answered(&mut sent, &full).unwrap()];
+        let mut reused = 0;
+        for step in 1..40 {
+            let added: Vec<Edit> = (0..step % 4).map(|k| edit(100 * step + k)).collect();
+            expected.extend(added.iter().cloned());
+            let older = Edits::as_ptr(&sent.older);
+            let answer = Ok(Transformed { edits: protocol::Edits::Add(added), ..Transformed::unchanged() });
+            let list = answered(&mut sent, &answer).unwrap();
+            assert_eq!(*list, expected, "step {step}");
+            reused += usize::from(Edits::as_ptr(&list) == older);
+            // The proxy holds the last list; every third step it holds the one before too.
+            if step % 3 != 0 {
+                held.clear();
+            }
+            held.push(list);
+        }
+        assert!(reused > 10, "the older list was reused {reused} times");
+    }
+}
