@@ -44,6 +44,9 @@ struct Entry {
 pub(super) struct SavingCache {
     seen: u64,
     entries: HashMap<String, Entry>,
+    /// No entry sits in a message from this one on: a resolve that kept them all drops none,
+    /// without looking at each.
+    past: usize,
 }
 
 impl SavingCache {
@@ -53,12 +56,13 @@ impl SavingCache {
         if mirror.generation() == self.seen {
             return;
         }
-        if mirror.generation() == self.seen + 1 {
-            let kept = mirror.kept();
-            self.entries.retain(|_, e| e.at.0 < kept);
-        } else {
+        let kept = mirror.kept();
+        if mirror.generation() != self.seen + 1 {
             self.entries.clear();
+        } else if kept < self.past {
+            self.entries.retain(|_, e| e.at.0 < kept);
         }
+        self.past = self.past.min(kept);
         self.seen = mirror.generation();
     }
 
@@ -71,6 +75,7 @@ impl SavingCache {
         }
         let tokens = approx_saving(mirror, at, action);
         self.entries.insert(id.to_string(), Entry { at, action: action.clone(), tokens });
+        self.past = self.past.max(at.0 + 1);
         tokens
     }
 }
