@@ -15,7 +15,8 @@
 //! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
 //! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop, which
 //! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
-//! the session, its slot, the mirror, the rules and the request's facts.
+//! the session, its slot, the mirror, the rules and the request's facts. What a request reads
+//! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
 mod edits;
