@@ -38,6 +38,8 @@ struct Job {
     base: usize,
     messages: Vec<Value>,
     reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
+    /// When the job was sent, for the debug log's stages.
+    sent: Instant,
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -69,7 +71,7 @@ impl Engine {
         timeout: Duration,
     ) -> Result<Edits, EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs.send(Job { sid, base, messages, reply }).map_err(|_| EngineError::Stopped)?;
+        self.jobs.send(Job { sid, base, messages, reply, sent: Instant::now() }).map_err(|_| EngineError::Stopped)?;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EngineError::Stopped),
@@ -91,8 +93,10 @@ impl Engine {
 fn run(mut server: Server, jobs: &Receiver<Job>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
     while let Some(job) = next_job(&mut server, jobs) {
-        let Job { sid, base, messages, reply } = job;
+        let Job { sid, base, messages, reply, sent: at } = job;
+        let queued = at.elapsed();
         transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
+        tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
     server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
@@ -130,6 +134,31 @@ fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
 struct Sent {
     seq: Option<u64>,
     edits: Edits,
+    /// The list in force before `edits`, a prefix of it. The proxy holds the list it was
+    /// handed until it is handed the next, so an answer that adds edits builds a new list;
+    /// once the proxy has let go of this one, it is brought up to date and reused, and only
+    /// the edits added since it was in force are copied, not every edit in force.
+    older: Edits,
+}
+
+impl Sent {
+    /// Adds `added` to the edits in force: in place when no one else holds the list, else onto
+    /// the older list when no one holds that, else onto a copy.
+    fn add(&mut self, added: &[Edit]) {
+        if let Some(edits) = std::sync::Arc::get_mut(&mut self.edits) {
+            edits.extend_from_slice(added);
+            return;
+        }
+        let mut next = std::mem::take(&mut self.older);
+        match std::sync::Arc::get_mut(&mut next).filter(|older| older.len() <= self.edits.len()) {
+            Some(older) => older.extend_from_slice(&self.edits[older.len()..]),
+            None => next = Edits::new(self.edits.to_vec()),
+        }
+        if let Some(list) = std::sync::Arc::get_mut(&mut next) {
+            list.extend_from_slice(added);
+        }
+        self.older = std::mem::replace(&mut self.edits, next);
+    }
 }
 
 /// The edits in force for a conversation, shared: an answer whose edits did not change hands
@@ -184,12 +213,54 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
         }
     };
     match &answer.edits {
-        protocol::Edits::Full(full) => before.edits = Edits::new(full.clone()),
-        protocol::Edits::Add(added) if !added.is_empty() => {
-            std::sync::Arc::make_mut(&mut before.edits).extend(added.iter().cloned());
+        protocol::Edits::Full(full) => {
+            before.edits = Edits::new(full.clone());
+            before.older = Edits::default();
         }
+        protocol::Edits::Add(added) if !added.is_empty() => before.add(added),
         protocol::Edits::Add(_) | protocol::Edits::Same => {}
     }
     before.seq = answer.seq;
     Ok(Edits::clone(&before.edits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(n: usize) -> Edit {
+        Edit {
+            m: n,
+            p: 0,
+            path: vec!["state".into(), "output".into()],
+            value: Some(json!(format!("e{n}"))),
+            append: None,
+        }
+    }
+
+    /// Answers `Add`s to a list the proxy holds (the last one handed out, and at times the one
+    /// before), and checks each list handed out against the edits added so far, copied whole.
+    #[test]
+    fn lists_built_onto_the_older_list_equal_lists_copied_whole() {
+        let mut sent = Sent::default();
+        let mut expected: Vec<Edit> = (0..5).map(edit).collect();
+        let full = Ok(Transformed { edits: protocol::Edits::Full(expected.clone()), ..Transformed::unchanged() });
+        let mut held = vec![answered(&mut sent, &full).unwrap()];
+        let mut reused = 0;
+        for step in 1..40 {
+            let added: Vec<Edit> = (0..step % 4).map(|k| edit(100 * step + k)).collect();
+            expected.extend(added.iter().cloned());
+            let older = Edits::as_ptr(&sent.older);
+            let answer = Ok(Transformed { edits: protocol::Edits::Add(added), ..Transformed::unchanged() });
+            let list = answered(&mut sent, &answer).unwrap();
+            assert_eq!(*list, expected, "step {step}");
+            reused += usize::from(Edits::as_ptr(&list) == older);
+            // The proxy holds the last list; every third step it holds the one before too.
+            if step % 3 != 0 {
+                held.clear();
+            }
+            held.push(list);
+        }
+        assert!(reused > 10, "the older list was reused {reused} times");
+    }
 }

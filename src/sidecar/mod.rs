@@ -15,10 +15,14 @@
 //! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
 //! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop, which
 //! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
-//! the session, its slot, the mirror, the rules and the request's facts.
+//! the session, its slot, the mirror, the rules and the request's facts. What a request reads
+//! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
+mod edits;
 mod head;
+mod in_force;
+mod laps;
 mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
@@ -37,11 +41,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use self::edits::EditsSent;
 use self::mirror::Mirror;
 use self::protocol::{
     code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
 };
-use self::transform::EditsSent;
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
@@ -55,6 +59,7 @@ use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::EstimatorChoice;
 
+pub use self::in_force::Views;
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
@@ -111,8 +116,10 @@ struct LiveSession {
     saves: SaveTiming,
     /// What counting the next request's savings needs of this one (see [`savings`]).
     savings: savings::Meter,
-    /// The rewrite sizes of the prunes in force (see [`saving_cache`]).
+    /// The rewrite sizes of the masking candidates (see [`saving_cache`]).
     sizes: saving_cache::SavingCache,
+    /// The prunes in force and those waiting (see [`in_force`]).
+    in_force: in_force::InForce,
 }
 
 impl LiveSession {
@@ -135,6 +142,8 @@ pub struct Server {
     /// What `/dcp stats` knows of the state dir, so that a repeated report reads only what
     /// changed.
     all_time: AllTimeCache,
+    /// How the sessions' views of their prunes are brought up to date.
+    views: Views,
 }
 
 fn now_ms() -> i64 {
@@ -184,11 +193,19 @@ impl Server {
             shutting_down: false,
             head: None,
             all_time: AllTimeCache::default(),
+            views: Views::Kept,
         })
     }
 
     pub fn shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// Brings the sessions' views of their prunes up to date from every prune on each request
+    /// ([`Views::Rebuilt`]) instead of from what changed: for the differential tests, which
+    /// compare the answers of both.
+    pub fn set_views(&mut self, views: Views) {
+        self.views = views;
     }
 
     /// Handles one protocol line; returns the response line, if the line asks for one.
@@ -274,6 +291,7 @@ impl Server {
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {
                 session.index = Index::default();
+                session.in_force = in_force::InForce::default();
             }
         }
         let tools = &self.rules.config().tools;

@@ -6,6 +6,7 @@
 //! [`RequestContext`] instead of six or seven arguments.
 
 use super::head;
+use super::in_force::Views;
 use super::mirror::Mirror;
 use super::{LiveSession, Server};
 use crate::state::persist::StateError;
@@ -56,6 +57,8 @@ pub(super) struct RequestContext<'a> {
     pub slot: &'a mut Slot,
     pub mirror: &'a Mirror,
     pub facts: RequestFacts,
+    /// How the session's view of its prunes is brought up to date.
+    pub views: Views,
     /// Tokens of dcp's head, once counted (the server's, shared by its sessions).
     head: &'a mut Option<u64>,
 }
@@ -90,6 +93,7 @@ impl Server {
             slot,
             mirror,
             facts,
+            views: self.views,
             head: &mut self.head,
         })
     }

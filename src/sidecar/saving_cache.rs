@@ -1,16 +1,35 @@
-//! The rewrite sizes of the prunes in force, kept between requests: what
-//! [`masking_candidates::approx_saving`] gives for a call, held while the message it sits in is
-//! unchanged. The policy weighs every request against the prunes in force, and sizing each
-//! one anew (its placeholder, its field edits) would cost the whole history on every request;
-//! with the sizes held, a request costs its new messages. An entry is dropped when its
-//! message leaves the mirror's kept prefix (an edit, a compaction, a resync) or its prune's
-//! action changes.
+//! What a rewrite removes ([`approx_saving`]: a call's field edits against its fields, in the
+//! unit of the mirror's sizes), and those sizes kept between requests for the calls the policy
+//! weighs again and again (the masking candidates), held while the message a call sits in is
+//! unchanged: sizing each one anew (its placeholder, its field edits) on every request would
+//! cost what waits on every request. An entry is dropped when its message leaves the mirror's
+//! kept prefix (an edit, a compaction, a resync) or its prune's action changes.
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::masking_candidates;
 use super::mirror::Mirror;
 use crate::state::Action;
+
+/// What the rewrite of the part at `at` by `action` removes, in the unit of the mirror's sizes
+/// (characters / 4), which the policy weighs it against: a prune's recorded tokens are the
+/// tokenizer's, and for dense text (code, CSV) they run well above characters / 4, so a rewrite
+/// would look cheaper than it is.
+pub(super) fn approx_saving(mirror: &Mirror, at: (usize, usize), action: &Action) -> u64 {
+    let Some(part) = mirror.messages().get(at.0).and_then(|m| m.parts.get(at.1)) else { return 0 };
+    let (mut before, mut after) = (0usize, 0usize);
+    for edit in crate::strategies::field_edits(part, action) {
+        let old = edit.path.iter().try_fold(part, |v, key| v.get(key.as_str()));
+        before += old.map_or(0, |v| chars(v.as_str()));
+        after += chars(edit.value.as_str());
+    }
+    (before.saturating_sub(after) as u64).div_ceil(4)
+}
+
+/// Bytes of a field as the mirror counts it: a string's length (or that of the string a slim
+/// marker stands for), 8 for anything else.
+fn chars(v: Option<&str>) -> usize {
+    v.map_or(8, crate::session::slim::bytes)
+}
 
 /// One call's rewrite size, and what it was computed from.
 #[derive(Debug)]
@@ -25,6 +44,9 @@ struct Entry {
 pub(super) struct SavingCache {
     seen: u64,
     entries: HashMap<String, Entry>,
+    /// No entry sits in a message from this one on: a resolve that kept them all drops none,
+    /// without looking at each.
+    past: usize,
 }
 
 impl SavingCache {
@@ -34,24 +56,26 @@ impl SavingCache {
         if mirror.generation() == self.seen {
             return;
         }
-        if mirror.generation() == self.seen + 1 {
-            let kept = mirror.kept();
-            self.entries.retain(|_, e| e.at.0 < kept);
-        } else {
+        let kept = mirror.kept();
+        if mirror.generation() != self.seen + 1 {
             self.entries.clear();
+        } else if kept < self.past {
+            self.entries.retain(|_, e| e.at.0 < kept);
         }
+        self.past = self.past.min(kept);
         self.seen = mirror.generation();
     }
 
-    /// [`masking_candidates::approx_saving`] of call `id` at `at` by `action`, from the
+    /// [`approx_saving`] of call `id` at `at` by `action`, from the
     /// cache when the part is unchanged since it was computed.
     pub fn approx_saving(&mut self, mirror: &Mirror, id: &str, at: (usize, usize), action: &Action) -> u64 {
         self.sync(mirror);
         if let Some(e) = self.entries.get(id).filter(|e| e.at == at && e.action == *action) {
             return e.tokens;
         }
-        let tokens = masking_candidates::approx_saving(mirror, at, action);
+        let tokens = approx_saving(mirror, at, action);
         self.entries.insert(id.to_string(), Entry { at, action: action.clone(), tokens });
+        self.past = self.past.max(at.0 + 1);
         tokens
     }
 }
@@ -90,7 +114,7 @@ mod tests {
             for (pi, part) in message.parts.iter().enumerate() {
                 let Some(id) = part.get("callID").and_then(Node::as_str) else { continue };
                 let action = action_for(mi, pi);
-                let expected = masking_candidates::approx_saving(mirror, (mi, pi), &action);
+                let expected = approx_saving(mirror, (mi, pi), &action);
                 assert_eq!(cache.approx_saving(mirror, id, (mi, pi), &action), expected, "step {step}: {id}");
                 nonzero += usize::from(expected > 0);
             }

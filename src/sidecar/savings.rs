@@ -7,6 +7,7 @@
 
 use rustc_hash::FxHashSet as HashSet;
 
+use super::in_force::{InForce, Views};
 use super::mirror::Mirror;
 use super::protocol::Transformed;
 use super::request::RequestContext;
@@ -36,6 +37,9 @@ pub(super) struct Meter {
     applied: HashSet<String>,
     blocks: HashSet<u32>,
     revision: u64,
+    /// The slot's resets and the length of its changes at the last look (see
+    /// [`Slot::changes`]).
+    changes: Option<(u64, usize)>,
     /// The newest compaction the last request's history had.
     compaction: i64,
 }
@@ -51,15 +55,17 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let added = appended + head + if offered { tags(rules, slot, messages) } else { 0 };
     let index = &session.index;
     let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
-    let in_force = removed(index, slot, &ranges, messages.len());
+    session.in_force.update(slot, index, mirror, cx.views);
+    let in_force = removed(&session.in_force, slot, &ranges, messages.len());
     let meter = &mut session.savings;
     let history = history_tokens(&mut meter.messages, mirror, &mut slot.tokens);
     // A rewrite changes what was sent before from its first changed message on; what is in
     // front of it, as it was sent, stays cached.
-    let first = first_applied_now(meter, index, slot, &ranges);
+    let first = first_applied_now(meter, index, slot, &ranges, cx.views);
     let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
+    let in_force_view = &session.in_force;
     let rewritten =
-        first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(index, slot, &ranges, f)));
+        first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(in_force_view, slot, &ranges, f)));
     let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
     let mark = match (compacted, rewritten.is_some()) {
         (true, _) => Mark::Compaction,
@@ -89,20 +95,16 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
 
 /// Tokens the prunes and the ranges in force (`ranges`, their spans in this request's
 /// history) take out of the first `upto` messages of it.
-fn removed(index: &Index, slot: &Slot, ranges: &[Span], upto: usize) -> u64 {
+fn removed(in_force: &InForce, slot: &Slot, ranges: &[Span], upto: usize) -> u64 {
     // A pruned call inside a compressed range is gone with the range: counted once.
-    let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
-    let in_history = |id: &str| index.position(id).is_some_and(|at| at.0 < upto && outside(at.0));
-    let calls = slot.state.pruned.iter().filter(|(id, r)| r.applied && in_history(id));
-    let ranges = ranges.iter().filter(|s| s.to < upto);
-    calls.map(|(_, r)| r.tokens).sum::<u64>()
-        + ranges.map(|s| slot.state.blocks.by_id[&s.block].net_tokens()).sum::<u64>()
+    let calls = in_force.tokens(upto, ranges);
+    calls + ranges.iter().filter(|s| s.to < upto).map(|s| slot.state.blocks.by_id[&s.block].net_tokens()).sum::<u64>()
 }
 
 /// The first message of the history that a prune or range put in force since the last request
 /// changed, if one did. The first request a process answers takes what is in force as it
 /// finds it: those rewrites were sent before.
-fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Span]) -> Option<usize> {
+fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Span], views: Views) -> Option<usize> {
     if slot.revision() == meter.revision && meter.offered.is_some() {
         return None;
     }
@@ -110,13 +112,24 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     meter.revision = slot.revision();
     let mut first: Option<usize> = None;
     let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
-    for (id, _) in slot.state.pruned.iter().filter(|(_, r)| r.applied) {
+    let mut note = |id: &String| {
         if !meter.applied.contains(id.as_str()) {
             meter.applied.insert(id.clone());
             if let Some(position) = index.position(id).filter(|_| seen) {
                 at(position.0);
             }
         }
+    };
+    // What was put in force since the last look is among the slot's changes since, unless
+    // the prunes were reset between: then every prune in force is looked at.
+    let changes = slot.changes();
+    let since =
+        meter.changes.filter(|&(resets, n)| views == Views::Kept && resets == slot.resets() && n <= changes.len());
+    meter.changes = Some((slot.resets(), changes.len()));
+    let pruned = &slot.state.pruned;
+    match since {
+        Some((_, n)) => changes[n..].iter().filter(|id| pruned.get(*id).is_some_and(|r| r.applied)).for_each(&mut note),
+        None => pruned.iter().filter(|(_, r)| r.applied).for_each(|(id, _)| note(id)),
     }
     for span in ranges {
         if meter.blocks.insert(span.block) && seen {

@@ -2,17 +2,21 @@
 //!
 //! A transform ([`Server::decide_request`], the per-request entry) records the automatic
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
-//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks (the message
-//! id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks ([`edits`](super::edits); the
+//! message id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
 //! when due) when what it names anew pays for it. A compaction's copy gets the edits in force.
-//! The per-request functions take the request's one [`RequestContext`].
+//! The per-request functions take the request's one [`RequestContext`]. The request's
+//! savings are counted after the answer is handed out, off the caller's path; the stages are
+//! timed in the debug log ([`super::laps`]).
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
+use super::edits::{answer_edits, edits_for};
+use super::laps::Laps;
 use super::mirror::Mirror;
 use super::protocol::{
-    Applied, Created, Edit, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
+    Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
@@ -22,28 +26,9 @@ use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::store::Slot;
-use crate::state::{PruneRecord, SessionState};
-use crate::strategies::{self, prunable};
+use crate::state::PruneRecord;
+use crate::strategies::prunable;
 use crate::texts;
-
-/// What the plugin holds of a session's edits: the number of the last answer whose edits
-/// it may keep, what they were computed from, and the calls they cover.
-#[derive(Debug, Default)]
-pub(super) struct EditsSent {
-    seq: u64,
-    basis: Option<EditsBasis>,
-    calls: HashSet<String>,
-    /// The messages whose id tags were sent (see [`ranges`]).
-    tags: usize,
-}
-
-/// What a set of edits was computed from: the slot's revision and resets, the messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EditsBasis {
-    revision: u64,
-    resets: u64,
-    messages: usize,
-}
 
 /// Who is handed a transform's answer as soon as it is decided (see
 /// [`Server::transform_answering`]).
@@ -94,23 +79,54 @@ impl Server {
         facts.context_limit = p.context_limit;
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
+        let mut laps = Laps::start();
         let mut mirror = std::mem::take(&mut session.mirror);
-        let result = match mirror.resolve(p.base, p.messages) {
+        let decided = match mirror.resolve(p.base, p.messages) {
             Ok(_) => {
+                laps.lap("resolve");
                 count_unpruned(session, &mirror, &facts);
                 self.decide_request(session, &sid, &mirror, facts)
             }
             Err(e) => Err(e),
         };
-        answered(&result);
-        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
-            if let Ok(mut cx) = self.request_context(session, &sid, &mirror, facts) {
-                savings::record(&mut cx, answer);
-            }
+        laps.lap("decide");
+        let (result, changed) = match decided {
+            Ok((answer, changed)) => (Ok(answer), changed),
+            Err(e) => (Err(e), Changed::No),
+        };
+        // The save is handed out before the answer: a proxy that sends the next request at
+        // once then finds its outcome as it did (its write merged, or not).
+        if changed == Changed::Yes {
+            self.save(session, &sid);
         }
+        laps.lap("save");
+        answered(&result);
+        laps.lap("answered");
+        self.after_answer(session, &sid, &mirror, facts, &result, &mut laps);
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result
+    }
+
+    /// What follows a request's answer, off the caller's path: the request's savings.
+    fn after_answer(
+        &mut self,
+        session: &mut LiveSession,
+        sid: &str,
+        mirror: &Mirror,
+        facts: RequestFacts,
+        result: &Result<Transformed, RpcError>,
+        laps: &mut Laps,
+    ) {
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
+            if let Ok(mut cx) = self.request_context(session, sid, mirror, facts) {
+                savings::record(&mut cx, answer);
+            }
+        }
+        laps.lap("savings");
+        if laps.on() {
+            tracing::debug!(session = sid, "transform {laps}");
+        }
     }
 
     /// The summariser sees the history as the model does, but this is no request: no
@@ -126,7 +142,7 @@ impl Server {
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let edits = edits_for(messages, position, &slot.state, &mut HashSet::default());
+        let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         Ok(Transformed {
             seq: None,
@@ -139,25 +155,22 @@ impl Server {
     }
 
     /// Decides what the model sees for one request of session `sid`: records the automatic
-    /// strategies' decisions, applies what the policy allows, and lists what the agent may prune.
+    /// strategies' decisions, applies what the policy allows, and lists what the agent may
+    /// prune. Says whether the session's state changed, which a save must then write.
     fn decide_request(
         &mut self,
         session: &mut LiveSession,
         sid: &str,
         mirror: &Mirror,
         facts: RequestFacts,
-    ) -> Result<Transformed, RpcError> {
+    ) -> Result<(Transformed, Changed), RpcError> {
         if self.skips(Some(session)) {
-            return Ok(Transformed::unchanged());
+            return Ok((Transformed::unchanged(), Changed::No));
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
-        let (answer, changed) = answer_request(&mut cx, observed.compacted);
-        if changed == Changed::Yes {
-            self.save(session, sid);
-        }
-        Ok(answer)
+        Ok(answer_request(&mut cx, observed.compacted))
     }
 }
 
@@ -172,6 +185,7 @@ enum Changed {
 /// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
+    let mut laps = Laps::start();
     if cx.slot.state.session_name.is_none() {
         cx.slot.state.session_name = cx.session.title.clone();
     }
@@ -188,16 +202,23 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
             recorded_now.push(d.call_id);
         }
     }
-    let in_force = masking_candidates::in_force(cx);
+    laps.lap("decisions");
+    let session = &mut *cx.session;
+    session.in_force.update(cx.slot, &session.index, cx.mirror, cx.views);
+    let in_force = session.in_force.approx();
+    laps.lap("in_force");
     let applied_now = apply_pending(cx);
+    laps.lap("apply");
     let changed = compacted || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
+    laps.lap("edits");
     let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
+    laps.lap("tail");
     let balance = policy::Request {
         cold: cx.facts.gap_went_cold,
         in_force,
@@ -214,6 +235,10 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         cx.slot.mark_changed();
     }
     let answer = Transformed { seq: Some(seq), edits, replace, append, notify, applied };
+    laps.lap("notify");
+    if laps.on() {
+        tracing::debug!(session = cx.sid, "answer {laps}");
+    }
     (answer, if changed { Changed::Yes } else { Changed::No })
 }
 
@@ -305,17 +330,16 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
     let masking = masking_candidates::mask_pending(cx, &tails);
-    let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &*cx.session, &cx.facts);
-    let index = &session.index;
-    let mut pending: Vec<((usize, usize), Target, policy::Pending)> = slot
-        .state
-        .pruned
-        .iter()
-        .filter(|(_, r)| !r.applied)
-        .filter_map(|(id, r)| {
-            let at = index.position(id)?;
-            let tokens = masking_candidates::approx_saving(mirror, at, &r.action);
-            Some((at, Target::Call(id.clone()), policy::Pending { tokens, tail: tails[at.0], ..Default::default() }))
+    let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
+    let (index, sizes) = (&session.index, &mut session.sizes);
+    let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
+        .in_force
+        .waiting()
+        .filter_map(|id| {
+            let (at, record) = (index.position(id)?, slot.state.pruned.get(id)?);
+            let tokens = sizes.approx_saving(mirror, id, at, &record.action);
+            let pending = policy::Pending { tokens, tail: tails[at.0], ..Default::default() };
+            Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
     let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
@@ -352,9 +376,7 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
             applied.calls.push(id.clone());
         }
         Target::Call(id) => {
-            if let Some(r) = slot.state.pruned.get_mut(id) {
-                r.applied = true;
-            }
+            slot.apply(id);
             applied.calls.push(id.clone());
         }
         Target::Block(id) => {
@@ -387,37 +409,6 @@ struct AppliedNow {
     /// Tokens the rewrites remove, and the tail of the prompt they re-bill.
     tokens: u64,
     tail: u64,
-}
-
-/// The edits of this answer, and its number. The plugin keeps the edits of the last answer
-/// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
-/// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
-fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
-    let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
-    let messages = mirror.messages();
-    let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
-    let sent = &mut session.edits;
-    let follows =
-        have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
-    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
-    let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
-    let new_tags = tags_from < messages.len();
-    if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
-        return (sent.seq, Edits::Same);
-    }
-    if !follows {
-        sent.calls.clear();
-    }
-    let index = &session.index;
-    let mut edits = edits_for(messages, |id| index.position(id), &slot.state, &mut sent.calls);
-    if tags.is_some() {
-        edits.extend(ranges::tag_edits(messages, tags_from));
-        sent.tags = messages.len();
-    }
-    sent.seq += 1;
-    sent.basis = Some(basis);
-    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
 }
 
 /// The notification of this request's prunes, at the configured level: the rewrites applied
@@ -466,35 +457,4 @@ fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic
         synthetic: true,
     };
     Synthetic { info, parts: vec![part] }
-}
-
-/// The edits that bring `messages` to what the model should see, for every applied prune
-/// whose call is not in `sent` yet; `sent` gains them. With an empty `sent`, every prune in
-/// force. `position` finds a call's message and part. Edits come in history order.
-fn edits_for(
-    messages: &[Message],
-    position: impl Fn(&str) -> Option<(usize, usize)>,
-    state: &SessionState,
-    sent: &mut HashSet<String>,
-) -> Vec<Edit> {
-    let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
-    for (id, record) in state.pruned.iter().filter(|(_, r)| r.applied) {
-        if sent.contains(id.as_str()) {
-            continue;
-        }
-        // A prune of a call not in the history has no edit; it is not looked for again.
-        sent.insert(id.clone());
-        if let Some(at) = position(id) {
-            new.push((at, id, record));
-        }
-    }
-    new.sort_unstable_by_key(|(at, _, _)| *at);
-    let mut edits = Vec::new();
-    for ((m, p), _, record) in new {
-        let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
-        for e in strategies::field_edits(part, &record.action) {
-            edits.push(Edit { m, p, path: e.path, value: Some(e.value), append: None });
-        }
-    }
-    edits
 }

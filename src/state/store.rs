@@ -54,6 +54,7 @@ pub struct Slot {
     journal: Vec<(String, PruneRecord)>,
     /// Call ids recorded since the sidecar last took them ([`Slot::take_recorded`]).
     recorded: Vec<String>,
+    changes: Vec<String>, // See `Slot::changes`.
     /// The version of the file `state` was last synced with.
     stamp: Option<Stamp>,
     /// The number of save jobs handed out, and of those whose outcome was taken in.
@@ -89,6 +90,22 @@ impl Slot {
     fn mark_rewrites_reset(&mut self) {
         self.revision += 1;
         self.resets += 1;
+        self.changes.clear();
+    }
+
+    /// The call ids whose prune was recorded or put in force since the last reset, oldest
+    /// first: a view of the prunes kept across requests reads past what it read. Every change
+    /// to `state.pruned` but a reset goes through [`Slot::record`] and [`Slot::apply`].
+    pub fn changes(&self) -> &[String] {
+        &self.changes
+    }
+
+    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
+    pub fn apply(&mut self, call_id: &str) {
+        if let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) {
+            record.applied = true;
+            self.changes.push(call_id.to_string());
+        }
     }
 
     /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.
@@ -102,6 +119,7 @@ impl Slot {
         }
         self.journal.push((call_id.to_string(), record));
         self.recorded.push(call_id.to_string());
+        self.changes.push(call_id.to_string());
         self.dirty = true;
         true
     }
@@ -341,6 +359,7 @@ impl SessionStore {
                 resets: 0,
                 journal: Vec::new(),
                 recorded: Vec::new(),
+                changes: Vec::new(),
                 stamp,
                 handed: 0,
                 absorbed: 0,

@@ -107,6 +107,12 @@ pub struct Index {
     /// material now ([`masking::working`]).
     masking: Vec<MaskCandidate>,
     ready: Vec<MaskCandidate>,
+    /// Masking's decision on each call looked at as a rider ([`Index::mask_riders`]), made
+    /// once: a call's part does not change while the index holds it.
+    riders: HashMap<usize, Option<MaskCandidate>>,
+    /// The calls found pruned, by call: a prune is dropped only when the prunes are reset,
+    /// which rebuilds the index.
+    pruned: Vec<bool>,
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
     last_edit: HashMap<String, usize>,
@@ -330,15 +336,26 @@ impl Index {
     ) -> Vec<MaskCandidate> {
         self.advance_window(rules);
         let mut riders = Vec::new();
+        self.pruned.resize(self.calls.len(), false);
         for at in self.window.start..self.deep.start {
-            let Some(view) = view(&self.calls, messages, at) else { continue };
-            if state.pruned.contains_key(view.call_id) || self.working(at, rules) {
+            if self.pruned[at] {
                 continue;
             }
-            if let Some(d) = masking::prune(&view, rules, counter) {
-                let facts = &self.calls[at].facts;
-                let volatile = d.record.action == Action::Mask && masking::volatile(&facts.tool, self.superseded(at));
-                riders.push(MaskCandidate { volatile, ..MaskCandidate::of(at, &d) });
+            let Some(view) = view(&self.calls, messages, at) else { continue };
+            if state.pruned.contains_key(view.call_id) {
+                self.pruned[at] = true;
+                continue;
+            }
+            if self.working(at, rules) {
+                continue;
+            }
+            let decided = *self
+                .riders
+                .entry(at)
+                .or_insert_with(|| masking::prune(&view, rules, counter).map(|d| MaskCandidate::of(at, &d)));
+            if let Some(c) = decided {
+                let volatile = !c.inputs && masking::volatile(&self.calls[at].facts.tool, self.superseded(at));
+                riders.push(MaskCandidate { volatile, ..c });
             }
         }
         riders
@@ -384,6 +401,11 @@ impl Index {
     pub fn position(&self, call_id: &str) -> Option<(usize, usize)> {
         let call = &self.calls[*self.by_call_id.get(call_id)?];
         Some((call.message, call.facts.part))
+    }
+
+    /// The id of the `at`-th tool call of the history.
+    pub fn call_id(&self, at: usize) -> Option<&str> {
+        self.calls.get(at).map(|c| c.facts.call_id.as_str())
     }
 
     /// How many tool calls the history holds.

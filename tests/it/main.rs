@@ -42,3 +42,4 @@ mod stream;
 mod stripped;
 mod support;
 mod tokens;
+mod views;

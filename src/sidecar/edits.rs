@@ -1,0 +1,111 @@
+//! The edits of an answer: what the plugin (or the proxy's engine) holds of a session's
+//! edits, and what an answer sends of them. The plugin keeps the edits of the last answer it
+//! got; an answer that follows it sends only the edits of the prunes put in force since (read
+//! from the slot's changes, [`crate::state::store::Slot::changes`]), or none, and any other
+//! sends every edit in force. The message id tags ([`ranges`]) are sent once per message.
+
+use rustc_hash::FxHashSet as HashSet;
+
+use super::in_force::Views;
+use super::protocol::{Edit, Edits};
+use super::ranges;
+use super::request::RequestContext;
+use crate::session::Message;
+use crate::state::PruneRecord;
+use crate::strategies;
+
+/// What the plugin holds of a session's edits: the number of the last answer whose edits
+/// it may keep, what they were computed from, and the calls they cover.
+#[derive(Debug, Default)]
+pub(super) struct EditsSent {
+    seq: u64,
+    basis: Option<EditsBasis>,
+    calls: HashSet<String>,
+    /// The length of the slot's changes ([`crate::state::store::Slot::changes`]) when they were computed: what
+    /// came after is what may add edits.
+    changes: usize,
+    /// The messages whose id tags were sent (see [`ranges`]).
+    tags: usize,
+}
+
+/// What a set of edits was computed from: the slot's revision and resets, the messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EditsBasis {
+    revision: u64,
+    resets: u64,
+    messages: usize,
+}
+
+/// The edits of this answer, and its number. The plugin keeps the edits of the last answer
+/// it got. If it has those of the last answer sent, no prune was dropped since and the
+/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
+/// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
+pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
+    let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
+    let messages = mirror.messages();
+    let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
+    let sent = &mut session.edits;
+    let follows =
+        have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
+    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
+    let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
+    let new_tags = tags_from < messages.len();
+    if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
+        return (sent.seq, Edits::Same);
+    }
+    if !follows {
+        sent.calls.clear();
+    }
+    let index = &session.index;
+    let position = |id: &str| index.position(id);
+    // Following the last answer, only what was put in force since can add edits.
+    let (pruned, changes) = (&slot.state.pruned, slot.changes());
+    let since = (follows && cx.views == Views::Kept).then_some(sent.changes).filter(|&n| n <= changes.len());
+    let mut edits = match since {
+        Some(n) => {
+            let changed = changes[n..].iter().filter_map(|id| pruned.get_key_value(id.as_str()));
+            edits_for(messages, position, changed, &mut sent.calls)
+        }
+        None => edits_for(messages, position, pruned.iter(), &mut sent.calls),
+    };
+    sent.changes = changes.len();
+    if tags.is_some() {
+        edits.extend(ranges::tag_edits(messages, tags_from));
+        sent.tags = messages.len();
+    }
+    sent.seq += 1;
+    sent.basis = Some(basis);
+    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
+}
+
+/// The edits that bring `messages` to what the model should see, for every applied prune of
+/// `prunes` whose call is not in `sent` yet; `sent` gains them. With an empty `sent` and every
+/// prune, every prune in force. `position` finds a call's message and part. Edits come in
+/// history order.
+pub(super) fn edits_for<'a>(
+    messages: &[Message],
+    position: impl Fn(&str) -> Option<(usize, usize)>,
+    prunes: impl Iterator<Item = (&'a String, &'a PruneRecord)>,
+    sent: &mut HashSet<String>,
+) -> Vec<Edit> {
+    let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
+    for (id, record) in prunes.filter(|(_, r)| r.applied) {
+        if sent.contains(id.as_str()) {
+            continue;
+        }
+        // A prune of a call not in the history has no edit; it is not looked for again.
+        sent.insert(id.clone());
+        if let Some(at) = position(id) {
+            new.push((at, id, record));
+        }
+    }
+    new.sort_unstable_by_key(|(at, _, _)| *at);
+    let mut edits = Vec::new();
+    for ((m, p), _, record) in new {
+        let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
+        for e in strategies::field_edits(part, &record.action) {
+            edits.push(Edit { m, p, path: e.path, value: Some(e.value), append: None });
+        }
+    }
+    edits
+}

@@ -1,0 +1,164 @@
+//! A session's prunes as each request reads them, kept between requests: those in force
+//! (applied, of calls in the history), with what each one's rewrite removes, and the ids of
+//! those waiting for the policy. The policy weighs every request against the prunes in force,
+//! the savings count what they take out, and the policy looks at every waiting one; finding
+//! each prune's call by its id and sizing its rewrite anew would cost every prune of the
+//! session on every request. The view reads only what changed since it last looked: the calls
+//! new to the index, and the prunes recorded or put in force since ([`Slot::changes`]). It
+//! reads every prune again when what it read may have changed: the prunes were reset (a
+//! compaction, another process's file merged in), the index was rebuilt, or the mirror's
+//! messages changed before the end of what it had read (an edit, a resync, a resolve it did
+//! not see).
+
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::mirror::Mirror;
+use super::saving_cache;
+use crate::state::store::Slot;
+use crate::state::PruneRecord;
+use crate::strategies::compress::Span;
+use crate::strategies::incremental::Index;
+
+/// How a view of the prunes is brought up to date: from what changed since it last looked,
+/// or from every prune again (what each request did before the view was kept; the
+/// differential tests compare the two).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Views {
+    #[default]
+    Kept,
+    Rebuilt,
+}
+
+/// What the view was last brought up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Basis {
+    resets: u64,
+    rebuilds: u64,
+    generation: u64,
+    messages: usize,
+    calls: usize,
+    changes: usize,
+}
+
+/// A prune in force: the message of its call, what its rewrite removes in the unit of the
+/// mirror's sizes ([`saving_cache::approx_saving`]), and its recorded tokens.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    message: usize,
+    approx: u64,
+    tokens: u64,
+}
+
+/// The prunes of one session, as of [`InForce::update`].
+#[derive(Debug, Default)]
+pub(super) struct InForce {
+    basis: Option<Basis>,
+    members: HashMap<String, Member>,
+    approx: u64,
+    tokens: u64,
+    waiting: BTreeSet<String>,
+}
+
+impl InForce {
+    /// Brings the view up to `slot`'s prunes over `index`'s calls in `mirror`'s history.
+    pub fn update(&mut self, slot: &Slot, index: &Index, mirror: &Mirror, views: Views) {
+        let now = Basis {
+            resets: slot.resets(),
+            rebuilds: index.rebuilds(),
+            generation: mirror.generation(),
+            messages: mirror.messages().len(),
+            calls: index.calls(),
+            changes: slot.changes().len(),
+        };
+        match self.basis.filter(|_| views == Views::Kept) {
+            Some(before) if before == now => return,
+            Some(before) if follows(before, now, mirror) => self.advance(before, slot, index, mirror),
+            _ => self.rebuild(slot, index, mirror),
+        }
+        self.basis = Some(now);
+    }
+
+    /// What the prunes in force remove, in the unit of the mirror's sizes.
+    pub fn approx(&self) -> u64 {
+        self.approx
+    }
+
+    /// The recorded tokens of the prunes in force whose calls are in the first `upto` messages
+    /// and outside `ranges`.
+    pub fn tokens(&self, upto: usize, ranges: &[Span]) -> u64 {
+        let read = self.basis.map_or(0, |b| b.messages);
+        if ranges.is_empty() && upto >= read {
+            return self.tokens;
+        }
+        let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
+        self.members.values().filter(|m| m.message < upto && outside(m.message)).map(|m| m.tokens).sum()
+    }
+
+    /// The ids of the prunes waiting for the policy, in id order.
+    pub fn waiting(&self) -> impl Iterator<Item = &str> {
+        self.waiting.iter().map(String::as_str)
+    }
+
+    /// Takes in the calls new to the index and the prunes changed since `before`.
+    fn advance(&mut self, before: Basis, slot: &Slot, index: &Index, mirror: &Mirror) {
+        let pruned = &slot.state.pruned;
+        for at in before.calls..index.calls() {
+            let Some(id) = index.call_id(at) else { continue };
+            if let Some(record) = pruned.get(id).filter(|r| r.applied) {
+                self.put(id, record, index, mirror);
+            }
+        }
+        for id in &slot.changes()[before.changes..] {
+            match pruned.get(id) {
+                Some(record) if record.applied => {
+                    self.waiting.remove(id);
+                    self.put(id, record, index, mirror);
+                }
+                Some(_) => {
+                    self.waiting.insert(id.clone());
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Reads every prune of `slot` again.
+    fn rebuild(&mut self, slot: &Slot, index: &Index, mirror: &Mirror) {
+        *self = InForce::default();
+        for (id, record) in &slot.state.pruned {
+            if record.applied {
+                self.put(id, record, index, mirror);
+            } else {
+                self.waiting.insert(id.clone());
+            }
+        }
+    }
+
+    /// Counts the prune in force of call `id`, if its call is in the history (where the
+    /// index finds the id now: the latest call of that id).
+    fn put(&mut self, id: &str, record: &PruneRecord, index: &Index, mirror: &Mirror) {
+        let Some(at) = index.position(id) else { return };
+        let approx = saving_cache::approx_saving(mirror, at, &record.action);
+        let member = Member { message: at.0, approx, tokens: record.tokens };
+        if let Some(old) = self.members.insert(id.to_string(), member) {
+            self.approx -= old.approx;
+            self.tokens -= old.tokens;
+        }
+        self.approx += member.approx;
+        self.tokens += member.tokens;
+    }
+}
+
+/// Whether a view brought up to `before` still holds for what it read, at `now`: no reset, no
+/// rebuild, and every message it read unchanged.
+fn follows(before: Basis, now: Basis, mirror: &Mirror) -> bool {
+    let same_messages = before.generation == now.generation
+        || (before.generation + 1 == now.generation && mirror.kept() >= before.messages);
+    before.resets == now.resets
+        && before.rebuilds == now.rebuilds
+        && before.changes <= now.changes
+        && before.calls <= now.calls
+        && same_messages
+}
