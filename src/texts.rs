@@ -14,46 +14,29 @@ use crate::format;
 use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
 
-/// Added to the system prompt when an agent tool is enabled: when to call the tools, in as
-/// few words as say it (it is in every request of a session; what each tool does and how to
-/// name what it takes is in its description). Constant for a given config, so the prompt
-/// prefix stays byte-stable.
-pub fn system(tools: &Tools) -> String {
-    let names: Vec<&str> = [
-        (tools.discard.enabled, "`discard`"),
-        (tools.extract.enabled, "`extract`"),
-        (tools.compress.enabled, "`compress`"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect();
-    format!(
-        "Keep your context small: call {} beside your next tool call for what you will not need again.",
-        names.join(", ")
-    )
-}
-
-/// The agent tools' descriptions: one line each, for they are in every request.
+/// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
+/// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
+/// one clear sentence and as few tokens as say it, for they are in every request.
 pub const DISCARD_DESCRIPTION: &str =
-    "Drop tool outputs you no longer need. ids: tool call ids, or ids from <prunable-tools>.";
+    "Drop tool outputs you no longer need (tool call or <prunable-tools> ids), alongside your next tool call.";
 
-pub const EXTRACT_DESCRIPTION: &str =
-    "Replace tool outputs with your short distillations: distillation[i] for ids[i] (as for discard).";
+pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
 
-pub const COMPRESS_DESCRIPTION: &str = "Replace a finished range of messages with your summary of what you still \
-need. startId, endId: tool call ids (or m12, b1 tags) in its first and last messages.";
+pub const COMPRESS_DESCRIPTION: &str =
+    "Replace finished messages from..to (tool call ids or m12/b1 tags) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
 /// schema per argument; OpenCode marks each required). As small as the tools allow: they are
 /// in every request. The tools read more forms than these (`crate::strategies::compress`'s
-/// `content` list of ranges and `topic`, discard's `reason`), for models that use them.
+/// `startId` and `endId`, its `content` list of ranges and `topic`, discard's `reason`), for
+/// models that use them.
 pub fn tool_args() -> serde_json::Value {
     let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
     let string = serde_json::json!({"type": "string"});
     serde_json::json!({
         "discard": {"ids": strings},
         "extract": {"ids": strings, "distillation": strings},
-        "compress": {"startId": string, "endId": string, "summary": string},
+        "compress": {"from": string, "to": string, "summary": string},
     })
 }
 
@@ -66,7 +49,7 @@ pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value) 
         .to_string()
 }
 
-/// The definitions of the agent tools `tools` enables ([`tool_definition`]).
+/// The definitions of the agent tools `tools` enables ([`tool_definition`]): dcp's head.
 pub fn tool_definitions(tools: &Tools) -> Vec<String> {
     let args = tool_args();
     [
@@ -313,15 +296,20 @@ mod tests {
     use crate::state::Action;
 
     #[test]
-    fn the_head_with_every_tool_stays_under_280_tokens() {
-        // The instructions and the three tools' definitions as a provider is sent them: they
-        // are in every request of a session offered the tools.
-        let counter = crate::tokens::TokenCounter::new(crate::tokens::EstimatorChoice::Auto);
-        let tools = Tools::default();
-        let definitions: u64 = tool_definitions(&tools).iter().map(|d| counter.count(d)).sum();
-        let head = definitions + counter.count(&system(&tools));
-        assert!(head < 280, "the head is {head} tokens");
-        assert!(system(&tools).contains("call `discard`, `extract`, `compress` beside"), "{}", system(&tools));
+    fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
+        // The descriptions are the only instructions the model has: each says what to pass.
+        let described = [
+            (DISCARD_DESCRIPTION, "ids", "alongside your next tool call"),
+            (EXTRACT_DESCRIPTION, "distillation[i]", "ids[i]"),
+            (COMPRESS_DESCRIPTION, "from..to", "summary"),
+        ];
+        for (description, takes, also) in described {
+            assert!(description.contains(takes) && description.contains(also), "{description}");
+            assert_eq!(description.matches(". ").count(), 0, "one sentence: {description}");
+            assert!(description.ends_with('.'), "{description}");
+        }
+        let args = tool_args();
+        assert_eq!(args["compress"].as_object().unwrap().keys().collect::<Vec<_>>(), ["from", "to", "summary"]);
     }
 
     fn record(strategy: Strategy, tokens: u64) -> PruneRecord {
@@ -424,7 +412,7 @@ pub mod refusals {
     pub fn many_calls(name: &str, calls: usize) -> String {
         format!("{name}: names {calls} calls; name one call per distillation")
     }
-    pub const NO_RANGES: &str = "No ranges were given: pass content: [{startId, endId, summary}].";
+    pub const NO_RANGES: &str = "No ranges were given: pass from, to and summary.";
     /// How a compress answer names range `n` (from 0) of `of`.
     pub fn range_label(n: usize, of: usize) -> String {
         if of == 1 {
@@ -438,9 +426,11 @@ pub mod refusals {
     }
     pub const EMPTY_SUMMARY: &str = "the summary is empty";
     pub const EMPTY_HISTORY: &str = "the history is empty";
-    /// A range whose `startId` or `endId` (`which`) is missing.
+    /// A range whose `startId` or `endId` (`which`) is missing: named as its start or end,
+    /// whichever argument names the agent used.
     pub fn no_range_end(which: &str) -> String {
-        format!("no {which} id")
+        let end = which.strip_suffix("Id").unwrap_or(which);
+        format!("no {end} id")
     }
     pub fn not_a_message_id(raw: &str) -> String {
         format!("{raw:?} is not a message id (m1) or a block id (b1)")

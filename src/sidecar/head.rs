@@ -1,13 +1,13 @@
 //! `system` and `turn`: what dcp adds in front of a session's prompt, and from when.
 //!
-//! dcp's head is its instructions (added to the system prompt) and its agent tools'
-//! definitions, both as short as keeps the tools usable ([`crate::texts::system`],
-//! [`crate::texts::tool_definitions`]). Both sit before the whole history, so adding them to
-//! a session whose cache is warm re-bills its cached prompt, and once there they cost a cached
-//! read on every request. By default (`tools.settings.offer = "always"`) a session has them
+//! dcp's head is its agent tools' definitions alone, as short as keeps the tools usable
+//! ([`crate::texts::tool_definitions`]): what would be instructions in the system prompt is
+//! folded into the tools' descriptions, so `system` adds no line. The head sits before the
+//! whole history, so adding it to a session whose cache is warm re-bills its cached prompt,
+//! and once there it costs a cached read on every request. By default (`tools.settings.offer = "always"`) a session has them
 //! from its first request, whose cache is cold anyway. With `"paid"` a session is offered them
 //! only from the first user turn on a cold cache at which its ledger has banked that cost
-//! (`crate::policy::offer`); until then its requests carry neither the head, nor the
+//! (`crate::policy::offer`); until then its requests carry neither the tools, nor the
 //! `<prunable-tools>` list, nor the message id tags. OpenCode decides a turn's tools when its
 //! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
 //! to leave dcp's out.
@@ -16,7 +16,6 @@ use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
 use super::{now_ms, validate_session_id, LiveSession, Server};
 use crate::config::Offer;
 use crate::policy;
-use crate::state::Ledger;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
@@ -29,23 +28,17 @@ pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
 }
 
 impl Server {
+    /// A request's system prompt is being built. dcp adds no line to it (the tools'
+    /// descriptions say when to call them); the call still sees the session first, so its
+    /// title and ledger are at hand before its first `transform`.
     pub(super) fn system(&mut self, p: SessionParams) -> System {
-        let offered = match p.session_id.as_deref() {
-            Some(sid) => self.with_session(sid, |server, session| {
+        if let Some(sid) = p.session_id.as_deref() {
+            self.with_session(sid, |server, session| {
                 server.look_up_session(session, sid);
                 server.resume_ledger(session, sid);
-                !server.skips(Some(session)) && offered(&server.rules, session)
-            }),
-            // No session to judge by: as before there were sessions without the head.
-            None => offered(
-                &self.rules,
-                &LiveSession { ledger: Ledger { offered: true, ..Ledger::default() }, ..LiveSession::default() },
-            ),
-        };
-        if !self.rules.config().enabled || !offered {
-            return System { system: Vec::new() };
+            });
         }
-        System { system: vec![texts::system(&self.rules.config().tools)] }
+        System { system: Vec::new() }
     }
 
     /// A user turn starts: whether its requests carry dcp's head. A session not offered it
@@ -98,15 +91,40 @@ impl Server {
     }
 }
 
-/// Tokens of dcp's head: its instructions and its tools' definitions as a provider is sent
-/// them ([`texts::tool_definitions`]). Counted once.
+/// Tokens of dcp's head: its tools' definitions as a provider is sent them
+/// ([`texts::tool_definitions`]). Counted once.
 pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCounter) -> u64 {
-    let tools = &rules.config().tools;
-    *head.get_or_insert_with(|| {
-        let definitions = texts::tool_definitions(tools);
-        if definitions.is_empty() {
-            return 0;
-        }
-        definitions.iter().map(|d| counter.count(d)).sum::<u64>() + counter.count(&texts::system(tools))
-    })
+    *head.get_or_insert_with(|| texts::tool_definitions(&rules.config().tools).iter().map(|d| counter.count(d)).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::tokens::EstimatorChoice;
+
+    fn head_of(config: Config) -> u64 {
+        let rules = Rules::new(config).unwrap();
+        tokens(&mut None, &rules, &TokenCounter::new(EstimatorChoice::Auto))
+    }
+
+    #[test]
+    fn the_head_with_every_tool_stays_at_most_211_tokens() {
+        // The three tools' definitions are in every request of a session offered them: the
+        // head must not grow unnoticed (it was 268 tokens with its system line).
+        let head = head_of(Config::default());
+        assert!(head <= 211, "the head is {head} tokens");
+        assert!(head >= 150, "the head is {head} tokens: are the tools all defined?");
+    }
+
+    #[test]
+    fn the_head_counts_only_the_tools_enabled() {
+        let mut config = Config::default();
+        config.tools.compress.enabled = false;
+        let without_compress = head_of(config.clone());
+        assert!(without_compress < head_of(Config::default()) && without_compress > 0, "{without_compress}");
+        config.tools.discard.enabled = false;
+        config.tools.extract.enabled = false;
+        assert_eq!(head_of(config), 0);
+    }
 }

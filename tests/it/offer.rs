@@ -60,7 +60,7 @@ fn the_tools_come_at_a_cold_turn_once_the_bank_covers_them_and_stay() {
     // Cold (ten minutes later): the prompt is written again anyway; only the head costs.
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_660_000);
     assert!(offer, "a cold turn with the head paid for");
-    assert!(!system.as_array().unwrap().is_empty());
+    assert_eq!(system, json!([]), "the tools' descriptions are the instructions: no system line");
     assert!(tagged(&transformed), "the tags come with the head, on the request that re-bills anyway");
     let (offer, ..) = request(&mut sidecar, &sandbox, 1_790_000_720_000);
     assert!(offer, "once offered, the tools stay");
@@ -78,7 +78,9 @@ fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_o
     assert_eq!(init["args"]["discard"], json!({"ids": {"type": "array", "items": {"type": "string"}}}), "{init}");
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(offer, "the first turn has the tools");
-    assert!(system[0].as_str().unwrap().contains("call `discard`, `extract`, `compress` beside"), "{system}");
+    assert_eq!(system, json!([]), "the tools' descriptions are the instructions: no system line");
+    assert!(init["descriptions"]["discard"].as_str().unwrap().contains("alongside your next tool call"), "{init}");
+    assert_eq!(init["args"]["compress"]["from"], json!({"type": "string"}), "{init}");
     // The recorded session is far below `tagsFrom`: a range of it would free little.
     assert!(!tagged(&transformed), "no message id tags on a short history");
     sidecar.shutdown();
