@@ -110,8 +110,7 @@ pub struct Index {
     /// Masking's decision on each call looked at as a rider ([`Index::mask_riders`]), made
     /// once: a call's part does not change while the index holds it.
     riders: HashMap<usize, Option<MaskCandidate>>,
-    /// The calls found pruned, by call: a prune is dropped only when the prunes are reset,
-    /// which rebuilds the index.
+    /// The calls found pruned: a prune is dropped only by a reset, which rebuilds the index.
     pruned: Vec<bool>,
     /// The latest completed read of each file, and the latest completed edit or write.
     latest_read: HashMap<String, usize>,
