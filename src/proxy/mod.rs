@@ -120,6 +120,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
         let listener = listen(options.listen).map_err(|e| listen_error(options.listen, &e))?;
+        let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let shared = Arc::new(Shared {
@@ -131,7 +132,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
         tokio::select! {
             result = accept_loop(&listener, &shared) => result?,
-            () = interrupted() => {}
+            () = interrupted => {}
         }
         drop(shared);
         tokio::task::spawn_blocking(move || engine.stop()).await?;
@@ -179,19 +180,33 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(1024)
 }
 
-async fn interrupted() {
+/// Ctrl-C and SIGTERM, listened for from the moment this is called, not from the first poll:
+/// the proxy calls it before it says it listens, so a signal that comes while its first
+/// request is served (before the main task polls anything) stops it as one that comes later,
+/// saving every state, instead of killing it.
+fn interrupts() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        let (term, int) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            return;
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Accepts connections and serves each on its own task.

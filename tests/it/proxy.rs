@@ -305,8 +305,9 @@ fn a_body_that_is_not_json_reaches_the_upstream_as_it_came_and_is_logged_without
     let answer = post_bytes(proxy.port, "/v1/messages", body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(upstream.last_bytes(), body);
-    assert!(proxy.stop());
+    let stopped = proxy.stop();
     let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(stopped, "the proxy did not exit normally; its log:\n{log}");
     assert!(log.contains("sent on unpruned: the body is not JSON"), "{log}");
     assert!(!log.contains("secret plans") && !log.contains("sk-secret"), "{log}");
 }
@@ -347,4 +348,19 @@ fn dechunk(body: &str) -> String {
         rest = &tail[n + 2..];
     }
     out
+}
+
+#[test]
+fn a_sigterm_right_after_the_proxy_says_it_listens_stops_it_normally() {
+    // The proxy used to listen for SIGTERM only from its main task's first poll, after it
+    // said where it listens: a signal in between (CI saw one while the first request was
+    // served) killed it unsaved, and the exit was not a success.
+    let upstream = Recorder::start();
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let proxy = proxy_for(upstream.port, dir.path());
+        let stopped = proxy.stop();
+        let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+        assert!(stopped, "the proxy did not exit normally; its log:\n{log}");
+    }
 }
