@@ -6,8 +6,8 @@
 //! `super::conversation` finds), and the engine holds the last answer's edits so that the
 //! server sends only what changed of them. The server's answer reaches the request as a
 //! value, not as protocol text, as soon as the server has decided it
-//! ([`Server::transform_answering`]): counting the request's savings, which tokenizes its
-//! new messages, runs after, off the request's path. Between requests it counts tokens ahead
+//! ([`Server::transform_answering`]): the save of what it changed and counting the request's
+//! savings, which tokenizes its new messages, run after, off the request's path. Between requests it counts tokens ahead
 //! and hands out the saves that fall due, as the sidecar's line loop does. An error of the
 //! server drops what the engine remembers of that conversation; the caller then sends its
 //! next request whole.

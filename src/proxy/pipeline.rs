@@ -9,8 +9,9 @@
 //! the body's length under them. The body's last bytes wait for the engine. When the body
 //! it gives has that length and starts with every byte already sent, the rest is sent and
 //! the request completes, byte for byte the body the unpipelined path sends; otherwise the
-//! request is aborted (its connection dropped short of the declared length, so the
-//! upstream never sees it complete) and the whole body goes on a new one. A body that
+//! request is aborted (its connection dropped short of the declared length, or before its
+//! head when it was still connecting, so the upstream never sees it complete) and the whole
+//! body goes on a new one. A body that
 //! continues no known one, has no `Content-Length`, or any error takes the unpipelined
 //! path.
 

@@ -5,9 +5,9 @@
 //! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks ([`edits`](super::edits); the
 //! message id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
 //! when due) when what it names anew pays for it. A compaction's copy gets the edits in force.
-//! The per-request functions take the request's one [`RequestContext`]. The request's
-//! savings are counted after the answer is handed out, off the caller's path; the stages are
-//! timed in the debug log ([`super::laps`]).
+//! The per-request functions take the request's one [`RequestContext`]. What follows the
+//! answer (the save of what changed, the request's savings) runs after it is handed out, off
+//! the caller's path; the stages are timed in the debug log ([`super::laps`]).
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
@@ -94,30 +94,29 @@ impl Server {
             Ok((answer, changed)) => (Ok(answer), changed),
             Err(e) => (Err(e), Changed::No),
         };
-        // The save is handed out before the answer: a proxy that sends the next request at
-        // once then finds its outcome as it did (its write merged, or not).
-        if changed == Changed::Yes {
-            self.save(session, &sid);
-        }
-        laps.lap("save");
         answered(&result);
         laps.lap("answered");
-        self.after_answer(session, &sid, &mirror, facts, &result, &mut laps);
+        self.after_answer(session, &sid, &mirror, facts, (&result, changed), &mut laps);
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result
     }
 
-    /// What follows a request's answer, off the caller's path: the request's savings.
+    /// What follows a request's answer, off the caller's path: the save of what it changed,
+    /// and the request's savings.
     fn after_answer(
         &mut self,
         session: &mut LiveSession,
         sid: &str,
         mirror: &Mirror,
         facts: RequestFacts,
-        result: &Result<Transformed, RpcError>,
+        (result, changed): (&Result<Transformed, RpcError>, Changed),
         laps: &mut Laps,
     ) {
+        if changed == Changed::Yes {
+            self.save(session, sid);
+        }
+        laps.lap("save");
         if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
             if let Ok(mut cx) = self.request_context(session, sid, mirror, facts) {
                 savings::record(&mut cx, answer);

@@ -133,12 +133,18 @@ fn record(conn: std::net::TcpStream, bodies: &std::sync::Mutex<Vec<Vec<u8>>>, an
     out.write_all(answer)
 }
 
-/// Reads one request's head and its `Content-Length` body; returns the body.
+/// Reads one request's head and its `Content-Length` body; returns the body. A connection
+/// that ends before its head does (one opened and closed with nothing sent, as an aborted
+/// speculative request's can be) is an error, not a request with an empty body.
 pub fn read_request(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
     let mut length = 0;
     loop {
         let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+        if reader.read_line(&mut line)? == 0 {
+            let ended = std::io::ErrorKind::UnexpectedEof;
+            return Err(std::io::Error::new(ended, "the connection ended before the request's head"));
+        }
+        if line.trim().is_empty() {
             break;
         }
         if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
