@@ -302,10 +302,10 @@ fn a_rewrite_that_goes_anyway_masks_down_to_the_narrower_window() {
 }
 
 /// A small seeded generator (xorshift), so the test depends on no generator it does not own.
-pub(crate) struct Rng(u64);
+struct Rng(u64);
 
 impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
+    fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
@@ -316,7 +316,7 @@ impl Rng {
         self.0 % n
     }
 
-    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo)
     }
 
@@ -328,7 +328,7 @@ impl Rng {
 /// A seeded session of `steps` model steps: user prompts after gaps (a third past the 5-minute
 /// cache TTL), agent steps seconds apart, reads, greps, commands and edits with outputs of
 /// every size, some failing, some read twice.
-pub(crate) fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
+fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
     let mut b = SessionBuilder::new();
     let mut done = 0;
     let mut n = 0;
@@ -354,34 +354,48 @@ pub(crate) fn generated(rng: &mut Rng, steps: u64) -> Vec<Message> {
     b.build()
 }
 
-#[test]
-fn no_generated_session_loses_more_than_the_loss_bound() {
-    // The defaults, but for the agent tools offered only once paid for: their own price (the
-    // head on every request) is measured apart, in BENCHMARKS.md; this checks the rewrites.
-    let mut config = Config::default();
-    config.tools.settings.offer = dcp::config::Offer::Paid;
-    let options = Options {
+/// The generated sessions the replay tests run over: seeds 15 and 99, 12 sessions each of 8 to
+/// 120 steps, each with its seed, its place and its steps.
+pub(crate) fn generated_sessions() -> Vec<(u64, usize, u64, Vec<Message>)> {
+    let mut out = Vec::new();
+    for seed in [15, 99] {
+        let mut rng = Rng::new(seed);
+        for i in 0..12 {
+            let steps = rng.range(8, 120);
+            out.push((seed, i, steps, generated(&mut rng, steps)));
+        }
+    }
+    out
+}
+
+/// `dcp replay`'s options for the `dcp` mode beside no pruning, at a 5-minute cache, with `config`.
+pub(crate) fn replay_options(config: Config) -> Options {
+    Options {
         modes: vec![Mode::Dcp],
         ttl: Ttl::Seconds(300),
         context_limit: Some(200_000),
         overhead: replay::OPENCODE_OVERHEAD,
         config,
         estimator: EstimatorChoice::Auto,
-    };
+    }
+}
+
+#[test]
+fn no_generated_session_loses_more_than_the_loss_bound() {
+    // The defaults, but for the agent tools offered only once paid for: their own price (the
+    // head on every request) is measured apart, in BENCHMARKS.md; this checks the rewrites.
+    let mut config = Config::default();
+    config.tools.settings.offer = dcp::config::Offer::Paid;
+    let options = replay_options(config);
     let mut saved_somewhere = false;
-    for seed in [15, 99] {
-        let mut rng = Rng::new(seed);
-        for i in 0..12 {
-            let steps = rng.range(8, 120);
-            let messages = generated(&mut rng, steps);
-            let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
-            let replayed = replay::replay(&session, &options).unwrap();
-            let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
-            let ratio = cost(Mode::Dcp) / cost(Mode::None);
-            // The bound on any session: 1.02 of no pruning.
-            assert!(ratio <= 1.02, "seed {seed}, session {i} ({steps} steps) costs {ratio:.4} x no pruning");
-            saved_somewhere |= ratio < 0.9;
-        }
+    for (seed, i, steps, messages) in generated_sessions() {
+        let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+        let replayed = replay::replay(&session, &options).unwrap();
+        let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
+        let ratio = cost(Mode::Dcp) / cost(Mode::None);
+        // The bound on any session: 1.02 of no pruning.
+        assert!(ratio <= 1.02, "seed {seed}, session {i} ({steps} steps) costs {ratio:.4} x no pruning");
+        saved_somewhere |= ratio < 0.9;
     }
     assert!(saved_somewhere, "masking saved nothing anywhere");
 }

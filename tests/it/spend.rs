@@ -5,12 +5,11 @@
 use std::collections::HashSet;
 
 use dcp::config::Config;
-use dcp::replay::{self, cost::Ttl, Mode, Options, RecordedSession};
+use dcp::replay::{self, Mode, RecordedSession};
 use dcp::session::{Message, Node};
 use dcp::strategies::masking;
-use dcp::tokens::EstimatorChoice;
 
-use crate::masking::{generated, Rng};
+use crate::masking::{generated_sessions, replay_options};
 
 /// The ids of the tool parts of `messages` whose output is masked.
 fn masked(messages: &[Message]) -> HashSet<String> {
@@ -30,35 +29,26 @@ fn current_views(messages: &[Message]) -> HashSet<String> {
 
 #[test]
 fn a_spend_masks_no_read_or_search_of_the_current_turn_and_still_masks_older_outputs() {
-    let options = Options {
-        modes: vec![Mode::Dcp],
-        ttl: Ttl::Seconds(300),
-        context_limit: Some(200_000),
-        overhead: replay::OPENCODE_OVERHEAD,
-        config: Config::default(),
-        estimator: EstimatorChoice::Auto,
-    };
+    let options = replay_options(Config::default());
     let (mut spends, mut taken) = (0, 0);
-    for seed in [15, 99] {
-        let mut rng = Rng::new(seed);
-        for _ in 0..12 {
-            let steps = rng.range(8, 120);
-            let messages = generated(&mut rng, steps);
-            let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
-            let replayed = replay::replay(&session, &options).unwrap();
-            let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
-            let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();
-            for (k, bill) in run.per_request.iter().enumerate().skip(1) {
-                if bill.applied.as_deref() != Some("spends") {
-                    continue;
-                }
-                spends += 1;
-                let before = masked(&sent[k - 1].messages);
-                let now: HashSet<String> = masked(&sent[k].messages).difference(&before).cloned().collect();
-                let views = current_views(&sent[k].messages);
-                assert!(now.is_disjoint(&views), "request {k} spent on a view of the current turn");
-                taken += now.len();
+    for (seed, i, _, messages) in generated_sessions() {
+        let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+        let replayed = replay::replay(&session, &options).unwrap();
+        let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
+        let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();
+        for (k, bill) in run.per_request.iter().enumerate().skip(1) {
+            if bill.applied.as_deref() != Some("spends") {
+                continue;
             }
+            spends += 1;
+            let before = masked(&sent[k - 1].messages);
+            let now: HashSet<String> = masked(&sent[k].messages).difference(&before).cloned().collect();
+            let views = current_views(&sent[k].messages);
+            assert!(
+                now.is_disjoint(&views),
+                "seed {seed}, session {i}: request {k} spent on a view of the current turn"
+            );
+            taken += now.len();
         }
     }
     assert!(spends > 0 && taken > 0, "no spend in the generated sessions: the test checks nothing");
