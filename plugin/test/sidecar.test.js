@@ -30,27 +30,25 @@ function recorder() {
   return { logged, told, log: (level, text) => logged.push([level, text]), tell: (kind, text) => told.push([kind, text]) };
 }
 
-test("a sidecar that exits at start is told with its first line of stderr", async (t) => {
-  fakeDcp(t, `echo 'dcp: config /cfg/dcp.jsonc: \`pruneNotification\` must be one of off, minimal, detailed, not "loud"' >&2\nexit 1`);
+const BAD_VALUE = 'config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"';
+
+/** Starts a sidecar whose binary runs `script`, and checks that its exit at start is told with `BAD_VALUE`. */
+async function assertToldAtStart(t, script) {
+  fakeDcp(t, script);
   const r = recorder();
   const sidecar = new Sidecar(r.log, "/proj", r.tell);
   sidecar.start();
   assert.equal(await sidecar.ready, null);
-  assert.deepEqual(r.told, [
-    ["start", 'dcp is off: the sidecar exited at start: config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"'],
-  ]);
+  assert.deepEqual(r.told, [["start", `dcp is off: the sidecar exited at start: ${BAD_VALUE}`]]);
+}
+
+test("a sidecar that exits at start is told with its first line of stderr", async (t) => {
+  await assertToldAtStart(t, `echo 'dcp: ${BAD_VALUE}' >&2\nexit 1`);
 });
 
 test("a sidecar's reason cut across two writes is told whole", async (t) => {
   // The pipe delivers `dcp: ` and the rest apart, as a loaded machine did in CI.
-  fakeDcp(t, `printf 'dcp: ' >&2\nsleep 0.3\necho 'config /cfg/dcp.jsonc: \`pruneNotification\` must be one of off, minimal, detailed, not "loud"' >&2\nexit 1`);
-  const r = recorder();
-  const sidecar = new Sidecar(r.log, "/proj", r.tell);
-  sidecar.start();
-  assert.equal(await sidecar.ready, null);
-  assert.deepEqual(r.told, [
-    ["start", 'dcp is off: the sidecar exited at start: config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"'],
-  ]);
+  await assertToldAtStart(t, `printf 'dcp: ' >&2\nsleep 0.3\necho '${BAD_VALUE}' >&2\nexit 1`);
 });
 
 test("a sidecar that keeps crashing is told from its third failure, and its warnings are logged once each", async (t) => {
