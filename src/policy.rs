@@ -53,8 +53,8 @@
 //! force) is in the same unit, characters / 4 of what the model is sent, as the sidecar's
 //! mirror counts it. A prune's recorded tokens are the tokenizer's; for dense text (code,
 //! CSV) they run well above characters / 4, and weighing them against a tail in characters
-//! made deep rewrites look cheaper than they were. `rewrite.mode = "immediate"` applies every decision on the next request, as the
-//! published DCP does.
+//! made deep rewrites look cheaper than they were. `rewrite.mode = "immediate"` applies every
+//! decision on the next request, as the published DCP does.
 //!
 //! What dcp adds to every request ([`offer`]): its head (the agent tools' definitions and
 //! their instructions) sits in front of the whole prompt, so adding it to a session whose

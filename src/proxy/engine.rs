@@ -7,8 +7,9 @@
 //! server sends only what changed of them. The server's answer reaches the request as a
 //! value, not as protocol text, as soon as the server has decided it
 //! ([`Server::transform_answering`]): the save of what it changed and counting the request's
-//! savings, which tokenizes its new messages, run after, off the request's path. Between requests it counts tokens ahead
-//! and hands out the saves that fall due, as the sidecar's line loop does. An error of the
+//! savings, which tokenizes its new messages, run after, off the request's path. Between
+//! requests it counts tokens ahead and hands out the saves that fall due, as the sidecar's
+//! line loop does. An error of the
 //! server drops what the engine remembers of that conversation; the caller then sends its
 //! next request whole.
 

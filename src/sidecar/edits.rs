@@ -21,8 +21,8 @@ pub(super) struct EditsSent {
     seq: u64,
     basis: Option<EditsBasis>,
     calls: HashSet<String>,
-    /// The length of the slot's changes ([`crate::state::store::Slot::changes`]) when they were computed: what
-    /// came after is what may add edits.
+    /// The length of the slot's changes ([`crate::state::store::Slot::changes`]) when they
+    /// were computed: what came after is what may add edits.
     changes: usize,
     /// The messages whose id tags were sent (see [`ranges`]).
     tags: usize,

@@ -4,8 +4,9 @@
 //! ([`crate::texts::tool_definitions`]): what would be instructions in the system prompt is
 //! folded into the tools' descriptions, so `system` adds no line. The head sits before the
 //! whole history, so adding it to a session whose cache is warm re-bills its cached prompt,
-//! and once there it costs a cached read on every request. By default (`tools.settings.offer = "always"`) a session has them
-//! from its first request, whose cache is cold anyway. With `"paid"` a session is offered them
+//! and once there it costs a cached read on every request. By default
+//! (`tools.settings.offer = "always"`) a session has them from its first request, whose cache
+//! is cold anyway. With `"paid"` a session is offered them
 //! only from the first user turn on a cold cache at which its ledger has banked that cost
 //! (`crate::policy::offer`); until then its requests carry neither the tools, nor the
 //! `<prunable-tools>` list, nor the message id tags. OpenCode decides a turn's tools when its

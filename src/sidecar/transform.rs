@@ -2,12 +2,13 @@
 //!
 //! A transform ([`Server::decide_request`], the per-request entry) records the automatic
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
-//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks ([`edits`](super::edits); the
-//! message id tags among them, see [`ranges`]), and appends the `<prunable-tools>` list (and a nudge
-//! when due) when what it names anew pays for it. A compaction's copy gets the edits in force.
-//! The per-request functions take the request's one [`RequestContext`]. What follows the
-//! answer (the save of what changed, the request's savings) runs after it is handed out, off
-//! the caller's path; the stages are timed in the debug log ([`super::laps`]).
+//! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks
+//! ([`edits`](super::edits); the message id tags among them, see [`ranges`]), and appends the
+//! `<prunable-tools>` list (and a nudge when due) when what it names anew pays for it. A
+//! compaction's copy gets the edits in force. The per-request functions take the request's
+//! one [`RequestContext`]. What follows the answer (the save of what changed, the request's
+//! savings) runs after it is handed out, off the caller's path; the stages are timed in the
+//! debug log ([`super::laps`]).
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;

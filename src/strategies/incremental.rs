@@ -1,8 +1,8 @@
 //! The sidecar's incremental view of a session's tool calls: what the automatic strategies
 //! and the `<prunable-tools>` list need, kept up to date one message at a time.
 //!
-//! The batch functions ([`crate::strategies::automatic`], [`prunable::prunable`]) look at every call
-//! of a history, which suits the CLI. On a model request only the newest messages are new, so
+//! The batch functions ([`crate::strategies::automatic`], [`prunable::prunable`]) look at every
+//! call of a history, which suits the CLI. On a model request only the newest messages are new, so
 //! the sidecar keeps an [`Index`] per session across requests and does work in proportion to
 //! what is new:
 //!

@@ -11,9 +11,9 @@
 //! `keepUserTurns` user prompts came after it, or the newer outputs masking could take weigh
 //! `keepTokens` (characters / 4): ten observations are the paper's window, but one OpenCode
 //! `read` of a long file weighs as much as a hundred of SWE-agent's windowed views, so the
-//! window is also held to what ten ordinary observations weigh. Calls of protected tools (the default list and
-//! `strategies.masking.protectedTools`), of protected files, young calls under turn
-//! protection, and outputs no longer than their placeholder are never masked.
+//! window is also held to what ten ordinary observations weigh. Calls of protected tools (the
+//! default list and `strategies.masking.protectedTools`), of protected files, young calls
+//! under turn protection, and outputs no longer than their placeholder are never masked.
 //!
 //! **Deeper when the prompt is written again.** A rewrite re-bills the prompt from its first
 //! changed part on (all of it when the cache is cold); masking more outputs inside that tail
