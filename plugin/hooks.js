@@ -159,8 +159,9 @@ function eventHook(ctx) {
 /** The agent tools the sidecar enabled: `discard`, `extract` and `compress`, with the
  * descriptions and arguments it gives (`initialize`). Arguments are in JSON-Schema form (a
  * plugin loaded from a folder cannot import `@opencode-ai/plugin`, so no zod); OpenCode marks
- * every listed key required and does not validate, so the sidecar checks what it gets. A
- * binary that gives no arguments for a tool (an older one) does not get it registered. */
+ * every listed key required (`toolDefinition` says which are) and does not validate, so the
+ * sidecar checks what it gets. A binary that gives no arguments for a tool (an older one)
+ * does not get it registered. */
 function agentTools(ctx, init) {
   const tools = {};
   for (const name of ["discard", "extract", "compress"]) {
@@ -184,6 +185,21 @@ function agentTools(ctx, init) {
     };
   }
   return tools;
+}
+
+/** `tool.definition`: OpenCode makes every argument of a JSON-Schema plugin tool required;
+ * the sidecar's `required` lists (`initialize`) leave the others optional (`discard`'s
+ * `distillation`) in the definition sent to the model. A replaced `jsonSchema` is the one
+ * OpenCode sends. Without a list (an older binary), every argument stays required. */
+function toolDefinition(tools, init) {
+  return async (input, output) => {
+    try {
+      const required = init?.required?.[input?.toolID];
+      const schema = output?.jsonSchema;
+      if (!Object.hasOwn(tools, input?.toolID) || !Array.isArray(required) || !schema?.properties) return;
+      output.jsonSchema = { ...schema, required: required.filter((key) => Object.hasOwn(schema.properties, key)) };
+    } catch {}
+  };
 }
 
 /** Thrown from `command.execute.before` once `/dcp` is answered: OpenCode then stops the
@@ -251,6 +267,7 @@ export const DcpPlugin = async ({ client, directory }) => {
   const tools = agentTools(ctx, init);
   if (Object.keys(tools).length) {
     hooks.tool = tools;
+    hooks["tool.definition"] = toolDefinition(tools, init);
     hooks["chat.message"] = chatMessage(ctx, Object.keys(tools));
   }
   // `/dcp` stays registered while the sidecar is down, and answers with the reason.

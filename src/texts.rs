@@ -17,33 +17,47 @@ use crate::state::{PruneRecord, Strategy};
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
 /// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
 /// one clear sentence and as few tokens as say it, for they are in every request.
-pub const DISCARD_DESCRIPTION: &str =
-    "Drop tool outputs you no longer need (tool call or <prunable-tools> ids), alongside your next tool call.";
+pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prunable-tools> ids) alongside your next tool call; distillation[i] keeps your summary of ids[i].";
 
+/// `extract`, registered only with `tools.extract.enabled` (for agents told of it): `discard`
+/// with a `distillation` does the same.
 pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
 
 pub const COMPRESS_DESCRIPTION: &str =
-    "Replace finished messages from..to (tool call ids or m12/b1 tags) with your summary.";
+    "Replace finished messages from..to (call ids or m12/b1 tags) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
-/// schema per argument; OpenCode marks each required). As small as the tools allow: they are
-/// in every request. The tools read more forms than these (`crate::strategies::compress`'s
-/// `startId` and `endId`, its `content` list of ranges and `topic`, discard's `reason`), for
-/// models that use them.
+/// schema per argument). As small as the tools allow: they are in every request. The tools
+/// read more forms than these (`crate::strategies::compress`'s `startId` and `endId`, its
+/// `content` list of ranges and `topic`, discard's `reason`), for models that use them.
 pub fn tool_args() -> serde_json::Value {
     let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
     let string = serde_json::json!({"type": "string"});
     serde_json::json!({
-        "discard": {"ids": strings},
+        "discard": {"ids": strings, "distillation": strings},
         "extract": {"ids": strings, "distillation": strings},
         "compress": {"from": string, "to": string, "summary": string},
     })
 }
 
+/// The arguments each agent tool requires: the rest of [`tool_args`] are optional. OpenCode
+/// marks every argument of a plugin's JSON-Schema tool required; the plugin sets this list
+/// in the definition OpenCode sends (its `tool.definition` hook).
+pub fn tool_required() -> serde_json::Value {
+    serde_json::json!({
+        "discard": ["ids"],
+        "extract": ["ids", "distillation"],
+        "compress": ["from", "to", "summary"],
+    })
+}
+
 /// One agent tool's definition as a provider is sent it (the OpenAI function form OpenCode
-/// builds from the description and arguments): what the tool adds to every request.
-pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value) -> String {
-    let required: Vec<&String> = args.as_object().map(|a| a.keys().collect()).unwrap_or_default();
+/// builds from the description, the arguments and the required ones): what the tool adds to
+/// every request. Without a list of `required` ones (`null`), every argument is, as OpenCode
+/// marks them when nothing says otherwise.
+pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value, required: &serde_json::Value) -> String {
+    let every = || serde_json::json!(args.as_object().map(|a| a.keys().collect::<Vec<_>>()).unwrap_or_default());
+    let required = if required.is_array() { required.clone() } else { every() };
     let parameters = serde_json::json!({"type": "object", "properties": args, "required": required});
     serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
         .to_string()
@@ -51,7 +65,7 @@ pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value) 
 
 /// The definitions of the agent tools `tools` enables ([`tool_definition`]): dcp's head.
 pub fn tool_definitions(tools: &Tools) -> Vec<String> {
-    let args = tool_args();
+    let (args, required) = (tool_args(), tool_required());
     [
         (tools.discard.enabled, "discard", DISCARD_DESCRIPTION),
         (tools.extract.enabled, "extract", EXTRACT_DESCRIPTION),
@@ -59,7 +73,7 @@ pub fn tool_definitions(tools: &Tools) -> Vec<String> {
     ]
     .into_iter()
     .filter(|(on, ..)| *on)
-    .map(|(_, name, description)| tool_definition(name, description, &args[name]))
+    .map(|(_, name, description)| tool_definition(name, description, &args[name], &required[name]))
     .collect()
 }
 
@@ -77,7 +91,7 @@ pub fn prunable_list<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
 /// A reminder to prune, when many tool results piled up since the last one.
 pub fn nudge(items: usize, tokens: u64) -> String {
     format!(
-        "<dcp-nudge>{items} tool outputs ({} tokens) are in your context. If some are no longer needed, discard or extract them.</dcp-nudge>",
+        "<dcp-nudge>{items} tool outputs ({} tokens) are in your context. If some are no longer needed, discard them.</dcp-nudge>",
         format::tokens(tokens)
     )
 }
@@ -299,17 +313,33 @@ mod tests {
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
         // The descriptions are the only instructions the model has: each says what to pass.
         let described = [
-            (DISCARD_DESCRIPTION, "ids", "alongside your next tool call"),
-            (EXTRACT_DESCRIPTION, "distillation[i]", "ids[i]"),
-            (COMPRESS_DESCRIPTION, "from..to", "summary"),
+            (DISCARD_DESCRIPTION, ["<prunable-tools> ids", "alongside your next tool call", "distillation[i]"]),
+            (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
+            (COMPRESS_DESCRIPTION, ["from..to", "m12/b1 tags", "summary"]),
         ];
-        for (description, takes, also) in described {
-            assert!(description.contains(takes) && description.contains(also), "{description}");
+        for (description, says) in described {
+            assert!(says.iter().all(|s| description.contains(s)), "{description}");
             assert_eq!(description.matches(". ").count(), 0, "one sentence: {description}");
             assert!(description.ends_with('.'), "{description}");
         }
         let args = tool_args();
         assert_eq!(args["compress"].as_object().unwrap().keys().collect::<Vec<_>>(), ["from", "to", "summary"]);
+    }
+
+    #[test]
+    fn discard_requires_only_its_ids_and_a_definition_without_a_list_requires_every_argument() {
+        // `distillation` is optional in discard's definition, as the plugin has OpenCode send it.
+        let (args, required) = (tool_args(), tool_required());
+        let sent: serde_json::Value =
+            serde_json::from_str(&tool_definition("discard", DISCARD_DESCRIPTION, &args["discard"], &required["discard"]))
+                .unwrap();
+        let parameters = &sent["function"]["parameters"];
+        assert_eq!(parameters["required"], serde_json::json!(["ids"]));
+        assert!(parameters["properties"]["distillation"].is_object(), "{sent}");
+        // Without a list (an older binary's answer), OpenCode marks every argument required.
+        let sent: serde_json::Value =
+            serde_json::from_str(&tool_definition("discard", "", &args["discard"], &serde_json::Value::Null)).unwrap();
+        assert_eq!(sent["function"]["parameters"]["required"], serde_json::json!(["ids", "distillation"]));
     }
 
     fn record(strategy: Strategy, tokens: u64) -> PruneRecord {

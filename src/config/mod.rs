@@ -147,6 +147,9 @@ pub struct Compress {
     pub tags_from: u32,
 }
 
+/// `extract` as a tool of its own: off by default, for `discard` with a `distillation` does
+/// what it does at fewer tokens of head. On, it is registered for agents whose instructions
+/// name it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Extract {
@@ -299,7 +302,7 @@ impl Default for Compress {
 
 impl Default for Extract {
     fn default() -> Self {
-        Extract { enabled: true, show_distillation: false }
+        Extract { enabled: false, show_distillation: false }
     }
 }
 

@@ -154,7 +154,8 @@ impl Engine {
         for tool in super::steps::AGENT_TOOLS {
             if init["tools"][tool] == Value::Bool(true) {
                 let description = init["descriptions"][tool].as_str().unwrap_or("");
-                out.push(crate::texts::tool_definition(tool, description, &init["args"][tool]));
+                let (args, required) = (&init["args"][tool], &init["required"][tool]);
+                out.push(crate::texts::tool_definition(tool, description, args, required));
             }
         }
         Ok(out)

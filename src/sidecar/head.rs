@@ -110,12 +110,22 @@ mod tests {
     }
 
     #[test]
-    fn the_head_with_every_tool_stays_at_most_211_tokens() {
-        // The three tools' definitions are in every request of a session offered them: the
-        // head must not grow unnoticed (it was 268 tokens with its system line).
+    fn the_default_head_of_discard_and_compress_stays_at_most_160_tokens() {
+        // The tools' definitions are in every request of a session offered them: the head must
+        // not grow unnoticed (it was 268 tokens with its system line, 211 with extract).
         let head = head_of(Config::default());
-        assert!(head <= 211, "the head is {head} tokens");
-        assert!(head >= 150, "the head is {head} tokens: are the tools all defined?");
+        assert!(head <= 160, "the head is {head} tokens");
+        assert!(head >= 130, "the head is {head} tokens: are discard and compress both defined?");
+    }
+
+    #[test]
+    fn extract_is_off_by_default_and_enabling_it_adds_its_definition() {
+        let mut config = Config::default();
+        assert!(!config.tools.extract.enabled);
+        config.tools.extract.enabled = true;
+        let with_extract = head_of(config);
+        let added = with_extract - head_of(Config::default());
+        assert!((50..=80).contains(&added), "extract adds {added} tokens");
     }
 
     #[test]
@@ -125,7 +135,6 @@ mod tests {
         let without_compress = head_of(config.clone());
         assert!(without_compress < head_of(Config::default()) && without_compress > 0, "{without_compress}");
         config.tools.discard.enabled = false;
-        config.tools.extract.enabled = false;
         assert_eq!(head_of(config), 0);
     }
 }

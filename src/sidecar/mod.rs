@@ -315,6 +315,7 @@ impl Server {
                 command: texts::COMMAND_DESCRIPTION,
             },
             args: texts::tool_args(),
+            required: texts::tool_required(),
         })
     }
 

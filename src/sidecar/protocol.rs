@@ -255,6 +255,9 @@ pub struct Initialized {
     pub descriptions: Descriptions,
     /// The agent tools' arguments, as the plugin registers them ([`crate::texts::tool_args`]).
     pub args: serde_json::Value,
+    /// The arguments each agent tool requires, for the definition OpenCode sends
+    /// ([`crate::texts::tool_required`]); the others are optional.
+    pub required: serde_json::Value,
 }
 
 /// Which agent tools the plugin should register.

@@ -1,4 +1,6 @@
-//! `tool`: the agent's `discard`, `extract` and `compress`.
+//! `tool`: the agent's `discard`, `extract` and `compress`. A `discard` given a
+//! `distillation` is an `extract`, recorded and answered as one: `extract` need not be
+//! registered for the agent to keep a summary of what it drops.
 //!
 //! The agent names calls by the small ids of the `<prunable-tools>` list, or by any other name
 //! of a call it can see (see [`manual`]), and ranges of messages by their id tags (see
@@ -61,20 +63,18 @@ impl Server {
         let slot = self.store.slot(sid).map_err(internal)?;
         let history = History::new(messages);
         let ctx = manual::Ctx { history: &history, state: &slot.state, rules: &self.rules };
-        let applied = if p.name == "discard" {
-            let reason = match p.args.get("reason").and_then(Value::as_str) {
-                Some("completion") => Some(manual::DiscardReason::Completion),
-                Some("noise") => Some(manual::DiscardReason::Noise),
-                // An unknown reason does not void the call: the reason changes nothing.
-                _ => None,
-            };
-            let (ids, _reason) = manual::split_reason(&strings(&p.args, "ids"), reason);
-            manual::discard(&ctx, &ids, &mut slot.tokens)
+        let (mut ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
+        if p.name == "discard" {
+            // DCP 1.2's reason, first in `ids`, is no id; it changes nothing (nor does `reason`).
+            ids = manual::split_reason(&ids, None).0;
+        }
+        // A discard with a distillation is an extract, recorded and answered as one; a
+        // distillation of empty strings alone is no distillation.
+        let (applied, verb) = if p.name == "extract" || distillation.iter().any(|d| !d.trim().is_empty()) {
+            (manual::extract(&ctx, &ids, &distillation, &mut slot.tokens), "Extracted")
         } else {
-            let (ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
-            manual::extract(&ctx, &ids, &distillation, &mut slot.tokens)
+            (manual::discard(&ctx, &ids, &mut slot.tokens), "Discarded")
         };
-        let verb = if p.name == "discard" { "Discarded" } else { "Extracted" };
         let tokens = applied.decisions.iter().map(|d| d.record.tokens).sum();
         let text =
             texts::tool_done(&texts::ToolDone { verb, tokens, done: &applied.done, problems: &applied.problems });

@@ -75,7 +75,10 @@ fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_o
     let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
     let mut sidecar = Sidecar::spawn(&sandbox, "{}");
     let init = sidecar.result("initialize", json!({"protocol": 1}));
-    assert_eq!(init["args"]["discard"], json!({"ids": {"type": "array", "items": {"type": "string"}}}), "{init}");
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    assert_eq!(init["args"]["discard"], json!({"ids": strings, "distillation": strings}), "{init}");
+    assert_eq!(init["required"]["discard"], json!(["ids"]), "distillation is optional: {init}");
+    assert_eq!((&init["tools"]["discard"], &init["tools"]["extract"]), (&json!(true), &json!(false)), "{init}");
     let (offer, system, transformed) = request(&mut sidecar, &sandbox, 1_790_000_000_000);
     assert!(offer, "the first turn has the tools");
     assert_eq!(system, json!([]), "the tools' descriptions are the instructions: no system line");

@@ -31,10 +31,17 @@ fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_reques
         .as_array()
         .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect())
         .unwrap_or_default();
-    assert!(tools.iter().any(|t| t == "discard") && tools.iter().any(|t| t == "extract"), "{tools:?}");
-    let discard = first.body["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "discard");
-    let described = discard.and_then(|t| t["function"]["description"].as_str()).unwrap_or_default();
-    assert!(described.contains("alongside your next tool call"), "{discard:?}");
+    assert!(tools.iter().any(|t| t == "discard") && tools.iter().any(|t| t == "compress"), "{tools:?}");
+    assert!(!tools.iter().any(|t| t == "extract"), "extract is off by default: {tools:?}");
+    // What OpenCode sends for each is what dcp counts as its head, `distillation` optional.
+    for name in ["discard", "compress"] {
+        let sent = first.body["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == name);
+        let counted = dcp::texts::tool_definitions(&dcp::config::Config::default().tools)
+            .into_iter()
+            .map(|d| serde_json::from_str::<serde_json::Value>(&d).unwrap())
+            .find(|d| d["function"]["name"] == name);
+        assert_eq!(sent, counted.as_ref(), "{name}");
+    }
     // The records output is big enough to be listed, and the model discards it by its list id.
     let listed = lab.llm.request_for("o1.discard");
     let last = listed.messages().last().unwrap();

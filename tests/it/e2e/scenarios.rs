@@ -145,10 +145,10 @@ fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
         list.starts_with("<prunable-tools>") && list.contains(": read, ") && list.contains("records.csv"),
         "{list}"
     );
-    // The discard and extract tools are offered; their descriptions are all dcp adds.
+    // The discard and compress tools are offered; their descriptions are all dcp adds.
     let tools: Vec<&str> =
         answer.body["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
-    assert!(tools.contains(&"discard") && tools.contains(&"extract"), "{tools:?}");
+    assert!(tools.contains(&"discard") && tools.contains(&"compress"), "{tools:?}");
     assert!(!answer.text().contains("Keep your context small"), "no system line");
     // The prune notification is shown in the session once the turn ends, never to the model.
     // Stored as the turn ends: on a loaded machine that can come a moment after `run` returns.
@@ -183,16 +183,19 @@ fn discard_and_extract(lab: &Lab, calls: &FirstPrompt) -> String {
     );
     let config = call_id_of(&lab, "p2.config");
 
-    // Extract: the config output becomes the distillation.
+    // A discard with a distillation extracts: the config output becomes the distillation.
     lab.prompt(Some(&session), "Keep only the essentials of the config.", vec![
         Turn::tool(
             "p3.extract",
-            "extract",
+            "discard",
             json!({"ids": ["{{list:config.txt}}"], "distillation": ["config.txt: mode=fast, retries=3, timeout=30"]}),
         ),
         Turn::text("p3.answer", "Kept the essentials."),
     ]);
     let after_extract = lab.llm.request_for("p3.answer");
+    let extract_call = call_id_of(lab, "p3.extract");
+    let answered = result(&after_extract, &extract_call);
+    assert!(answered.starts_with("Extracted 1 tool output"), "{answered}");
     assert_eq!(result(&after_extract, &config), "config.txt: mode=fast, retries=3, timeout=30");
     assert_eq!(result(&after_extract, &records), OUTPUT_PLACEHOLDER);
     config
