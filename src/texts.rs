@@ -55,7 +55,12 @@ pub fn tool_required() -> serde_json::Value {
 /// builds from the description, the arguments and the required ones): what the tool adds to
 /// every request. Without a list of `required` ones (`null`), every argument is, as OpenCode
 /// marks them when nothing says otherwise.
-pub fn tool_definition(name: &str, description: &str, args: &serde_json::Value, required: &serde_json::Value) -> String {
+pub fn tool_definition(
+    name: &str,
+    description: &str,
+    args: &serde_json::Value,
+    required: &serde_json::Value,
+) -> String {
     let every = || serde_json::json!(args.as_object().map(|a| a.keys().collect::<Vec<_>>()).unwrap_or_default());
     let required = if required.is_array() { required.clone() } else { every() };
     let parameters = serde_json::json!({"type": "object", "properties": args, "required": required});
@@ -330,9 +335,13 @@ mod tests {
     fn discard_requires_only_its_ids_and_a_definition_without_a_list_requires_every_argument() {
         // `distillation` is optional in discard's definition, as the plugin has OpenCode send it.
         let (args, required) = (tool_args(), tool_required());
-        let sent: serde_json::Value =
-            serde_json::from_str(&tool_definition("discard", DISCARD_DESCRIPTION, &args["discard"], &required["discard"]))
-                .unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&tool_definition(
+            "discard",
+            DISCARD_DESCRIPTION,
+            &args["discard"],
+            &required["discard"],
+        ))
+        .unwrap();
         let parameters = &sent["function"]["parameters"];
         assert_eq!(parameters["required"], serde_json::json!(["ids"]));
         assert!(parameters["properties"]["distillation"].is_object(), "{sent}");

@@ -250,7 +250,10 @@ fn discard_and_extract_by_list_id() {
     // A discard with a distillation extracts (`extract` itself is off by default).
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [grep.clone()], "distillation": ["grep: 18 parse_section_ defs in parser.py"]}}));
     assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
-    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [grep], "distillation": ["grep"]}}));
+    let answer = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [grep], "distillation": ["grep"]}}),
+    );
     assert_eq!(answer["output"], "extract is disabled in dcp.jsonc; nothing was changed.");
     let mut after = messages.clone();
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
@@ -272,7 +275,8 @@ fn discard_and_extract_by_list_id() {
 #[test]
 fn extract_enabled_is_registered_and_answered_and_empty_distillations_only_discard() {
     let s = Sandbox::new();
-    let config = r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"minTokens": 0}, "extract": {"enabled": true}}}"#;
+    let config =
+        r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"minTokens": 0}, "extract": {"enabled": true}}}"#;
     let mut sidecar = Sidecar::spawn(&s, config);
     let init = sidecar.result("initialize", json!({"protocol": 1}));
     assert_eq!(init["tools"]["extract"], true, "{init}");
@@ -280,11 +284,18 @@ fn extract_enabled_is_registered_and_answered_and_empty_distillations_only_disca
     let messages = recorded_messages(&s);
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
     let list = result["append"][0]["parts"][0]["text"].as_str().unwrap().to_string();
-    let ids: Vec<String> = list.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(id, _)| id.to_string()).collect();
-    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [ids[0]], "distillation": ["kept"]}}));
+    let ids: Vec<String> =
+        list.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(id, _)| id.to_string()).collect();
+    let answer = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [ids[0]], "distillation": ["kept"]}}),
+    );
     assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
     // Distillations of blanks alone are no distillation: the call discards.
-    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [ids[1]], "distillation": [" "]}}));
+    let answer = sidecar.result(
+        "tool",
+        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [ids[1]], "distillation": [" "]}}),
+    );
     assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
     sidecar.shutdown();
     let by = &state_file(&s)["dcp"]["byStrategy"];
