@@ -42,6 +42,8 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
         (config.rewrite.loss_bound, config.rewrite.max_horizon) = (0.0, 8);
         config.tools.settings.offer =
             if name.ends_with("-always") { dcp::config::Offer::Always } else { dcp::config::Offer::Paid };
+        // `extract` was a tool of its own then, and the scripted model called it.
+        config.tools.extract.enabled = true;
         let options = Options {
             modes: Vec::new(),
             ttl: replay::cost::Ttl::Never,
