@@ -150,7 +150,7 @@ pub struct Compress {
 /// `extract` as a tool of its own: off by default, for `discard` with a `distillation` does
 /// what it does at fewer tokens of head. On, it is registered for agents whose instructions
 /// name it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Extract {
     pub enabled: bool,
@@ -297,12 +297,6 @@ impl Default for Toggle {
 impl Default for Compress {
     fn default() -> Self {
         Compress { enabled: true, tags_from: 20_000 }
-    }
-}
-
-impl Default for Extract {
-    fn default() -> Self {
-        Extract { enabled: false, show_distillation: false }
     }
 }
 
