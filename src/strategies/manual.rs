@@ -1,5 +1,5 @@
-//! The agent-invoked strategies: `discard` and `extract`, and the list of calls they may
-//! name.
+//! The agent-invoked strategies: `discard` and `extract` (which `discard` does when given a
+//! `distillation`), and the list of calls they may name.
 //!
 //! The agent names calls by the small integer ids of the `<prunable-tools>` list, which stay
 //! stable for the session ([`crate::state::SessionState::id_for`]), or by any other name of a
@@ -149,7 +149,8 @@ pub fn discard(ctx: &Ctx<'_>, ids: &[String], counter: &mut TokenCounter) -> App
     out
 }
 
-/// `extract {ids, distillation}`: each output becomes its distillation, matched by position.
+/// `extract {ids, distillation}`, or `discard` given a `distillation`: each output becomes its
+/// distillation, matched by position.
 /// A pair with a bad id or an empty distillation is skipped and named; ids beyond the
 /// distillations (or the other way round) are named too.
 pub fn extract(ctx: &Ctx<'_>, ids: &[String], distillation: &[String], counter: &mut TokenCounter) -> Applied {
