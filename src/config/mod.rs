@@ -241,6 +241,12 @@ pub struct Rewrite {
     /// The most a session may lose to rewrites against no pruning, as a share of what it has
     /// cost without pruning so far (see `crate::policy`, "The loss bound").
     pub loss_bound: f64,
+    /// A bet (a rewrite whose extra the bank does not cover) goes only if, should the run
+    /// last only as long as it will with `betConfidence`, the session ends at most this share
+    /// above no pruning, dcp's own additions included (0: off; see `crate::policy`, "Bets").
+    pub bet_bound: f64,
+    /// The confidence that bound needs (see `crate::policy::sure_horizon`).
+    pub bet_confidence: f64,
 }
 
 impl Default for Config {
@@ -357,6 +363,8 @@ impl Default for Rewrite {
             spend_banked: 0.5,
             spend_min_share: 0.02,
             loss_bound: 0.05,
+            bet_bound: 0.0,
+            bet_confidence: 0.9,
         }
     }
 }

@@ -346,3 +346,44 @@ fn pressure_cold_cache_and_immediate_mode_apply() {
     assert_eq!(rewrite_trigger(&immediate, &warm), Some(Trigger::Immediate));
     assert_eq!(rewrite_trigger(&immediate, &Inputs::default()), None, "nothing pending");
 }
+
+#[test]
+fn with_a_bet_bound_a_late_bet_waits_unless_it_leaves_the_session_within_it() {
+    // Request 44 of a run with nothing banked: 1,600 tokens off a tail of 4,600 cost
+    // 1.15 x 4,600 - 1.25 x 1,600 = 3,290 at once and 160 a request after: it pays back in 21
+    // requests, within the 22 that half the run promises, and the loss bound covers it.
+    let base = Inputs {
+        context: 30_000,
+        warm: 44,
+        baseline: 120_000.0,
+        banked: -1_300.0,
+        added: 1_300.0,
+        ..Inputs::default()
+    };
+    let batch = [Pending { tokens: 1_600, tail: 4_600, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &base, &batch), Some((0, Trigger::Pays)));
+    // Bounded at 2%: the run lasts another 4 requests with 9 chances in 10, after which it
+    // would still have lost 2,650, more than the 2,400 less the head's 1,300 that 2% allows.
+    let bounded = Rewrite { bet_bound: 0.02, ..batched() };
+    assert_eq!(sure_horizon(&bounded, &base), 4.0);
+    assert_eq!(choose(&bounded, &base, &batch), None);
+    // A batch that makes most of its tail pays back within the requests the run is sure of.
+    let near = [Pending { tokens: 3_800, tail: 4_600, ..Pending::default() }];
+    assert_eq!(choose(&bounded, &base, &near), Some((0, Trigger::Pays)));
+    // What the bank covers is no bet: the bound does not apply.
+    let rich = Inputs { banked: 2_000.0, ..base };
+    assert_eq!(choose(&bounded, &rich, &batch), Some((0, Trigger::Pays)));
+}
+
+#[test]
+fn the_sure_horizon_is_the_share_of_the_warm_run_the_confidence_allows() {
+    let run = Inputs { warm: 60, ..Inputs::default() };
+    let sure = |c: f64| sure_horizon(&Rewrite { bet_confidence: c, ..batched() }, &run);
+    // Two chances in three: half the run, as the horizon of every rewrite; 9 in 10: a tenth.
+    assert_eq!(sure(2.0 / 3.0), horizon(&batched(), &run));
+    assert_eq!(sure(0.75), 20.0);
+    assert_eq!(sure(0.9), 6.0);
+    assert_eq!(sure(1.0), 0.0);
+    // Never beyond `maxHorizon`, whatever the confidence.
+    assert_eq!(sure(0.0), f64::from(batched().max_horizon));
+}
