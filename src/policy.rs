@@ -82,16 +82,14 @@
 //! output, a view superseded by a newer one; see `crate::strategies::masking`, "What goes
 //! first") are no riders: they may start a rewrite from the narrower window on.
 //!
-//! **Bets.** A rewrite whose extra the bank does not cover is a bet: the loss bound pays for
-//! it, and it is won only if the run lasts until it pays back. The horizon of half the warm
-//! run is right two times in three, so a bet late in a run, or one whose batch is a small part
-//! of the tail it re-bills, is lost one time in three, and with nothing banked the loss is the
-//! session's. `rewrite.betBound` (off by default) bounds that: a bet goes only if what it
-//! would still have lost after the requests the run lasts with `betConfidence` (9 in 10: a
-//! tenth of the warm run, [`sure_horizon`]) leaves the session at most `betBound` above no
-//! pruning, dcp's own additions included. A batch that pays back within a request or two
-//! passes at once; a deep one waits, though a batch it holds back may come again later,
-//! larger and as late (BENCHMARKS.md, "Issue 24, stop 33").
+//! **Bets.** The part of a rewrite's extra that the bank does not cover is a bet: the loss
+//! bound pays for it, and it comes back only if the run lasts long enough. Half the warm run
+//! is right two times in three, and a bet lost is the session's loss: late in a run, a batch
+//! that is a small part of the tail it re-bills needs 20 or 30 requests the run may not have.
+//! So the bet must come back within `expectedRequests` (8, [`bet_horizon`]), the requests any
+//! rewrite is expected to serve: `0.1 x saved x 8 >= extra - banked`. What the bank covers
+//! needs no more than the horizon, so a session that has saved may still rewrite deep in
+//! its prompt; one that has not rewrites only what pays back soon, whenever in the run.
 //!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
@@ -253,7 +251,7 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
         }
         let net = gain_tokens * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
         let tail = p.tail as f64;
-        let holds = bet_bounded(config, gain_tokens, tail, base);
+        let holds = bet_covered(config, gain_tokens, tail, base);
         if net >= 0.0 && holds && affordable(config, gain_tokens, tail, base) && best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
@@ -298,25 +296,18 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
     f64::from((inputs.warm / 2).min(config.max_horizon))
 }
 
-/// Whether a rewrite that removes `saved` tokens and re-bills `tail` is no bet, or a bet
-/// within `betBound`: what it would still have lost after [`sure_horizon`] requests leaves the
-/// session at most `betBound` above no pruning, dcp's own additions included (see the module
-/// header, "Bets"). Always, with `betBound` 0.
-fn bet_bounded(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    let extra = rewrite_extra(saved, tail);
-    if config.bet_bound <= 0.0 || extra <= pruning_balance(inputs).max(0.0) {
-        return true;
-    }
-    let residual = extra - CACHE_READ * saved * sure_horizon(config, inputs);
-    residual <= inputs.banked + config.bet_bound * inputs.baseline.max(0.0)
+/// Whether a rewrite that removes `saved` tokens and re-bills `tail` earns back what the bank
+/// does not cover of its extra (the bet, which the loss bound pays for) within
+/// [`bet_horizon`] requests (see the module header, "Bets"). One the bank covers always does.
+fn bet_covered(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
+    let bet = rewrite_extra(saved, tail) - pruning_balance(inputs).max(0.0);
+    bet <= 0.0 || CACHE_READ * saved * bet_horizon(config, inputs) >= bet
 }
 
-/// Later requests a run seen `warm` requests in goes on for with probability
-/// `betConfidence` (by the Copernican argument, `warm x (1 - c) / c`: a tenth of the warm
-/// run at 9 in 10), at most `maxHorizon`.
-pub fn sure_horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
-    let c = config.bet_confidence.max(f64::EPSILON);
-    (f64::from(inputs.warm) * (1.0 - c) / c).floor().min(f64::from(config.max_horizon))
+/// Later requests a bet is counted on to pay back over: the horizon, at most
+/// `expectedRequests`.
+pub fn bet_horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
+    horizon(config, inputs).min(f64::from(config.expected_requests))
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were
@@ -415,7 +406,7 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
     let (pending, tail) = (inputs.pending as f64, inputs.tail as f64);
-    (gain >= cost && bet_bounded(config, pending, tail, inputs) && affordable(config, pending, tail, inputs))
+    (gain >= cost && bet_covered(config, pending, tail, inputs) && affordable(config, pending, tail, inputs))
         .then_some(Trigger::Pays)
 }
 

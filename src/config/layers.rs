@@ -66,8 +66,6 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("rewrite.spendBanked", Kind::Ratio),
     ("rewrite.spendMinShare", Kind::Ratio),
     ("rewrite.lossBound", Kind::Ratio),
-    ("rewrite.betBound", Kind::Ratio),
-    ("rewrite.betConfidence", Kind::Ratio),
     ("proxy.upstream", Kind::Text),
     ("proxy.upstreams.anthropic", Kind::Text),
     ("proxy.upstreams.chat", Kind::Text),

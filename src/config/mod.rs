@@ -224,7 +224,9 @@ pub struct PurgeErrors {
 pub struct Rewrite {
     pub mode: RewriteMode,
     /// Requests a rewrite is expected to serve before the session ends or compacts: the
-    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`).
+    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`),
+    /// and the most a bet counts on to earn back what the bank does not cover of it (see
+    /// `crate::policy::bet_horizon`).
     pub expected_requests: u32,
     /// The most later requests a rewrite's saving is counted over: its horizon is half the
     /// warm run so far, at most this (see `crate::policy::horizon`).
@@ -241,12 +243,6 @@ pub struct Rewrite {
     /// The most a session may lose to rewrites against no pruning, as a share of what it has
     /// cost without pruning so far (see `crate::policy`, "The loss bound").
     pub loss_bound: f64,
-    /// A bet (a rewrite whose extra the bank does not cover) goes only if, should the run
-    /// last only as long as it will with `betConfidence`, the session ends at most this share
-    /// above no pruning, dcp's own additions included (0: off; see `crate::policy`, "Bets").
-    pub bet_bound: f64,
-    /// The confidence that bound needs (see `crate::policy::sure_horizon`).
-    pub bet_confidence: f64,
 }
 
 impl Default for Config {
@@ -363,8 +359,6 @@ impl Default for Rewrite {
             spend_banked: 0.5,
             spend_min_share: 0.02,
             loss_bound: 0.05,
-            bet_bound: 0.0,
-            bet_confidence: 0.9,
         }
     }
 }
