@@ -82,6 +82,15 @@
 //! output, a view superseded by a newer one; see `crate::strategies::masking`, "What goes
 //! first") are no riders: they may start a rewrite from the narrower window on.
 //!
+//! **Bets.** The part of a rewrite's extra that the bank does not cover is a bet: the loss
+//! bound pays for it, and it comes back only if the run lasts long enough. Half the warm run
+//! is right two times in three, and a bet lost is the session's loss: late in a run, a batch
+//! that is a small part of the tail it re-bills needs 20 or 30 requests the run may not have.
+//! So the bet must come back within `expectedRequests` (8, [`bet_horizon`]), the requests any
+//! rewrite is expected to serve: `0.1 x saved x 8 >= extra - banked`. What the bank covers
+//! needs no more than the horizon, so a session that has saved may still rewrite deep in
+//! its prompt; one that has not rewrites only what pays back soon, whenever in the run.
+//!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
 //! that may never come, and the context carries them to the end. Such a rewrite still goes
@@ -241,7 +250,9 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
             continue;
         }
         let net = gain_tokens * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
-        if net >= 0.0 && affordable(config, gain_tokens, p.tail as f64, base) && best.is_none_or(|(_, b)| net >= b) {
+        let tail = p.tail as f64;
+        let holds = bet_covered(config, gain_tokens, tail, base);
+        if net >= 0.0 && holds && affordable(config, gain_tokens, tail, base) && best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
     }
@@ -283,6 +294,20 @@ fn counted(p: &Pending) -> f64 {
 /// far, at most `maxHorizon` (see the module header).
 pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
     f64::from((inputs.warm / 2).min(config.max_horizon))
+}
+
+/// Whether a rewrite that removes `saved` tokens and re-bills `tail` earns back what the bank
+/// does not cover of its extra (the bet, which the loss bound pays for) within
+/// [`bet_horizon`] requests (see the module header, "Bets"). One the bank covers always does.
+fn bet_covered(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
+    let bet = rewrite_extra(saved, tail) - pruning_balance(inputs).max(0.0);
+    bet <= 0.0 || CACHE_READ * saved * bet_horizon(config, inputs) >= bet
+}
+
+/// Later requests a bet is counted on to pay back over: the horizon, at most
+/// `expectedRequests`.
+pub fn bet_horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
+    horizon(config, inputs).min(f64::from(config.expected_requests))
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were
@@ -380,7 +405,9 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     let remaining = horizon(config, inputs);
     let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
     let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    (gain >= cost && affordable(config, inputs.pending as f64, inputs.tail as f64, inputs)).then_some(Trigger::Pays)
+    let (pending, tail) = (inputs.pending as f64, inputs.tail as f64);
+    (gain >= cost && bet_covered(config, pending, tail, inputs) && affordable(config, pending, tail, inputs))
+        .then_some(Trigger::Pays)
 }
 
 #[cfg(test)]

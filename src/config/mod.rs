@@ -227,7 +227,9 @@ pub struct PurgeErrors {
 pub struct Rewrite {
     pub mode: RewriteMode,
     /// Requests a rewrite is expected to serve before the session ends or compacts: the
-    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`).
+    /// horizon over which offering the agent tools is paid for (see `crate::policy::offer`),
+    /// and the most a bet counts on to earn back what the bank does not cover of it (see
+    /// `crate::policy::bet_horizon`).
     pub expected_requests: u32,
     /// The most later requests a rewrite's saving is counted over: its horizon is half the
     /// warm run so far, at most this (see `crate::policy::horizon`).

@@ -359,8 +359,23 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
-    tracing::debug!(session = cx.sid, ?reason, cut, pending = pending.len(), "applying pending rewrites");
-    let tokens = costs[cut..].iter().filter(|p| policy::takes(reason, p)).map(|p| p.tokens).sum();
+    let tokens = costs[cut..].iter().filter(|p| policy::takes(reason, p)).map(|p| p.tokens).sum::<u64>();
+    let (warm, banked, baseline, added) = (base.warm, base.banked, base.baseline, base.added);
+    let (context, tail) = (base.context, costs[cut].tail);
+    tracing::debug!(
+        session = cx.sid,
+        ?reason,
+        cut,
+        pending = pending.len(),
+        tokens,
+        tail,
+        context,
+        warm,
+        banked,
+        baseline,
+        added,
+        "applying pending rewrites"
+    );
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail: costs[cut].tail };
     for (_, target, _) in pending[cut..].iter().filter(|(_, _, p)| policy::takes(reason, p)) {
         mark_applied(slot, target, &mut applied);
