@@ -273,8 +273,10 @@ pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
 pub const MAX_WORKING_FILES: usize = 32;
 
 /// Which of `calls` are the agent's working material (see the module header, "The working
-/// set"): the latest `read` of each file edited or written within the last `workingCalls`
-/// calls, or among the last `workingFiles` distinct files read, edited or written.
+/// set"): the view of each file edited or written within the last `workingCalls` calls, or
+/// among the last `workingFiles` distinct files read, edited or written. A file's view is its
+/// latest `read`, unless that read shows only part of it (`offset`, `limit`) and an earlier
+/// read showed it whole: then the latest whole read.
 pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
     let m = &rules.config().strategies.masking;
     let mut out = vec![false; calls.len()];
@@ -297,17 +299,24 @@ pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
             latest_files.push(path);
         }
     }
-    let mut seen = std::collections::HashSet::new();
-    for (i, call) in calls.iter().enumerate().rev() {
-        let Some(path) = call.file_path().filter(|_| call.tool == "read" && call.status == ToolStatus::Completed)
-        else {
-            continue;
-        };
-        if seen.insert(path) && (edited.contains(path) || latest_files.contains(&path)) {
-            out[i] = true;
+    // Each file's view: its latest read, but a read of part of it leaves a read of the whole.
+    let mut views: std::collections::HashMap<&str, (usize, bool)> = std::collections::HashMap::new();
+    for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.tool == "read" && c.status == ToolStatus::Completed) {
+        let (Some(path), whole) = (call.file_path(), reads_whole(call)) else { continue };
+        if whole || !views.get(path).is_some_and(|&(_, w)| w) {
+            views.insert(path, (i, whole));
         }
     }
+    for (path, (i, _)) in views {
+        out[i] = edited.contains(path) || latest_files.contains(&path);
+    }
     out
+}
+
+/// Whether `call` reads a whole file (no `offset` or `limit`): a later read of part of the
+/// file leaves it the agent's view of the file ([`working`]).
+pub fn reads_whole(call: &ToolCall<'_>) -> bool {
+    call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none())
 }
 
 /// User prompts at or after each message, counted from the end (one more slot for the end).
