@@ -37,6 +37,8 @@
 //! must match what that read showed. So the latest `read` of a file edited or written within
 //! the last `strategies.masking.workingCalls` calls stays whole whatever its age ([`working`]);
 //! once the edits stop (or a newer read supersedes it), it is masked like any other output.
+//! A read of part of a file (`offset`, `limit`) supersedes no read of the whole: the agent
+//! looks again at a few lines and goes on editing from the file it saw whole.
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
 //!
@@ -370,6 +372,54 @@ mod tests {
     /// The placeholder of a part given as a `Value`.
     fn placeholder(part: &Value) -> String {
         super::placeholder(&Node::from(part))
+    }
+
+    /// A prompt, then one step per call, `(call id, tool, input)`, each with a 200-token output.
+    fn session(calls: &[(&str, &str, Value)]) -> Vec<Message> {
+        let user = json!({"id": "m0", "sessionID": "s", "role": "user", "time": {"created": 0}});
+        let mut out = vec![Message::from_values(user, vec![json!({"id": "p0", "type": "text", "text": "go"})])];
+        for (i, (call, tool, input)) in calls.iter().enumerate() {
+            let info =
+                json!({"id": format!("m{}", i + 1), "sessionID": "s", "role": "assistant", "time": {"created": i + 1}});
+            let state = json!({"status": "completed", "input": input, "output": "let x = 1;\n".repeat(80)});
+            let part =
+                json!({"id": format!("p{}", i + 1), "type": "tool", "callID": call, "tool": tool, "state": state});
+            out.push(Message::from_values(info, vec![part]));
+        }
+        out
+    }
+
+    /// What masking takes of `messages` by the batch rule and by the sidecar's index, which
+    /// must agree.
+    fn taken(messages: &[Message]) -> Vec<String> {
+        let rules = Rules::new(crate::config::Config::default()).unwrap();
+        let (state, mut counter) = (SessionState::default(), TokenCounter::new(crate::tokens::EstimatorChoice::Auto));
+        let batch = decide_over_history(&History::new(messages), &state, &rules, &mut counter);
+        let mut index = crate::strategies::incremental::Index::default();
+        index.sync(messages, 0, 0, &rules);
+        let candidates = index.mask_candidates(messages, &state, &rules, &mut counter).to_vec();
+        let indexed: Vec<String> = candidates.iter().map(|c| index.candidate(c).0.to_string()).collect();
+        let batch: Vec<String> = batch.into_iter().map(|d| d.call_id).collect();
+        assert_eq!(batch, indexed);
+        batch
+    }
+
+    #[test]
+    fn a_read_of_part_of_a_file_leaves_the_earlier_read_of_the_whole_file_in_the_working_set() {
+        let read = |path: &str| json!({"filePath": path});
+        let mut calls = vec![
+            ("whole", "read", read("/p/a.rs")),
+            ("part", "read", json!({"filePath": "/p/a.rs", "offset": 40, "limit": 20})),
+        ];
+        let greps: Vec<String> = (0..11).map(|i| format!("g{i}")).collect();
+        calls.extend(greps.iter().map(|g| (g.as_str(), "grep", json!({"pattern": g}))));
+        calls.push(("edit", "edit", json!({"filePath": "/p/a.rs", "oldString": "x = 1", "newString": "x = 2"})));
+        // a.rs is being edited: the agent edits from the whole file, not from the part it
+        // looked at again; the part and the old searches go.
+        assert_eq!(taken(&session(&calls)), ["part", "g0", "g1"]);
+        // A later read of the whole file is the file's view from then on.
+        calls.insert(2, ("again", "read", read("/p/a.rs")));
+        assert_eq!(taken(&session(&calls)), ["whole", "part", "g0", "g1"]);
     }
 
     #[test]
