@@ -20,8 +20,10 @@ def short(part):
     if part.get("type") != "tool":
         return part.get("type", "?")
     args = part.get("state", {}).get("input", {})
-    key = next((args[k] for k in ("filePath", "command", "pattern", "path", "url") if k in args), "")
-    return "%s %s" % (part.get("tool"), str(key)[:70].replace("\n", " "))
+    key = str(next((args[k] for k in ("filePath", "command", "pattern", "path", "url") if k in args), ""))
+    # A path is told by its end (the file), anything else by its start.
+    key = "…" + key[-69:] if "filePath" in args and len(key) > 70 else key[:70]
+    return "%s %s" % (part.get("tool"), key.replace("\n", " "))
 
 
 def first_changes(lines):

@@ -112,8 +112,8 @@ pub struct Index {
     riders: HashMap<usize, Option<MaskCandidate>>,
     /// The calls found pruned: a prune is dropped only by a reset, which rebuilds the index.
     pruned: Vec<bool>,
-    /// The latest completed read of each file, and the latest completed edit or write.
-    latest_read: HashMap<String, usize>,
+    /// Each file's view ([`masking::working`]) and whether it is whole; its latest edit or write.
+    latest_read: HashMap<String, (usize, bool)>,
     last_edit: HashMap<String, usize>,
     /// The distinct files the latest completed reads, edits and writes touched, the most
     /// recent first, at most [`masking::MAX_WORKING_FILES`] ([`masking::working`]).
@@ -175,7 +175,10 @@ impl Index {
         }
         let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
         if call.tool == "read" {
-            self.latest_read.insert(path.to_string(), at);
+            let whole = masking::reads_whole(call);
+            if whole || !self.latest_read.get(path).is_some_and(|&(_, w)| w) {
+                self.latest_read.insert(path.to_string(), (at, whole));
+            }
         } else if masking::EDIT_TOOLS.contains(&call.tool) {
             self.last_edit.insert(path.to_string(), at);
         } else {
@@ -186,16 +189,14 @@ impl Index {
         self.recent_files.truncate(masking::MAX_WORKING_FILES);
     }
 
-    /// Whether call `at` is the agent's working material now ([`masking::working`]): the latest
-    /// read of a file edited or written within the last `workingCalls` calls, or of one of the
-    /// last `workingFiles` files touched.
+    /// Whether call `at` is the agent's working material now ([`masking::working`]).
     fn working(&self, at: usize, rules: &Rules) -> bool {
         let m = &rules.config().strategies.masking;
         let recent = self.calls.len().saturating_sub(m.working_calls as usize);
         let facts = &self.calls[at].facts;
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
         let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
-        self.latest_read.get(path) == Some(&at)
+        self.latest_read.get(path).is_some_and(|&(r, _)| r == at)
             && (self.last_edit.get(path).is_some_and(|&e| e >= recent)
                 || self.recent_files[..files.min(self.recent_files.len())].iter().any(|f| f == path))
     }
@@ -412,9 +413,8 @@ impl Index {
         self.calls.len()
     }
 
-    /// Takes prunes recorded since the last call (`recorded`, call ids) off the list, and
-    /// adds the calls that left turn protection. Returns the rendered list, or `None` when it
-    /// is empty.
+    /// Takes prunes recorded since the last call (`recorded`, call ids) off the list, adds the
+    /// calls that left turn protection, and returns the rendered list (`None` when empty).
     #[allow(clippy::too_many_arguments)]
     pub fn prunable(
         &mut self,

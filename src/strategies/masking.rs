@@ -37,6 +37,8 @@
 //! must match what that read showed. So the latest `read` of a file edited or written within
 //! the last `strategies.masking.workingCalls` calls stays whole whatever its age ([`working`]);
 //! once the edits stop (or a newer read supersedes it), it is masked like any other output.
+//! A read of part of a file (`offset`, `limit`) supersedes no read of the whole: the agent
+//! looks again at a few lines and goes on editing from the file it saw whole.
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
 //!
@@ -273,8 +275,10 @@ pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
 pub const MAX_WORKING_FILES: usize = 32;
 
 /// Which of `calls` are the agent's working material (see the module header, "The working
-/// set"): the latest `read` of each file edited or written within the last `workingCalls`
-/// calls, or among the last `workingFiles` distinct files read, edited or written.
+/// set"): the view of each file edited or written within the last `workingCalls` calls, or
+/// among the last `workingFiles` distinct files read, edited or written. A file's view is its
+/// latest `read`, unless that read shows only part of it (`offset`, `limit`) and an earlier
+/// read showed it whole: then the latest whole read.
 pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
     let m = &rules.config().strategies.masking;
     let mut out = vec![false; calls.len()];
@@ -297,17 +301,24 @@ pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
             latest_files.push(path);
         }
     }
-    let mut seen = std::collections::HashSet::new();
-    for (i, call) in calls.iter().enumerate().rev() {
-        let Some(path) = call.file_path().filter(|_| call.tool == "read" && call.status == ToolStatus::Completed)
-        else {
-            continue;
-        };
-        if seen.insert(path) && (edited.contains(path) || latest_files.contains(&path)) {
-            out[i] = true;
+    // Each file's view: its latest read, but a read of part of it leaves a read of the whole.
+    let mut views: std::collections::HashMap<&str, (usize, bool)> = std::collections::HashMap::new();
+    for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.tool == "read" && c.status == ToolStatus::Completed) {
+        let (Some(path), whole) = (call.file_path(), reads_whole(call)) else { continue };
+        if whole || !views.get(path).is_some_and(|&(_, w)| w) {
+            views.insert(path, (i, whole));
         }
     }
+    for (path, (i, _)) in views {
+        out[i] = edited.contains(path) || latest_files.contains(&path);
+    }
     out
+}
+
+/// Whether `call` reads a whole file (no `offset` or `limit`): a later read of part of the
+/// file leaves it the agent's view of the file ([`working`]).
+pub fn reads_whole(call: &ToolCall<'_>) -> bool {
+    call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none())
 }
 
 /// User prompts at or after each message, counted from the end (one more slot for the end).
@@ -361,6 +372,48 @@ mod tests {
     /// The placeholder of a part given as a `Value`.
     fn placeholder(part: &Value) -> String {
         super::placeholder(&Node::from(part))
+    }
+
+    /// A prompt, then one step per call, `(call id, tool, input)`, each with a 200-token output.
+    fn session(calls: &[(&str, &str, Value)]) -> Vec<Message> {
+        let user = json!({"id": "m0", "sessionID": "s", "role": "user", "time": {"created": 0}});
+        let mut out = vec![Message::from_values(user, vec![json!({"id": "p0", "type": "text", "text": "go"})])];
+        for (i, (call, tool, input)) in calls.iter().enumerate() {
+            let info =
+                json!({"id": format!("m{}", i + 1), "sessionID": "s", "role": "assistant", "time": {"created": i + 1}});
+            let state = json!({"status": "completed", "input": input, "output": "let x = 1;\n".repeat(80)});
+            let part =
+                json!({"id": format!("p{}", i + 1), "type": "tool", "callID": call, "tool": tool, "state": state});
+            out.push(Message::from_values(info, vec![part]));
+        }
+        out
+    }
+
+    /// The calls masking takes of `messages` at the defaults (`tests/it/index.rs` holds the
+    /// sidecar's index to the same).
+    fn taken(messages: &[Message]) -> Vec<String> {
+        let rules = Rules::new(crate::config::Config::default()).unwrap();
+        let (state, mut counter) = (SessionState::default(), TokenCounter::new(crate::tokens::EstimatorChoice::Auto));
+        let decided = decide_over_history(&History::new(messages), &state, &rules, &mut counter);
+        decided.into_iter().map(|d| d.call_id).collect()
+    }
+
+    #[test]
+    fn a_read_of_part_of_a_file_leaves_the_earlier_read_of_the_whole_file_in_the_working_set() {
+        let read = |path: &str| json!({"filePath": path});
+        let mut calls = vec![
+            ("whole", "read", read("/p/a.rs")),
+            ("part", "read", json!({"filePath": "/p/a.rs", "offset": 40, "limit": 20})),
+        ];
+        let greps: Vec<String> = (0..11).map(|i| format!("g{i}")).collect();
+        calls.extend(greps.iter().map(|g| (g.as_str(), "grep", json!({"pattern": g}))));
+        calls.push(("edit", "edit", json!({"filePath": "/p/a.rs", "oldString": "x = 1", "newString": "x = 2"})));
+        // a.rs is being edited: the agent edits from the whole file, not from the part it
+        // looked at again; the part and the old searches go.
+        assert_eq!(taken(&session(&calls)), ["part", "g0", "g1"]);
+        // A later read of the whole file is the file's view from then on.
+        calls.insert(2, ("again", "read", read("/p/a.rs")));
+        assert_eq!(taken(&session(&calls)), ["whole", "part", "g0", "g1"]);
     }
 
     #[test]

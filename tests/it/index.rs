@@ -12,7 +12,7 @@ use dcp::strategies::masking::{self, Window};
 use dcp::strategies::{self, prunable, Decision, Rules};
 use dcp::texts;
 use dcp::tokens::{EstimatorChoice, TokenCounter};
-use dcp_testkit::gen::{self, SessionSpec};
+use dcp_testkit::gen::{self, GeneratedSession, SessionSpec};
 
 /// One side: a state, a token counter, and what was recorded since the list last looked.
 struct Side {
@@ -47,9 +47,13 @@ impl Side {
 /// told that messages it read have changed, so it must rebuild. Returns the number of steps
 /// that pruned something, so a caller can check the run was not vacuous.
 fn side_by_side(spec: &SessionSpec, config: &Config, restart_at: &[usize]) -> usize {
+    side_by_side_over(&gen::session(spec), config, restart_at)
+}
+
+/// The same over a session given whole.
+fn side_by_side_over(session: &GeneratedSession, config: &Config, restart_at: &[usize]) -> usize {
     let rules = Rules::new(config.clone()).unwrap();
     let listing = prunable::Listing { project: Some("/home/dev/project"), min_tokens: 200 };
-    let session = gen::session(spec);
     let mut messages: Vec<Message> = session.messages.clone();
     let (mut batch, mut incremental) = (Side::new(), Side::new());
     let mut index = Index::default();
@@ -146,5 +150,28 @@ fn the_index_keeps_the_same_working_files_as_the_batch_masking() {
     config.strategies.masking.working_files = 2;
     config.strategies.masking.working_calls = 0;
     let pruning = side_by_side(&spec(200, 100, 5), &config, &[30]);
+    assert!(pruning > 10, "only {pruning} steps pruned anything");
+}
+
+/// `session` with about a third of its reads (by call id) made reads of part of their file.
+fn with_partial_reads(mut session: GeneratedSession) -> GeneratedSession {
+    let part_of = |m: &mut Message| {
+        let mut v = serde_json::to_value(&*m).unwrap();
+        for p in v["parts"].as_array_mut().into_iter().flatten() {
+            let id: u32 = p["callID"].as_str().unwrap_or("").bytes().map(u32::from).sum();
+            if p["tool"] == "read" && id % 3 == 0 {
+                (p["state"]["input"]["offset"], p["state"]["input"]["limit"]) = (20.into(), 50.into());
+            }
+        }
+        *m = serde_json::from_value(v).unwrap();
+    };
+    session.messages.iter_mut().chain(session.steps.iter_mut().flatten()).for_each(part_of);
+    session
+}
+
+#[test]
+fn the_index_keeps_the_same_whole_reads_as_the_batch_masking_when_reads_of_part_of_a_file_follow() {
+    let session = with_partial_reads(gen::session(&spec(200, 100, 9)));
+    let pruning = side_by_side_over(&session, &Config::default(), &[25]);
     assert!(pruning > 10, "only {pruning} steps pruned anything");
 }
