@@ -323,11 +323,16 @@ pub const KEEP_TOKENS: u32 = 10_000;
 /// behind them (BENCHMARKS.md, "Issue 24, round 3").
 pub const WORKING_FILES: u32 = 0;
 
+/// Masking's default window of recent calls whose outputs stay whole
+/// (`strategies.masking.keepLast`): six, the middle of the five to seven that send the fewest
+/// tokens on the corpus's long runs at the same cost (BENCHMARKS.md, "Issue 24, stop 33").
+pub const KEEP_LAST: u32 = 6;
+
 impl Default for Masking {
     fn default() -> Self {
         Masking {
             enabled: true,
-            keep_last: 10,
+            keep_last: KEEP_LAST,
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
             on_rewrite: Window::default(),

@@ -405,7 +405,9 @@ mod tests {
             ("whole", "read", read("/p/a.rs")),
             ("part", "read", json!({"filePath": "/p/a.rs", "offset": 40, "limit": 20})),
         ];
-        let greps: Vec<String> = (0..11).map(|i| format!("g{i}")).collect();
+        // One search more than the window keeps beside the edit: the two oldest leave it.
+        let searches = crate::config::KEEP_LAST as usize + 1;
+        let greps: Vec<String> = (0..searches).map(|i| format!("g{i}")).collect();
         calls.extend(greps.iter().map(|g| (g.as_str(), "grep", json!({"pattern": g}))));
         calls.push(("edit", "edit", json!({"filePath": "/p/a.rs", "oldString": "x = 1", "newString": "x = 2"})));
         // a.rs is being edited: the agent edits from the whole file, not from the part it
