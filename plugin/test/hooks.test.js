@@ -4,26 +4,15 @@
 // The sidecar is a small shell script that answers `initialize` and exits.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { DcpPlugin } from "../hooks.js";
+import { fakeDcp } from "./fake-dcp.js";
 
 const STRINGS = { type: "array", items: { type: "string" } };
 
 /** A plugin whose fake `dcp` answers `initialize` with `result` (DCP_BIN points at it). */
 async function pluginWith(t, result) {
-  const dir = mkdtempSync(join(tmpdir(), "dcp-plugin-test-"));
-  const bin = join(dir, "dcp");
   const answer = JSON.stringify({ jsonrpc: "2.0", id: 0, result }).replace('"id":0', '"id":\'"$id"\'');
-  writeFileSync(bin, `#!/bin/sh\nread line\nid=$(echo "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')\necho '${answer}'\n`);
-  chmodSync(bin, 0o755);
-  const before = process.env.DCP_BIN;
-  process.env.DCP_BIN = bin;
-  t.after(() => {
-    if (before === undefined) delete process.env.DCP_BIN;
-    else process.env.DCP_BIN = before;
-  });
+  const dir = fakeDcp(t, `read line\nid=$(echo "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')\necho '${answer}'`);
   return DcpPlugin({ client: {}, directory: dir });
 }
 

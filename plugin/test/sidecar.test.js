@@ -3,26 +3,10 @@
 // warnings reach OpenCode's log once each. The sidecar is a small shell script.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { Sidecar } from "../sidecar.js";
+import { fakeDcp } from "./fake-dcp.js";
 
 const WARNING = "dcp: warning: /cfg/dcp.jsonc: unknown key `foo` ignored";
-
-/** A fake `dcp` that runs `body` (sh) and points DCP_BIN at it for the test. */
-function fakeDcp(t, body) {
-  const dir = mkdtempSync(join(tmpdir(), "dcp-plugin-test-"));
-  const bin = join(dir, "dcp");
-  writeFileSync(bin, `#!/bin/sh\n${body}\n`);
-  chmodSync(bin, 0o755);
-  const before = process.env.DCP_BIN;
-  process.env.DCP_BIN = bin;
-  t.after(() => {
-    if (before === undefined) delete process.env.DCP_BIN;
-    else process.env.DCP_BIN = before;
-  });
-}
 
 function recorder() {
   const logged = [];
