@@ -112,8 +112,9 @@ pub struct Index {
     riders: HashMap<usize, Option<MaskCandidate>>,
     /// The calls found pruned: a prune is dropped only by a reset, which rebuilds the index.
     pruned: Vec<bool>,
-    /// Each file's view ([`masking::working`]) and whether it is whole; its latest edit or write.
-    latest_read: HashMap<String, (usize, bool)>,
+    /// Each file's view, the read of it the agent works from ([`masking::FileView`]).
+    file_views: HashMap<String, masking::FileView>,
+    /// The latest completed edit or write of each file.
     last_edit: HashMap<String, usize>,
     /// The distinct files the latest completed reads, edits and writes touched, the most
     /// recent first, at most [`masking::MAX_WORKING_FILES`] ([`masking::working`]).
@@ -175,10 +176,8 @@ impl Index {
         }
         let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
         if call.tool == "read" {
-            let whole = masking::reads_whole(call);
-            if whole || !self.latest_read.get(path).is_some_and(|&(_, w)| w) {
-                self.latest_read.insert(path.to_string(), (at, whole));
-            }
+            let view = masking::FileView::after(self.file_views.get(path), at, call);
+            self.file_views.insert(path.to_string(), view);
         } else if masking::EDIT_TOOLS.contains(&call.tool) {
             self.last_edit.insert(path.to_string(), at);
         } else {
@@ -196,7 +195,7 @@ impl Index {
         let facts = &self.calls[at].facts;
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
         let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
-        self.latest_read.get(path).is_some_and(|&(r, _)| r == at)
+        self.file_views.get(path).is_some_and(|view| view.at == at)
             && (self.last_edit.get(path).is_some_and(|&e| e >= recent)
                 || self.recent_files[..files.min(self.recent_files.len())].iter().any(|f| f == path))
     }

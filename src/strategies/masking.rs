@@ -301,24 +301,36 @@ pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
             latest_files.push(path);
         }
     }
-    // Each file's view: its latest read, but a read of part of it leaves a read of the whole.
-    let mut views: std::collections::HashMap<&str, (usize, bool)> = std::collections::HashMap::new();
+    let mut views: std::collections::HashMap<&str, FileView> = std::collections::HashMap::new();
     for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.tool == "read" && c.status == ToolStatus::Completed) {
-        let (Some(path), whole) = (call.file_path(), reads_whole(call)) else { continue };
-        if whole || !views.get(path).is_some_and(|&(_, w)| w) {
-            views.insert(path, (i, whole));
-        }
+        let Some(path) = call.file_path() else { continue };
+        views.insert(path, FileView::after(views.get(path), i, call));
     }
-    for (path, (i, _)) in views {
-        out[i] = edited.contains(path) || latest_files.contains(&path);
+    for (path, view) in views {
+        out[view.at] = edited.contains(path) || latest_files.contains(&path);
     }
     out
 }
 
-/// Whether `call` reads a whole file (no `offset` or `limit`): a later read of part of the
-/// file leaves it the agent's view of the file ([`working`]).
-pub fn reads_whole(call: &ToolCall<'_>) -> bool {
-    call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none())
+/// A file's view in the working set ([`working`]): the read of it the agent works from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileView {
+    /// The read's place among the calls.
+    pub at: usize,
+    /// Whether the read showed the whole file (no `offset` or `limit`).
+    pub whole: bool,
+}
+
+impl FileView {
+    /// The file's view once `call`, at `at`, has read it, given its view `before`: the latest
+    /// read, but a read of part of the file leaves an earlier read of the whole.
+    pub fn after(before: Option<&FileView>, at: usize, call: &ToolCall<'_>) -> FileView {
+        let whole = call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none());
+        match before {
+            Some(&view) if view.whole && !whole => view,
+            _ => FileView { at, whole },
+        }
+    }
 }
 
 /// User prompts at or after each message, counted from the end (one more slot for the end).

@@ -169,9 +169,30 @@ fn with_partial_reads(mut session: GeneratedSession) -> GeneratedSession {
     session
 }
 
+/// Reads of part of a file that follow a read of the whole file, in `session`'s order.
+fn partial_reads_after_whole(session: &GeneratedSession) -> usize {
+    let mut read_whole = std::collections::HashSet::new();
+    let mut count = 0;
+    for m in session.messages.iter().chain(session.steps.iter().flatten()) {
+        let v = serde_json::to_value(m).unwrap();
+        for p in v["parts"].as_array().into_iter().flatten().filter(|p| p["tool"] == "read") {
+            let input = &p["state"]["input"];
+            let path = input["filePath"].as_str().unwrap_or_default().to_string();
+            if input.get("offset").is_none() {
+                read_whole.insert(path);
+            } else if read_whole.contains(&path) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
 #[test]
 fn the_index_keeps_the_same_whole_reads_as_the_batch_masking_when_reads_of_part_of_a_file_follow() {
     let session = with_partial_reads(gen::session(&spec(200, 100, 9)));
+    let partial = partial_reads_after_whole(&session);
+    assert!(partial > 10, "only {partial} reads of part of a file follow a read of the whole");
     let pruning = side_by_side_over(&session, &Config::default(), &[25]);
     assert!(pruning > 10, "only {pruning} steps pruned anything");
 }
