@@ -84,12 +84,13 @@
 //!
 //! **Bets.** The part of a rewrite's extra that the bank does not cover is a bet: the loss
 //! bound pays for it, and it comes back only if the run lasts long enough. Half the warm run
-//! is right two times in three, and a bet lost is the session's loss: late in a run, a batch
-//! that is a small part of the tail it re-bills needs 20 or 30 requests the run may not have.
-//! So the bet must come back within `expectedRequests` (8, [`bet_horizon`]), the requests any
-//! rewrite is expected to serve: `0.1 x saved x 8 >= extra - banked`. What the bank covers
-//! needs no more than the horizon, so a session that has saved may still rewrite deep in
-//! its prompt; one that has not rewrites only what pays back soon, whenever in the run.
+//! is a guess at what is left, and a bet lost is the session's loss: late in a run, a batch
+//! that removes a small part of the tail it re-bills needs more requests than the run may
+//! have. So the bet must come back within the horizon and at most `expectedRequests` (8), the
+//! requests any rewrite is expected to serve ([`bet_horizon`]):
+//! `0.1 x saved x bet_horizon >= extra - banked`. What the bank covers needs no more than the
+//! horizon, so a session that has saved may still rewrite deep in its prompt; one that has not
+//! rewrites only what pays back soon, whenever in the run.
 //!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
@@ -241,7 +242,6 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
     if total == 0 {
         return None;
     }
-    let remaining = horizon(config, base);
     let mut best: Option<(usize, f64)> = None;
     let mut gain_tokens = 0.0;
     for (k, p) in pending.iter().enumerate().rev() {
@@ -249,10 +249,8 @@ pub fn choose(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(u
         if p.rider {
             continue;
         }
-        let net = gain_tokens * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * p.tail as f64;
-        let tail = p.tail as f64;
-        let holds = bet_covered(config, gain_tokens, tail, base);
-        if net >= 0.0 && holds && affordable(config, gain_tokens, tail, base) && best.is_none_or(|(_, b)| net >= b) {
+        let Some(net) = pays(config, gain_tokens, p.tail as f64, base) else { continue };
+        if best.is_none_or(|(_, b)| net >= b) {
             best = Some((k, net));
         }
     }
@@ -294,6 +292,15 @@ fn counted(p: &Pending) -> f64 {
 /// far, at most `maxHorizon` (see the module header).
 pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
     f64::from((inputs.warm / 2).min(config.max_horizon))
+}
+
+/// What a rewrite that removes `saved` tokens and re-bills `tail` gains over the horizon
+/// beyond its cost, when it pays now: when that is not negative, its bet is covered
+/// ([`bet_covered`]) and it is affordable ([`affordable`]). `None` when it waits.
+fn pays(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> Option<f64> {
+    let remaining = horizon(config, inputs);
+    let net = saved * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * tail;
+    (net >= 0.0 && bet_covered(config, saved, tail, inputs) && affordable(config, saved, tail, inputs)).then_some(net)
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` earns back what the bank
@@ -402,12 +409,7 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
             return Some(Trigger::Pressure);
         }
     }
-    let remaining = horizon(config, inputs);
-    let gain = inputs.pending as f64 * (CACHE_READ * remaining + CACHE_WRITE);
-    let cost = (CACHE_WRITE - CACHE_READ) * inputs.tail as f64;
-    let (pending, tail) = (inputs.pending as f64, inputs.tail as f64);
-    (gain >= cost && bet_covered(config, pending, tail, inputs) && affordable(config, pending, tail, inputs))
-        .then_some(Trigger::Pays)
+    pays(config, inputs.pending as f64, inputs.tail as f64, inputs).map(|_| Trigger::Pays)
 }
 
 #[cfg(test)]
