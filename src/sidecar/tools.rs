@@ -66,7 +66,7 @@ impl Server {
         let (mut ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
         if p.name == "discard" {
             // DCP 1.2's reason, first in `ids`, is no id; it changes nothing (nor does `reason`).
-            ids = manual::split_reason(&ids, None).0;
+            ids = manual::split_reason(&ids).0;
         }
         // A discard with a distillation is an extract, recorded and answered as one; a
         // distillation of empty strings alone is no distillation.

@@ -122,15 +122,15 @@ fn done(name: String, call: &ToolCall<'_>) -> PrunedCall {
 
 /// Splits DCP 1.2's form, where a leading `"completion"` or `"noise"` inside `ids` is the
 /// reason, from the ids proper.
-pub fn split_reason(ids: &[String], reason: Option<DiscardReason>) -> (Vec<String>, Option<DiscardReason>) {
+pub fn split_reason(ids: &[String]) -> (Vec<String>, Option<DiscardReason>) {
     let leading = ids.first().and_then(|first| match first.trim() {
         "completion" => Some(DiscardReason::Completion),
         "noise" => Some(DiscardReason::Noise),
         _ => None,
     });
     match leading {
-        Some(r) => (ids[1..].to_vec(), reason.or(Some(r))),
-        None => (ids.to_vec(), reason),
+        Some(reason) => (ids[1..].to_vec(), Some(reason)),
+        None => (ids.to_vec(), None),
     }
 }
 
