@@ -360,20 +360,18 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
     let tokens = costs[cut..].iter().filter(|p| policy::takes(reason, p)).map(|p| p.tokens).sum::<u64>();
-    let (warm, banked, baseline, added) = (base.warm, base.banked, base.baseline, base.added);
-    let (context, tail) = (base.context, costs[cut].tail);
     tracing::debug!(
         session = cx.sid,
         ?reason,
         cut,
         pending = pending.len(),
         tokens,
-        tail,
-        context,
-        warm,
-        banked,
-        baseline,
-        added,
+        tail = costs[cut].tail,
+        context = base.context,
+        warm = base.warm,
+        banked = base.banked,
+        baseline = base.baseline,
+        added = base.added,
         "applying pending rewrites"
     );
     let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail: costs[cut].tail };
