@@ -32,7 +32,7 @@ GRID = [
     ("strategies.masking.keepTokens", [5000, 10000, 20000]),
     ("strategies.masking.onRewrite.keepLast", [2, 4, 8]),
 ]
-DEFAULTS = {"rewrite.lossBound": 0.05, "rewrite.maxHorizon": 30, "strategies.masking.keepLast": 10,
+DEFAULTS = {"rewrite.lossBound": 0.05, "rewrite.maxHorizon": 30, "strategies.masking.keepLast": 6,
             "strategies.masking.keepTokens": 10000, "strategies.masking.onRewrite.keepLast": 4}
 
 

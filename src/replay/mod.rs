@@ -49,7 +49,7 @@ pub enum Mode {
     Immediate,
     /// One automatic strategy alone, without the agent tools.
     Only(Strategy),
-    /// The agent tools (`discard`, `extract`) alone.
+    /// The agent tools alone (`discard`, `compress`, and `extract` where it is enabled).
     AgentTools,
 }
 

@@ -19,8 +19,8 @@
 //! changed part on (all of it when the cache is cold); masking more outputs inside that tail
 //! costs nothing extra on that request and saves on every later one. So when a rewrite goes,
 //! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 4 outputs,
-//! 3,000 tokens): between rewrites the model sees the paper's window and more, right after one
-//! at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
+//! 3,000 tokens): between rewrites the model sees the last `keepLast` outputs and more, right
+//! after one at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
 //! start a rewrite of their own (`crate::policy::choose`), except the volatile ones (below,
 //! "What goes first").
 //!
