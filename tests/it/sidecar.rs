@@ -273,7 +273,7 @@ fn discard_and_extract_by_list_id() {
 }
 
 #[test]
-fn extract_enabled_is_registered_and_answered_and_empty_distillations_only_discard() {
+fn an_enabled_extract_is_answered_and_a_discard_with_blank_distillations_only_discards() {
     let s = Sandbox::new();
     let config =
         r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"minTokens": 0}, "extract": {"enabled": true}}}"#;
