@@ -20,9 +20,9 @@
 //! costs nothing extra on that request and saves on every later one. So when a rewrite goes,
 //! it masks down to a narrower window, `strategies.masking.onRewrite` (the last 4 outputs,
 //! 3,000 tokens): between rewrites the model sees the last `keepLast` outputs and more, right
-//! after one at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]): they never
-//! start a rewrite of their own (`crate::policy::choose`), except the volatile ones (below,
-//! "What goes first").
+//! after one at least the narrower window. Those outputs ride along ([`Window::OnRewrite`]):
+//! they never start a rewrite of their own (`crate::policy::choose`), except the volatile ones
+//! (below, "What goes first").
 //!
 //! **What an edit or write said.** `edit` and `write` are protected tools (their outputs are
 //! short confirmations the model relies on), but their inputs are what they wrote: a file's
