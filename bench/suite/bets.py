@@ -34,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from summary import LONG_RUN, kinds  # noqa: E402
 
-CACHE_READ, CACHE_WRITE = 0.1, 1.25
+CACHE_READ = 0.1
 
 
 def args(argv):
@@ -77,7 +77,7 @@ def bets(session):
                 "extra": extra, "need": need, "bank": bank, "base": base, "bet": extra > max(bank, 0.0),
                 "left": left, "paid": left >= need,
             })
-            steady = diff[i - 1] - CACHE_READ * removed if i > 0 else diff[i]
+            steady = diff[i - 1] - CACHE_READ * removed
         else:
             steady = diff[i]
         bank -= diff[i]
