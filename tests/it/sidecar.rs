@@ -236,25 +236,16 @@ fn discard_and_extract_by_list_id() {
     };
     let bash = id_of(": bash,");
     let grep = id_of(": grep,");
-    let answer = sidecar.result(
-        "tool",
-        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": ["completion", bash.clone()]}}),
-    );
-    assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
-    let again = sidecar.result(
-        "tool",
-        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [bash], "reason": "noise"}}),
-    );
-    let text = again["output"].as_str().unwrap();
-    assert!(text.starts_with("Nothing was pruned. Not pruned: ") && text.contains("already pruned"), "{again}");
+    let answer = sidecar.agent_tool("discard", json!({"ids": ["completion", bash.clone()]}));
+    assert!(answer.starts_with("Discarded 1 tool output"), "{answer}");
+    let again = sidecar.agent_tool("discard", json!({"ids": [bash], "reason": "noise"}));
+    assert!(again.starts_with("Nothing was pruned. Not pruned: ") && again.contains("already pruned"), "{again}");
     // A discard with a distillation extracts (`extract` itself is off by default).
-    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [grep.clone()], "distillation": ["grep: 18 parse_section_ defs in parser.py"]}}));
-    assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
-    let answer = sidecar.result(
-        "tool",
-        json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [grep], "distillation": ["grep"]}}),
-    );
-    assert_eq!(answer["output"], "extract is disabled in dcp.jsonc; nothing was changed.");
+    let distillation = "grep: 18 parse_section_ defs in parser.py";
+    let answer = sidecar.agent_tool("discard", json!({"ids": [grep.clone()], "distillation": [distillation]}));
+    assert!(answer.starts_with("Extracted 1 tool output"), "{answer}");
+    let answer = sidecar.agent_tool("extract", json!({"ids": [grep], "distillation": ["grep"]}));
+    assert_eq!(answer, "extract is disabled in dcp.jsonc; nothing was changed.");
     let mut after = messages.clone();
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
     apply(&mut after, &result);
@@ -286,17 +277,11 @@ fn an_enabled_extract_is_answered_and_a_discard_with_blank_distillations_only_di
     let list = result["append"][0]["parts"][0]["text"].as_str().unwrap().to_string();
     let ids: Vec<String> =
         list.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(id, _)| id.to_string()).collect();
-    let answer = sidecar.result(
-        "tool",
-        json!({"sessionID": DB_SESSION, "name": "extract", "args": {"ids": [ids[0]], "distillation": ["kept"]}}),
-    );
-    assert!(answer["output"].as_str().unwrap().starts_with("Extracted 1 tool output"), "{answer}");
+    let answer = sidecar.agent_tool("extract", json!({"ids": [ids[0]], "distillation": ["kept"]}));
+    assert!(answer.starts_with("Extracted 1 tool output"), "{answer}");
     // Distillations of blanks alone are no distillation: the call discards.
-    let answer = sidecar.result(
-        "tool",
-        json!({"sessionID": DB_SESSION, "name": "discard", "args": {"ids": [ids[1]], "distillation": [" "]}}),
-    );
-    assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
+    let answer = sidecar.agent_tool("discard", json!({"ids": [ids[1]], "distillation": [" "]}));
+    assert!(answer.starts_with("Discarded 1 tool output"), "{answer}");
     sidecar.shutdown();
     let by = &state_file(&s)["dcp"]["byStrategy"];
     assert_eq!((&by["extract"]["tools"], &by["discard"]["tools"]), (&json!(1), &json!(1)), "{by}");

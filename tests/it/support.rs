@@ -451,6 +451,13 @@ impl Sidecar {
         answer["result"].clone()
     }
 
+    /// Calls agent tool `name` with `args` in the recorded session and returns what the agent
+    /// is told.
+    pub fn agent_tool(&mut self, name: &str, args: Value) -> String {
+        let answer = self.result("tool", json!({"sessionID": DB_SESSION, "name": name, "args": args}));
+        answer["output"].as_str().unwrap_or_else(|| panic!("no output: {answer}")).to_string()
+    }
+
     /// Sends a line and returns its error, failing if it succeeded.
     pub fn error(&mut self, line: &[u8]) -> (i64, String) {
         let answer = self.send(line);
