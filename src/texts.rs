@@ -1,5 +1,5 @@
 //! What dcp says to the model and in the session: the agent's instructions, tool answers and
-//! refusals, the prunable list, nudges, notifications and the `/dcp` answers. All of it lives
+//! refusals ([`refusals`]), the prunable list, nudges, notifications and the `/dcp` answers. All of it lives
 //! here, in Rust; the plugin only carries it (but for the two lines it shows when the sidecar
 //! cannot answer). The CLI's and `/dcp`'s reports are tables, drawn by [`crate::report`].
 //!
@@ -13,6 +13,8 @@ use crate::config::{Notification, Tools};
 use crate::format;
 use crate::state::blocks::{Block, Blocks};
 use crate::state::{PruneRecord, Strategy};
+
+pub mod refusals;
 
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
 /// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
@@ -413,8 +415,6 @@ pub fn summary_head(topic: &str) -> String {
         format!("[Earlier messages, summarised by the agent: {topic}]")
     }
 }
-
-pub mod refusals;
 
 /// The answer the agent reads after `compress`: the ranges made, the notes on them, and what
 /// was not applied and why.
