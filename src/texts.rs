@@ -1,7 +1,8 @@
 //! What dcp says to the model and in the session: the agent's instructions, tool answers and
-//! refusals ([`refusals`]), the prunable list, nudges, notifications and the `/dcp` answers. All of it lives
-//! here, in Rust; the plugin only carries it (but for the two lines it shows when the sidecar
-//! cannot answer). The CLI's and `/dcp`'s reports are tables, drawn by [`crate::report`].
+//! refusals ([`refusals`]), the prunable list, nudges, notifications and the `/dcp` answers.
+//! All of it lives here, in Rust; the plugin only carries it (but for the two lines it shows
+//! when the sidecar cannot answer). The CLI's and `/dcp`'s reports are tables, drawn by
+//! [`crate::report`].
 //!
 //! It takes plain data (the state's records and blocks, the answers' own structs such as
 //! [`ToolDone`]) and imports nothing above [`crate::state`], so the strategies and every
