@@ -159,7 +159,7 @@ fn with_partial_reads(mut session: GeneratedSession) -> GeneratedSession {
         let mut v = serde_json::to_value(&*m).unwrap();
         for p in v["parts"].as_array_mut().into_iter().flatten() {
             let id: u32 = p["callID"].as_str().unwrap_or("").bytes().map(u32::from).sum();
-            if p["tool"] == "read" && id % 3 == 0 {
+            if p["tool"] == "read" && id.is_multiple_of(3) {
                 (p["state"]["input"]["offset"], p["state"]["input"]["limit"]) = (20.into(), 50.into());
             }
         }
