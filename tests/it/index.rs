@@ -106,7 +106,7 @@ fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<St
     let decided = masking::decide_over_history(history, &side.state, rules, &mut side.counter);
     let (kept, narrow) =
         (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
-    let working = masking::working(&history.calls, rules);
+    let working = masking::working(history, rules);
     let riders = history.calls[kept..narrow]
         .iter()
         .zip(&working[kept..narrow])
