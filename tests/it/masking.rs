@@ -96,23 +96,6 @@ fn the_file_being_edited_stays_whole_and_its_superseded_views_go() {
 }
 
 #[test]
-fn the_file_edited_in_an_earlier_user_turn_leaves_the_working_set_at_the_next_prompt() {
-    let edit = json!({"filePath": "/p/work.rs", "oldString": "a", "newString": "b"});
-    let mut b =
-        SessionBuilder::new().user("one task").tool("view", "read", json!({"filePath": "/p/work.rs"}), &long("w"));
-    for i in 0..11 {
-        b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("fn g{i}")}), &long("hit"));
-    }
-    b = b.tool("e", "edit", edit, "Edit applied successfully.");
-    let config = paper_window();
-    // In the turn of the edit, the view of the file it changed is working material.
-    assert!(!masked(&b.clone().build(), &config).contains(&"view".to_string()));
-    // One call into the next prompt, well within `workingCalls` of the edit, it is not.
-    let next = b.text("done").user("next task").tool("n", "grep", json!({"pattern": "fn n"}), &long("hit"));
-    assert!(masked(&next.build(), &config).contains(&"view".to_string()));
-}
-
-#[test]
 fn the_latest_read_of_one_of_the_last_working_files_stays_whole_until_the_agent_moves_on() {
     let mut b = SessionBuilder::new()
         .user("one task")
