@@ -196,7 +196,7 @@ impl Index {
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
         let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
         self.file_views.get(path).is_some_and(|view| view.at == at)
-            && (self.last_edit.get(path).is_some_and(|&e| e >= recent)
+            && (self.last_edit.get(path).is_some_and(|&e| e >= recent && self.calls[e].prompts == self.prompts)
                 || self.recent_files[..files.min(self.recent_files.len())].iter().any(|f| f == path))
     }
 

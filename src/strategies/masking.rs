@@ -37,6 +37,9 @@
 //! must match what that read showed. So the latest `read` of a file edited or written within
 //! the last `strategies.masking.workingCalls` calls stays whole whatever its age ([`working`]);
 //! once the edits stop (or a newer read supersedes it), it is masked like any other output.
+//! Edits count in the user turn they were made in: once the person has sent a new prompt, the
+//! file the agent was editing is its material again only if it reads or edits it again, and a
+//! view carried on into later turns leaves the window only after they have re-billed it.
 //! A read of part of a file (`offset`, `limit`) supersedes no read of the whole: the agent
 //! looks again at a few lines and goes on editing from the file it saw whole.
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
@@ -275,19 +278,22 @@ pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
 pub const MAX_WORKING_FILES: usize = 32;
 
 /// Which of `calls` are the agent's working material (see the module header, "The working
-/// set"): the view of each file edited or written within the last `workingCalls` calls, or
+/// set"): the view of each file edited or written within the last `workingCalls` calls of the
+/// current user turn, or
 /// among the last `workingFiles` distinct files read, edited or written. A file's view is its
 /// latest `read`, unless that read shows only part of it (`offset`, `limit`) and an earlier
 /// read showed it whole: then the latest whole read.
-pub fn working(calls: &[ToolCall<'_>], rules: &Rules) -> Vec<bool> {
-    let m = &rules.config().strategies.masking;
+pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
+    let (m, calls) = (&rules.config().strategies.masking, &history.calls);
     let mut out = vec![false; calls.len()];
     let recent = calls.len().saturating_sub(m.working_calls as usize);
     let touched = |c: &&ToolCall<'_>| c.status == ToolStatus::Completed && c.file_path().is_some();
+    // Edits made before the person's latest prompt belong to a turn that is over.
+    let turn_start = history.messages.iter().rposition(is_prompt).unwrap_or(0);
     let edited: std::collections::HashSet<&str> = calls[recent..]
         .iter()
         .filter(touched)
-        .filter(|c| EDIT_TOOLS.contains(&c.tool))
+        .filter(|c| EDIT_TOOLS.contains(&c.tool) && c.message > turn_start)
         .filter_map(|c| c.file_path())
         .collect();
     let files = (m.working_files as usize).min(MAX_WORKING_FILES);
@@ -365,7 +371,7 @@ pub fn decide_over_history(
     }
     let pruned = pruned_ids(state);
     let window = window_start(history, rules, Window::Kept);
-    let working = working(&history.calls, rules);
+    let working = working(history, rules);
     // Younger calls are younger by every measure: the window is a suffix.
     history.calls[..window]
         .iter()

@@ -106,7 +106,7 @@ fn batch_masks(history: &History<'_>, side: &mut Side, rules: &Rules) -> (Vec<St
     let decided = masking::decide_over_history(history, &side.state, rules, &mut side.counter);
     let (kept, narrow) =
         (masking::window_start(history, rules, Window::Kept), masking::window_start(history, rules, Window::OnRewrite));
-    let working = masking::working(&history.calls, rules);
+    let working = masking::working(history, rules);
     let riders = history.calls[kept..narrow]
         .iter()
         .zip(&working[kept..narrow])
@@ -195,4 +195,36 @@ fn the_index_keeps_the_same_whole_reads_as_the_batch_masking_when_reads_of_part_
     assert!(partial > 10, "only {partial} reads of part of a file follow a read of the whole");
     let pruning = side_by_side_over(&session, &Config::default(), &[25]);
     assert!(pruning > 10, "only {pruning} steps pruned anything");
+}
+
+/// A session of one task: a read of work.rs, `greps` searches, then an edit of work.rs.
+fn edit_after_searches(greps: usize) -> crate::support::SessionBuilder {
+    let long =
+        |head: &str| format!("{head}\n{}", "    let value = parse_entry(&buffer[offset..], limit)?;\n".repeat(16));
+    let read = serde_json::json!({"filePath": "/p/work.rs"});
+    let mut b = crate::support::SessionBuilder::new().user("one task").tool("view", "read", read, &long("w"));
+    for i in 0..greps {
+        b = b.tool(&format!("g{i}"), "grep", serde_json::json!({"pattern": format!("fn g{i}")}), &long("hit"));
+    }
+    let edit = serde_json::json!({"filePath": "/p/work.rs", "oldString": "a", "newString": "b"});
+    b.tool("e", "edit", edit, "Edit applied successfully.")
+}
+
+#[test]
+fn the_file_edited_in_an_earlier_user_turn_leaves_the_working_set_at_the_next_prompt() {
+    let rules = Rules::new(Config::default()).unwrap();
+    let masked_by_both = |messages: &[Message]| {
+        let mut index = Index::default();
+        index.sync(messages, 0, 0, &rules);
+        let (mut batch, mut incremental) = (Side::new(), Side::new());
+        let (got, _) = masks(&mut index, messages, &mut incremental, &rules);
+        let (expected, _) = batch_masks(&History::new(messages), &mut batch, &rules);
+        assert_eq!(got, expected, "the index and the batch masking differ");
+        got.contains(&"view".to_string())
+    };
+    // In the turn of the edit, the view of the file it changed is working material.
+    assert!(!masked_by_both(&edit_after_searches(11).build()));
+    // One call into the next prompt, well within `workingCalls` of the edit, it is not.
+    let next = edit_after_searches(11).text("done").user("next task");
+    assert!(masked_by_both(&next.tool("n", "grep", serde_json::json!({"pattern": "fn n"}), "hit").build()));
 }
