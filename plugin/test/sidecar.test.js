@@ -16,7 +16,8 @@ function recorder() {
 
 const BAD_VALUE = 'config /cfg/dcp.jsonc: `pruneNotification` must be one of off, minimal, detailed, not "loud"';
 
-/** Starts a sidecar whose binary runs `script`, and checks that its exit at start is told with `BAD_VALUE`. */
+/** Starts a sidecar whose binary runs `script`, and checks that its exit at start is told with
+ * `BAD_VALUE`. */
 async function assertToldAtStart(t, script) {
   fakeDcp(t, script);
   const r = recorder();

@@ -184,8 +184,8 @@ pub struct Masking {
     /// `crate::strategies::masking`, "Deeper when the prompt is written again").
     pub on_rewrite: Window,
     /// The latest read of a file edited or written within this many of the most recent tool
-    /// calls, in the current user turn, is the agent's working material: masking leaves it whole (0: no working set; see
-    /// `crate::strategies::masking`, "The working set").
+    /// calls, in the current user turn, is the agent's working material: masking leaves it
+    /// whole (0: no working set; see `crate::strategies::masking`, "The working set").
     pub working_calls: u32,
     /// The latest read of each of the last this many distinct files the agent read, edited or
     /// wrote is the agent's working material too: a file it is still reading around is one it

@@ -279,10 +279,9 @@ pub const MAX_WORKING_FILES: usize = 32;
 
 /// Which of `calls` are the agent's working material (see the module header, "The working
 /// set"): the view of each file edited or written within the last `workingCalls` calls of the
-/// current user turn, or
-/// among the last `workingFiles` distinct files read, edited or written. A file's view is its
-/// latest `read`, unless that read shows only part of it (`offset`, `limit`) and an earlier
-/// read showed it whole: then the latest whole read.
+/// current user turn, or among the last `workingFiles` distinct files read, edited or written.
+/// A file's view is its latest `read`, unless that read shows only part of it (`offset`,
+/// `limit`) and an earlier read showed it whole: then the latest whole read.
 pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     let (m, calls) = (&rules.config().strategies.masking, &history.calls);
     let mut out = vec![false; calls.len()];
