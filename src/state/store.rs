@@ -62,6 +62,14 @@ pub struct Slot {
     absorbed: u64,
 }
 
+/// Where a reader of a slot's changes ([`Slot::changes`]) got to: the slot's resets and the
+/// number of changes then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangesMark {
+    resets: u64,
+    len: usize,
+}
+
 impl Slot {
     /// The number that changes whenever the rewrites in force may have changed: edits computed
     /// at the same revision (and [`Slot::resets`]) still hold.
@@ -98,6 +106,17 @@ impl Slot {
     /// to `state.pruned` but a reset goes through [`Slot::record`] and [`Slot::apply`].
     pub fn changes(&self) -> &[String] {
         &self.changes
+    }
+
+    /// Where a reader of the changes is now: what [`Slot::changes_since`] reads past.
+    pub fn changes_mark(&self) -> ChangesMark {
+        ChangesMark { resets: self.resets, len: self.changes.len() }
+    }
+
+    /// The changes since `mark`, oldest first; `None` when the prunes were reset since (then
+    /// every prune must be read again).
+    pub fn changes_since(&self, mark: ChangesMark) -> Option<&[String]> {
+        (mark.resets == self.resets).then(|| self.changes.get(mark.len..)).flatten()
     }
 
     /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
