@@ -11,6 +11,7 @@ use super::protocol::{Edit, Edits};
 use super::ranges;
 use super::request::RequestContext;
 use crate::session::Message;
+use crate::state::store::ChangesMark;
 use crate::state::PruneRecord;
 use crate::strategies;
 
@@ -21,9 +22,9 @@ pub(super) struct EditsSent {
     seq: u64,
     basis: Option<EditsBasis>,
     calls: HashSet<String>,
-    /// The length of the slot's changes ([`crate::state::store::Slot::changes`]) when they
-    /// were computed: what came after is what may add edits.
-    changes: usize,
+    /// Where the slot's changes ([`crate::state::store::Slot::changes`]) were when they were
+    /// computed: what came after is what may add edits.
+    changes: ChangesMark,
     /// The messages whose id tags were sent (see [`ranges`]).
     tags: usize,
 }
@@ -59,16 +60,16 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let index = &session.index;
     let position = |id: &str| index.position(id);
     // Following the last answer, only what was put in force since can add edits.
-    let (pruned, changes) = (&slot.state.pruned, slot.changes());
-    let since = (follows && cx.views == Views::Kept).then_some(sent.changes).filter(|&n| n <= changes.len());
+    let pruned = &slot.state.pruned;
+    let since = (follows && cx.views == Views::Kept).then(|| slot.changes_since(sent.changes)).flatten();
     let mut edits = match since {
-        Some(n) => {
-            let changed = changes[n..].iter().filter_map(|id| pruned.get_key_value(id.as_str()));
+        Some(changes) => {
+            let changed = changes.iter().filter_map(|id| pruned.get_key_value(id.as_str()));
             edits_for(messages, position, changed, &mut sent.calls)
         }
         None => edits_for(messages, position, pruned.iter(), &mut sent.calls),
     };
-    sent.changes = changes.len();
+    sent.changes = slot.changes_mark();
     if tags.is_some() {
         edits.extend(ranges::tag_edits(messages, tags_from));
         sent.tags = messages.len();

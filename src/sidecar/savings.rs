@@ -14,7 +14,7 @@ use super::request::RequestContext;
 use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::session::{str_field, Message};
 use crate::state::savings::{Mark, RequestFigures};
-use crate::state::store::Slot;
+use crate::state::store::{ChangesMark, Slot};
 use crate::strategies::compress::{self, Span};
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
@@ -37,9 +37,8 @@ pub(super) struct Meter {
     applied: HashSet<String>,
     blocks: HashSet<u32>,
     revision: u64,
-    /// The slot's resets and the length of its changes at the last look (see
-    /// [`Slot::changes`]).
-    changes: Option<(u64, usize)>,
+    /// Where the slot's changes were at the last look (see [`Slot::changes`]).
+    changes: Option<ChangesMark>,
     /// The newest compaction the last request's history had.
     compaction: i64,
 }
@@ -122,13 +121,11 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     };
     // What was put in force since the last look is among the slot's changes since, unless
     // the prunes were reset between: then every prune in force is looked at.
-    let changes = slot.changes();
-    let since =
-        meter.changes.filter(|&(resets, n)| views == Views::Kept && resets == slot.resets() && n <= changes.len());
-    meter.changes = Some((slot.resets(), changes.len()));
+    let since = meter.changes.filter(|_| views == Views::Kept).and_then(|mark| slot.changes_since(mark));
+    meter.changes = Some(slot.changes_mark());
     let pruned = &slot.state.pruned;
     match since {
-        Some((_, n)) => changes[n..].iter().filter(|id| pruned.get(*id).is_some_and(|r| r.applied)).for_each(&mut note),
+        Some(changes) => changes.iter().filter(|id| pruned.get(*id).is_some_and(|r| r.applied)).for_each(&mut note),
         None => pruned.iter().filter(|(_, r)| r.applied).for_each(|(id, _)| note(id)),
     }
     for span in ranges {

@@ -29,6 +29,9 @@ use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
+mod changes;
+pub use changes::ChangesMark;
+
 /// One live session.
 #[derive(Debug)]
 pub struct Slot {
@@ -91,13 +94,6 @@ impl Slot {
         self.revision += 1;
         self.resets += 1;
         self.changes.clear();
-    }
-
-    /// The call ids whose prune was recorded or put in force since the last reset, oldest
-    /// first: a view of the prunes kept across requests reads past what it read. Every change
-    /// to `state.pruned` but a reset goes through [`Slot::record`] and [`Slot::apply`].
-    pub fn changes(&self) -> &[String] {
-        &self.changes
     }
 
     /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
