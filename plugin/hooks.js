@@ -97,6 +97,9 @@ function messagesTransform(ctx) {
   };
 }
 
+/** The system prompt is being built: dcp adds no line to it (its head is its tools'
+ * definitions), so the sidecar is not asked (`system` in PROTOCOL.md); the hook only keeps the
+ * model's context window, which `transform` sends for the pressure rule. */
 function systemTransform(ctx) {
   return async (input, output) => {
     try {
@@ -104,13 +107,6 @@ function systemTransform(ctx) {
       const sessionID = input?.sessionID;
       const limit = input?.model?.limit?.context;
       if (sessionID && limit) ctx.contextLimits.set(sessionID, limit);
-      const params = { sessionID };
-      if (sessionID) {
-        const parentID = await ctx.parentOf(sessionID);
-        if (parentID !== undefined) params.parentID = parentID;
-      }
-      const result = await ctx.sidecar.call("system", params);
-      if (Array.isArray(output?.system)) for (const line of result.system ?? []) output.system.push(line);
     } catch {}
   };
 }
