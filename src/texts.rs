@@ -1,5 +1,6 @@
 //! What dcp says to the model and in the session: the agent's instructions, tool answers and
-//! refusals ([`refusals`]), the prunable list, nudges, notifications and the `/dcp` answers.
+//! refusals ([`refusals`]), the prunable list, nudges, notifications ([`notice`]) and the `/dcp`
+//! answers.
 //! All of it lives here, in Rust; the plugin only carries it (but for the two lines it shows
 //! when the sidecar cannot answer). The CLI's and `/dcp`'s reports are tables, drawn by
 //! [`crate::report`].
@@ -10,12 +11,14 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Notification, Tools};
+use crate::config::Tools;
 use crate::format;
 use crate::state::blocks::{Block, Blocks};
-use crate::state::{PruneRecord, Strategy};
 
+pub mod notice;
 pub mod refusals;
+
+pub use notice::{notification, Notice};
 
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
 /// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
@@ -151,69 +154,6 @@ pub fn tool_done(applied: &ToolDone<'_>) -> String {
     text
 }
 
-/// The notification shown to the user (never sent to the model) for the prunes of one
-/// request: those `applied` to it, and those `waiting`, recorded now but rewritten only when
-/// that pays for the prompt cache. `older_waiting` counts prunes recorded earlier that still
-/// wait. At least one of `applied` and `waiting` is not empty. `level` is never `Off`; it
-/// would read as `Minimal`.
-pub fn notification(
-    level: Notification,
-    applied: &[(&str, &PruneRecord)],
-    ranges: &[Block],
-    waiting: &[(&str, &PruneRecord)],
-    older_waiting: usize,
-) -> String {
-    const LATER: &str = "applied when it pays";
-    let tokens = |of: &[(&str, &PruneRecord)]| -> u64 { of.iter().map(|(_, r)| r.tokens).sum() };
-    let now = !applied.is_empty() || !ranges.is_empty();
-    let shown = if now { applied } else { waiting };
-    let range_tokens: u64 = ranges.iter().map(Block::net_tokens).sum();
-    // A waiting prune has kept nothing out of any request yet: it is never shown as removed.
-    let mut text = match now {
-        true => format!("▣ DCP | in force: -{} tokens", format::compact(tokens(shown) + range_tokens)),
-        false => format!("▣ DCP | waiting: {} tokens", format::compact(tokens(shown))),
-    };
-    if !shown.is_empty() {
-        let _ = write!(text, ", {}", format::count(shown.len() as u64, "tool"));
-    }
-    if !ranges.is_empty() {
-        let _ = write!(text, ", {} compressed", format::count(ranges.len() as u64, "range"));
-    }
-    if !now {
-        let _ = write!(text, ", {LATER}");
-    }
-    if level != Notification::Detailed {
-        return text;
-    }
-    for strategy in Strategy::ALL {
-        let of: Vec<_> = shown.iter().filter(|(_, r)| r.strategy == strategy).copied().collect();
-        if !of.is_empty() {
-            let _ = write!(
-                text,
-                "\n→ {}: {} ({})",
-                strategy.name(),
-                format::tokens(tokens(&of)),
-                format::count(of.len() as u64, "tool")
-            );
-        }
-    }
-    for b in ranges {
-        let _ = write!(
-            text,
-            "\n→ compress b{}: {} ({})",
-            b.id,
-            format::tokens(b.net_tokens()),
-            format::count(b.effective_messages.len() as u64, "message")
-        );
-    }
-    let more = if now { waiting.len() + older_waiting } else { older_waiting };
-    if more > 0 {
-        let tools = if more == 1 { "tool" } else { "tools" };
-        let _ = write!(text, "\n→ {more} more {tools} waiting, {LATER}");
-    }
-    format::terminal(&text, format::Lines::Keep).into_owned()
-}
-
 pub const COMMAND_DESCRIPTION: &str =
     "Dynamic context pruning: /dcp stats | context | report | sweep [N] | decompress [ID] | help";
 
@@ -315,7 +255,6 @@ pub fn context_title(session_id: &str, title: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Action;
 
     #[test]
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
@@ -352,30 +291,6 @@ mod tests {
         let sent: serde_json::Value =
             serde_json::from_str(&tool_definition("discard", "", &args["discard"], &serde_json::Value::Null)).unwrap();
         assert_eq!(sent["function"]["parameters"]["required"], serde_json::json!(["ids", "distillation"]));
-    }
-
-    fn record(strategy: Strategy, tokens: u64) -> PruneRecord {
-        PruneRecord { strategy, action: Action::Output, tokens, tool: "read".into(), applied: false }
-    }
-
-    #[test]
-    fn a_notification_says_waiting_or_in_force_and_never_counts_a_waiting_prune_as_removed() {
-        let dedup = record(Strategy::Deduplication, 805);
-        let one = [("call_1", &dedup)];
-        assert_eq!(
-            notification(Notification::Minimal, &[], &[], &one, 0),
-            "▣ DCP | waiting: 805 tokens, 1 tool, applied when it pays"
-        );
-        assert_eq!(
-            notification(Notification::Detailed, &one, &[], &[], 2),
-            "▣ DCP | in force: -805 tokens, 1 tool\n→ deduplication: ~805 (1 tool)\n→ 2 more tools waiting, applied when it pays"
-        );
-        let write = record(Strategy::SupersedeWrites, 1_250);
-        let two = [("call_1", &dedup), ("call_2", &write)];
-        assert_eq!(
-            notification(Notification::Detailed, &two, &[], &[], 0),
-            "▣ DCP | in force: -2.1K tokens, 2 tools\n→ deduplication: ~805 (1 tool)\n→ supersede-writes: ~1.3K (1 tool)"
-        );
     }
 }
 

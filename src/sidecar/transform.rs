@@ -25,9 +25,8 @@ use super::{internal, masking_candidates, now_ms, savings, validate_session_id, 
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
-use crate::state::blocks::Block;
 use crate::state::store::Slot;
-use crate::state::PruneRecord;
+use crate::state::{PruneRecord, Strategy};
 use crate::strategies::prunable;
 use crate::texts;
 
@@ -435,16 +434,39 @@ fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_
     let records = |ids: &[String]| -> Vec<(&str, &PruneRecord)> {
         ids.iter().filter_map(|id| pruned.get_key_value(id).map(|(k, r)| (k.as_str(), r))).collect()
     };
-    let applied = applied_now.map(|a| records(&a.calls)).unwrap_or_default();
     let blocks = applied_now.map(|a| a.blocks.as_slice()).unwrap_or_default();
-    let ranges: Vec<Block> = blocks.iter().filter_map(|id| slot.state.blocks.by_id.get(id).cloned()).collect();
-    let waiting: Vec<_> = records(recorded_now).into_iter().filter(|(_, r)| !r.applied).collect();
-    if applied.is_empty() && ranges.is_empty() && waiting.is_empty() {
+    let mut notice = texts::Notice {
+        applied: applied_now.map(|a| records(&a.calls)).unwrap_or_default(),
+        ranges: blocks.iter().filter_map(|id| slot.state.blocks.by_id.get(id).cloned()).collect(),
+        waiting: records(recorded_now).into_iter().filter(|(_, r)| !r.applied).collect(),
+        ..texts::Notice::default()
+    };
+    if notice.applied.is_empty() && notice.ranges.is_empty() && notice.waiting.is_empty() {
         return None;
     }
-    let older = slot.state.pruned.values().filter(|r| !r.applied).count() - waiting.len()
+    notice.older_waiting = slot.state.pruned.values().filter(|r| !r.applied).count() - notice.waiting.len()
         + slot.state.blocks.active().filter(|b| !b.applied).count();
-    Some(texts::notification(level, &applied, &ranges, &waiting, older))
+    if level == Notification::Detailed {
+        notice.keys = agent_keys(cx, &notice);
+    }
+    Some(texts::notification(level, &notice))
+}
+
+/// The key argument of each call the agent pruned itself (`discard`, `extract`) that `notice`
+/// shows, by call id, a path inside the project relative to it as the prunable list has it:
+/// the detailed notice names them.
+fn agent_keys<'a>(cx: &RequestContext<'a>, notice: &texts::Notice<'a>) -> HashMap<&'a str, &'a str> {
+    let messages = cx.mirror.messages();
+    let chosen = notice.applied.iter().chain(&notice.waiting);
+    let chosen = chosen.filter(|(_, r)| matches!(r.strategy, Strategy::Discard | Strategy::Extract));
+    let key = |id: &str| -> Option<&'a str> {
+        let (at, _) = cx.session.index.position(id)?;
+        let calls = crate::session::tool_calls(std::slice::from_ref(messages.get(at)?));
+        let key = calls.into_iter().find(|c| c.call_id == id)?.key_argument()?;
+        let inside = cx.project.and_then(|root| key.strip_prefix(root)?.strip_prefix('/'));
+        Some(inside.filter(|rest| !rest.is_empty()).unwrap_or(key))
+    };
+    chosen.filter_map(|(id, _)| Some((*id, key(id)?))).collect()
 }
 
 /// The user message that carries `text` after the history, with the agent and model of the

@@ -16,6 +16,7 @@ mod registry;
 mod savings;
 mod scenarios;
 mod tui;
+mod tui_discard;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

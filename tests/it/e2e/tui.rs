@@ -263,7 +263,7 @@ pub fn cli_context(lab: &Lab, session: &str) -> String {
 
 /// Every digit as `#`, so that a table keeps its shape: token counts depend on the lab's
 /// path, which tool outputs hold. The tokenizer's name keeps its digits.
-fn numbers_out(text: &str) -> String {
+pub(super) fn numbers_out(text: &str) -> String {
     let masked: String = text.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).collect();
     masked.replace("o###k_base", "o200k_base")
 }
@@ -274,7 +274,7 @@ fn answer(screen: &Screen, text: &str, command: &str) -> String {
 }
 
 /// Waits until the block of `command`'s answer holds `needle`.
-fn wait_answer(screen: &Screen, command: &str, needle: &str) -> String {
+pub(super) fn wait_answer(screen: &Screen, command: &str, needle: &str) -> String {
     screen.wait_until(&format!("the answer to {command} with {needle:?}"), ANSWER_TIMEOUT, |s| {
         let lines: Vec<&str> = s.lines().collect();
         lines
