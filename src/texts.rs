@@ -26,8 +26,8 @@ pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prun
 /// with a `distillation` does the same.
 pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
 
-/// `compress`'s `range` is the `from..to` its description names: one argument, not two, for
-/// the head's sake.
+/// `compress`'s one `range` argument is the `from..to` this names: one argument costs fewer
+/// tokens in every request than two.
 pub const COMPRESS_DESCRIPTION: &str =
     "Replace finished messages from..to (call ids or m12/b1 tags) with your summary.";
 

@@ -15,9 +15,9 @@
 //! `compress {range: "from..to", summary}`, as it is registered, or in the published DCP's
 //! form `{topic, content: [{startId, endId, summary}]}`, or with `from` and `to`, is
 //! forgiving: every range that can be applied is, and the answer says what was wrong with the
-//! others. A range that starts
-//! or ends inside an older block grows to take the whole block; a range that covers older
-//! blocks consumes them (nested ranges), and undoing it brings them back.
+//! others. A range that starts or ends inside an older block grows to take the whole block; a
+//! range that covers older blocks consumes them (nested ranges), and undoing it brings them
+//! back.
 //!
 //! Everything here is a pure function of the history and the state; the sidecar applies the
 //! result: [`tag_sites`] are appended to the message fields, [`spans`] replace whole messages.
