@@ -135,6 +135,10 @@ fn without_a_list_or_tags_the_agent_discards_and_compresses_by_tool_call_ids() {
     let args = json!({"range": format!("{}..{}", reads[0], reads[1]), "summary": "read parser.py twice"});
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
     assert!(answer["output"].as_str().unwrap().starts_with("Compressed "), "{answer}");
+    // A range written another way is refused with the form to use.
+    let args = json!({"range": "first-last", "summary": "s"});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
+    assert!(answer["output"].as_str().unwrap().contains("Give a range as from..to (m12..m20)"), "{answer}");
     sidecar.shutdown();
 }
 
