@@ -29,20 +29,24 @@ pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prun
 /// with a `distillation` does the same.
 pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
 
+/// `compress`'s one `range` argument is the `from..to` this names: one argument costs fewer
+/// tokens in every request than two.
 pub const COMPRESS_DESCRIPTION: &str =
     "Replace finished messages from..to (call ids or m12/b1 tags) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
-/// schema per argument). As small as the tools allow: they are in every request. The tools
-/// read more forms than these (`crate::strategies::compress`'s `startId` and `endId`, its
-/// `content` list of ranges and `topic`, discard's `reason`), for models that use them.
+/// schema per argument). As small as the tools allow: they are in every request (`compress`
+/// takes its range as one `from..to` string). An array keeps its `items` schema, which
+/// OpenAI requires of every array. The tools read more forms than these
+/// (`crate::strategies::compress`'s `from` and `to`, `startId` and `endId`, its `content`
+/// list of ranges and `topic`, discard's `reason`), for models that use them.
 pub fn tool_args() -> serde_json::Value {
     let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
     let string = serde_json::json!({"type": "string"});
     serde_json::json!({
         "discard": {"ids": strings, "distillation": strings},
         "extract": {"ids": strings, "distillation": strings},
-        "compress": {"from": string, "to": string, "summary": string},
+        "compress": {"range": string, "summary": string},
     })
 }
 
@@ -53,7 +57,7 @@ pub fn tool_required() -> serde_json::Value {
     serde_json::json!({
         "discard": ["ids"],
         "extract": ["ids", "distillation"],
-        "compress": ["from", "to", "summary"],
+        "compress": ["range", "summary"],
     })
 }
 
@@ -270,7 +274,8 @@ mod tests {
             assert!(description.ends_with('.'), "{description}");
         }
         let args = tool_args();
-        assert_eq!(args["compress"].as_object().unwrap().keys().collect::<Vec<_>>(), ["from", "to", "summary"]);
+        // `compress` takes the `from..to` its description names as one argument.
+        assert_eq!(args["compress"].as_object().unwrap().keys().collect::<Vec<_>>(), ["range", "summary"]);
     }
 
     #[test]
@@ -364,7 +369,7 @@ pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::stat
             let _ = writeln!(text, "Not applied: {p}.");
         }
         text.push_str(
-            "Name a range's ends by tool call ids in its first and last messages, or by id tags (<m12>, <b1>).\n",
+            "Give a range as from..to (m12..m20), its ends named by tool call ids in its first and last messages or by id tags (<m12>, <b1>).\n",
         );
     }
     text.trim_end().to_string()

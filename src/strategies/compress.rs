@@ -12,10 +12,12 @@
 //! the first request that carries it on: the prompt prefix stays byte-stable. A compressed
 //! range is a [`Block`]; its summary message carries `b<id>`, so a newer range can name it.
 //!
-//! `compress {topic, content: [{startId, endId, summary}]}` is forgiving: every range that
-//! can be applied is, and the answer says what was wrong with the others. A range that starts
-//! or ends inside an older block grows to take the whole block; a range that covers older
-//! blocks consumes them (nested ranges), and undoing it brings them back.
+//! `compress {range: "from..to", summary}`, as it is registered, or in the published DCP's
+//! form `{topic, content: [{startId, endId, summary}]}`, or with `from` and `to`, is
+//! forgiving: every range that can be applied is, and the answer says what was wrong with the
+//! others. A range that starts or ends inside an older block grows to take the whole block; a
+//! range that covers older blocks consumes them (nested ranges), and undoing it brings them
+//! back.
 //!
 //! Everything here is a pure function of the history and the state; the sidecar applies the
 //! result: [`tag_sites`] are appended to the message fields, [`spans`] replace whole messages.
@@ -190,7 +192,8 @@ pub struct RangeRequest {
 
 /// Reads the agent's `compress` arguments: `topic` and `content`, a list of
 /// `{startId, endId, summary}`. Forgiving about form: `content` may be one object or a JSON
-/// string of either, and a lone range may sit at the top level.
+/// string of either, a lone range may sit at the top level, and its ends may be `from` and
+/// `to`, `start` and `end`, or one `range` ([`range_ends`]).
 pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
     let topic = str_field(args, "topic").unwrap_or("").to_string();
     let content = match args.get("content") {
@@ -215,14 +218,29 @@ pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
     let ranges = items
         .iter()
         .filter(|item| item.is_object())
-        .map(|item| RangeRequest {
-            start: field(item, &["startId", "start", "from"]),
-            end: field(item, &["endId", "end", "to"]),
-            summary: field(item, &["summary", "text"]),
+        .map(|item| {
+            let (mut start, mut end) =
+                (field(item, &["startId", "start", "from"]), field(item, &["endId", "end", "to"]));
+            if start.is_empty() && end.is_empty() {
+                (start, end) = range_ends(&field(item, &["range"]));
+            }
+            RangeRequest { start, end, summary: field(item, &["summary", "text"]) }
         })
         .filter(|r| !(r.start.is_empty() && r.end.is_empty() && r.summary.is_empty()))
         .collect();
     (topic, ranges)
+}
+
+/// The ends of a `range` argument: `from..to` (or `from...to`, `from…to`, `from to to`); an
+/// id alone is a range of one message.
+pub fn range_ends(range: &str) -> (String, String) {
+    let range = range.trim();
+    for separator in ["..", "\u{2026}", " to "] {
+        if let Some((from, to)) = range.split_once(separator) {
+            return (from.trim().to_string(), to.trim_start_matches('.').trim().to_string());
+        }
+    }
+    (range.to_string(), range.to_string())
 }
 
 /// What the agent's `compress` call is about, besides its ranges.

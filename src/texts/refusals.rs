@@ -35,7 +35,7 @@ pub fn empty_distillation(name: &str) -> String {
 pub fn many_calls(name: &str, calls: usize) -> String {
     format!("{name}: names {calls} calls; name one call per distillation")
 }
-pub const NO_RANGES: &str = "No ranges were given: pass from, to and summary.";
+pub const NO_RANGES: &str = "No ranges were given: pass range (from..to) and summary.";
 /// How a compress answer names range `n` (from 0) of `of`.
 pub fn range_label(n: usize, of: usize) -> String {
     if of == 1 {

@@ -187,9 +187,30 @@ fn compress_arguments_are_read_in_every_form_an_agent_sends() {
         json!({"topic": "t", "content": one.clone()}),
         json!({"topic": "t", "content": serde_json::to_string(&[one.clone()]).unwrap()}),
         json!({"topic": "t", "startId": "m0001", "endId": "m0002", "summary": "s"}),
+        json!({"topic": "t", "from": "m0001", "to": "m0002", "summary": "s"}),
+        json!({"topic": "t", "range": "m0001..m0002", "summary": "s"}),
     ] {
         let (topic, ranges) = compress::ranges_from_args(&args);
         assert_eq!((topic.as_str(), &ranges), ("t", &expected), "{args}");
     }
     assert!(compress::ranges_from_args(&json!({"content": 7})).1.is_empty());
+}
+
+#[test]
+fn a_range_argument_is_read_as_its_from_and_to_ends_and_an_id_alone_as_one_message() {
+    // `compress` is registered with one `range`, the `from..to` its description names.
+    for (written, from, to) in [
+        ("m3..m9", "m3", "m9"),
+        (" m3 .. m9 ", "m3", "m9"),
+        ("m3...m9", "m3", "m9"),
+        ("m3\u{2026}m9", "m3", "m9"),
+        ("call_a to call_b", "call_a", "call_b"),
+        ("b1", "b1", "b1"),
+        ("..m9", "", "m9"),
+    ] {
+        assert_eq!(compress::range_ends(written), (from.to_string(), to.to_string()), "{written:?}");
+    }
+    // Explicit ends win over a range given beside them.
+    let (_, ranges) = compress::ranges_from_args(&json!({"from": "m1", "to": "m2", "range": "m5..m6", "summary": "s"}));
+    assert_eq!(ranges, vec![range("m1", "m2", "s")]);
 }

@@ -83,7 +83,7 @@ fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_o
     assert!(offer, "the first turn has the tools");
     assert_eq!(system, json!([]), "the tools' descriptions are the instructions: no system line");
     assert!(init["descriptions"]["discard"].as_str().unwrap().contains("alongside your next tool call"), "{init}");
-    assert_eq!(init["args"]["compress"]["from"], json!({"type": "string"}), "{init}");
+    assert_eq!(init["args"]["compress"]["range"], json!({"type": "string"}), "{init}");
     // The recorded session is far below `tagsFrom`: a range of it would free little.
     assert!(!tagged(&transformed), "no message id tags on a short history");
     sidecar.shutdown();
@@ -132,9 +132,13 @@ fn without_a_list_or_tags_the_agent_discards_and_compresses_by_tool_call_ids() {
     assert!(answer["output"].as_str().unwrap().starts_with("Discarded 1 tool output"), "{answer}");
     // A range named by the call ids in its first and last messages, in the tool's own form.
     let reads = call_ids(&messages, "read");
-    let args = json!({"startId": reads[0], "endId": reads[1], "summary": "read parser.py twice"});
+    let args = json!({"range": format!("{}..{}", reads[0], reads[1]), "summary": "read parser.py twice"});
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
     assert!(answer["output"].as_str().unwrap().starts_with("Compressed "), "{answer}");
+    // A range written another way is refused with the form to use.
+    let args = json!({"range": "first-last", "summary": "s"});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
+    assert!(answer["output"].as_str().unwrap().contains("Give a range as from..to (m12..m20)"), "{answer}");
     sidecar.shutdown();
 }
 

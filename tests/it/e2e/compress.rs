@@ -1,5 +1,6 @@
 //! Range compression end to end: the agent compresses a range in a step of its own, prunes
-//! with a wrong id in another, the user undoes the range, and a compaction forgets it.
+//! with a wrong id in another, the user undoes the range, the agent compresses in the tool's
+//! registered form, and a compaction forgets it.
 
 use serde_json::json;
 
@@ -85,16 +86,26 @@ fn compress_and_discard(lab: &Lab, session: &str, records: &str) {
     assert!(state["dcp"]["byStrategy"]["compress"]["tokens"].as_u64().unwrap() > 500, "{state}");
 }
 
-/// The user undoes the range: its messages are sent again.
+/// The user undoes the range: its messages are sent again. The agent then compresses the two
+/// reads in the form the tool is registered with, one `range`.
 fn undo_the_range(lab: &Lab, session: &str, records: &str) {
     let undo = lab.opencode(&["run", "--session", session, "--command", "dcp", "decompress", "b1"]);
     let stdout = String::from_utf8_lossy(&undo.stdout);
     assert!(stdout.contains("Restored b1"), "stdout: {stdout}\n{}", tail(&undo.stderr));
-    lab.prompt(Some(session), "Go on.", vec![Turn::text("p3.answer", "The records are back.")]);
-    let restored = lab.llm.request_for("p3.answer");
+    let range = json!({"range": "m2..m3", "summary": "Read src/parser.py and data/records.csv (150 rows)."});
+    lab.prompt(
+        Some(session),
+        "Go on.",
+        vec![Turn::tool("p3.compress", "compress", range), Turn::text("p3.answer", "The records are back.")],
+    );
+    let restored = lab.llm.request_for("p3.compress");
     assert!(result(&restored, records).contains("150,item-150"), "the range's messages are back");
     assert!(!restored.text().contains("\n<b1>"));
     assert_eq!(lab.state(session)["prune"]["messages"]["blocksById"]["1"]["deactivatedByUser"], true);
+    let after = lab.llm.request_for("p3.answer");
+    let compressed = result(&after, &call_id_of(lab, "p3.compress"));
+    assert!(compressed.starts_with("Compressed 2 messages into b2"), "{compressed}");
+    assert!(after.tool_result(records).is_none(), "the reads are compressed again");
 }
 
 /// A compaction forgets the ranges, and no id tag ever reached OpenCode's stored history.
