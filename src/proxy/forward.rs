@@ -285,14 +285,15 @@ pub async fn forward(
         return failed;
     }
     let body = match body {
-        Outgoing::Laid(layout) if layout.items.is_empty() => boxed_bytes(layout.head.body.clone()),
-        Outgoing::Laid(layout) => {
-            let pieces = layout.pieces();
-            let length: usize = pieces.iter().map(Bytes::len).sum();
-            parts.headers.remove(TRANSFER_ENCODING);
-            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            Pieces(frames(pieces), length as u64).boxed_unsync()
-        }
+        Outgoing::Laid(layout) => match layout.rewritten() {
+            None => boxed_bytes(layout.head.body.clone()),
+            Some(pieces) => {
+                let length: usize = pieces.iter().map(Bytes::len).sum();
+                parts.headers.remove(TRANSFER_ENCODING);
+                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+                Pieces(frames(pieces), length as u64).boxed_unsync()
+            }
+        },
         Outgoing::Stream(incoming) => boxed_incoming(incoming),
         Outgoing::Bytes(bytes, changed) => {
             if changed == Changed::Yes {

@@ -270,7 +270,7 @@ struct Whole<'a> {
 /// in it changes, or why it is not pruned.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
     let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
-    Ok(laid.filter(|layout| !layout.items.is_empty()).map(|layout| layout.pieces()))
+    Ok(laid.and_then(|layout| layout.rewritten()))
 }
 
 impl Whole<'_> {
