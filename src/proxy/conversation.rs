@@ -388,18 +388,23 @@ mod tests {
         assert_eq!(resumed.dirty_from(), 0);
     }
 
-    #[test]
-    fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
-        let body = Bytes::from(chat(&["a", "b"]));
-        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
-        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
-        let edits = Edits::new(vec![convert::Edit {
+    /// The edits that prune the first call's output.
+    fn first_output_pruned() -> Edits {
+        Edits::new(vec![convert::Edit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
             append: None,
-        }]);
+        }])
+    }
+
+    #[test]
+    fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
+        let body = Bytes::from(chat(&["a", "b"]));
+        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
+        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
+        let edits = first_output_pruned();
         let first = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
         let spliced = first.concat();
         let again = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
@@ -428,13 +433,7 @@ mod tests {
         let raw = Raw::read(Api::Chat, &before).unwrap().unwrap();
         let (mut builder, mut memory) = fold(Api::Chat, "s", &before, &raw, &Read::Whole, None);
         builder.mark_sent();
-        let edits = Edits::new(vec![convert::Edit {
-            m: 1,
-            p: 0,
-            path: vec!["state".into(), "output".into()],
-            value: Some(json!("pruned")),
-            append: None,
-        }]);
+        let edits = first_output_pruned();
         assert!(splice(&before, &raw, &builder, &edits, &mut memory).is_some());
         let head = Arc::new(Head { api: Api::Chat, body: before, raw });
         let held = Conversation::new(Arc::clone(&head), builder, memory);

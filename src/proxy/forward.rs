@@ -175,15 +175,8 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
 /// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
     Stream(Incoming),
-    Bytes(Bytes, Changed),
+    Bytes(Bytes),
     Laid(std::sync::Arc<super::conversation::Layout>),
-}
-
-/// Whether a buffered body is the one the client sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Changed {
-    No,
-    Yes,
 }
 
 pub fn boxed_bytes(bytes: Bytes) -> Body {
@@ -295,13 +288,7 @@ pub async fn forward(
             }
         },
         Outgoing::Stream(incoming) => boxed_incoming(incoming),
-        Outgoing::Bytes(bytes, changed) => {
-            if changed == Changed::Yes {
-                parts.headers.remove(TRANSFER_ENCODING);
-                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            }
-            boxed_bytes(bytes)
-        }
+        Outgoing::Bytes(bytes) => boxed_bytes(bytes),
     };
     match client.request(Request::from_parts(parts, body)).await {
         Ok(answer) => answer.map(boxed_incoming),

@@ -121,15 +121,8 @@ impl InForce {
             }
         }
         for id in &slot.changes()[before.changes..] {
-            match pruned.get(id) {
-                Some(record) if record.applied => {
-                    self.waiting.remove(id);
-                    self.put(id, record, from);
-                }
-                Some(_) => {
-                    self.waiting.insert(id.clone());
-                }
-                None => {}
+            if let Some(record) = pruned.get(id) {
+                self.take(id, record, from);
             }
         }
     }
@@ -139,11 +132,17 @@ impl InForce {
         *self = InForce::default();
         let slot = from.slot;
         for (id, record) in &slot.state.pruned {
-            if record.applied {
-                self.put(id, record, from);
-            } else {
-                self.waiting.insert(id.clone());
-            }
+            self.take(id, record, from);
+        }
+    }
+
+    /// Takes in the prune of call `id` as it is now: in force, or waiting.
+    fn take(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
+        if record.applied {
+            self.waiting.remove(id);
+            self.put(id, record, from);
+        } else {
+            self.waiting.insert(id.to_string());
         }
     }
 
