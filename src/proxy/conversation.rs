@@ -109,29 +109,27 @@ impl Conversation {
 
 /// Writes `edits` into the body: the items they rewrite, with their new bytes, laid out as
 /// last time when the edits are last time's list, else found item by item
-/// ([`written_items`]), kept as the conversation's last layout; whether any item changes.
-/// The body itself is laid out only when it is sent ([`Layout::pieces`]).
-pub fn rewrite(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> bool {
+/// ([`written_items`]), kept as the conversation's last layout. The body itself is laid out
+/// only when it is sent ([`Layout::rewritten`]).
+pub fn rewrite(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) {
     let items = match memory.last.take().filter(|last| Arc::ptr_eq(&last.edits, edits)) {
         Some(last) => last.items,
         None => match written_items(body, raw, builder, edits, &mut memory.written) {
             Some(items) => Arc::new(items),
-            None => return false,
+            None => return,
         },
     };
-    let changed = !items.is_empty();
     memory.last = Some(Last { edits: Arc::clone(edits), items, messages: builder.messages().len() });
-    changed
 }
 
 /// `body` with `edits` written in ([`rewrite`]), as pieces that share `body`'s buffer
 /// around the items written anew; `None` when nothing changes.
 #[cfg(test)]
 fn splice(body: &Bytes, raw: &Raw, builder: &Builder, edits: &Edits, memory: &mut Memory) -> Option<Vec<Bytes>> {
-    rewrite(body, raw, builder, edits, memory).then(|| {
-        let items = memory.last.as_ref().map(|last| Arc::clone(&last.items)).unwrap_or_default();
-        layout::pieces(body, &raw.spans, &items)
-    })
+    rewrite(body, raw, builder, edits, memory);
+    let items = memory.last.as_ref().map(|last| Arc::clone(&last.items)).unwrap_or_default();
+    let head = Head { api: Api::Chat, body: body.clone(), raw: raw.clone() };
+    Layout::new(Arc::new(head), items).rewritten()
 }
 
 /// The items `edits` rewrite, in list order, with their new bytes: written anew, or taken
@@ -390,18 +388,23 @@ mod tests {
         assert_eq!(resumed.dirty_from(), 0);
     }
 
-    #[test]
-    fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
-        let body = Bytes::from(chat(&["a", "b"]));
-        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
-        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
-        let edits = Edits::new(vec![convert::Edit {
+    /// The edits that prune the first call's output.
+    fn first_output_pruned() -> Edits {
+        Edits::new(vec![convert::Edit {
             m: 1,
             p: 0,
             path: vec!["state".into(), "output".into()],
             value: Some(json!("pruned")),
             append: None,
-        }]);
+        }])
+    }
+
+    #[test]
+    fn spliced_edits_give_the_body_a_whole_rewrite_gives_and_keep_every_other_byte() {
+        let body = Bytes::from(chat(&["a", "b"]));
+        let raw = Raw::read(Api::Chat, &body).unwrap().unwrap();
+        let (builder, mut memory) = fold(Api::Chat, "s", &body, &raw, &Read::Whole, None);
+        let edits = first_output_pruned();
         let first = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
         let spliced = first.concat();
         let again = splice(&body, &raw, &builder, &edits, &mut memory).unwrap();
@@ -430,13 +433,7 @@ mod tests {
         let raw = Raw::read(Api::Chat, &before).unwrap().unwrap();
         let (mut builder, mut memory) = fold(Api::Chat, "s", &before, &raw, &Read::Whole, None);
         builder.mark_sent();
-        let edits = Edits::new(vec![convert::Edit {
-            m: 1,
-            p: 0,
-            path: vec!["state".into(), "output".into()],
-            value: Some(json!("pruned")),
-            append: None,
-        }]);
+        let edits = first_output_pruned();
         assert!(splice(&before, &raw, &builder, &edits, &mut memory).is_some());
         let head = Arc::new(Head { api: Api::Chat, body: before, raw });
         let held = Conversation::new(Arc::clone(&head), builder, memory);

@@ -175,15 +175,8 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
 /// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
     Stream(Incoming),
-    Bytes(Bytes, Changed),
+    Bytes(Bytes),
     Laid(std::sync::Arc<super::conversation::Layout>),
-}
-
-/// Whether a buffered body is the one the client sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Changed {
-    No,
-    Yes,
 }
 
 pub fn boxed_bytes(bytes: Bytes) -> Body {
@@ -285,22 +278,17 @@ pub async fn forward(
         return failed;
     }
     let body = match body {
-        Outgoing::Laid(layout) if layout.items.is_empty() => boxed_bytes(layout.head.body.clone()),
-        Outgoing::Laid(layout) => {
-            let pieces = layout.pieces();
-            let length: usize = pieces.iter().map(Bytes::len).sum();
-            parts.headers.remove(TRANSFER_ENCODING);
-            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            Pieces(frames(pieces), length as u64).boxed_unsync()
-        }
-        Outgoing::Stream(incoming) => boxed_incoming(incoming),
-        Outgoing::Bytes(bytes, changed) => {
-            if changed == Changed::Yes {
+        Outgoing::Laid(layout) => match layout.rewritten() {
+            None => boxed_bytes(layout.head.body.clone()),
+            Some(pieces) => {
+                let length: usize = pieces.iter().map(Bytes::len).sum();
                 parts.headers.remove(TRANSFER_ENCODING);
-                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+                Pieces(frames(pieces), length as u64).boxed_unsync()
             }
-            boxed_bytes(bytes)
-        }
+        },
+        Outgoing::Stream(incoming) => boxed_incoming(incoming),
+        Outgoing::Bytes(bytes) => boxed_bytes(bytes),
     };
     match client.request(Request::from_parts(parts, body)).await {
         Ok(answer) => answer.map(boxed_incoming),

@@ -37,7 +37,7 @@ use hyper_util::rt::TokioIo;
 
 use self::convert::Api;
 pub use self::engine::{Edits, Engine};
-use self::forward::{Body, Changed, Outgoing, UpstreamClient, Upstreams};
+use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
@@ -270,7 +270,7 @@ struct Whole<'a> {
 /// in it changes, or why it is not pruned.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
     let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
-    Ok(laid.filter(|layout| !layout.items.is_empty()).map(|layout| layout.pieces()))
+    Ok(laid.and_then(|layout| layout.rewritten()))
 }
 
 impl Whole<'_> {
@@ -279,10 +279,10 @@ impl Whole<'_> {
     async fn outgoing(self) -> Outgoing {
         match self.prune().await {
             Ok(Some(layout)) => Outgoing::Laid(layout),
-            Ok(None) => Outgoing::Bytes(self.bytes, Changed::No),
+            Ok(None) => Outgoing::Bytes(self.bytes),
             Err(reason) => {
                 tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
-                Outgoing::Bytes(self.bytes, Changed::No)
+                Outgoing::Bytes(self.bytes)
             }
         }
     }

@@ -392,9 +392,7 @@ impl Speculation {
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
         let (total, rest, new) = match &outgoing {
             Outgoing::Laid(new) => (new.length_of(new.head.body.len()), rest::rest(new, &sent_ahead), Some(new)),
-            Outgoing::Bytes(bytes, _) => {
-                (Some(bytes.len()), rest::after(std::slice::from_ref(bytes), &self.sent), None)
-            }
+            Outgoing::Bytes(bytes) => (Some(bytes.len()), rest::after(std::slice::from_ref(bytes), &self.sent), None),
             Outgoing::Stream(_) => (None, None, None),
         };
         let Some(rest) = rest.filter(|_| total == Some(self.length)) else {

@@ -8,14 +8,18 @@
 //! reads every prune again when what it read may have changed: the prunes were reset (a
 //! compaction, another process's file merged in), the index was rebuilt, or the mirror's
 //! messages changed before the end of what it had read (an edit, a resync, a resolve it did
-//! not see).
+//! not see). What a prune's rewrite removes comes from the session's [`SavingCache`], which
+//! sized it while it waited; its recorded tokens are summed by message ([`sums`]), so that
+//! what the prunes take out of any first messages is had without a walk over them.
+
+mod sums;
 
 use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
 use super::mirror::Mirror;
-use super::saving_cache;
+use super::saving_cache::SavingCache;
 use crate::state::store::Slot;
 use crate::state::PruneRecord;
 use crate::strategies::compress::Span;
@@ -43,7 +47,7 @@ struct Basis {
 }
 
 /// A prune in force: the message of its call, what its rewrite removes in the unit of the
-/// mirror's sizes ([`saving_cache::approx_saving`]), and its recorded tokens.
+/// mirror's sizes ([`SavingCache::approx_saving`]), and its recorded tokens.
 #[derive(Debug, Clone, Copy)]
 struct Member {
     message: usize,
@@ -57,13 +61,23 @@ pub(super) struct InForce {
     basis: Option<Basis>,
     members: HashMap<String, Member>,
     approx: u64,
-    tokens: u64,
+    tokens: sums::Sums,
     waiting: BTreeSet<String>,
 }
 
+/// What a view reads: a session's prunes, its calls and its history, and the sizes of its
+/// prunes' rewrites.
+pub(super) struct Sources<'a> {
+    pub slot: &'a Slot,
+    pub index: &'a Index,
+    pub mirror: &'a Mirror,
+    pub sizes: &'a mut SavingCache,
+}
+
 impl InForce {
-    /// Brings the view up to `slot`'s prunes over `index`'s calls in `mirror`'s history.
-    pub fn update(&mut self, slot: &Slot, index: &Index, mirror: &Mirror, views: Views) {
+    /// Brings the view up to `from`'s prunes over its index's calls in its mirror's history.
+    pub fn update(&mut self, mut from: Sources<'_>, views: Views) {
+        let (slot, index, mirror) = (from.slot, from.index, from.mirror);
         let now = Basis {
             resets: slot.resets(),
             rebuilds: index.rebuilds(),
@@ -74,8 +88,8 @@ impl InForce {
         };
         match self.basis.filter(|_| views == Views::Kept) {
             Some(before) if before == now => return,
-            Some(before) if follows(before, now, mirror) => self.advance(before, slot, index, mirror),
-            _ => self.rebuild(slot, index, mirror),
+            Some(before) if follows(before, now, mirror) => self.advance(before, &mut from),
+            _ => self.rebuild(&mut from),
         }
         self.basis = Some(now);
     }
@@ -86,14 +100,9 @@ impl InForce {
     }
 
     /// The recorded tokens of the prunes in force whose calls are in the first `upto` messages
-    /// and outside `ranges`.
+    /// and outside `ranges` (in history order).
     pub fn tokens(&self, upto: usize, ranges: &[Span]) -> u64 {
-        let read = self.basis.map_or(0, |b| b.messages);
-        if ranges.is_empty() && upto >= read {
-            return self.tokens;
-        }
-        let outside = |m: usize| !ranges.iter().any(|s| s.from <= m && m <= s.to);
-        self.members.values().filter(|m| m.message < upto && outside(m.message)).map(|m| m.tokens).sum()
+        self.tokens.before_outside(upto, ranges)
     }
 
     /// The ids of the prunes waiting for the policy, in id order.
@@ -102,52 +111,53 @@ impl InForce {
     }
 
     /// Takes in the calls new to the index and the prunes changed since `before`.
-    fn advance(&mut self, before: Basis, slot: &Slot, index: &Index, mirror: &Mirror) {
+    fn advance(&mut self, before: Basis, from: &mut Sources<'_>) {
+        let (slot, index) = (from.slot, from.index);
         let pruned = &slot.state.pruned;
         for at in before.calls..index.calls() {
             let Some(id) = index.call_id(at) else { continue };
             if let Some(record) = pruned.get(id).filter(|r| r.applied) {
-                self.put(id, record, index, mirror);
+                self.put(id, record, from);
             }
         }
         for id in &slot.changes()[before.changes..] {
-            match pruned.get(id) {
-                Some(record) if record.applied => {
-                    self.waiting.remove(id);
-                    self.put(id, record, index, mirror);
-                }
-                Some(_) => {
-                    self.waiting.insert(id.clone());
-                }
-                None => {}
+            if let Some(record) = pruned.get(id) {
+                self.take(id, record, from);
             }
         }
     }
 
-    /// Reads every prune of `slot` again.
-    fn rebuild(&mut self, slot: &Slot, index: &Index, mirror: &Mirror) {
+    /// Reads every prune of `from`'s slot again.
+    fn rebuild(&mut self, from: &mut Sources<'_>) {
         *self = InForce::default();
+        let slot = from.slot;
         for (id, record) in &slot.state.pruned {
-            if record.applied {
-                self.put(id, record, index, mirror);
-            } else {
-                self.waiting.insert(id.clone());
-            }
+            self.take(id, record, from);
+        }
+    }
+
+    /// Takes in the prune of call `id` as it is now: in force, or waiting.
+    fn take(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
+        if record.applied {
+            self.waiting.remove(id);
+            self.put(id, record, from);
+        } else {
+            self.waiting.insert(id.to_string());
         }
     }
 
     /// Counts the prune in force of call `id`, if its call is in the history (where the
     /// index finds the id now: the latest call of that id).
-    fn put(&mut self, id: &str, record: &PruneRecord, index: &Index, mirror: &Mirror) {
-        let Some(at) = index.position(id) else { return };
-        let approx = saving_cache::approx_saving(mirror, at, &record.action);
+    fn put(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
+        let Some(at) = from.index.position(id) else { return };
+        let approx = from.sizes.approx_saving(from.mirror, id, at, &record.action);
         let member = Member { message: at.0, approx, tokens: record.tokens };
         if let Some(old) = self.members.insert(id.to_string(), member) {
             self.approx -= old.approx;
-            self.tokens -= old.tokens;
+            self.tokens.remove(old.message, old.tokens);
         }
         self.approx += member.approx;
-        self.tokens += member.tokens;
+        self.tokens.add(member.message, member.tokens);
     }
 }
 

@@ -116,7 +116,7 @@ struct LiveSession {
     saves: SaveTiming,
     /// What counting the next request's savings needs of this one (see [`savings`]).
     savings: savings::Meter,
-    /// The rewrite sizes of the masking candidates (see [`saving_cache`]).
+    /// The rewrite sizes of the masking candidates and the prunes (see [`saving_cache`]).
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,

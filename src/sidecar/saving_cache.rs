@@ -1,9 +1,10 @@
 //! What a rewrite removes ([`approx_saving`]: a call's field edits against its fields, in the
 //! unit of the mirror's sizes), and those sizes kept between requests for the calls the policy
-//! weighs again and again (the masking candidates), held while the message a call sits in is
-//! unchanged: sizing each one anew (its placeholder, its field edits) on every request would
-//! cost what waits on every request. An entry is dropped when its message leaves the mirror's
-//! kept prefix (an edit, a compaction, a resync) or its prune's action changes.
+//! weighs again and again (the masking candidates, the waiting prunes), held while the message
+//! a call sits in is unchanged: sizing each one anew (its placeholder, its field edits) on every
+//! request would cost what waits on every request; a prune put in force is counted by the size
+//! it was weighed at. An entry is dropped when its message leaves the mirror's kept prefix (an
+//! edit, a compaction, a resync) or its prune's action changes.
 
 use rustc_hash::FxHashMap as HashMap;
 

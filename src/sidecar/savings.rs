@@ -7,7 +7,7 @@
 
 use rustc_hash::FxHashSet as HashSet;
 
-use super::in_force::{InForce, Views};
+use super::in_force::{InForce, Sources, Views};
 use super::mirror::Mirror;
 use super::protocol::Transformed;
 use super::request::RequestContext;
@@ -54,7 +54,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let added = appended + head + if offered { tags(rules, slot, messages) } else { 0 };
     let index = &session.index;
     let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
-    session.in_force.update(slot, index, mirror, cx.views);
+    session.in_force.update(Sources { slot, index, mirror, sizes: &mut session.sizes }, cx.views);
     let in_force = removed(&session.in_force, slot, &ranges, messages.len());
     let meter = &mut session.savings;
     let history = history_tokens(&mut meter.messages, mirror, &mut slot.tokens);

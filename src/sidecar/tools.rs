@@ -63,17 +63,15 @@ impl Server {
         let slot = self.store.slot(sid).map_err(internal)?;
         let history = History::new(messages);
         let ctx = manual::Ctx { history: &history, state: &slot.state, rules: &self.rules };
-        let (mut ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
-        if p.name == "discard" {
-            // DCP 1.2's reason, first in `ids`, is no id; it changes nothing (nor does `reason`).
-            ids = manual::split_reason(&ids).0;
-        }
+        let (ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
+        // DCP 1.2's reason, first in `ids`, is no id; it changes nothing (nor does `reason`).
+        let ids = if p.name == "discard" { manual::without_reason(&ids) } else { &ids };
         // A discard with a distillation is an extract, recorded and answered as one; a
         // distillation of empty strings alone is no distillation.
         let (applied, verb) = if p.name == "extract" || distillation.iter().any(|d| !d.trim().is_empty()) {
-            (manual::extract(&ctx, &ids, &distillation, &mut slot.tokens), "Extracted")
+            (manual::extract(&ctx, ids, &distillation, &mut slot.tokens), "Extracted")
         } else {
-            (manual::discard(&ctx, &ids, &mut slot.tokens), "Discarded")
+            (manual::discard(&ctx, ids, &mut slot.tokens), "Discarded")
         };
         let tokens = applied.decisions.iter().map(|d| d.record.tokens).sum();
         let text =

@@ -14,6 +14,7 @@ use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
 use super::edits::{answer_edits, edits_for};
+use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
 use super::protocol::{
@@ -203,7 +204,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     }
     laps.lap("decisions");
     let session = &mut *cx.session;
-    session.in_force.update(cx.slot, &session.index, cx.mirror, cx.views);
+    let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
+    session.in_force.update(sources, cx.views);
     let in_force = session.in_force.approx();
     laps.lap("in_force");
     let applied_now = apply_pending(cx);

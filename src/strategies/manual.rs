@@ -13,16 +13,6 @@ use crate::texts::refusals;
 pub use crate::texts::PrunedCall;
 use crate::tokens::TokenCounter;
 
-/// Why the agent discards outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DiscardReason {
-    /// The task the outputs served is done.
-    Completion,
-    /// The outputs were never useful.
-    Noise,
-}
-
 /// What an agent's `discard` or `extract` looks at: the history it saw and what dcp knows.
 #[derive(Clone, Copy)]
 pub struct Ctx<'a> {
@@ -120,17 +110,12 @@ fn done(name: String, call: &ToolCall<'_>) -> PrunedCall {
     PrunedCall { name, tool: call.tool.to_string(), key: call.key_argument().map(str::to_string) }
 }
 
-/// Splits DCP 1.2's form, where a leading `"completion"` or `"noise"` inside `ids` is the
-/// reason, from the ids proper.
-pub fn split_reason(ids: &[String]) -> (Vec<String>, Option<DiscardReason>) {
-    let leading = ids.first().and_then(|first| match first.trim() {
-        "completion" => Some(DiscardReason::Completion),
-        "noise" => Some(DiscardReason::Noise),
-        _ => None,
-    });
-    match leading {
-        Some(reason) => (ids[1..].to_vec(), Some(reason)),
-        None => (ids.to_vec(), None),
+/// `ids` without DCP 1.2's reason: a leading `"completion"` or `"noise"` says why the agent
+/// discards, and names no call.
+pub fn without_reason(ids: &[String]) -> &[String] {
+    match ids.first().map(|first| first.trim()) {
+        Some("completion" | "noise") => &ids[1..],
+        _ => ids,
     }
 }
 

@@ -232,9 +232,8 @@ fn one_bad_id_no_longer_voids_a_discard() {
     let history = History::new(&messages);
     let ctx = manual::Ctx { history: &history, state: &state, rules: &rules };
 
-    let (ids, reason) = manual::split_reason(&names(&["noise", "1", "9", "3"]));
-    assert_eq!(reason, Some(manual::DiscardReason::Noise));
-    let applied = manual::discard(&ctx, &ids, &mut counter);
+    let named = names(&["noise", "1", "9", "3"]);
+    let applied = manual::discard(&ctx, manual::without_reason(&named), &mut counter);
     assert_eq!(applied.decisions.iter().map(|d| d.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c4"]);
     assert_eq!(applied.problems, ["9: no tool call has this id"]);
     for d in applied.decisions {

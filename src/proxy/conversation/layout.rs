@@ -56,6 +56,12 @@ impl Layout {
         pieces(&self.head.body, &self.head.raw.spans, &self.items)
     }
 
+    /// The upstream body in pieces ([`Layout::pieces`]) when the layout rewrites an item;
+    /// `None` when it rewrites none: the client's own bytes then go upstream as they came.
+    pub fn rewritten(&self) -> Option<Vec<Bytes>> {
+        (!self.items.is_empty()).then(|| self.pieces())
+    }
+
     /// The upstream body past its first `n` bytes, in pieces as [`Layout::pieces`] gives
     /// them; `None` when it is shorter. The items before are only stepped over.
     pub fn pieces_from(&self, n: usize) -> Option<Vec<Bytes>> {
