@@ -142,6 +142,23 @@ fn a_transcript_keeps_its_recorded_times_and_the_persons_pause() {
 }
 
 #[test]
+fn every_call_of_a_session_of_several_prompts_has_its_own_id() {
+    // Both prompts of the transcript open with a step of one call: ids counted per prompt
+    // were the same, and dcp, which keys its prunes by call id, took a prune of the first
+    // call for one of the second.
+    let dir = tempfile::tempdir().unwrap();
+    let source = sample(dir.path(), "t.jsonl", TRANSCRIPT);
+    import("claude-transcript", &source, dir.path()).unwrap();
+    let conn = Connection::open(dir.path().join("opencode.db")).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT json_extract(data, '$.callID') FROM part WHERE json_extract(data, '$.type') = 'tool'")
+        .unwrap();
+    let ids: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1], "{ids:?}");
+}
+
+#[test]
 fn a_garbled_line_is_refused_with_the_file_and_line_named() {
     let dir = tempfile::tempdir().unwrap();
     let garbled = TRANSCRIPT.replacen("{\"isSidechain\":false,\"type\":\"assistant\"", "{\"isSidechain\":fals", 1);

@@ -57,6 +57,10 @@ struct Scope<'a> {
     scale: f64,
     user_id: String,
     role: StepRole,
+    /// Steps written so far in the session, over all its turns: a call's id counts from it,
+    /// so no two calls of a session share one (OpenCode's ids are unique per session, and
+    /// dcp keys its prunes by them).
+    steps: usize,
 }
 
 /// What an assistant message is: an answer, or a compaction's summary.
@@ -157,7 +161,7 @@ impl Writer<'_> {
                 scale = (d as f64 / est as f64).max(0.05);
             }
         }
-        let mut scope = Scope { session: s, sid, scale, user_id: String::new(), role: StepRole::Answer };
+        let mut scope = Scope { session: s, sid, scale, user_id: String::new(), role: StepRole::Answer, steps: 0 };
         let mut totals = Tokens::default();
         let mut t = start;
         for turn in &s.turns {
@@ -180,6 +184,7 @@ impl Writer<'_> {
                 totals.cache_write += step.tokens.cache_write;
                 scope.role = if turn.compaction.is_some() && i == 0 { StepRole::Summary } else { StepRole::Answer };
                 t = self.step(&scope, step, i, t)?;
+                scope.steps += 1;
             }
         }
         self.session_row(&scope, parent, &totals, (start, t))?;
@@ -225,7 +230,8 @@ impl Writer<'_> {
         pt = pt.max(model_end);
         let mut edited = Vec::new();
         for (k, call) in step.calls.iter().enumerate() {
-            let call_id = format!("call_{}_{k}_{:08x}", i + 1, fnv1a(format!("{}:{i}:{k}", s.name).as_bytes()) as u32);
+            let n = scope.steps;
+            let call_id = format!("call_{}_{k}_{:08x}", n + 1, fnv1a(format!("{}:{n}:{k}", s.name).as_bytes()) as u32);
             pt = self.call(scope, &amid, call, &call_id, pt)?;
             if matches!(call.outcome, Outcome::Completed(_)) && matches!(call.tool.as_str(), "edit" | "write") {
                 edited.extend(call.input.get("filePath").and_then(Value::as_str).map(str::to_string));
