@@ -2,7 +2,7 @@
 """Where a lab run's cost goes, by summarize.py's model (0.1 x the prefix shared with the
 previous request + 1.25 x the rest, characters / 4), split by what was billed.
 
-usage: account.py [--first N] RUN/requests.jsonl ...
+usage: account.py [--first N] [--per-request] RUN/requests.jsonl ...
 
 For each run, in ~tokens of cost:
   fixed     OpenCode's system prompt and its own tools, written once then read;
@@ -14,7 +14,8 @@ For each run, in ~tokens of cost:
   frames    cached reads of the rest of the history: prompts, answers, the calls
             themselves, placeholders;
 each also for the first N requests (--first, default 5: the first prompt of the shared
-scenario) and the rest.
+scenario) and the rest. With --per-request, one row per request as well: its size, the part
+the previous request cached, its cost and that cost by kind, and the outputs it sent whole.
 """
 import json
 import sys
@@ -79,11 +80,24 @@ def bill_request(prev, body, prev_last):
     return p, out
 
 
-def account(bodies, first):
+def row(n, body, prev, p, out):
+    """One request's row: size, cached, cost, the kinds, and the outputs it sent whole."""
+    size = sum(map(len, p))
+    shared = common_prefix_chars(prev, p) if prev else 0
+    names = {c["id"]: c["function"]["name"] for m in body["messages"] for c in m.get("tool_calls") or []}
+    whole = [f"{names.get(m['tool_call_id'], '?')} {len(str(m['content'])) // 4}" for m in body["messages"] if whole_output(m)]
+    cells = " | ".join(f"{out[k]:,.0f}" for k in KINDS)
+    return f"| {n + 1} | {size / 4:,.0f} | {shared / 4:,.0f} | {sum(out.values()):,.0f} | {cells} | {', '.join(whole)} |"
+
+
+def account(bodies, first, rows=None):
     parts = {"first": dict.fromkeys(KINDS, 0.0), "rest": dict.fromkeys(KINDS, 0.0)}
     prev, prev_last = None, 0
     for n, body in enumerate(bodies):
+        before = prev
         prev, out = bill_request(prev, body, prev_last)
+        if rows is not None:
+            rows.append(row(n, body, before, prev, out))
         lists = sum(1 for m in body["messages"] if "<prunable-tools>" in str(m.get("content")))
         prev_last = len(prev) - 1 - lists
         for k, v in out.items():
@@ -93,16 +107,22 @@ def account(bodies, first):
 
 def main():
     args = sys.argv[1:]
-    first = 5
+    first, per_request = 5, "--per-request" in args
+    args = [a for a in args if a != "--per-request"]
     if args[:1] == ["--first"]:
         first, args = int(args[1]), args[2:]
     print("| run | part | " + " | ".join(KINDS) + " | total |")
     print("|---|---|" + "---|" * (len(KINDS) + 1))
+    rows = []
     for path in args:
-        parts = account(load(path), first)
+        parts = account(load(path), first, rows if per_request else None)
         for name, part in [("first", parts["first"]), ("rest", parts["rest"])]:
             cells = " | ".join(f"{part[k]:,.0f}" for k in KINDS)
             print(f"| {path} | {name} {first if name == 'first' else ''} | {cells} | {sum(part.values()):,.0f} |")
+    if rows:
+        print("\n| request | size | cached | cost | " + " | ".join(KINDS) + " | outputs sent whole |")
+        print("|---|---|---|---|" + "---|" * (len(KINDS) + 1))
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":
