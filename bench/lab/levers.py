@@ -118,6 +118,38 @@ def finished_turns_masked(body):
     return body
 
 
+def call_note(call):
+    """A call named by its tool and key argument, as masking's placeholder names it."""
+    args = json.loads(call["function"]["arguments"] or "{}")
+    key = next((str(args[k]) for k in ("filePath", "command", "pattern", "url") if k in args), "")
+    key = key.rstrip("/").rsplit("/", 1)[-1] if "filePath" in args else " ".join(key.split())[:60]
+    return f"{call['function']['name']} `{key}`"
+
+
+def finished_turns_noted(body):
+    """Like finished_turns_collapse, but each earlier turn's calls leave one user message
+    that names them (what an automatic compressed range would say)."""
+    msgs = body["messages"]
+    starts = prompts(msgs)
+    latest = (starts or [0])[-1]
+    out = []
+    for i, m in enumerate(msgs):
+        if i >= latest or not (m["role"] == "tool" or m.get("tool_calls")):
+            out.append(m)
+            continue
+        if m["role"] == "tool":
+            continue
+        names = "; ".join(call_note(c) for c in m["tool_calls"])
+        if out and out[-1].get("dcp_note"):
+            out[-1]["content"] = out[-1]["content"][:-1] + "; " + names + "]"
+        else:
+            out.append({"role": "user", "dcp_note": True, "content": f"[Earlier tool calls, outputs not shown: {names}]"})
+    for m in out:
+        m.pop("dcp_note", None)
+    body["messages"] = out
+    return body
+
+
 def all_but_newest_masked(body):
     """Masking's floor: every output but the newest is masked, whatever the turn."""
     tools = [m for m in body["messages"] if m["role"] == "tool"]
@@ -138,6 +170,7 @@ LEVERS = [
     ("masked calls vanish (call and output)", masked_calls_vanish),
     ("masked calls of earlier turns vanish", finished_masked_calls_vanish),
     ("finished turns keep prompt and answer", finished_turns_collapse),
+    ("finished turns: calls become one note", finished_turns_noted),
     ("finished turns collapse, no dcp head", lambda b: finished_turns_collapse(without_head(b))),
 ]
 

@@ -45,10 +45,14 @@ fn message_ids_ride_at_the_end_and_never_change_older_bytes() {
     sidecar.shutdown();
 }
 
+/// [`IMMEDIATE`] without dcp's own ranges of finished turns (`crate::strategies::turns`):
+/// the agent's ranges alone, numbered from b1.
+const AGENT_RANGES_ONLY: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}, "compress": {"tagsFrom": 0}}, "strategies": {"masking": {"collapseTurns": false}}}"#;
+
 #[test]
 fn compress_replaces_a_range_and_decompress_restores_it() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let mut sidecar = Sidecar::spawn(&s, AGENT_RANGES_ONLY);
     let messages = recorded_messages(&s);
     sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     let args = json!({"topic": "overview", "content": [
