@@ -1,4 +1,6 @@
 //! Range compression: the agent replaces a run of older messages with its own summary.
+//! dcp makes ranges of its own too, of a finished turn's calls, whose message names them
+//! ([`turn_block`], `crate::strategies::turns`); they wait for the policy like the agent's.
 //!
 //! The agent names a range's ends by the tool call ids it sees in them, or by short ids that
 //! ride at the end of each message's text (`<m7>`) once the history is long enough for a
