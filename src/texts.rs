@@ -322,6 +322,16 @@ pub mod placeholders {
         }
     }
 
+    /// What the tool calls of a finished user turn become: the calls, each by its tool and key
+    /// argument (`named`), and `more` not named.
+    pub fn collapsed_turn(named: &[String], more: usize) -> String {
+        let more = if more > 0 { format!("; and {more} more") } else { String::new() };
+        format!(
+            "[Tool calls of this turn, outputs no longer shown (run one again if needed): {}{more}]",
+            named.join("; ")
+        )
+    }
+
     /// What a masked call OpenCode could not run becomes, naming the tool it asked for.
     pub fn masked_invalid(named: &str) -> String {
         format!("[Masked: `{named}` was not an available tool]")

@@ -54,6 +54,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.onRewrite.keepLast", Kind::Count),
     ("strategies.masking.onRewrite.keepTokens", Kind::Count),
     ("strategies.masking.inputs", Kind::Bool),
+    ("strategies.masking.collapseTurns", Kind::Bool),
     ("strategies.masking.workingCalls", Kind::Count),
     ("strategies.masking.workingFiles", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),

@@ -194,6 +194,9 @@ pub struct Masking {
     /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
     /// (their effect is on disk; see `crate::strategies::masking`).
     pub inputs: bool,
+    /// Whether the tool calls of a finished user turn (one the person has answered with a new
+    /// prompt) become one line that names them (see `crate::strategies::turns`).
+    pub collapse_turns: bool,
     pub protected_tools: Vec<String>,
 }
 
@@ -339,6 +342,7 @@ impl Default for Masking {
             working_calls: 10,
             working_files: WORKING_FILES,
             inputs: true,
+            collapse_turns: true,
             protected_tools: Vec::new(),
         }
     }

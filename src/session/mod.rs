@@ -276,14 +276,17 @@ pub fn current_turn(messages: &[Message]) -> u32 {
 /// Index of the last real user message: one that is not a compaction request and not only
 /// synthetic or ignored text (such as a notification of ours).
 pub fn last_user_prompt(messages: &[Message]) -> Option<usize> {
-    messages.iter().rposition(|m| {
-        m.role() == Role::User
-            && m.parts.iter().any(|p| {
-                str_field(p, "type") == Some("text")
-                    && p.get("ignored").and_then(Node::as_bool) != Some(true)
-                    && p.get("synthetic").and_then(Node::as_bool) != Some(true)
-            })
-    })
+    messages.iter().rposition(is_prompt)
+}
+
+/// Whether `m` is a real user message ([`last_user_prompt`]).
+pub fn is_prompt(m: &Message) -> bool {
+    m.role() == Role::User
+        && m.parts.iter().any(|p| {
+            str_field(p, "type") == Some("text")
+                && p.get("ignored").and_then(Node::as_bool) != Some(true)
+                && p.get("synthetic").and_then(Node::as_bool) != Some(true)
+        })
 }
 
 /// A string field of a JSON object, if present and a string.

@@ -18,7 +18,8 @@ use crate::strategies::masking;
 /// batched mode, the calls beyond the narrower window: the volatile ones as candidates, the
 /// others as riders, which a rewrite that goes anyway also masks (see
 /// `crate::strategies::masking`, "What goes first"). The current turn's views of files are
-/// marked, for a spend leaves them (`crate::policy::Pending::current_view`).
+/// marked, for a spend leaves them (`crate::policy::Pending::current_view`). Calls in a range
+/// (applied or waiting) are not masked: the range stands in for them.
 pub(super) fn mask_pending(
     cx: &mut RequestContext,
     tails: &[u64],
@@ -31,8 +32,11 @@ pub(super) fn mask_pending(
         RewriteMode::Batched => index.mask_riders(messages, &slot.state, rules, &mut slot.tokens),
         RewriteMode::Immediate => Vec::new(),
     };
+    let ranged: rustc_hash::FxHashSet<&str> =
+        slot.state.blocks.active().flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect();
     let flagged = candidates.iter().map(|c| (c, false)).chain(riders.iter().map(|c| (c, true)));
     flagged
+        .filter(|(c, _)| ranged.is_empty() || !ranged.contains(index.candidate(c).0))
         .map(|(c, rider)| {
             let (id, tool, at) = index.candidate(c);
             let record = PruneRecord {

@@ -8,10 +8,32 @@
 //! there are few, and they are short.
 
 use super::protocol::{Edit, Replace};
+use super::request::RequestContext;
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
-use crate::strategies::{compress, Rules};
+use crate::strategies::{compress, turns, Rules};
+
+/// Makes the turn right before the latest prompt a range of dcp's own when its steps may
+/// become one line (`crate::strategies::turns`), with `strategies.masking.collapseTurns` on.
+/// Whether it made one.
+pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
+    let masking = &cx.rules.config().strategies.masking;
+    if !(masking.enabled && masking.collapse_turns) {
+        return false;
+    }
+    let (messages, slot) = (cx.mirror.messages(), &mut *cx.slot);
+    let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, cx.rules);
+    for turn in &runs {
+        let range = (turn.from, turn.to);
+        let id =
+            compress::turn_block(messages, &mut slot.state, range, &turn.summary, super::now_ms(), &mut slot.tokens);
+        let block = &slot.state.blocks.by_id[&id];
+        let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
+        slot.record_block(id, &tools, tokens);
+    }
+    !runs.is_empty()
+}
 
 /// The first message that carries an id tag on a request whose messages weigh `sizes`, if
 /// messages carry tags at all: with `compress` offered ([`tags_start`]).

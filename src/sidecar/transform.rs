@@ -208,9 +208,10 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     session.in_force.update(sources, cx.views);
     let in_force = session.in_force.approx();
     laps.lap("in_force");
+    let collapsed = ranges::collapse_turn(cx);
     let applied_now = apply_pending(cx);
     laps.lap("apply");
-    let changed = compacted || !recorded_now.is_empty() || applied_now.is_some();
+    let changed = compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
@@ -312,7 +313,7 @@ fn agent_prunes(state: &crate::state::SessionState) -> usize {
         .pruned
         .values()
         .filter(|r| matches!(r.strategy, crate::state::Strategy::Discard | crate::state::Strategy::Extract));
-    manual.count() + state.blocks.by_id.len()
+    manual.count() + state.blocks.by_id.values().filter(|b| !crate::strategies::compress::is_turn_block(b)).count()
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.

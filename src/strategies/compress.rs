@@ -1,4 +1,6 @@
 //! Range compression: the agent replaces a run of older messages with its own summary.
+//! dcp makes ranges of its own too, of a finished turn's calls, whose message names them
+//! ([`turn_block`], `crate::strategies::turns`); they wait for the policy like the agent's.
 //!
 //! The agent names a range's ends by the tool call ids it sees in them, or by short ids that
 //! ride at the end of each message's text (`<m7>`) once the history is long enough for a
@@ -306,6 +308,35 @@ pub fn compress(
         }
     }
     out
+}
+
+/// The topic of the ranges dcp makes of finished turns (`crate::strategies::turns`).
+pub const TURN_TOPIC: &str = "tool calls of a finished turn";
+
+/// Makes `messages[from..=to]`, which no range covers, a range of dcp's own whose message is
+/// `line` (`crate::strategies::turns`): waiting for the policy like the agent's. Returns its id.
+pub fn turn_block(
+    messages: &[Message],
+    state: &mut SessionState,
+    (from, to): (usize, usize),
+    line: &str,
+    now: i64,
+    counter: &mut TokenCounter,
+) -> u32 {
+    let request = CompressCall { session_id: "", topic: TURN_TOPIC, message_id: None, call_id: None, now };
+    let range = RangeRequest { start: message_ref(from), end: message_ref(to), summary: line.to_string() };
+    let resolved = Resolved { from, to, consumed: Vec::new(), grown: false };
+    let id = make_block(messages, state, &request, &range, &resolved, counter);
+    if let Some(block) = state.blocks.by_id.get_mut(&id) {
+        block.summary = format!("{line}\n{}", tag(&format!("b{id}")));
+        block.summary_tokens = counter.count(&block.summary);
+    }
+    id
+}
+
+/// Whether `block` is one dcp made of a finished turn, not the agent's.
+pub fn is_turn_block(block: &Block) -> bool {
+    block.topic == TURN_TOPIC && block.compress_call_id.is_none()
 }
 
 /// A range, in history positions, with the blocks it covers.

@@ -104,6 +104,15 @@ pub fn placeholder(part: &Node) -> String {
     placeholders::masked_output(tool, key.as_deref())
 }
 
+/// A call by its tool and key argument, cut to `max` characters, where no input goes with it.
+pub fn call_label(call: &ToolCall<'_>, max: usize) -> String {
+    let key = call.key_argument().map(|key| one_line(key, max));
+    match key {
+        Some(key) => format!("{} `{key}`", call.tool),
+        None => call.tool.to_string(),
+    }
+}
+
 /// The last component of `path`, if it has a non-empty one.
 fn file_name(path: &str) -> Option<&str> {
     path.trim_end_matches(['/', '\\']).rsplit(['/', '\\']).next().filter(|n| !n.is_empty())

@@ -16,6 +16,7 @@ pub mod prunable;
 pub mod purge_errors;
 pub mod supersede_writes;
 pub mod sweep;
+pub mod turns;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;

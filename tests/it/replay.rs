@@ -37,7 +37,7 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
         // summarize.py's unit and no TTL.
         let mut config = dcp::config::Config::default();
         let m = &mut config.strategies.masking;
-        (m.keep_last, m.keep_tokens, m.working_calls) = (10, 10_000, 0);
+        (m.keep_last, m.keep_tokens, m.working_calls, m.collapse_turns) = (10, 10_000, 0, false);
         (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
         (config.rewrite.loss_bound, config.rewrite.max_horizon) = (0.0, 8);
         config.tools.settings.offer =
@@ -148,9 +148,17 @@ fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session:
         let a = serde_json::to_string(&a.messages).unwrap();
         let b = serde_json::to_string(b).unwrap();
         assert!(a == b, "{sid}: request {i} differs");
-        rewritten += usize::from(a.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || a.contains("[Output masked; run "));
+        rewritten += usize::from(rewritten_text(&a));
     }
     rewritten
+}
+
+/// Whether a request's text shows a rewrite: a pruned or masked output, or a finished turn's
+/// calls made one line.
+fn rewritten_text(text: &str) -> bool {
+    text.contains(dcp::strategies::OUTPUT_PLACEHOLDER)
+        || text.contains("[Output masked; run ")
+        || text.contains("[Tool calls of this turn")
 }
 
 #[test]
@@ -222,8 +230,7 @@ fn replay_requests_writes_one_line_per_request_with_what_serve_answers() {
         assert_eq!((&line["message_id"], &line["time"]), (&per_request[i]["message_id"], &per_request[i]["time"]));
         assert!(line["messages"] == Value::Array(served.clone()), "request {i} differs from dcp serve's");
         let text = line["messages"].to_string();
-        rewritten +=
-            usize::from(text.contains(dcp::strategies::OUTPUT_PLACEHOLDER) || text.contains("[Output masked; run "));
+        rewritten += usize::from(rewritten_text(&text));
     }
     assert!(rewritten > 5, "{rewritten}");
     // Nothing else was left in the directory.

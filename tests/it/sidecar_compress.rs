@@ -45,10 +45,14 @@ fn message_ids_ride_at_the_end_and_never_change_older_bytes() {
     sidecar.shutdown();
 }
 
+/// [`IMMEDIATE`] without dcp's own ranges of finished turns (`crate::strategies::turns`):
+/// the agent's ranges alone, numbered from b1.
+const AGENT_RANGES_ONLY: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": "minimal", "tools": {"settings": {"minTokens": 0}, "compress": {"tagsFrom": 0}}, "strategies": {"masking": {"collapseTurns": false}}}"#;
+
 #[test]
 fn compress_replaces_a_range_and_decompress_restores_it() {
     let s = Sandbox::new();
-    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let mut sidecar = Sidecar::spawn(&s, AGENT_RANGES_ONLY);
     let messages = recorded_messages(&s);
     sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     let args = json!({"topic": "overview", "content": [
@@ -135,5 +139,33 @@ fn one_wrong_id_no_longer_voids_a_discard() {
     assert!(text.contains("4242: no tool call has this id") && text.contains("a protected tool"), "{text}");
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
     assert!(prunes(&result, "edits").iter().any(|e| e["m"] == 1), "{result}");
+    sidecar.shutdown();
+}
+
+#[test]
+fn a_finished_turn_s_calls_become_one_line_and_masking_leaves_what_the_line_stands_for() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let ranges = result["replace"].as_array().expect("the finished turns' calls are ranges");
+    let lines: Vec<&str> = ranges.iter().filter_map(|r| r["message"]["parts"][0]["text"].as_str()).collect();
+    assert!(lines.iter().any(|l| l.starts_with("[Tool calls of this turn")), "{lines:?}");
+    // No edit lands in a range: the line stands for those calls, masked or not.
+    let inside = |m: u64| ranges.iter().any(|r| r["from"].as_u64().unwrap() <= m && m <= r["to"].as_u64().unwrap());
+    let edits = result["edits"].as_array().unwrap();
+    let masked: Vec<&Value> =
+        edits.iter().filter(|e| e.get("value").is_some() && inside(e["m"].as_u64().unwrap())).collect();
+    assert!(masked.is_empty(), "{masked:?}");
+    // The prompts stay: the model still sees every one the person wrote.
+    let mut seen = messages.clone();
+    apply(&mut seen, &result);
+    let ids = |ms: &[Value], role: &str| -> Vec<String> {
+        ms.iter().filter(|m| m["info"]["role"] == role).map(|m| m["info"]["id"].as_str().unwrap().to_string()).collect()
+    };
+    let kept = ids(&seen, "user");
+    assert!(ids(&messages, "user").iter().all(|id| kept.contains(id)), "{kept:?}");
+    let size = |ms: &[Value]| serde_json::to_string(ms).unwrap().len();
+    assert!(size(&seen) < size(&messages), "the lines are shorter than the steps they stand for");
     sidecar.shutdown();
 }
