@@ -233,7 +233,8 @@ pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
 }
 
 /// The ends of a `range` argument: `from..to` (or `from...to`, `from…to`, `from to to`); an
-/// id alone is a range of one message.
+/// id alone is a range of one message. It splits at the first separator: a call id with `..`
+/// in it (no provider writes one) is refused as an end, and a tag names its message.
 pub fn range_ends(range: &str) -> (String, String) {
     let range = range.trim();
     for separator in ["..", "\u{2026}", " to "] {
