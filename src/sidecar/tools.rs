@@ -49,7 +49,12 @@ impl Server {
             "compress" => self.rules.config().tools.compress.enabled,
             other => return Err(RpcError::params(format!("tool: unknown tool {other:?}"))),
         };
-        let answer = |text: String| Ok(ToolOutput { output: text, title: p.name.clone() });
+        // The answer names what the agent sent (its ids, its ranges' ends, its calls' key
+        // arguments), and OpenCode shows it in the session: no control character goes raw.
+        let answer = |text: String| {
+            let output = crate::format::terminal(&text, crate::format::Lines::Keep).into_owned();
+            Ok(ToolOutput { output, title: p.name.clone() })
+        };
         if !enabled || !self.rules.config().enabled {
             return answer(texts::tool_disabled(&p.name));
         }

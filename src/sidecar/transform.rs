@@ -456,8 +456,8 @@ fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_
 }
 
 /// The key argument of each call the agent pruned itself (`discard`, `extract`) that `notice`
-/// shows, by call id, a path inside the project relative to it as the prunable list has it:
-/// the detailed notice names them.
+/// shows, by call id, as the prunable list shows it ([`prunable::shown_key`]): the detailed
+/// notice names them.
 fn agent_keys<'a>(cx: &RequestContext<'a>, notice: &texts::Notice<'a>) -> HashMap<&'a str, &'a str> {
     let messages = cx.mirror.messages();
     let chosen = notice.applied.iter().chain(&notice.waiting);
@@ -466,8 +466,7 @@ fn agent_keys<'a>(cx: &RequestContext<'a>, notice: &texts::Notice<'a>) -> HashMa
         let (at, _) = cx.session.index.position(id)?;
         let calls = crate::session::tool_calls(std::slice::from_ref(messages.get(at)?));
         let key = calls.into_iter().find(|c| c.call_id == id)?.key_argument()?;
-        let inside = cx.project.and_then(|root| key.strip_prefix(root)?.strip_prefix('/'));
-        Some(inside.filter(|rest| !rest.is_empty()).unwrap_or(key))
+        Some(prunable::shown_key(key, cx.project))
     };
     chosen.filter_map(|(id, _)| Some((*id, key(id)?))).collect()
 }

@@ -192,10 +192,11 @@ pub struct RangeRequest {
     pub summary: String,
 }
 
-/// Reads the agent's `compress` arguments: `topic` and `content`, a list of
+/// Reads the agent's `compress` arguments: one `range` ([`range_ends`]) and its `summary`, as
+/// the tool is registered, or the published DCP's `topic` and `content`, a list of
 /// `{startId, endId, summary}`. Forgiving about form: `content` may be one object or a JSON
-/// string of either, a lone range may sit at the top level, and its ends may be `from` and
-/// `to`, `start` and `end`, or one `range` ([`range_ends`]).
+/// string of either, a lone range may sit at the top level, and its ends may also be `from`
+/// and `to` or `start` and `end`.
 pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
     let topic = str_field(args, "topic").unwrap_or("").to_string();
     let content = match args.get("content") {
@@ -234,7 +235,8 @@ pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
 }
 
 /// The ends of a `range` argument: `from..to` (or `from...to`, `from…to`, `from to to`); an
-/// id alone is a range of one message.
+/// id alone is a range of one message. It splits at the first separator: a call id with `..`
+/// in it (no provider writes one) is refused as an end, and a tag names its message.
 pub fn range_ends(range: &str) -> (String, String) {
     let range = range.trim();
     for separator in ["..", "\u{2026}", " to "] {

@@ -62,14 +62,15 @@ pub fn listable(call: &ToolCall<'_>, rules: &Rules, listing: &Listing<'_>, curre
         && (listing.min_tokens == 0 || approx_tokens(call.output()) >= listing.min_tokens)
 }
 
+/// A call's key argument as the list shows it: a path inside `project` relative to it.
+pub fn shown_key<'k>(key: &'k str, project: Option<&str>) -> &'k str {
+    let inside = project.and_then(|root| key.strip_prefix(root)?.strip_prefix('/'));
+    inside.filter(|rest| !rest.is_empty()).unwrap_or(key)
+}
+
 /// The list entry of `call`, with its id (assigned now if it has none).
 pub fn item(call: &ToolCall<'_>, state: &mut SessionState, listing: &Listing<'_>) -> Prunable {
-    let key = call.key_argument().map(|k| match listing.project {
-        Some(root) => {
-            k.strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).filter(|r| !r.is_empty()).unwrap_or(k)
-        }
-        None => k,
-    });
+    let key = call.key_argument().map(|k| shown_key(k, listing.project));
     Prunable {
         id: state.id_for(call.call_id),
         call_id: call.call_id.to_string(),

@@ -118,7 +118,9 @@ fn summary(text: &str) -> String {
         return flat;
     }
     let head: String = flat.chars().take(MAX_SUMMARY_CHARS - 1).collect();
-    let cut = head.rfind(' ').filter(|&at| at > head.len() / 2).unwrap_or(head.len());
+    // A head that ends where a word does keeps that word.
+    let whole = flat[head.len()..].starts_with(' ');
+    let cut = head.rfind(' ').filter(|&at| !whole && at > head.len() / 2).unwrap_or(head.len());
     format!("{}…", head[..cut].trim_end())
 }
 
@@ -170,6 +172,15 @@ mod tests {
             "▣ DCP | in force: -1.3K tokens, 2 tools\n→ discard: ~1.2K (1 tool)\n  bash ls -R\n→ extract: ~55 (1 tool)\n  read config.txt, kept as \"config.txt: mode=fast, retries=3 \\x1b[31m\""
         );
         assert_eq!(notification(Notification::Minimal, &notice), "▣ DCP | in force: -1.3K tokens, 2 tools");
+    }
+
+    /// The bug: a summary whose first 99 characters end with a whole word lost that word too.
+    #[test]
+    fn a_summary_cut_where_a_word_ends_keeps_that_word() {
+        let long = format!("{} {}", "x".repeat(MAX_SUMMARY_CHARS - 6), "tail next words");
+        assert_eq!(summary(&long), format!("{} tail…", "x".repeat(MAX_SUMMARY_CHARS - 6)));
+        let wide = format!("{} é{}", "é".repeat(MAX_SUMMARY_CHARS - 3), "é".repeat(9));
+        assert_eq!(summary(&wide), format!("{}…", "é".repeat(MAX_SUMMARY_CHARS - 3)));
     }
 
     #[test]

@@ -142,6 +142,27 @@ fn without_a_list_or_tags_the_agent_discards_and_compresses_by_tool_call_ids() {
     sidecar.shutdown();
 }
 
+/// The bug: a range end or an id holding a control character (ESC) came back raw in the tool's
+/// answer, which OpenCode shows in the session.
+#[test]
+fn a_control_character_in_a_range_or_an_id_is_answered_escaped() {
+    let sandbox = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&sandbox, r#"{"rewrite": {"mode": "immediate"}}"#);
+    request(&mut sidecar, &sandbox, 1_790_000_000_000);
+    let raw = |output: &str| output.chars().any(|c| c.is_control() && c != '\n');
+    let args = json!({"range": "m1..m2\u{1b}[2J", "summary": "s"});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
+    let output = answer["output"].as_str().unwrap();
+    assert!(output.contains("Not applied: The range (m1..m2\\x1b[2J)"), "{output}");
+    assert!(!raw(output), "{output:?}");
+    let args = json!({"ids": ["\u{1b}]0;title\u{7}"]});
+    let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "discard", "args": args}));
+    let output = answer["output"].as_str().unwrap();
+    assert!(output.starts_with("Nothing was pruned."), "{output}");
+    assert!(!raw(output), "{output:?}");
+    sidecar.shutdown();
+}
+
 /// The call ids of `tool`'s calls in `messages`, in order.
 fn call_ids(messages: &[Value], tool: &str) -> Vec<String> {
     let parts = messages.iter().flat_map(|m| m["parts"].as_array().into_iter().flatten());
