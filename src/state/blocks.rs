@@ -457,6 +457,30 @@ mod tests {
         assert!(!Blocks::parse(&value).unwrap().by_id[&1].applied);
     }
 
+    /// The bug: a range dcp made of a finished turn was the agent's once read back, so the
+    /// stats and `/dcp decompress` of a restarted dcp named it `compress`.
+    #[test]
+    fn whose_range_it_is_survives_the_state_file_and_a_file_without_it_reads_as_before() {
+        let file = published();
+        let blocks = Blocks::parse(&file["prune"]["messages"]).unwrap();
+        assert_eq!(blocks.by_id[&1].origin, Origin::Agent, "a file without `dcpOrigin` holds the agent's ranges");
+        assert!(!blocks.to_value().to_string().contains("dcpOrigin"), "and none is written for them");
+        let mut blocks = Blocks::default();
+        let (id, run_id) = blocks.allocate();
+        let turn = Block { id, run_id, active: true, origin: Origin::FinishedTurn, ..Block::default() };
+        blocks.insert(turn, []);
+        let value = blocks.to_value();
+        assert_eq!(value["blocksById"]["1"]["dcpOrigin"], json!("finished-turn"));
+        let read = Blocks::parse(&value).unwrap();
+        assert_eq!(read.by_id[&1].origin, Origin::FinishedTurn);
+        assert_eq!(read.by_id[&1].origin.strategy(), Strategy::FinishedTurns);
+        // A range of finished turns written before the field has their topic and no call.
+        let before = json!({"blocksById": {"2": {"blockId": 2, "topic": TURN_TOPIC, "compressCallId": null}}});
+        assert_eq!(Blocks::parse(&before).unwrap().by_id[&2].origin, Origin::FinishedTurn);
+        let agent = json!({"blocksById": {"2": {"blockId": 2, "topic": TURN_TOPIC, "compressCallId": "call_1"}}});
+        assert_eq!(Blocks::parse(&agent).unwrap().by_id[&2].origin, Origin::Agent);
+    }
+
     #[test]
     fn a_malformed_block_names_its_key() {
         let err = Blocks::parse(&json!({"blocksById": {"3": {"blockId": "x"}}})).unwrap_err();

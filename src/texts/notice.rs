@@ -182,6 +182,26 @@ mod tests {
         assert_eq!(notification(Notification::Minimal, &notice), "▣ DCP | in force: -1.3K tokens, 2 tools");
     }
 
+    /// The bug: a request that carried dcp's line of a finished turn was noticed as "1 range
+    /// compressed", as if the agent had called `compress`.
+    #[test]
+    fn a_finished_turn_is_noticed_as_dcp_s_and_an_agent_range_as_compressed() {
+        let range = |id, origin| Block { id, origin, compressed_tokens: 900, summary_tokens: 100, ..Block::default() };
+        let turns = Notice { ranges: vec![range(1, Origin::FinishedTurn)], ..Notice::default() };
+        assert_eq!(
+            notification(Notification::Detailed, &turns),
+            "▣ DCP | in force: -800 tokens, calls of 1 finished turn in one line\n→ finished turn b1: ~800 (0 messages)"
+        );
+        let both = Notice {
+            ranges: vec![range(1, Origin::FinishedTurn), range(2, Origin::Agent), range(3, Origin::FinishedTurn)],
+            ..Notice::default()
+        };
+        assert_eq!(
+            notification(Notification::Minimal, &both),
+            "▣ DCP | in force: -2.4K tokens, 1 range compressed, calls of 2 finished turns in one line each"
+        );
+    }
+
     #[test]
     fn a_long_summary_is_cut_at_a_word_and_many_calls_are_counted_past_five() {
         let long = "word ".repeat(40);
