@@ -182,6 +182,19 @@ mod tests {
         assert_eq!(notification(Notification::Minimal, &notice), "▣ DCP | in force: -1.3K tokens, 2 tools");
     }
 
+    #[test]
+    fn a_long_summary_is_cut_at_a_word_and_many_calls_are_counted_past_five() {
+        let long = "word ".repeat(40);
+        let cut = summary(&long);
+        assert!(cut.ends_with("word…") && cut.chars().count() <= MAX_SUMMARY_CHARS, "{cut}");
+        let discard = record(Strategy::Discard, 10);
+        let ids = ["c1", "c2", "c3", "c4", "c5", "c6", "c7"];
+        let notice = Notice { applied: ids.iter().map(|id| (*id, &discard)).collect(), ..Notice::default() };
+        let text = notification(Notification::Detailed, &notice);
+        assert_eq!(text.matches("\n  read").count(), MAX_NAMED, "{text}");
+        assert!(text.ends_with("\n  and 2 more"), "{text}");
+    }
+
     /// The bug: a request that carried dcp's line of a finished turn was noticed as "1 range
     /// compressed", as if the agent had called `compress`.
     #[test]
@@ -200,18 +213,5 @@ mod tests {
             notification(Notification::Minimal, &both),
             "▣ DCP | in force: -2.4K tokens, 1 range compressed, calls of 2 finished turns in one line each"
         );
-    }
-
-    #[test]
-    fn a_long_summary_is_cut_at_a_word_and_many_calls_are_counted_past_five() {
-        let long = "word ".repeat(40);
-        let cut = summary(&long);
-        assert!(cut.ends_with("word…") && cut.chars().count() <= MAX_SUMMARY_CHARS, "{cut}");
-        let discard = record(Strategy::Discard, 10);
-        let ids = ["c1", "c2", "c3", "c4", "c5", "c6", "c7"];
-        let notice = Notice { applied: ids.iter().map(|id| (*id, &discard)).collect(), ..Notice::default() };
-        let text = notification(Notification::Detailed, &notice);
-        assert_eq!(text.matches("\n  read").count(), MAX_NAMED, "{text}");
-        assert!(text.ends_with("\n  and 2 more"), "{text}");
     }
 }
