@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use crate::config::Tools;
 use crate::format;
-use crate::state::blocks::{Block, Blocks};
+use crate::state::blocks::{Block, Blocks, Origin};
 
 pub mod notice;
 pub mod refusals;
@@ -166,7 +166,7 @@ pub const HELP: &str = "DCP commands:
   /dcp context        what the model is sent, by category, with the prunes in force
   /dcp report         write the savings report (an HTML page) and say where it is
   /dcp sweep [N]      prune every tool output since your last message, or the last N
-  /dcp decompress     the ranges the agent compressed into summaries
+  /dcp decompress     the compressed ranges: the agent's and dcp's finished turns
   /dcp decompress ID  send the messages of range ID (b1) again instead of its summary
   /dcp help           this help";
 
@@ -176,16 +176,20 @@ pub fn blocks(blocks: &Blocks) -> String {
     if active.is_empty() {
         return "No compressed ranges in this session.".to_string();
     }
-    let mut text = String::from("Compressed ranges (the agent's summaries stand in for their messages):");
+    let mut text = String::from("Compressed ranges (summaries and finished turns stand in for their messages):");
     for b in &active {
+        let label = match b.origin {
+            Origin::FinishedTurn => "  finished turn (dcp)".to_string(),
+            Origin::Agent if b.topic.is_empty() => String::new(),
+            Origin::Agent => format!("  {}", format::shorten(&b.topic, 60)),
+        };
         let _ = write!(
             text,
-            "\n  b{}  {}, saves {} tokens{}{}",
+            "\n  b{}  {}, saves {} tokens{}{label}",
             b.id,
             format::count(b.effective_messages.len() as u64, "message"),
             format::tokens(b.net_tokens()),
             if b.applied { "" } else { " (waiting for the cache)" },
-            if b.topic.is_empty() { String::new() } else { format!("  {}", format::shorten(&b.topic, 60)) },
         );
     }
     text.push_str("\n/dcp decompress ID sends a range's messages again instead of its summary.");

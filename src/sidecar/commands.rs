@@ -123,7 +123,8 @@ impl Server {
         Ok(texts::report_written(&file))
     }
 
-    /// `/dcp decompress`: the ranges the agent compressed, newest last.
+    /// `/dcp decompress`: the compressed ranges, the agent's and dcp's finished turns, newest
+    /// last.
     fn list_blocks(&mut self, sid: &str) -> Result<String, RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
         Ok(texts::blocks(&slot.state.blocks))
@@ -139,7 +140,7 @@ impl Server {
         };
         if let Some(block) = n.and_then(|n| slot.state.blocks.by_id.get(&n)) {
             let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
-            slot.unrecord_block(block.id, tools, tokens);
+            slot.unrecord_block(block.id, block.origin.strategy(), tools, tokens);
         }
         slot.mark_rewrites_added();
         slot.mark_changed();

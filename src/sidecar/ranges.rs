@@ -12,6 +12,8 @@ use super::request::RequestContext;
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
+use crate::state::Strategy;
+use crate::strategies::compress::TurnTag;
 use crate::strategies::{compress, turns, Rules};
 
 /// Makes the turn right before the latest prompt a range of dcp's own when its steps may
@@ -22,15 +24,17 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     if !(masking.enabled && masking.collapse_turns) {
         return false;
     }
+    // The agent can name the range by its tag, and take it into a larger one, only with its
+    // `compress` on; otherwise the tag would be tokens in every request for nothing.
+    let tag = if cx.rules.config().tools.compress.enabled { TurnTag::Shown } else { TurnTag::Omitted };
     let (messages, slot) = (cx.mirror.messages(), &mut *cx.slot);
     let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, cx.rules);
     for turn in &runs {
-        let range = (turn.from, turn.to);
-        let id =
-            compress::turn_block(messages, &mut slot.state, range, &turn.summary, super::now_ms(), &mut slot.tokens);
+        let (range, line) = ((turn.from, turn.to), (turn.summary.as_str(), tag));
+        let id = compress::turn_block(messages, &mut slot.state, range, line, super::now_ms(), &mut slot.tokens);
         let block = &slot.state.blocks.by_id[&id];
         let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
-        slot.record_block(id, &tools, tokens);
+        slot.record_block(id, Strategy::FinishedTurns, &tools, tokens);
     }
     !runs.is_empty()
 }

@@ -26,6 +26,7 @@ use super::{internal, masking_candidates, now_ms, savings, validate_session_id, 
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
+use crate::state::blocks::Origin;
 use crate::state::store::Slot;
 use crate::state::{PruneRecord, Strategy};
 use crate::strategies::prunable;
@@ -313,7 +314,7 @@ fn agent_prunes(state: &crate::state::SessionState) -> usize {
         .pruned
         .values()
         .filter(|r| matches!(r.strategy, crate::state::Strategy::Discard | crate::state::Strategy::Extract));
-    manual.count() + state.blocks.by_id.values().filter(|b| !crate::strategies::compress::is_turn_block(b)).count()
+    manual.count() + state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.

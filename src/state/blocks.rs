@@ -6,9 +6,12 @@
 //! messages and tool calls it covers, its summary text), `byMessageId` the token count and
 //! block ids of every covered message, and `activeBlockIds`, `activeByAnchorMessageId`,
 //! `nextBlockId` and `nextRunId` derive from them. dcp reads what it understands and keeps
-//! every other field, per block and at the top, so a rewrite loses nothing. One field is
+//! every other field, per block and at the top, so a rewrite loses nothing. Two fields are
 //! dcp's own: `dcpApplied: false` marks a block the cache-aware policy still holds back
-//! (a missing field means applied, as in files the published plugin wrote).
+//! (a missing field means applied, as in files the published plugin wrote), and
+//! `dcpOrigin: "finished-turn"` one dcp made of a finished turn's calls on its own
+//! (`crate::strategies::turns`), which the stats, notices and commands never call the agent's
+//! (a missing field means the agent's, but for such a range written before the field was).
 //!
 //! A block is *active* while its summary replaces its messages. A newer range that covers an
 //! active block consumes it: the older block becomes inactive and names the newer one as its
@@ -17,6 +20,52 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
+
+use super::Strategy;
+
+/// The topic of the ranges dcp makes of finished turns (`crate::strategies::turns`).
+pub const TURN_TOPIC: &str = "tool calls of a finished turn";
+
+/// Who made a compressed range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// The agent, with its `compress` tool.
+    #[default]
+    Agent,
+    /// dcp, of a finished turn's tool calls (`crate::strategies::turns`).
+    FinishedTurn,
+}
+
+impl Origin {
+    /// The value of the state file's `dcpOrigin`; the agent's ranges have none.
+    const FINISHED_TURN: &'static str = "finished-turn";
+
+    /// The strategy the stats count a range of this origin under.
+    pub fn strategy(self) -> Strategy {
+        match self {
+            Origin::Agent => Strategy::Compress,
+            Origin::FinishedTurn => Strategy::FinishedTurns,
+        }
+    }
+
+    /// The origin a block read from `raw` records, or, without `dcpOrigin`, the one its
+    /// fields show: a range of finished turns written before the field has their topic and
+    /// no `compress` call.
+    fn read(raw: &Map<String, Value>) -> Origin {
+        let turn = match raw.get("dcpOrigin").and_then(Value::as_str) {
+            Some(origin) => origin == Origin::FINISHED_TURN,
+            None => {
+                raw.get("topic").and_then(Value::as_str) == Some(TURN_TOPIC)
+                    && raw.get("compressCallId").is_none_or(Value::is_null)
+            }
+        };
+        if turn {
+            Origin::FinishedTurn
+        } else {
+            Origin::Agent
+        }
+    }
+}
 
 /// One compressed range.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +76,8 @@ pub struct Block {
     pub deactivated_by_user: bool,
     /// Whether requests carry the summary yet (see `crate::policy`).
     pub applied: bool,
+    /// Who made the range: the agent or dcp.
+    pub origin: Origin,
     /// Tokens of the covered messages as they were sent, and of the summary message.
     pub compressed_tokens: u64,
     pub summary_tokens: u64,
@@ -270,6 +321,7 @@ fn parse_block(value: &Value) -> Result<Block, String> {
         active: flag("active", false),
         deactivated_by_user: flag("deactivatedByUser", false),
         applied: flag("dcpApplied", true),
+        origin: Origin::read(raw),
         compressed_tokens: number("compressedTokens"),
         summary_tokens: number("summaryTokens"),
         topic: text("topic"),
@@ -329,6 +381,10 @@ fn block_value(b: &Block) -> Value {
     } else {
         out.insert("dcpApplied".into(), json!(false));
     }
+    match b.origin {
+        Origin::Agent => out.shift_remove("dcpOrigin"),
+        Origin::FinishedTurn => out.insert("dcpOrigin".into(), json!(Origin::FINISHED_TURN)),
+    };
     Value::Object(out)
 }
 
@@ -399,6 +455,30 @@ mod tests {
         let value = blocks.to_value();
         assert_eq!(value["blocksById"]["1"]["dcpApplied"], json!(false));
         assert!(!Blocks::parse(&value).unwrap().by_id[&1].applied);
+    }
+
+    /// The bug: a range dcp made of a finished turn was the agent's once read back, so the
+    /// stats and `/dcp decompress` of a restarted dcp named it `compress`.
+    #[test]
+    fn whose_range_it_is_survives_the_state_file_and_a_file_without_it_reads_as_before() {
+        let file = published();
+        let blocks = Blocks::parse(&file["prune"]["messages"]).unwrap();
+        assert_eq!(blocks.by_id[&1].origin, Origin::Agent, "a file without `dcpOrigin` holds the agent's ranges");
+        assert!(!blocks.to_value().to_string().contains("dcpOrigin"), "and none is written for them");
+        let mut blocks = Blocks::default();
+        let (id, run_id) = blocks.allocate();
+        let turn = Block { id, run_id, active: true, origin: Origin::FinishedTurn, ..Block::default() };
+        blocks.insert(turn, []);
+        let value = blocks.to_value();
+        assert_eq!(value["blocksById"]["1"]["dcpOrigin"], json!("finished-turn"));
+        let read = Blocks::parse(&value).unwrap();
+        assert_eq!(read.by_id[&1].origin, Origin::FinishedTurn);
+        assert_eq!(read.by_id[&1].origin.strategy(), Strategy::FinishedTurns);
+        // A range of finished turns written before the field has their topic and no call.
+        let before = json!({"blocksById": {"2": {"blockId": 2, "topic": TURN_TOPIC, "compressCallId": null}}});
+        assert_eq!(Blocks::parse(&before).unwrap().by_id[&2].origin, Origin::FinishedTurn);
+        let agent = json!({"blocksById": {"2": {"blockId": 2, "topic": TURN_TOPIC, "compressCallId": "call_1"}}});
+        assert_eq!(Blocks::parse(&agent).unwrap().by_id[&2].origin, Origin::Agent);
     }
 
     #[test]

@@ -32,10 +32,13 @@ pub enum Strategy {
     Imported,
     /// A range of messages replaced by the agent's summary (see [`blocks`]).
     Compress,
+    /// A finished turn's tool calls replaced by one line naming them: a range dcp makes on its
+    /// own, not the agent (see [`blocks::Origin`]).
+    FinishedTurns,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 9] = [
+    pub const ALL: [Strategy; 10] = [
         Strategy::Deduplication,
         Strategy::SupersedeWrites,
         Strategy::PurgeErrors,
@@ -45,6 +48,7 @@ impl Strategy {
         Strategy::Sweep,
         Strategy::Imported,
         Strategy::Compress,
+        Strategy::FinishedTurns,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Strategy {
             Strategy::Sweep => "sweep",
             Strategy::Imported => "imported",
             Strategy::Compress => "compress",
+            Strategy::FinishedTurns => "finished-turns",
         }
     }
 

@@ -120,16 +120,16 @@ impl Slot {
         true
     }
 
-    /// Counts compressed block `id` in the stats: `tokens` it takes out of each request and
-    /// the tool calls it hides, and notes it for the next save. One journal entry per hidden
-    /// call (the tokens on the first), so a merge with another process's file counts it as
-    /// this process does.
-    pub fn record_block(&mut self, id: u32, tools: &[String], tokens: u64) {
-        let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
+    /// Counts compressed block `id` in the stats, under `strategy` (the agent's `compress` or
+    /// dcp's finished turns): `tokens` it takes out of each request and the tool calls it
+    /// hides, and notes it for the next save. One journal entry per hidden call (the tokens
+    /// on the first), so a merge with another process's file counts it as this process does.
+    pub fn record_block(&mut self, id: u32, strategy: Strategy, tools: &[String], tokens: u64) {
+        let tally = self.state.stats.by_strategy.entry(strategy).or_default();
         tally.tokens += tokens;
         tally.tools += tools.len().max(1) as u64;
         self.state.stats.prune_token_counter += tokens;
-        let entry = |key: String, tokens: u64| (key, block_record(tokens));
+        let entry = |key: String, tokens: u64| (key, block_record(strategy, tokens));
         if tools.is_empty() {
             self.journal.push(entry(format!("block:{id}"), tokens));
         }
@@ -142,14 +142,14 @@ impl Slot {
     /// Takes compressed block `id` back out of the stats when the user undoes it (`/dcp
     /// decompress`): what it took out of each request is sent again, so the stats say what
     /// is applied. Journalled as `unblock:ID`, which a merge subtracts.
-    pub fn unrecord_block(&mut self, id: u32, tools: usize, tokens: u64) {
-        let tally = self.state.stats.by_strategy.entry(Strategy::Compress).or_default();
+    pub fn unrecord_block(&mut self, id: u32, strategy: Strategy, tools: usize, tokens: u64) {
+        let tally = self.state.stats.by_strategy.entry(strategy).or_default();
         tally.tokens = tally.tokens.saturating_sub(tokens);
         tally.tools = tally.tools.saturating_sub(tools.max(1) as u64);
         self.state.stats.unrecord(tokens);
         for k in 0..tools.max(1) {
             let tokens = if k == 0 { tokens } else { 0 };
-            self.journal.push((format!("{UNBLOCK}{id}:{k}"), block_record(tokens)));
+            self.journal.push((format!("{UNBLOCK}{id}:{k}"), block_record(strategy, tokens)));
         }
         self.dirty = true;
     }
@@ -175,8 +175,8 @@ impl Slot {
 }
 
 /// The journal's record of `tokens` taken out (or given back) by a compressed block.
-fn block_record(tokens: u64) -> PruneRecord {
-    PruneRecord { strategy: Strategy::Compress, action: Action::Output, tokens, tool: String::new(), applied: true }
+fn block_record(strategy: Strategy, tokens: u64) -> PruneRecord {
+    PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied: true }
 }
 
 /// What [`SessionStore::observe`] noticed.

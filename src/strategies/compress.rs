@@ -1,6 +1,7 @@
 //! Range compression: the agent replaces a run of older messages with its own summary.
 //! dcp makes ranges of its own too, of a finished turn's calls, whose message names them
-//! ([`turn_block`], `crate::strategies::turns`); they wait for the policy like the agent's.
+//! ([`turn_block`], `crate::strategies::turns`); they wait for the policy like the agent's,
+//! and their line carries its `<bN>` only when the agent's `compress` is on to use it.
 //!
 //! The agent names a range's ends by the tool call ids it sees in them, or by short ids that
 //! ride at the end of each message's text (`<m7>`) once the history is long enough for a
@@ -30,7 +31,7 @@ use serde_json::{json, Value};
 use crate::measure;
 use crate::session::node::NULL;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
-use crate::state::blocks::{Block, Blocks};
+use crate::state::blocks::{Block, Blocks, Origin, TURN_TOPIC};
 use crate::state::SessionState;
 use crate::texts::refusals;
 use crate::tokens::TokenCounter;
@@ -312,16 +313,22 @@ pub fn compress(
     out
 }
 
-/// The topic of the ranges dcp makes of finished turns (`crate::strategies::turns`).
-pub const TURN_TOPIC: &str = "tool calls of a finished turn";
+/// Whether the line of a finished turn's range ends with its `<bN>` tag: only with the agent's
+/// `compress` on, which can name the range and take it into a larger one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnTag {
+    Shown,
+    Omitted,
+}
 
 /// Makes `messages[from..=to]`, which no range covers, a range of dcp's own whose message is
-/// `line` (`crate::strategies::turns`): waiting for the policy like the agent's. Returns its id.
+/// `line` (`crate::strategies::turns`), `tag` saying whether its `<bN>` follows: waiting for
+/// the policy like the agent's. Returns its id.
 pub fn turn_block(
     messages: &[Message],
     state: &mut SessionState,
     (from, to): (usize, usize),
-    line: &str,
+    (line, tag): (&str, TurnTag),
     now: i64,
     counter: &mut TokenCounter,
 ) -> u32 {
@@ -330,15 +337,14 @@ pub fn turn_block(
     let resolved = Resolved { from, to, consumed: Vec::new(), grown: false };
     let id = make_block(messages, state, &request, &range, &resolved, counter);
     if let Some(block) = state.blocks.by_id.get_mut(&id) {
-        block.summary = format!("{line}\n{}", tag(&format!("b{id}")));
+        block.origin = Origin::FinishedTurn;
+        block.summary = match tag {
+            TurnTag::Shown => format!("{line}\n{}", self::tag(&format!("b{id}"))),
+            TurnTag::Omitted => line.to_string(),
+        };
         block.summary_tokens = counter.count(&block.summary);
     }
     id
-}
-
-/// Whether `block` is one dcp made of a finished turn, not the agent's.
-pub fn is_turn_block(block: &Block) -> bool {
-    block.topic == TURN_TOPIC && block.compress_call_id.is_none()
 }
 
 /// A range, in history positions, with the blocks it covers.

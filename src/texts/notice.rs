@@ -2,14 +2,15 @@
 //! to the model: what is in force or waiting, by strategy, and at the detailed level the calls
 //! the agent chose to prune itself, named by their tool and key argument, with the summary it
 //! kept of each it distilled. The user sees the agent call `discard`; the notice says what
-//! went and what stands in its place.
+//! went and what stands in its place. The ranges dcp makes of finished turns on its own are
+//! named as such, apart from the agent's `compress`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::config::Notification;
 use crate::format;
-use crate::state::blocks::Block;
+use crate::state::blocks::{Block, Origin};
 use crate::state::{Action, PruneRecord, Strategy};
 
 /// What stays "applied when it pays" until a rewrite pays for the prompt cache.
@@ -50,8 +51,16 @@ pub fn notification(level: Notification, notice: &Notice<'_>) -> String {
     if !shown.is_empty() {
         let _ = write!(text, ", {}", format::count(shown.len() as u64, "tool"));
     }
-    if !notice.ranges.is_empty() {
-        let _ = write!(text, ", {} compressed", format::count(notice.ranges.len() as u64, "range"));
+    let (agent, turns): (Vec<&Block>, Vec<&Block>) = notice.ranges.iter().partition(|b| b.origin == Origin::Agent);
+    if !agent.is_empty() {
+        let _ = write!(text, ", {} compressed", format::count(agent.len() as u64, "range"));
+    }
+    match turns.len() {
+        0 => {}
+        1 => text.push_str(", calls of 1 finished turn in one line"),
+        n => {
+            let _ = write!(text, ", calls of {n} finished turns in one line each");
+        }
     }
     if !now {
         let _ = write!(text, ", {LATER}");
@@ -60,10 +69,11 @@ pub fn notification(level: Notification, notice: &Notice<'_>) -> String {
         return text;
     }
     by_strategy(&mut text, shown, &notice.keys);
-    for b in &notice.ranges {
+    for b in agent.iter().chain(&turns) {
+        let by = if b.origin == Origin::Agent { "compress" } else { "finished turn" };
         let _ = write!(
             text,
-            "\n→ compress b{}: {} ({})",
+            "\n→ {by} b{}: {} ({})",
             b.id,
             format::tokens(b.net_tokens()),
             format::count(b.effective_messages.len() as u64, "message")
@@ -194,5 +204,25 @@ mod tests {
         let text = notification(Notification::Detailed, &notice);
         assert_eq!(text.matches("\n  read").count(), MAX_NAMED, "{text}");
         assert!(text.ends_with("\n  and 2 more"), "{text}");
+    }
+
+    /// The bug: a request that carried dcp's line of a finished turn was noticed as "1 range
+    /// compressed", as if the agent had called `compress`.
+    #[test]
+    fn a_finished_turn_is_noticed_as_dcp_s_and_an_agent_range_as_compressed() {
+        let range = |id, origin| Block { id, origin, compressed_tokens: 900, summary_tokens: 100, ..Block::default() };
+        let turns = Notice { ranges: vec![range(1, Origin::FinishedTurn)], ..Notice::default() };
+        assert_eq!(
+            notification(Notification::Detailed, &turns),
+            "▣ DCP | in force: -800 tokens, calls of 1 finished turn in one line\n→ finished turn b1: ~800 (0 messages)"
+        );
+        let both = Notice {
+            ranges: vec![range(1, Origin::FinishedTurn), range(2, Origin::Agent), range(3, Origin::FinishedTurn)],
+            ..Notice::default()
+        };
+        assert_eq!(
+            notification(Notification::Minimal, &both),
+            "▣ DCP | in force: -2.4K tokens, 1 range compressed, calls of 2 finished turns in one line each"
+        );
     }
 }

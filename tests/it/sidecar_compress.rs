@@ -169,3 +169,94 @@ fn a_finished_turn_s_calls_become_one_line_and_masking_leaves_what_the_line_stan
     assert!(size(&seen) < size(&messages), "the lines are shorter than the steps they stand for");
     sidecar.shutdown();
 }
+
+/// The blocks of the state file that dcp made of finished turns.
+fn turn_blocks(file: &Value) -> Vec<Value> {
+    let blocks = file["prune"]["messages"]["blocksById"].as_object().cloned().unwrap_or_default();
+    blocks.into_values().filter(|b| b["dcpOrigin"] == "finished-turn").collect()
+}
+
+/// The bug: dcp's lines of finished turns were counted as the agent's `compress` in the
+/// stats, so `/dcp stats` told the user the agent had compressed when dcp had, on its own.
+#[test]
+fn finished_turns_count_as_dcp_s_finished_turns_not_as_the_agent_s_compress() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    assert!(result["replace"].as_array().is_some_and(|r| !r.is_empty()), "a finished turn is collapsed: {result}");
+    let stats = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "stats"}));
+    let text = stats["text"].as_str().unwrap();
+    assert!(text.contains("finished-turns") && !text.contains("compress"), "{text}");
+    sidecar.shutdown();
+    let file = state_file(&s);
+    let by = &file["dcp"]["byStrategy"];
+    assert!(by["finished-turns"]["tokens"].as_u64().unwrap_or(0) > 0, "{by}");
+    assert!(by.get("compress").is_none(), "{by}");
+    assert!(!turn_blocks(&file).is_empty(), "the state file says whose the ranges are: {file}");
+}
+
+/// The bug: the notice of a request that carried a finished turn's line said "1 range
+/// compressed", as for the agent's `compress`.
+#[test]
+fn the_notice_of_a_finished_turn_never_says_a_range_was_compressed() {
+    let s = Sandbox::new();
+    let detailed = IMMEDIATE.replace(r#""minimal""#, r#""detailed""#);
+    let mut sidecar = Sidecar::spawn(&s, &detailed);
+    let messages = recorded_messages(&s);
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    let notice = result["notify"].as_str().unwrap();
+    assert!(notice.contains("calls of 1 finished turn in one line"), "{notice}");
+    assert!(notice.contains("\n→ finished turn b1: "), "{notice}");
+    assert!(!notice.contains("compress"), "{notice}");
+    sidecar.shutdown();
+}
+
+/// The line of a finished turn as the model sees it, from a first transform under `config`.
+fn turn_line(config: &str) -> String {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, config);
+    let messages = recorded_messages(&s);
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    sidecar.shutdown();
+    let line = result["replace"][0]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(line.starts_with("[Tool calls of this turn"), "{result}");
+    line.to_string()
+}
+
+/// The bug: the line carried its `<bN>` tag with the agent's `compress` off, tokens in every
+/// later request for a tag the model can do nothing with.
+#[test]
+fn a_finished_turn_s_line_has_no_block_tag_when_compress_is_off() {
+    let off = IMMEDIATE.replace(r#""compress": {"tagsFrom": 0}"#, r#""compress": {"enabled": false}"#);
+    assert_ne!(off, IMMEDIATE);
+    let line = turn_line(&off);
+    assert!(line.ends_with(']') && !line.contains("<b"), "{line}");
+    // With `compress` on, the agent may name the range to take it into a larger one.
+    let line = turn_line(IMMEDIATE);
+    assert!(line.ends_with("]\n<b1>"), "{line}");
+}
+
+/// The bug: `/dcp decompress` listed dcp's finished turns like the agent's ranges. They may be
+/// restored all the same, and they stay dcp's after a restart.
+#[test]
+fn decompress_names_dcp_s_finished_turns_and_a_restart_keeps_them_so() {
+    let s = Sandbox::new();
+    let messages = recorded_messages(&s);
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    sidecar.shutdown();
+    // A new process reads the ranges from the state file.
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    let list = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress"}));
+    let text = list["text"].as_str().unwrap();
+    assert!(text.contains("tokens  finished turn (dcp)"), "{text}");
+    assert!(!text.contains("tool calls of a finished turn"), "named, not shown by its topic: {text}");
+    let undo = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress b1"}));
+    assert!(undo["text"].as_str().unwrap().starts_with("Restored b1"), "{undo}");
+    sidecar.shutdown();
+    let file = state_file(&s);
+    assert_eq!(file["dcp"]["byStrategy"]["finished-turns"]["tools"], 0, "undone, it saves nothing: {file}");
+    assert!(file["dcp"]["byStrategy"].get("compress").is_none(), "{file}");
+}

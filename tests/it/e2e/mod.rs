@@ -17,6 +17,7 @@ mod savings;
 mod scenarios;
 mod tui;
 mod tui_discard;
+mod tui_turns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
