@@ -92,6 +92,14 @@
 //! horizon, so a session that has saved may still rewrite deep in its prompt; one that has not
 //! rewrites only what pays back soon, whenever in the run.
 //!
+//! **Quick bets.** A bet that earns its extra back within half its bet horizon ([`quick`]) is
+//! not held to the loss bound: by the same Copernican argument a run seen `n` requests in
+//! lasts another `n / 4` with probability 4/5, so such a bet is likely repaid and soon. It is
+//! what a continuous run's first rewrite needs: a batch that makes most of the tail it
+//! re-bills, whose extra the bound of a young session does not yet cover, and which otherwise
+//! waits until the batch has grown deep into a prompt whose tail it no longer makes. Its stake
+//! is bounded all the same, at [`QUICK_BOUND`] times the loss bound.
+//!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
 //! that may never come, and the context carries them to the end. Such a rewrite still goes
@@ -319,11 +327,24 @@ pub fn bet_horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` is affordable now: were
 /// the session to end right after it, it would have cost no more than no pruning plus the
-/// loss bound ([`allowance`]). A rewrite that costs nothing extra always is.
+/// loss bound ([`allowance`]), or it is a quick bet ([`quick`]). A rewrite that costs nothing
+/// extra always is.
 fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
     let extra = rewrite_extra(saved, tail);
-    extra <= 0.0 || extra <= allowance(config, inputs)
+    extra <= 0.0 || extra <= allowance(config, inputs) || quick(config, saved, extra, inputs)
 }
+
+/// Whether a rewrite that removes `saved` tokens for `extra` is a quick bet: it earns its
+/// extra back within half its [`bet_horizon`], a stretch of the run that the run so far makes
+/// likely, and stakes at most what the bank and [`QUICK_BOUND`] times the loss bound cover
+/// (see the module header, "Quick bets").
+fn quick(config: &Rewrite, saved: f64, extra: f64, inputs: &Inputs) -> bool {
+    let wider = pruning_balance(inputs) + QUICK_BOUND * config.loss_bound * inputs.baseline.max(0.0);
+    CACHE_READ * saved * bet_horizon(config, inputs) / 2.0 >= extra && extra <= wider
+}
+
+/// How many times `lossBound` a quick bet ([`quick`]) may put at stake.
+pub const QUICK_BOUND: f64 = 3.0;
 
 /// What a rewrite may cost beyond what it saves on its own request: what the session has
 /// banked, plus `lossBound` of what it has cost without pruning so far (see the module

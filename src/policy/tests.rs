@@ -262,11 +262,12 @@ fn the_cost_without_pruning_reads_the_previous_request_from_the_cache() {
 }
 
 #[test]
-fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
+fn no_run_loses_more_than_the_quick_bets_bound_whatever_its_outputs() {
     // Simulated continuous runs: each request adds a step (an output of random size and
     // some assistant text); outputs beyond the last five wait for the policy, which is
     // asked every request. By the cost model, at the end of every request the run has
-    // cost at most (1 + lossBound) x what it would have without pruning.
+    // cost at most (1 + QUICK_BOUND x lossBound) x what it would have without pruning: the
+    // loss bound, widened for quick bets only.
     let config = batched();
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = |n: u64| {
@@ -312,7 +313,7 @@ fn no_run_loses_more_than_the_loss_bound_whatever_its_outputs() {
                 rewrites += 1;
             }
             banked += balance(&request);
-            let bound = -config.loss_bound * baseline - 1e-6;
+            let bound = -QUICK_BOUND * config.loss_bound * baseline - 1e-6;
             assert!(banked >= bound, "run lost {banked:.0} of {baseline:.0} at step {step}");
         }
     }
@@ -380,4 +381,23 @@ fn early_in_a_run_a_bet_counts_on_half_the_warm_run_at_most() {
     assert_eq!(bet_horizon(&batched(), &early), 4.0);
     let late = Inputs { warm: 400, ..Inputs::default() };
     assert_eq!(bet_horizon(&batched(), &late), f64::from(batched().expected_requests));
+}
+
+#[test]
+fn a_bet_earned_back_within_half_its_horizon_goes_beyond_the_loss_bound() {
+    // Request 30 of a run with nothing banked, which has cost 40,000 so far: the loss bound
+    // allows 2,000. A batch removes 10,000 of the 13,000 tokens it re-bills: it costs
+    // 1.15 x 13,000 - 1.25 x 10,000 = 2,450 at once and earns 1,000 a request after, back
+    // within 4 of the 8 requests a bet counts on.
+    let base = Inputs { context: 40_000, warm: 30, baseline: 40_000.0, ..Inputs::default() };
+    let quick = [Pending { tokens: 10_000, tail: 13_000, ..Pending::default() }];
+    assert!(rewrite_extra(10_000.0, 13_000.0) > allowance(&batched(), &base));
+    assert_eq!(choose(&batched(), &base, &quick), Some((0, Trigger::Pays)));
+    // One that needs 5 requests (2,850 at 600 a request) waits for the bank or the bound.
+    let slower = [Pending { tokens: 6_000, tail: 9_000, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &base, &slower), None);
+    // Early in the run half the bet horizon is a request and a half: the same batch waits.
+    assert_eq!(choose(&batched(), &Inputs { warm: 6, ..base }, &quick), None);
+    // And a quick bet stakes at most `QUICK_BOUND` times the loss bound: 2,250 here.
+    assert_eq!(choose(&batched(), &Inputs { baseline: 15_000.0, ..base }, &quick), None);
 }
