@@ -16,7 +16,8 @@
 //! of it is no assistant message or a compaction, when one of its calls has not finished, is
 //! of a protected tool (edits and writes excepted: what they did is on disk and the line
 //! names them) or touches a protected file, when part of it is in a range already, or when
-//! the line would not be much smaller than what it replaces.
+//! the line would not be much smaller than what it replaces, or when the user restored a range
+//! of it.
 
 use super::{masking, Rules};
 use crate::session::{is_prompt, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
@@ -99,10 +100,12 @@ fn collapsible(call: &ToolCall<'_>, rules: &Rules) -> bool {
     finished && !rules.config().masking_protects(call.tool) && !rules.protects_file(call)
 }
 
-/// Whether a message of `steps` is in an active range already.
+/// Whether a message of `steps` is in an active range already, or was in one the user
+/// restored (`/dcp decompress`): what the user brought back stays.
 fn in_a_range(steps: &[Message], blocks: &Blocks) -> bool {
     let ids: Vec<&str> = steps.iter().map(Message::id).collect();
-    blocks.active().any(|b| b.effective_messages.iter().any(|m| ids.contains(&m.as_str())))
+    let mut ranges = blocks.by_id.values().filter(|b| b.active || b.deactivated_by_user);
+    ranges.any(|b| b.effective_messages.iter().any(|m| ids.contains(&m.as_str())))
 }
 
 /// The line that names a finished turn's calls.

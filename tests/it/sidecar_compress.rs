@@ -260,3 +260,18 @@ fn decompress_names_dcp_s_finished_turns_and_a_restart_keeps_them_so() {
     assert_eq!(file["dcp"]["byStrategy"]["finished-turns"]["tools"], 0, "undone, it saves nothing: {file}");
     assert!(file["dcp"]["byStrategy"].get("compress").is_none(), "{file}");
 }
+
+#[test]
+fn a_finished_turn_the_user_restored_stays_restored() {
+    let s = Sandbox::new();
+    let messages = recorded_messages(&s);
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let undo = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress b1"}));
+    assert!(undo["text"].as_str().unwrap().starts_with("Restored b1"), "{undo}");
+    sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    let list = sidecar.result("command", json!({"sessionID": DB_SESSION, "arguments": "decompress"}));
+    let text = list["text"].as_str().unwrap();
+    assert!(!text.contains("finished turn (dcp)"), "the restored turn was collapsed again: {text}");
+    sidecar.shutdown();
+}
