@@ -294,7 +294,7 @@ fn visit_plain(timeline: &Timeline, mut visit: impl FnMut(&Step<'_>)) {
 /// OpenCode decides a turn's tools when the user's message is created (see `Engine::turn`).
 fn turn_starts(timeline: &Timeline, after: Option<usize>, request: &RecordedRequest) -> bool {
     let since = after.map_or(0, |m| m + 1);
-    after.is_none() || timeline.messages()[since..request.message].iter().any(crate::strategies::masking::is_prompt)
+    after.is_none() || timeline.messages()[since..request.message].iter().any(crate::session::is_prompt)
 }
 
 /// What an agent tool's answer says was done, without its token figures and ids: "Discarded

@@ -279,7 +279,8 @@ pub fn last_user_prompt(messages: &[Message]) -> Option<usize> {
     messages.iter().rposition(is_prompt)
 }
 
-/// Whether `m` is a real user message ([`last_user_prompt`]).
+/// Whether `m` is a prompt the user typed: a user message with text that is neither
+/// synthetic nor ignored (a compaction request or a notification of ours is not).
 pub fn is_prompt(m: &Message) -> bool {
     m.role() == Role::User
         && m.parts.iter().any(|p| {

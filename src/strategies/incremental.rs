@@ -23,7 +23,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::session::{CallFacts, Message, Role, ToolCall, ToolStatus};
+use crate::session::{is_prompt, CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::strategies::prunable::{self, Listing};
 use crate::strategies::{dedup, masking, purge_errors, supersede_writes, Decision, Rules};
@@ -151,7 +151,7 @@ impl Index {
             if message.role() == Role::Assistant {
                 self.current += 1;
             }
-            self.prompts += u32::from(masking::is_prompt(message));
+            self.prompts += u32::from(is_prompt(message));
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };
                 let at = self.calls.len();

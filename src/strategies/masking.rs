@@ -68,7 +68,7 @@
 //! re-bill, and the state file holds no masking that the model never saw.
 
 use super::{open_in, pruned_ids, Decision, Rules};
-use crate::session::{slim, History, Message, Node, Object, Role, ToolCall, ToolStatus};
+use crate::session::{is_prompt, slim, History, Message, Node, Object, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::texts::placeholders;
 use crate::tokens::TokenCounter;
@@ -215,17 +215,6 @@ pub fn weight(call: &ToolCall<'_>, rules: &Rules) -> u64 {
     } else {
         0
     }
-}
-
-/// Whether `message` is a prompt the user typed: a user message with text that is neither
-/// synthetic nor ignored.
-pub fn is_prompt(message: &Message) -> bool {
-    message.role() == Role::User
-        && message.parts.iter().any(|p| {
-            p.get("type").and_then(Node::as_str) == Some("text")
-                && p.get("ignored").and_then(Node::as_bool) != Some(true)
-                && p.get("synthetic").and_then(Node::as_bool) != Some(true)
-        })
 }
 
 /// What masking takes of `call` once it is beyond the window, if anything: its output, or the
