@@ -21,7 +21,9 @@ use crate::strategies::{compress, turns, Rules};
 /// Whether it made one.
 pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     let masking = &cx.rules.config().strategies.masking;
-    if !(masking.enabled && masking.collapse_turns) {
+    // A turn is finished by the prompt after it: with fewer than two, there is none to look
+    // for, and no walk back through a long run of one prompt on each of its requests.
+    if !(masking.enabled && masking.collapse_turns) || cx.session.index.prompts() < 2 {
         return false;
     }
     // The agent can name the range by its tag, and take it into a larger one, only with its

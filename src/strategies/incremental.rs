@@ -2,14 +2,13 @@
 //! and the `<prunable-tools>` list need, kept up to date one message at a time.
 //!
 //! The batch functions ([`crate::strategies::automatic`], [`prunable::prunable`]) look at every
-//! call of a history, which suits the CLI. On a model request only the newest messages are new, so
-//! the sidecar keeps an [`Index`] per session across requests and does work in proportion to
-//! what is new:
+//! call of a history, which suits the CLI. On a model request only the newest messages are new,
+//! so the sidecar keeps an [`Index`] per session and does work in proportion to what is new:
 //!
-//! * a call becomes a *candidate* when something new makes it prunable: a newer call with the
-//!   same signature (deduplication), a later read of the file it wrote (supersede-writes), or
-//!   its own error (purge-errors). Candidates wait in a queue until their turn protection
-//!   expires, and are then judged by the same per-call rules as the batch strategies;
+//! * a call becomes a *candidate* when something new makes it prunable: a newer call with the same
+//!   signature (deduplication), a later read of the file it wrote (supersede-writes), or its own
+//!   error (purge-errors). Candidates wait in a queue until their turn protection expires, and are
+//!   then judged by the same per-call rules as the batch strategies;
 //! * the list grows at its end as calls leave turn protection, loses a line when its call is
 //!   pruned, and is rendered again only when it changed.
 //!
@@ -396,6 +395,11 @@ impl Index {
         self.calls[c.call].prompts == self.prompts
     }
 
+    /// The user prompts read so far.
+    pub fn prompts(&self) -> u32 {
+        self.prompts
+    }
+
     /// Where call `call_id` is: its message and part.
     pub fn position(&self, call_id: &str) -> Option<(usize, usize)> {
         let call = &self.calls[*self.by_call_id.get(call_id)?];
@@ -483,11 +487,8 @@ impl Cursor {
     /// This cursor, or `other` if it starts later: a narrower window never starts before a
     /// wider one.
     fn max_start(self, other: Cursor) -> Cursor {
-        if other.start > self.start {
-            other
-        } else {
-            self
-        }
+        // `max_by_key` returns its second argument on a tie: this cursor.
+        std::cmp::max_by_key(other, self, |c| c.start)
     }
 }
 
