@@ -5,7 +5,6 @@ use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::replay::steps::{AgentTools, Timeline};
 use dcp::replay::{self, Mode, Options, RecordedSession};
-use dcp::strategies::masking;
 use serde_json::{json, Value};
 
 use crate::sidecar::{apply, IMMEDIATE};
@@ -115,7 +114,7 @@ fn served(
     for r in timeline.requests() {
         // As the plugin does: `turn` when a user message is created.
         let since = after.map_or(0, |m| m + 1);
-        if after.is_none() || timeline.messages()[since..r.message].iter().any(masking::is_prompt) {
+        if after.is_none() || timeline.messages()[since..r.message].iter().any(dcp::session::is_prompt) {
             let turn = sidecar.result("turn", json!({"sessionID": sid, "parentID": null, "now": r.time}));
             offered = turn["offer"] == json!(true);
         }

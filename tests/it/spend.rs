@@ -21,7 +21,7 @@ fn masked(messages: &[Message]) -> HashSet<String> {
 
 /// The ids of the reads, searches and listings made since the latest user prompt of `messages`.
 fn current_views(messages: &[Message]) -> HashSet<String> {
-    let start = messages.iter().rposition(masking::is_prompt).unwrap_or(0);
+    let start = messages.iter().rposition(dcp::session::is_prompt).unwrap_or(0);
     let tool = |p: &Node| p.get("tool").and_then(Node::as_str).is_some_and(masking::is_view);
     let parts = messages[start..].iter().flat_map(|m| &m.parts);
     parts.filter(|p| tool(p)).filter_map(|p| p.get("id").and_then(Node::as_str).map(str::to_string)).collect()
