@@ -140,7 +140,7 @@ impl Server {
         };
         if let Some(block) = n.and_then(|n| slot.state.blocks.by_id.get(&n)) {
             let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
-            slot.unrecord_block(block.id, block.origin.strategy(), tools, tokens);
+            slot.unrecord_block(block.id, tools, tokens);
         }
         slot.mark_rewrites_added();
         slot.mark_changed();

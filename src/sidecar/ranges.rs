@@ -12,7 +12,6 @@ use super::request::RequestContext;
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
-use crate::state::Strategy;
 use crate::strategies::compress::TurnTag;
 use crate::strategies::{compress, turns, Rules};
 
@@ -36,7 +35,7 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
         let id = compress::turn_block(messages, &mut slot.state, range, line, super::now_ms(), &mut slot.tokens);
         let block = &slot.state.blocks.by_id[&id];
         let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
-        slot.record_block(id, Strategy::FinishedTurns, &tools, tokens);
+        slot.record_block(id, &tools, tokens);
     }
     !runs.is_empty()
 }

@@ -13,7 +13,6 @@ use serde_json::Value;
 use super::protocol::{RpcError, ToolOutput, ToolParams};
 use super::{internal, validate_session_id, Server};
 use crate::session::{History, Message};
-use crate::state::Strategy;
 use crate::strategies::{compress, manual};
 use crate::texts;
 
@@ -109,7 +108,7 @@ impl Server {
         for id in &outcome.made {
             let block = &slot.state.blocks.by_id[id];
             let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
-            slot.record_block(*id, Strategy::Compress, &tools, tokens);
+            slot.record_block(*id, &tools, tokens);
         }
         let text = texts::compress_answer(&slot.state, &outcome);
         if !outcome.made.is_empty() {

@@ -154,6 +154,12 @@ impl Blocks {
         self.by_id.values().filter(|b| b.active)
     }
 
+    /// The strategy the stats count block `id` under: the agent's `compress` or dcp's
+    /// finished turns, by its [`Origin`].
+    pub fn strategy(&self, id: u32) -> Strategy {
+        self.by_id.get(&id).map_or(Strategy::Compress, |b| b.origin.strategy())
+    }
+
     /// A new block id and run id.
     pub fn allocate(&mut self) -> (u32, u32) {
         let id = self.next_block_id.max(self.by_id.keys().next_back().map_or(0, |k| k + 1)).max(1);

@@ -120,11 +120,12 @@ impl Slot {
         true
     }
 
-    /// Counts compressed block `id` in the stats, under `strategy` (the agent's `compress` or
-    /// dcp's finished turns): `tokens` it takes out of each request and the tool calls it
-    /// hides, and notes it for the next save. One journal entry per hidden call (the tokens
-    /// on the first), so a merge with another process's file counts it as this process does.
-    pub fn record_block(&mut self, id: u32, strategy: Strategy, tools: &[String], tokens: u64) {
+    /// Counts compressed block `id` in the stats, under its maker's strategy: `tokens` it takes
+    /// out of each request and the tool calls it hides, and notes it for the next save. One
+    /// journal entry per hidden call (the tokens on the first), so a merge with another
+    /// process's file counts it as this process does.
+    pub fn record_block(&mut self, id: u32, tools: &[String], tokens: u64) {
+        let strategy = self.state.blocks.strategy(id);
         let tally = self.state.stats.by_strategy.entry(strategy).or_default();
         tally.tokens += tokens;
         tally.tools += tools.len().max(1) as u64;
@@ -142,7 +143,8 @@ impl Slot {
     /// Takes compressed block `id` back out of the stats when the user undoes it (`/dcp
     /// decompress`): what it took out of each request is sent again, so the stats say what
     /// is applied. Journalled as `unblock:ID`, which a merge subtracts.
-    pub fn unrecord_block(&mut self, id: u32, strategy: Strategy, tools: usize, tokens: u64) {
+    pub fn unrecord_block(&mut self, id: u32, tools: usize, tokens: u64) {
+        let strategy = self.state.blocks.strategy(id);
         let tally = self.state.stats.by_strategy.entry(strategy).or_default();
         tally.tokens = tally.tokens.saturating_sub(tokens);
         tally.tools = tally.tools.saturating_sub(tools.max(1) as u64);
