@@ -16,7 +16,8 @@ window), which save their write price instead.
 
 It prints, per group (all sessions and, with --manifest, the kinds and "continuous 30+" as
 `summary.py` forms them), no pruning's cost, the floor's and `immediate`'s as ratios (total and
-median), tokens sent by `immediate`, and its misses as a share of steps.
+median), tokens sent by `immediate`, and its misses as a share of steps; then the same floor
+under the prunes the `dcp` run made (what its timing costs over what it took) beside its cost.
 """
 import json
 import sys
@@ -26,10 +27,10 @@ from summary import LONG_RUN, aggregate, kinds
 READ_PRICE, WRITE_PRICE = 0.1, 1.25
 
 
-def floor_cost(session):
-    """No pruning's cost of `session` with what `immediate` removed taken for free."""
+def floor_cost(session, mode="immediate"):
+    """No pruning's cost of `session` with what `mode` removed taken for free."""
     none = session["modes"]["none"]["per_request"]
-    fast = session["modes"]["immediate"]["per_request"]
+    fast = session["modes"][mode]["per_request"]
     total, before = 0.0, 0
     for a, b in zip(none, fast):
         # The share of the request's older part that no pruning read from the cache.
@@ -50,8 +51,16 @@ def line(label, sessions):
     steps = sum(s["requests"] for s in sessions)
     ratio = lambda xs: aggregate([x / n for x, n in zip(xs, none) if n], sum(xs) / sum(none))
     f, i = ratio(floors), ratio(fast)
-    return "  %-15s %4d  floor %.3f (median %.3f)  immediate %.3f (median %.3f)  tokens %.3f  misses %.1f%%" % (
+    text = "  %-15s %4d  floor %.3f (median %.3f)  immediate %.3f (median %.3f)  tokens %.3f  misses %.1f%%" % (
         label, len(sessions), f[2], f[0], i[2], i[0], sent / sent_none, 100.0 * misses / steps)
+    if "dcp" not in sessions[0]["modes"]:
+        return text
+    # The same floor under dcp's own prunes: what its timing costs over the prunes it made.
+    own = ratio([floor_cost(s, "dcp") for s in sessions])
+    paid = ratio([s["modes"]["dcp"]["cost"] for s in sessions])
+    misses = sum(s["modes"]["dcp"]["misses"] for s in sessions)
+    return text + "\n  %-15s       dcp's prunes free %.3f (median %.3f)  dcp %.3f (median %.3f)  misses %.1f%%" % (
+        "", own[2], own[0], paid[2], paid[0], 100.0 * misses / steps)
 
 
 def main():
