@@ -162,7 +162,12 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         }
     }
     for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors, Strategy::Masking] {
-        let found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
+        let mut found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
+        if strategy == Strategy::Masking {
+            // A range stands for its calls: the sidecar never masks them (`mask_pending`).
+            let ranged = |id: &str| scratch.blocks.active().any(|b| b.effective_tools.iter().any(|t| t == id));
+            found.retain(|d| !ranged(&d.call_id));
+        }
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
             pruned.push(describe(calls, &d.call_id, &d.record, Status::Proposed));

@@ -92,3 +92,26 @@ fn the_report_counts_the_ranges_in_force_by_strategy_as_dcp_stats_does() {
     let in_force = stats["session"]["in_force_tokens"].as_u64().unwrap();
     assert_eq!(bars.iter().sum::<u64>(), in_force, "the bars add up to /dcp stats' in force: {bars:?}");
 }
+
+/// The bug: `/dcp context` proposed masking calls a range already stands for, which the
+/// sidecar never masks, so the user read savings to come that never would.
+#[test]
+fn dcp_context_never_proposes_masking_a_call_a_range_stands_for() {
+    let s = Sandbox::new();
+    let mut sidecar = session_with_ranges(&s);
+    let context = command(&mut sidecar, "context");
+    sidecar.shutdown();
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(s.state_dir().join(format!("{DB_SESSION}.json"))).unwrap()).unwrap();
+    let blocks = file["prune"]["messages"]["blocksById"].as_object().unwrap();
+    let ranged: Vec<&str> = blocks
+        .values()
+        .filter(|b| b["active"] == true)
+        .flat_map(|b| b["effectiveToolIds"].as_array().unwrap().iter().filter_map(Value::as_str))
+        .collect();
+    assert!(!ranged.is_empty(), "{file}");
+    let proposed: Vec<&str> = context.lines().filter(|l| l.contains(" masking ") && l.contains(" proposed ")).collect();
+    let inside: Vec<&&str> =
+        proposed.iter().filter(|l| ranged.iter().any(|id| l.trim_start().starts_with(id))).collect();
+    assert!(inside.is_empty(), "ranged calls {ranged:?} proposed for masking:\n{context}");
+}
