@@ -73,6 +73,10 @@ fn the_report_counts_the_ranges_in_force_by_strategy_as_dcp_stats_does() {
     let out = dcp(&s, &["report", "--out", page.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
+    // `DCP_KEEP_REPORT=DIR` keeps the page, to look at in a browser.
+    if let Some(dir) = std::env::var_os("DCP_KEEP_REPORT") {
+        std::fs::copy(&page, std::path::Path::new(&dir).join("report-ranges.html")).unwrap();
+    }
     let solid = |strategy: &str| -> u64 {
         let bar = html.split(&format!(">{strategy}</text>")).nth(1).unwrap_or_else(|| panic!("no {strategy} bar"));
         let value = bar.split("data-solid=\"").nth(1).and_then(|v| v.split('"').next());
