@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::context::{Analysis, Range, RangeStatus, Status};
 use crate::format;
+use crate::state::blocks::Origin;
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
 /// The by-category context report: what the model is sent without pruning, what it is sent
@@ -115,8 +116,8 @@ fn ranges(out: &mut String, ranges: &[Range]) {
 /// Who made a range, as the context report says it.
 fn made_by(range: &Range) -> &'static str {
     match range.origin {
-        crate::state::blocks::Origin::Agent => "compressed by the agent",
-        crate::state::blocks::Origin::FinishedTurn => "finished turn (dcp)",
+        Origin::Agent => "compressed by the agent",
+        Origin::FinishedTurn => "finished turn (dcp)",
     }
 }
 
@@ -225,7 +226,6 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
 mod tests {
     use super::*;
     use crate::context::Breakdown;
-    use crate::state::blocks::Origin;
 
     fn range(i: u64, origin: Origin) -> Range {
         Range {
