@@ -4,14 +4,18 @@
 //! compressed ranges included), then those recorded but waiting for the policy, then each
 //! automatic strategy's proposals in turn, and measures after every step, so the report says
 //! what the model is sent now apart from what would follow, and what each strategy saves on
-//! its own.
+//! its own. It names the compressed ranges too ([`Range`]), the agent's and dcp's finished
+//! turns, by their `b<id>` and the `m<n>` ids of the messages they span, for they often hold
+//! most of what is in force.
 
 use serde::Serialize;
 
 use crate::measure::is_ignored;
 pub use crate::measure::{measure, Breakdown, OPENCODE_CLEARED};
 use crate::session::{History, Message, ToolCall};
+use crate::state::blocks::{Block, Origin};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
+use crate::strategies::compress::message_ref;
 use crate::strategies::{self, Rules};
 use crate::tokens::TokenCounter;
 
@@ -60,6 +64,47 @@ impl Status {
     }
 }
 
+/// One compressed range of the session: the agent's summary or dcp's line of a finished turn.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Range {
+    /// The range's id, as `/dcp decompress` and the agent name it (`b3`).
+    pub block: String,
+    /// Who made it: `compress` (the agent) or `finished-turns` (dcp), as the stats count it.
+    pub strategy: &'static str,
+    #[serde(skip)]
+    pub origin: Origin,
+    /// The first and last message it spans in this history, as the agent's tags name them
+    /// (`m12`, `m20`); `None` when none of its messages is in the history any more.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub messages: usize,
+    /// Tokens it takes out of each request: what it covers minus its summary.
+    pub tokens: u64,
+    /// The agent's topic; empty for a finished turn.
+    pub topic: String,
+    pub status: RangeStatus,
+}
+
+/// Where a range stands: requests carry its summary, it waits for the policy, or the user
+/// restored its messages with `/dcp decompress`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RangeStatus {
+    InForce,
+    Waiting,
+    Restored,
+}
+
+impl RangeStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            RangeStatus::InForce => "in force",
+            RangeStatus::Waiting => "waiting",
+            RangeStatus::Restored => "restored",
+        }
+    }
+}
+
 /// The whole `context` report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Analysis {
@@ -75,6 +120,9 @@ pub struct Analysis {
     pub after: Breakdown,
     pub steps: Vec<Step>,
     pub pruned: Vec<Pruned>,
+    /// The active ranges and those the user restored, in history order (ranges a newer one
+    /// took in are part of it, and not listed).
+    pub ranges: Vec<Range>,
 }
 
 fn action_name(action: &Action) -> &'static str {
@@ -114,7 +162,12 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         }
     }
     for strategy in [Strategy::Deduplication, Strategy::SupersedeWrites, Strategy::PurgeErrors, Strategy::Masking] {
-        let found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
+        let mut found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
+        if strategy == Strategy::Masking {
+            // A range stands for its calls: the sidecar never masks them (`mask_pending`).
+            let ranged = |id: &str| scratch.blocks.active().any(|b| b.effective_tools.iter().any(|t| t == id));
+            found.retain(|d| !ranged(&d.call_id));
+        }
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
             pruned.push(describe(calls, &d.call_id, &d.record, Status::Proposed));
@@ -137,7 +190,49 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         after: measure(&rewritten(messages, &scratch), counter),
         steps,
         pruned,
+        ranges: ranges(messages, state),
     }
+}
+
+/// The active ranges of `state` and those the user restored, with the messages of `messages`
+/// each spans, in history order.
+fn ranges(messages: &[Message], state: &SessionState) -> Vec<Range> {
+    let blocks = state.blocks.by_id.values().filter(|b| b.active || (b.deactivated_by_user && b.parents.is_empty()));
+    let blocks: Vec<&Block> = blocks.collect();
+    if blocks.is_empty() {
+        return Vec::new();
+    }
+    let at: std::collections::HashMap<&str, usize> = messages.iter().enumerate().map(|(i, m)| (m.id(), i)).collect();
+    let mut spans: Vec<(Option<(usize, usize)>, &Block)> = blocks
+        .into_iter()
+        .map(|b| {
+            let found = b.effective_messages.iter().filter_map(|id| at.get(id.as_str()).copied());
+            (found.clone().min().zip(found.max()), b)
+        })
+        .collect();
+    // In history order, as the user reads the session; those no longer in it last.
+    spans.sort_by_key(|(span, b)| (span.is_none(), *span, b.id));
+    spans
+        .into_iter()
+        .map(|(span, b)| {
+            let status = match (b.active, b.applied) {
+                (false, _) => RangeStatus::Restored,
+                (true, true) => RangeStatus::InForce,
+                (true, false) => RangeStatus::Waiting,
+            };
+            Range {
+                block: b.name(),
+                strategy: b.origin.strategy().name(),
+                origin: b.origin,
+                from: span.map(|(from, _)| message_ref(from)),
+                to: span.map(|(_, to)| message_ref(to)),
+                messages: b.effective_messages.len(),
+                tokens: b.net_tokens(),
+                topic: if b.origin == Origin::Agent { b.topic.clone() } else { String::new() },
+                status,
+            }
+        })
+        .collect()
 }
 
 /// `state` with only its prunes and ranges in force.

@@ -2,8 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::context::{Analysis, Status};
+use crate::context::{Analysis, Range, RangeStatus, Status};
 use crate::format;
+use crate::state::blocks::Origin;
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
 /// The by-category context report: what the model is sent without pruning, what it is sent
@@ -35,8 +36,11 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         );
     }
     let _ = writeln!(out);
+    ranges(&mut out, &analysis.ranges);
     if analysis.pruned.is_empty() {
-        let _ = writeln!(out, "Nothing to prune.");
+        if analysis.ranges.is_empty() {
+            let _ = writeln!(out, "Nothing to prune.");
+        }
         return out;
     }
     let of = |status: Status| analysis.pruned.iter().filter(|p| p.status == status).count();
@@ -60,6 +64,61 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         );
     }
     out
+}
+
+/// Ranges the context report lists; it says how many more there are and what they remove.
+const RANGES_SHOWN: usize = 10;
+
+/// The compressed ranges in force and waiting, those that remove most (at most
+/// [`RANGES_SHOWN`]) in their order; the restored ones only counted, for they remove nothing.
+fn ranges(out: &mut String, ranges: &[Range]) {
+    if ranges.is_empty() {
+        return;
+    }
+    let active: Vec<&Range> = ranges.iter().filter(|r| r.status != RangeStatus::Restored).collect();
+    let of = |status: RangeStatus| active.iter().filter(|r| r.status == status).count();
+    let restored = match ranges.len() - active.len() {
+        0 => String::new(),
+        n => format!("; {n} restored with /dcp decompress, sent in full"),
+    };
+    let (in_force, waiting) = (of(RangeStatus::InForce), of(RangeStatus::Waiting));
+    let _ = writeln!(out, "Compressed ranges ({in_force} in force, {waiting} waiting for the policy{restored})");
+    let mut largest: Vec<usize> = (0..active.len()).collect();
+    largest.sort_by_key(|&i| std::cmp::Reverse(active[i].tokens));
+    largest.truncate(RANGES_SHOWN);
+    largest.sort_unstable();
+    for r in largest.iter().map(|&i| active[i]) {
+        let span = match (&r.from, &r.to) {
+            (Some(from), Some(to)) if from == to => from.clone(),
+            (Some(from), Some(to)) => format!("{from}..{to}"),
+            _ => "not in the history".to_string(),
+        };
+        let line = format!(
+            "  {:<5} {:<13} {:<24} {:<8} {:>7}  {}",
+            r.block,
+            span,
+            made_by(r),
+            r.status.name(),
+            format::thousands(r.tokens),
+            format::field(&format::shorten(&r.topic, 50), 256)
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let rest: Vec<&Range> = (0..active.len()).filter(|i| !largest.contains(i)).map(|i| active[i]).collect();
+    if !rest.is_empty() {
+        let tokens: u64 = rest.iter().map(|r| r.tokens).sum();
+        let (more, tokens) = (format::count(rest.len() as u64, "more range"), format::thousands(tokens));
+        let _ = writeln!(out, "  … and {more}, {tokens} tokens (/dcp decompress lists every range)");
+    }
+    let _ = writeln!(out);
+}
+
+/// Who made a range, as the context report says it.
+fn made_by(range: &Range) -> &'static str {
+    match range.origin {
+        Origin::Agent => "compressed by the agent",
+        Origin::FinishedTurn => "finished turn (dcp)",
+    }
 }
 
 /// The categories' tokens unpruned, sent now and with everything applied, and the totals.
@@ -161,4 +220,52 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
         format::approx(f.waiting_tokens),
         count(prunes.map(|p| p.1))
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Breakdown;
+
+    fn range(i: u64, origin: Origin) -> Range {
+        Range {
+            block: format!("b{i}"),
+            strategy: origin.strategy().name(),
+            origin,
+            from: Some(format!("m{}", 3 * i)),
+            to: Some(format!("m{}", 3 * i + 2)),
+            messages: 3,
+            tokens: 100 * i,
+            topic: String::new(),
+            status: if i == 30 { RangeStatus::Waiting } else { RangeStatus::InForce },
+        }
+    }
+
+    /// Thirty ranges take a dozen lines: those that remove most, in history order, then one
+    /// line for the rest.
+    #[test]
+    fn a_session_of_thirty_ranges_lists_the_ten_that_remove_most_and_counts_the_rest() {
+        let origin = |i: u64| if i % 2 == 0 { Origin::Agent } else { Origin::FinishedTurn };
+        let analysis = Analysis {
+            estimator: "test",
+            messages: 90,
+            tool_calls: 60,
+            before: Breakdown::default(),
+            in_force: Breakdown::default(),
+            after: Breakdown::default(),
+            steps: Vec::new(),
+            pruned: Vec::new(),
+            ranges: (1..=30).map(|i| range(i, origin(i))).collect(),
+        };
+        let text = context("Session", &analysis);
+        let section = text.split("Compressed ranges").nth(1).unwrap();
+        let lines: Vec<&str> = section.trim_end().lines().collect();
+        assert_eq!(lines.len(), 12, "{section}");
+        assert_eq!(lines[0], " (29 in force, 1 waiting for the policy)");
+        assert!(lines[1].starts_with("  b21   m63..m65      finished turn (dcp)      in force   2,100"), "{section}");
+        assert!(lines[10].starts_with("  b30   m90..m92      compressed by the agent  waiting    3,000"), "{section}");
+        // 100 + 200 + ... + 2,000 tokens for b1 to b20.
+        assert_eq!(lines[11], "  … and 20 more ranges, 21,000 tokens (/dcp decompress lists every range)");
+        assert!(!text.contains("Nothing to prune."), "{text}");
+    }
 }

@@ -131,6 +131,8 @@ pub struct Bar<'a> {
 }
 
 /// Horizontal bars, longest first as given: the whole in a light tone, the solid part over it.
+/// Each note carries its bar's exact figures (`data-whole`, `data-solid`) for whoever reads the
+/// page as data.
 pub fn bars(bars: &[Bar<'_>], label: &str) -> String {
     const ROW: f64 = 26.0;
     const NAME: f64 = 150.0;
@@ -147,12 +149,14 @@ pub fn bars(bars: &[Bar<'_>], label: &str) -> String {
         let (whole, solid) = (span * b.whole as f64 / max, span * b.solid as f64 / max);
         let _ = write!(
             svg,
-            r#"<text class="label" x="{}" y="{:.1}" text-anchor="end">{}</text><rect class="whole" x="{NAME}" y="{top:.1}" width="{whole:.1}" height="18" rx="3"/><rect class="solid" x="{NAME}" y="{top:.1}" width="{solid:.1}" height="18" rx="3"/><text class="axis" x="{:.1}" y="{:.1}">{}</text>"#,
+            r#"<text class="label" x="{}" y="{:.1}" text-anchor="end">{}</text><rect class="whole" x="{NAME}" y="{top:.1}" width="{whole:.1}" height="18" rx="3"/><rect class="solid" x="{NAME}" y="{top:.1}" width="{solid:.1}" height="18" rx="3"/><text class="axis" x="{:.1}" y="{:.1}" data-whole="{}" data-solid="{}">{}</text>"#,
             NAME - 8.0,
             top + 13.0,
             esc(b.name),
             NAME + whole.max(solid) + 8.0,
             top + 13.0,
+            b.whole,
+            b.solid,
             esc(&b.note)
         );
     }

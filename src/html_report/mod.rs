@@ -95,14 +95,15 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
             let tally = state.stats.by_strategy.get(&s).copied().unwrap_or_default();
             row.pruned += tally.tokens;
             row.tools += tally.tools;
-            let in_force = state.pruned.values().filter(|r| r.applied && r.strategy == s).map(|r| r.tokens);
+            // Counted as `/dcp stats` counts what is in force: prunes and ranges alike.
+            let in_force = state.cuts().filter(|c| c.applied && c.strategy == s).map(|c| c.tokens);
             row.in_force += in_force.sum::<u64>();
         }
         let source = if state.savings.trail.is_empty() { Source::Missing } else { Source::State };
         let points = state.savings.trail.clone();
         sessions.push(SessionView { stats: stats::session(&id, &state), points, source });
     }
-    strategies.retain(|s| s.pruned > 0 || s.tools > 0);
+    strategies.retain(|s| s.pruned > 0 || s.tools > 0 || s.in_force > 0);
     let over_time = over_time(&sessions);
     // Most kept out first; sessions that recorded no requests by what they pruned.
     sessions.sort_by(|a, b| {

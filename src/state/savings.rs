@@ -166,16 +166,35 @@ impl Savings {
     }
 }
 
+/// One prune or active compressed range as the savings count it: the strategy it is counted
+/// under, whether requests carry it yet, and the tokens it takes out of each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    pub strategy: super::Strategy,
+    pub applied: bool,
+    pub tokens: u64,
+}
+
 impl super::SessionState {
+    /// Every prune and every active compressed range, as [`Cut`]s: the one source of the
+    /// figures in force and waiting, in total (`/dcp stats`) and by strategy (`dcp report`).
+    pub fn cuts(&self) -> impl Iterator<Item = Cut> + '_ {
+        let records = self.pruned.values().map(|r| Cut { strategy: r.strategy, applied: r.applied, tokens: r.tokens });
+        let blocks = self.blocks.active().map(|b| Cut {
+            strategy: b.origin.strategy(),
+            applied: b.applied,
+            tokens: b.net_tokens(),
+        });
+        records.chain(blocks)
+    }
+
     /// Tokens the prunes and compressed ranges in force take out of each request, and those
     /// of the ones still waiting for the policy. DCP's one-time figure for both.
     pub fn in_force_and_waiting(&self) -> (u64, u64) {
         let (mut in_force, mut waiting) = (0u64, 0u64);
-        let records = self.pruned.values().map(|r| (r.applied, r.tokens));
-        let blocks = self.blocks.active().map(|b| (b.applied, b.net_tokens()));
-        for (applied, tokens) in records.chain(blocks) {
-            let sum = if applied { &mut in_force } else { &mut waiting };
-            *sum = sum.saturating_add(tokens);
+        for cut in self.cuts() {
+            let sum = if cut.applied { &mut in_force } else { &mut waiting };
+            *sum = sum.saturating_add(cut.tokens);
         }
         (in_force, waiting)
     }

@@ -156,8 +156,7 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
             Some(StrategyTally { strategy: s.name(), tokens: t.tokens, tools: t.tools })
         })
         .collect();
-    let records = state.pruned.values().map(|r| r.applied);
-    let all: Vec<bool> = records.chain(state.blocks.active().map(|b| b.applied)).collect();
+    let all: Vec<bool> = state.cuts().map(|c| c.applied).collect();
     let in_force_prunes = all.iter().filter(|a| **a).count() as u64;
     SessionStats {
         session_id: session_id.to_string(),

@@ -29,6 +29,7 @@ mod proxy_pipeline;
 mod proxy_resume;
 mod proxy_state;
 mod proxy_upstreams;
+mod ranges_shown;
 mod replay;
 mod replay_misses;
 mod savings;

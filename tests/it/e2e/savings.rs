@@ -131,6 +131,10 @@ fn report_shows_the_stats_in_chromium(lab: &Lab, all: &Value) {
         };
         assert!(text.ends_with(&shown), "#{id} shows {text:?}, stats say {shown}");
     }
+    // The bars by strategy count in force what `dcp stats` does: the ranges too.
+    let bars: Vec<u64> = dom.split("data-solid=\"").skip(1).filter_map(|v| v.split('"').next()?.parse().ok()).collect();
+    println!("in force by strategy, as rendered: {bars:?}");
+    assert_eq!(Some(bars.iter().sum::<u64>()), all["in_force_tokens"].as_u64(), "the bars' in force: {bars:?}");
     // A negative share is said as what dcp added, never as a negative saving.
     let said = if all["cost_saved_share"].as_f64() < Some(-0.0005) { "Cost added" } else { "Cost saved" };
     assert!(dom.contains(said), "the page does not say {said:?}");

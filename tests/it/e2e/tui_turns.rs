@@ -1,6 +1,7 @@
 //! dcp's line of a finished turn, read on the real OpenCode TUI's screen: the notice once the
-//! next turn ends, `/dcp decompress` and `/dcp stats` name it as dcp's finished turn, never as
-//! the agent's `compress`, and the model is sent the line without a tag it cannot use.
+//! next turn ends, `/dcp decompress`, `/dcp stats` and `/dcp context` name it as dcp's finished
+//! turn, never as the agent's `compress`, and the model is sent the line without a tag it
+//! cannot use.
 //!
 //! It drives the TUI through [`super::tui::Screen`] and scripts the model as the other TUI
 //! tests do.
@@ -19,7 +20,7 @@ const CONFIG: &str = r#"{"rewrite": {"mode": "immediate"}, "pruneNotification": 
 const TURN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 #[test]
-fn tui_names_a_finished_turn_as_dcp_s_in_the_notice_decompress_and_stats() {
+fn tui_names_a_finished_turn_as_dcp_s_in_the_notice_decompress_stats_and_context() {
     let lab = Lab::new(CONFIG);
     lab.llm.push(vec![
         read("p1.parser", "src/parser.py"),
@@ -51,5 +52,14 @@ fn tui_names_a_finished_turn_as_dcp_s_in_the_notice_decompress_and_stats() {
     let stats = screen.filtered(&block(&text, "/dcp stats"));
     println!("--- the pane's answer to /dcp stats ---\n{stats}");
     assert!(stats.contains("finished-turns") && !stats.contains("compress"), "{stats}");
+    // `/dcp context` says where the savings in force went: the range, not only the calls.
+    screen.submit("/dcp context");
+    let text = wait_answer(&screen, "/dcp context", "Compressed ranges");
+    let context = screen.filtered(&block(&text, "/dcp context"));
+    println!("--- the pane's answer to /dcp context ---\n{context}");
+    let ranges = context.split("Compressed ranges").nth(1).unwrap_or_default();
+    assert!(ranges.starts_with(" (1 in force, 0 waiting for the policy)"), "{context}");
+    let row = ranges.lines().nth(1).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_default();
+    assert!(row.starts_with("b1 m2..m3 finished turn (dcp) in force "), "{context}");
     assert!(no_new_request(&lab, requests), "a /dcp command went to the model");
 }
