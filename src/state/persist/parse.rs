@@ -23,8 +23,6 @@ pub enum FormatError {
     /// `key` has the right type but does not decode as `what`.
     #[error("`{key}` is not {what} ({detail})")]
     Invalid { key: String, what: &'static str, detail: String },
-    #[error("`dcp.byStrategy` has unknown strategy {0:?}")]
-    UnknownStrategy(String),
     #[error("`{0}` is too large")]
     TooLarge(String),
 }
@@ -36,7 +34,6 @@ impl FormatError {
             FormatError::WrongType { key, .. } | FormatError::Invalid { key, .. } | FormatError::TooLarge(key) => {
                 Some(key)
             }
-            FormatError::UnknownStrategy(_) => Some("dcp.byStrategy"),
             FormatError::NotUtf8(_) | FormatError::NotJson(_) | FormatError::NotAnObject => None,
         }
     }
@@ -247,7 +244,8 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(by) = own.get("byStrategy") {
         let by = by.as_object().ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
         for (name, tally) in by {
-            let strategy = Strategy::from_name(name).ok_or_else(|| FormatError::UnknownStrategy(name.clone()))?;
+            // A key a newer dcp wrote reads as "other" (see `crate::state::foreign`).
+            let strategy = Strategy::read(name);
             let tally: Tally = serde_json::from_value(tally.clone()).map_err(|e| FormatError::Invalid {
                 key: format!("dcp.byStrategy.{name}"),
                 what: "a tally",
@@ -255,7 +253,10 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
             })?;
             bounded(tally.tokens, &format!("dcp.byStrategy.{name}.tokens"))?;
             bounded(tally.tools, &format!("dcp.byStrategy.{name}.tools"))?;
-            state.stats.by_strategy.insert(strategy, tally);
+            // Keys past the bound of unknown ones share one tally.
+            let sum = state.stats.by_strategy.entry(strategy).or_default();
+            let both = sum.plus(tally);
+            *sum = Tally { tokens: both.tokens.min(super::MAX_COUNT), tools: both.tools.min(super::MAX_COUNT) };
         }
     }
     if let Some(ids) = own.get("ids") {

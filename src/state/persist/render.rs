@@ -138,7 +138,7 @@ impl serde::Serialize for Out<'_> {
             Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
             Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
             Out::Records(pruned, carried) => s.collect_map(pruned.iter().filter(|(_, r)| !carried.covers(r))),
-            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.name(), tally))),
+            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.key(), tally))),
             Out::Ids(ids) => ids.serialize(s),
         }
     }
@@ -278,7 +278,7 @@ mod tests {
             .stats
             .by_strategy
             .iter()
-            .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
+            .map(|(s, t)| (s.key().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
             .collect();
         let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let mut own = json!({
