@@ -5,9 +5,10 @@
 //! on the PATH), so a state file is read by versions older than the one that wrote it. Such a
 //! file loads: an unknown strategy is counted under "other" in every report and written back
 //! under its own key, an unknown origin's range is counted under "other" and keeps its
-//! `dcpOrigin`, and unknown fields are kept where they stand, so the newer version reads back
-//! what it wrote and no prune is lost. Only a file that is not valid JSON or holds a wrong type
-//! is set aside as corrupt.
+//! `dcpOrigin`, a prune of an unknown action stays recorded but rewrites nothing here, and
+//! unknown fields are kept where they stand (in a prune record too), so the newer version
+//! reads back what it wrote and no prune is lost. Only a file that is not valid JSON or holds
+//! a wrong type is set aside as corrupt.
 //!
 //! An unknown strategy key is an [`Unknown`]: a small copyable handle to the key, interned for
 //! the life of the process so that [`Strategy`](super::Strategy) stays `Copy` and small. The
@@ -16,6 +17,10 @@
 //! written back as `other`.
 
 use std::sync::Mutex;
+
+use serde_json::{Map, Value};
+
+use super::{Action, PruneRecord};
 
 /// How many distinct unknown strategy keys a process keeps; later ones share `other`.
 pub const MAX_KEYS: usize = 256;
@@ -86,6 +91,31 @@ impl std::fmt::Debug for Unknown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Unknown({:?})", self.key())
     }
+}
+
+/// The fields of a prune record this version reads and writes.
+const RECORD_FIELDS: [&str; 6] = ["strategy", "action", "distillation", "tokens", "tool", "applied"];
+
+/// The record `read` from a state file, parsed as `record`, when it holds what this version
+/// does not know (a field, an action), so that it is written back with it; `None` otherwise.
+pub fn record_as_read(read: &Value, record: &PruneRecord) -> Option<Map<String, Value>> {
+    let read = read.as_object()?;
+    let foreign = record.action == Action::Unknown || read.keys().any(|k| !RECORD_FIELDS.contains(&k.as_str()));
+    foreign.then(|| read.clone())
+}
+
+/// The state file's entry for `record`, read as `read`: what this version does not know as it
+/// was, the rest as `record` has it now. An unknown action keeps its own fields.
+pub fn record_value(record: &PruneRecord, read: &Map<String, Value>) -> Value {
+    let mut out = read.clone();
+    let Ok(Value::Object(known)) = serde_json::to_value(record) else { return Value::Object(out) };
+    for (key, value) in known {
+        if key == "action" && record.action == Action::Unknown {
+            continue;
+        }
+        out.insert(key, value);
+    }
+    Value::Object(out)
 }
 
 #[cfg(test)]

@@ -128,6 +128,10 @@ pub enum Action {
     /// The long text arguments of an `edit` or `write` (its effect is on disk) become a line
     /// saying so; the output stays.
     MaskInputs,
+    /// An action a newer dcp recorded that this version does not know: it changes nothing
+    /// here, and the record is written back as it was read (see [`foreign`]).
+    #[serde(other)]
+    Unknown,
 }
 
 /// One prune decision.
@@ -247,6 +251,9 @@ pub struct SessionState {
     pub savings: savings::Savings,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
+    /// The records of `pruned` that hold what this version does not know (a field, an
+    /// action), by call id, as read: they are written back with it (see [`foreign`]).
+    pub foreign_records: BTreeMap<String, Map<String, Value>>,
 }
 
 impl SessionState {
@@ -268,6 +275,7 @@ impl SessionState {
     /// the model sees. Stats are kept.
     pub fn clear_after_compaction(&mut self, compaction_time: i64) {
         self.pruned.clear();
+        self.foreign_records.clear();
         self.blocks.clear();
         self.last_compaction = compaction_time;
     }

@@ -168,10 +168,12 @@ impl Savings {
 
 impl super::SessionState {
     /// Tokens the prunes and compressed ranges in force take out of each request, and those
-    /// of the ones still waiting for the policy. DCP's one-time figure for both.
+    /// of the ones still waiting for the policy. DCP's one-time figure for both. A prune of an
+    /// action a newer dcp recorded is neither: this version does not make it.
     pub fn in_force_and_waiting(&self) -> (u64, u64) {
         let (mut in_force, mut waiting) = (0u64, 0u64);
-        let records = self.pruned.values().map(|r| (r.applied, r.tokens));
+        let made = self.pruned.values().filter(|r| r.action != super::Action::Unknown);
+        let records = made.map(|r| (r.applied, r.tokens));
         let blocks = self.blocks.active().map(|b| (b.applied, b.net_tokens()));
         for (applied, tokens) in records.chain(blocks) {
             let sum = if applied { &mut in_force } else { &mut waiting };

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::state::{SessionState, Tally};
+use crate::state::{Action, SessionState, Tally};
 
 /// One session's savings. `pruned_tokens` is DCP's figure (the one-time size of everything
 /// pruned, waiting or not); what reached the model is in force, waiting and kept out.
@@ -155,7 +155,8 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         .into_iter()
         .map(|(strategy, t)| StrategyTally { strategy, tokens: t.tokens, tools: t.tools })
         .collect();
-    let records = state.pruned.values().map(|r| r.applied);
+    // A prune of an action a newer dcp recorded is not made by this version.
+    let records = state.pruned.values().filter(|r| r.action != Action::Unknown).map(|r| r.applied);
     let all: Vec<bool> = records.chain(state.blocks.active().map(|b| b.applied)).collect();
     let in_force_prunes = all.iter().filter(|a| **a).count() as u64;
     SessionStats {

@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::state::blocks::Blocks;
+use crate::state::foreign;
 use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// What is wrong with a state file, by key where one is to blame.
@@ -164,8 +165,11 @@ fn import_legacy(state: &mut SessionState, legacy: Vec<(String, u64)>) {
 /// hold their place in the file, but the prune lists, often most of the file, go. A state is
 /// copied for every save, so this keeps the copies small.
 fn drop_rendered_fields(raw: &mut Map<String, Value>) {
-    if let Some(own) = raw.get_mut("dcp") {
-        *own = Value::Null;
+    // Of dcp's own section, only what a newer dcp added is kept (see `crate::state::foreign`).
+    match raw.get_mut("dcp") {
+        Some(Value::Object(own)) => own.retain(|key, _| !super::render::OWN_KEYS.contains(&key.as_str())),
+        Some(own) => *own = Value::Null,
+        None => {}
     }
     if let Some(Value::Object(prune)) = raw.get_mut("prune") {
         for key in ["toolIds", "tools", "messages"] {
@@ -231,13 +235,16 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
     let own = own.as_object().ok_or_else(|| type_error("dcp", "an object", own))?;
     if let Some(pruned) = own.get("pruned") {
         let pruned = pruned.as_object().ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
-        for (id, record) in pruned {
-            let record: PruneRecord = serde_json::from_value(record.clone()).map_err(|e| FormatError::Invalid {
+        for (id, raw_record) in pruned {
+            let record: PruneRecord = serde_json::from_value(raw_record.clone()).map_err(|e| FormatError::Invalid {
                 key: format!("dcp.pruned.{id}"),
                 what: "a prune record",
                 detail: e.to_string(),
             })?;
             bounded(record.tokens, &format!("dcp.pruned.{id}.tokens"))?;
+            if let Some(read) = foreign::record_as_read(raw_record, &record) {
+                state.foreign_records.insert(id.clone(), read);
+            }
             state.pruned.insert(id.clone(), record);
         }
     }

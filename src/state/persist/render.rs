@@ -54,7 +54,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
     let mut dcp = vec![
         ("version", Out::Owned(json!(FORMAT_VERSION))),
-        ("pruned", Out::Records(&state.pruned, carried)),
+        ("pruned", Out::Records(&state.pruned, &state.foreign_records, carried)),
         ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
         ("ids", Out::Ids(&state.ids)),
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
@@ -65,12 +65,32 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     for (key, value) in savings_own(state) {
         dcp.push((key, Out::Owned(value)));
     }
+    // What a newer dcp added to the section follows, as it was read.
+    if let Some(Value::Object(kept)) = state.raw.get("dcp") {
+        dcp.extend(
+            kept.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), Out::Value(v))),
+        );
+    }
     set(&mut out, "dcp", Out::Object(dcp));
     let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
     super::layout::write(&mut bytes, &Out::Object(out));
     bytes.push(b'\n');
     bytes
 }
+
+/// The keys of dcp's own section that [`render`] writes from the state.
+pub(super) const OWN_KEYS: [&str; 10] = [
+    "version",
+    "pruned",
+    "byStrategy",
+    "ids",
+    "nextId",
+    "lastCompaction",
+    "ledger",
+    "lastContext",
+    "lastSent",
+    "trail",
+];
 
 /// The fields of `object`, to render.
 fn borrowed(object: &Map<String, Value>) -> Vec<(&str, Out<'_>)> {
@@ -86,8 +106,9 @@ enum Out<'a> {
     PrunedIds(&'a BTreeMap<String, PruneRecord>),
     /// `prune.tools`: tokens by pruned call id.
     PrunedTokens(&'a BTreeMap<String, PruneRecord>),
-    /// `dcp.pruned`: the records the prune lists do not carry already.
-    Records(&'a BTreeMap<String, PruneRecord>, Carried),
+    /// `dcp.pruned`: the records the prune lists do not carry already, each over what it was
+    /// read with that this version does not know (`SessionState::foreign_records`).
+    Records(&'a BTreeMap<String, PruneRecord>, &'a BTreeMap<String, Map<String, Value>>, Carried),
     ByStrategy(&'a BTreeMap<Strategy, Tally>),
     Ids(&'a BTreeMap<String, u32>),
 }
@@ -137,9 +158,28 @@ impl serde::Serialize for Out<'_> {
             }
             Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
             Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
-            Out::Records(pruned, carried) => s.collect_map(pruned.iter().filter(|(_, r)| !carried.covers(r))),
+            Out::Records(pruned, foreign, carried) => {
+                let records = pruned.iter().filter(|(id, r)| !carried.covers(r) || foreign.contains_key(*id));
+                s.collect_map(records.map(|(id, record)| (id, RecordOut { record, read: foreign.get(id) })))
+            }
             Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.key(), tally))),
             Out::Ids(ids) => ids.serialize(s),
+        }
+    }
+}
+
+/// One record of `dcp.pruned`: serialised straight from the state, or, when it was read with
+/// what this version does not know, over what it was read as (`crate::state::foreign`).
+struct RecordOut<'a> {
+    record: &'a PruneRecord,
+    read: Option<&'a Map<String, Value>>,
+}
+
+impl serde::Serialize for RecordOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.read {
+            None => self.record.serialize(s),
+            Some(read) => crate::state::foreign::record_value(self.record, read).serialize(s),
         }
     }
 }
