@@ -167,7 +167,7 @@ fn import_legacy(state: &mut SessionState, legacy: Vec<(String, u64)>) {
 fn drop_rendered_fields(raw: &mut Map<String, Value>) {
     // Of dcp's own section, only what a newer dcp added is kept (see `crate::state::foreign`).
     match raw.get_mut("dcp") {
-        Some(Value::Object(own)) => own.retain(|key, _| !super::render::OWN_KEYS.contains(&key.as_str())),
+        Some(Value::Object(own)) => own.retain(|key, _| !super::OWN_KEYS.contains(&key.as_str())),
         Some(own) => *own = Value::Null,
         None => {}
     }

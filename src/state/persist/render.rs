@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::FORMAT_VERSION;
+use super::{FORMAT_VERSION, OWN_KEYS};
 use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// The file contents for `state`: its original fields, with dcp's own brought up to date.
@@ -77,20 +77,6 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     bytes.push(b'\n');
     bytes
 }
-
-/// The keys of dcp's own section that [`render`] writes from the state.
-pub(super) const OWN_KEYS: [&str; 10] = [
-    "version",
-    "pruned",
-    "byStrategy",
-    "ids",
-    "nextId",
-    "lastCompaction",
-    "ledger",
-    "lastContext",
-    "lastSent",
-    "trail",
-];
 
 /// The fields of `object`, to render.
 fn borrowed(object: &Map<String, Value>) -> Vec<(&str, Out<'_>)> {
@@ -424,5 +410,22 @@ mod tests {
         let twice = render(&parse(&once).unwrap(), WHEN);
         assert_eq!(String::from_utf8(twice).unwrap(), String::from_utf8(once.clone()).unwrap());
         assert!(String::from_utf8(once).unwrap().contains("2.2222222001722586e+28"));
+    }
+
+    /// What a newer dcp added to the `dcp` section is kept apart from what this version
+    /// writes: a key written from the state but missing from `OWN_KEYS` would be kept too,
+    /// and written twice.
+    #[test]
+    fn every_key_of_the_dcp_section_render_writes_is_one_it_owns() {
+        let mut state = SessionState::default();
+        state.record("c", rec(Strategy::Sweep, 3, true));
+        state.savings.requests = 1;
+        let written: Value = serde_json::from_slice(&render(&state, "t")).unwrap();
+        let keys: Vec<&String> = written["dcp"].as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), super::OWN_KEYS.len(), "{keys:?}");
+        assert!(keys.iter().all(|k| super::OWN_KEYS.contains(&k.as_str())), "{keys:?}");
+        let theirs = parse(br#"{"dcp": {"plans": [1], "nextId": 4}}"#).unwrap();
+        let written: Value = serde_json::from_slice(&render(&theirs, "t")).unwrap();
+        assert_eq!((&written["dcp"]["plans"], &written["dcp"]["nextId"]), (&json!([1]), &json!(4)));
     }
 }
