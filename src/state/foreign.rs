@@ -6,8 +6,8 @@
 //! file loads: an unknown strategy is counted under "other" in every report and written back
 //! under its own key, an unknown origin's range is counted under "other" and keeps its
 //! `dcpOrigin`, a prune of an unknown action stays recorded but rewrites nothing here, and
-//! unknown fields are kept where they stand (in a prune record too), so the newer version
-//! reads back what it wrote and no prune is lost. Only a file that is not valid JSON or holds
+//! unknown fields are kept (at the top, in a block, a prune record, a tally, the ledger, the
+//! `dcp` section), so the newer version reads back what it wrote and no prune is lost. Only a file that is not valid JSON or holds
 //! a wrong type is set aside as corrupt.
 //!
 //! An unknown strategy key is an [`Unknown`]: a small copyable handle to the key, interned for

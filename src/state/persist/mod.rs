@@ -40,6 +40,9 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 /// Version of the `dcp` section dcp writes.
 pub const FORMAT_VERSION: u64 = 1;
 
+/// The fields of `dcp.ledger` that [`render`] writes from the state.
+const LEDGER_KEYS: [&str; 4] = ["banked", "warm", "lastRequest", "offered"];
+
 /// The keys of the `dcp` section that [`render`] writes from the state; others, a newer
 /// dcp's, are kept as read.
 const OWN_KEYS: [&str; 10] = [

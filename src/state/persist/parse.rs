@@ -167,7 +167,7 @@ fn import_legacy(state: &mut SessionState, legacy: Vec<(String, u64)>) {
 fn drop_rendered_fields(raw: &mut Map<String, Value>) {
     // Of dcp's own section, only what a newer dcp added is kept (see `crate::state::foreign`).
     match raw.get_mut("dcp") {
-        Some(Value::Object(own)) => own.retain(|key, _| !super::OWN_KEYS.contains(&key.as_str())),
+        Some(Value::Object(own)) => keep_foreign_own(own),
         Some(own) => *own = Value::Null,
         None => {}
     }
@@ -187,6 +187,27 @@ fn drop_rendered_fields(raw: &mut Map<String, Value>) {
             stats.shift_remove(key);
         }
     }
+}
+
+/// Leaves in `own`, dcp's section as read, only what a newer dcp added: its own keys, and the
+/// fields it added to a tally of `byStrategy` or to the `ledger`, which `render` writes after
+/// this version's.
+fn keep_foreign_own(own: &mut Map<String, Value>) {
+    let added = |value: &mut Value, known: &[&str]| match value {
+        Value::Object(fields) => fields.retain(|k, _| !known.contains(&k.as_str())),
+        _ => *value = Value::Null,
+    };
+    if let Some(Value::Object(by)) = own.get_mut("byStrategy") {
+        by.values_mut().for_each(|tally| added(tally, &["tokens", "tools"]));
+        by.retain(|_, tally| tally.as_object().is_some_and(|t| !t.is_empty()));
+    }
+    if let Some(ledger) = own.get_mut("ledger") {
+        added(ledger, &super::LEDGER_KEYS);
+    }
+    own.retain(|key, value| match key.as_str() {
+        "byStrategy" | "ledger" => value.as_object().is_some_and(|v| !v.is_empty()),
+        key => !super::OWN_KEYS.contains(&key),
+    });
 }
 
 /// dcp's keys in `stats`, beside DCP's (see `crate::state::savings`).

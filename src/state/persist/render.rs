@@ -55,12 +55,12 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     let mut dcp = vec![
         ("version", Out::Owned(json!(FORMAT_VERSION))),
         ("pruned", Out::Records(&state.pruned, &state.foreign_records, carried)),
-        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
+        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy, own_added(state, "byStrategy"))),
         ("ids", Out::Ids(&state.ids)),
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
         ("nextId", Out::Owned(json!(state.next_id.max(1)))),
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
-        ("ledger", Out::Owned(ledger(&state.ledger))),
+        ("ledger", Out::Owned(ledger(&state.ledger, own_added(state, "ledger")))),
     ];
     for (key, value) in savings_own(state) {
         dcp.push((key, Out::Owned(value)));
@@ -95,7 +95,8 @@ enum Out<'a> {
     /// `dcp.pruned`: the records the prune lists do not carry already, each over what it was
     /// read with that this version does not know (`SessionState::foreign_records`).
     Records(&'a BTreeMap<String, PruneRecord>, &'a BTreeMap<String, Map<String, Value>>, Carried),
-    ByStrategy(&'a BTreeMap<Strategy, Tally>),
+    /// `dcp.byStrategy`, each tally followed by the fields a newer dcp added to it, if any.
+    ByStrategy(&'a BTreeMap<Strategy, Tally>, Option<&'a Map<String, Value>>),
     Ids(&'a BTreeMap<String, u32>),
 }
 
@@ -148,7 +149,10 @@ impl serde::Serialize for Out<'_> {
                 let records = pruned.iter().filter(|(id, r)| !carried.covers(r) || foreign.contains_key(*id));
                 s.collect_map(records.map(|(id, record)| (id, RecordOut { record, read: foreign.get(id) })))
             }
-            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.key(), tally))),
+            Out::ByStrategy(by, added) => s.collect_map(by.iter().map(|(strategy, tally)| {
+                let added = added.and_then(|a| a.get(strategy.key())).and_then(Value::as_object);
+                (strategy.key(), TallyOut { tally, added })
+            })),
             Out::Ids(ids) => ids.serialize(s),
         }
     }
@@ -225,14 +229,43 @@ fn savings_own(state: &SessionState) -> Vec<(&'static str, Value)> {
     vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent)), ("trail", Value::Array(trail))]
 }
 
-/// The policy's ledger as the state file holds it.
-fn ledger(l: &crate::state::Ledger) -> Value {
-    json!({
+/// The policy's ledger as the state file holds it, followed by what a newer dcp `added`.
+fn ledger(l: &crate::state::Ledger, added: Option<&Map<String, Value>>) -> Value {
+    let mut out = json!({
         "banked": (l.banked * 10.0).round() / 10.0,
         "warm": l.warm,
         "lastRequest": l.last_request,
         "offered": l.offered,
-    })
+    });
+    if let (Value::Object(out), Some(added)) = (&mut out, added) {
+        out.extend(added.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    out
+}
+
+/// What a newer dcp added to `key` of the `dcp` section, as parsing kept it.
+fn own_added<'a>(state: &'a SessionState, key: &str) -> Option<&'a Map<String, Value>> {
+    state.raw.get("dcp")?.get(key)?.as_object()
+}
+
+/// One tally of `dcp.byStrategy`, followed by the fields a newer dcp added to it.
+struct TallyOut<'a> {
+    tally: &'a Tally,
+    added: Option<&'a Map<String, Value>>,
+}
+
+impl serde::Serialize for TallyOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let added = self.added.into_iter().flatten().filter(|(k, _)| *k != "tokens" && *k != "tools");
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("tokens", &self.tally.tokens)?;
+        map.serialize_entry("tools", &self.tally.tools)?;
+        for (k, v) in added {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]
@@ -315,7 +348,7 @@ mod tests {
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
-            "ledger": ledger(&state.ledger),
+            "ledger": ledger(&state.ledger, None),
         });
         for (k, v) in savings_own(state) {
             own[k] = v;
