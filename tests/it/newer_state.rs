@@ -17,7 +17,7 @@ use crate::support::{dcp, output_of, stderr, Sandbox, SessionBuilder, Sidecar, D
 /// action (`summarise`), a block origin (`planned`) and fields this version does not know,
 /// and a strategy key with terminal escapes in it. `sessionName` comes first, so the
 /// all-time report cannot take the file's figures from its head and loads it whole.
-const NEWER: &str = r#"{
+pub(crate) const NEWER: &str = r#"{
   "sessionName": "A session a newer dcp saved",
   "stats": {"pruneTokenCounter": 0, "totalPruneTokens": 1405, "totalPrunedTools": 4, "futureCounter": 7},
   "prune": {
