@@ -28,6 +28,10 @@ pub const MAX_KEYS: usize = 256;
 /// The longest unknown strategy key kept, in bytes; a longer one is read as `other`.
 pub const MAX_KEY_BYTES: usize = 64;
 
+// A strategy is in every prune record, and a legacy file holds millions: the handle keeps a
+// record at the size it had before unknown strategies were read.
+const _: () = assert!(std::mem::size_of::<super::PruneRecord>() <= 64);
+
 /// The key of the shared bucket, and what every unknown strategy is called in reports.
 pub const OTHER: &str = "other";
 
