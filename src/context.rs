@@ -133,6 +133,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Distill { .. } => "distill",
         Action::Mask => "mask",
         Action::MaskInputs => "mask-inputs",
+        Action::Unknown => "other",
     }
 }
 

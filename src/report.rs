@@ -118,6 +118,7 @@ fn made_by(range: &Range) -> &'static str {
     match range.origin {
         Origin::Agent => "compressed by the agent",
         Origin::FinishedTurn => "finished turn (dcp)",
+        Origin::Other => "made by a newer dcp",
     }
 }
 

@@ -182,6 +182,7 @@ pub fn blocks(blocks: &Blocks) -> String {
             Origin::FinishedTurn => "  finished turn (dcp)".to_string(),
             Origin::Agent if b.topic.is_empty() => String::new(),
             Origin::Agent => format!("  {}", format::shorten(&b.topic, 60)),
+            Origin::Other => "  made by a newer dcp".to_string(),
         };
         let _ = write!(
             text,

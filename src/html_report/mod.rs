@@ -19,7 +19,7 @@ use crate::host::DataDir;
 use crate::replay::{self, Mode, Options};
 use crate::state::persist::{self, LoadOutcome};
 use crate::state::savings::{Mark, Point};
-use crate::state::Strategy;
+use crate::state::{Strategy, Tally};
 use crate::stats::{self, AllTime, SessionStats};
 use crate::tokens::EstimatorChoice;
 
@@ -87,16 +87,19 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
     let cache = inputs.env.cache_dir();
     let all = stats::AllTimeCache::default().all_time(inputs.state_dir, Some(&cache))?;
     let mut sessions: Vec<SessionView> = Vec::new();
+    // Every strategy a newer dcp recorded is one row, "other".
     let mut strategies: Vec<StrategyRow> =
-        Strategy::ALL.iter().map(|s| StrategyRow { name: s.name(), pruned: 0, in_force: 0, tools: 0 }).collect();
+        Strategy::reported_names().map(|name| StrategyRow { name, pruned: 0, in_force: 0, tools: 0 }).collect();
     for (id, path) in state_files(inputs.state_dir)? {
         let LoadOutcome::Loaded(state) = persist::load_path(&path) else { continue };
-        for (row, s) in strategies.iter_mut().zip(Strategy::ALL) {
-            let tally = state.stats.by_strategy.get(&s).copied().unwrap_or_default();
+        for row in strategies.iter_mut() {
+            let of = |s: &Strategy| s.name() == row.name;
+            let tallies = state.stats.by_strategy.iter().filter(|(s, _)| of(s)).map(|(_, t)| *t);
+            let tally = tallies.fold(Tally::default(), Tally::plus);
             row.pruned += tally.tokens;
             row.tools += tally.tools;
             // Counted as `/dcp stats` counts what is in force: prunes and ranges alike.
-            let in_force = state.cuts().filter(|c| c.applied && c.strategy == s).map(|c| c.tokens);
+            let in_force = state.cuts().filter(|c| c.applied && of(&c.strategy)).map(|c| c.tokens);
             row.in_force += in_force.sum::<u64>();
         }
         let source = if state.savings.trail.is_empty() { Source::Missing } else { Source::State };

@@ -11,7 +11,8 @@
 //! (a missing field means applied, as in files the published plugin wrote), and
 //! `dcpOrigin: "finished-turn"` one dcp made of a finished turn's calls on its own
 //! (`crate::strategies::turns`), which the stats, notices and commands never call the agent's
-//! (a missing field means the agent's, but for such a range written before the field was).
+//! (a missing field means the agent's, but for such a range written before the field was;
+//! any other value is a newer dcp's, kept as it is: see [`Origin`]).
 //!
 //! A block is *active* while its summary replaces its messages. A newer range that covers an
 //! active block consumes it: the older block becomes inactive and names the newer one as its
@@ -23,49 +24,9 @@ use serde_json::{json, Map, Value};
 
 use super::Strategy;
 
-/// The topic of the ranges dcp makes of finished turns (`crate::strategies::turns`).
-pub const TURN_TOPIC: &str = "tool calls of a finished turn";
+mod origin;
 
-/// Who made a compressed range.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Origin {
-    /// The agent, with its `compress` tool.
-    #[default]
-    Agent,
-    /// dcp, of a finished turn's tool calls (`crate::strategies::turns`).
-    FinishedTurn,
-}
-
-impl Origin {
-    /// The value of the state file's `dcpOrigin`; the agent's ranges have none.
-    const FINISHED_TURN: &'static str = "finished-turn";
-
-    /// The strategy the stats count a range of this origin under.
-    pub fn strategy(self) -> Strategy {
-        match self {
-            Origin::Agent => Strategy::Compress,
-            Origin::FinishedTurn => Strategy::FinishedTurns,
-        }
-    }
-
-    /// The origin a block read from `raw` records, or, without `dcpOrigin`, the one its
-    /// fields show: a range of finished turns written before the field has their topic and
-    /// no `compress` call.
-    fn read(raw: &Map<String, Value>) -> Origin {
-        let turn = match raw.get("dcpOrigin").and_then(Value::as_str) {
-            Some(origin) => origin == Origin::FINISHED_TURN,
-            None => {
-                raw.get("topic").and_then(Value::as_str) == Some(TURN_TOPIC)
-                    && raw.get("compressCallId").is_none_or(Value::is_null)
-            }
-        };
-        if turn {
-            Origin::FinishedTurn
-        } else {
-            Origin::Agent
-        }
-    }
-}
+pub use self::origin::{Origin, TURN_TOPIC};
 
 /// One compressed range.
 #[derive(Debug, Clone, Default)]
@@ -387,10 +348,7 @@ fn block_value(b: &Block) -> Value {
     } else {
         out.insert("dcpApplied".into(), json!(false));
     }
-    match b.origin {
-        Origin::Agent => out.shift_remove("dcpOrigin"),
-        Origin::FinishedTurn => out.insert("dcpOrigin".into(), json!(Origin::FINISHED_TURN)),
-    };
+    b.origin.write(&mut out);
     Value::Object(out)
 }
 

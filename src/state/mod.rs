@@ -3,9 +3,11 @@
 //! A [`SessionState`] is the in-memory record of one session: the prune decisions keyed by
 //! tool call id, the stats by strategy, the small integer ids the agent uses to name tool
 //! calls, and the fields of the state file dcp does not understand (kept so a rewrite loses
-//! nothing). [`persist`] reads and writes it; [`store`] keeps one per live session.
+//! nothing). [`persist`] reads and writes it; [`store`] keeps one per live session. What a
+//! newer dcp records that this version does not know is read, not refused ([`foreign`]).
 
 pub mod blocks;
+pub mod foreign;
 pub mod persist;
 pub mod saver;
 pub mod savings;
@@ -16,9 +18,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Which strategy decided a prune.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// Which strategy decided a prune. A state file names it by its key ([`Strategy::key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Strategy {
     Deduplication,
     SupersedeWrites,
@@ -35,6 +36,9 @@ pub enum Strategy {
     /// A finished turn's tool calls replaced by one line naming them: a range dcp makes on its
     /// own, not the agent (see [`blocks::Origin`]).
     FinishedTurns,
+    /// A strategy a newer dcp recorded that this version does not know: "other" in reports,
+    /// written back under its own key (see [`foreign`]).
+    Other(foreign::Unknown),
 }
 
 impl Strategy {
@@ -51,6 +55,13 @@ impl Strategy {
         Strategy::FinishedTurns,
     ];
 
+    /// The names reports list strategies under: the known ones', then "other" for every
+    /// strategy a newer dcp recorded.
+    pub fn reported_names() -> impl Iterator<Item = &'static str> {
+        Strategy::ALL.into_iter().map(Strategy::name).chain([foreign::OTHER])
+    }
+
+    /// The strategy's name in reports and commands: every unknown one is "other".
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Deduplication => "deduplication",
@@ -63,11 +74,40 @@ impl Strategy {
             Strategy::Imported => "imported",
             Strategy::Compress => "compress",
             Strategy::FinishedTurns => "finished-turns",
+            Strategy::Other(_) => foreign::OTHER,
         }
     }
 
+    /// The known strategy called `name`.
     pub fn from_name(name: &str) -> Option<Strategy> {
         Strategy::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The strategy's key in a state file: its name, or the unknown key as it was read.
+    pub fn key(self) -> &'static str {
+        match self {
+            Strategy::Other(unknown) => unknown.key(),
+            known => known.name(),
+        }
+    }
+
+    /// The strategy a state file's `key` names, known or not.
+    pub fn read(key: &str) -> Strategy {
+        Strategy::from_name(key).unwrap_or_else(|| Strategy::Other(foreign::Unknown::new(key)))
+    }
+}
+
+impl Serialize for Strategy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.key())
+    }
+}
+
+/// Any string reads, as [`Strategy::read`]: a key from a newer dcp is no error.
+impl<'de> Deserialize<'de> for Strategy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strategy, D::Error> {
+        let key = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(Strategy::read(&key))
     }
 }
 
@@ -88,6 +128,10 @@ pub enum Action {
     /// The long text arguments of an `edit` or `write` (its effect is on disk) become a line
     /// saying so; the output stays.
     MaskInputs,
+    /// An action a newer dcp recorded that this version does not know: it changes nothing
+    /// here, and the record is written back as it was read (see [`foreign`]).
+    #[serde(other)]
+    Unknown,
 }
 
 /// One prune decision.
@@ -118,6 +162,13 @@ pub struct Tally {
     pub tools: u64,
 }
 
+impl Tally {
+    /// Both tallies together.
+    pub fn plus(self, other: Tally) -> Tally {
+        Tally { tokens: self.tokens.saturating_add(other.tokens), tools: self.tools.saturating_add(other.tools) }
+    }
+}
+
 /// A session's savings. They survive compactions, unlike the prune list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -132,6 +183,21 @@ impl Stats {
     /// Tools pruned over the session's life, across compactions.
     pub fn tools(&self) -> u64 {
         self.by_strategy.values().fold(0, |sum, t| sum.saturating_add(t.tools))
+    }
+
+    /// The tallies as reports show them, each with its name: the known strategies' in
+    /// [`Strategy::ALL`] order, then every unknown one's summed as "other". Only strategies the
+    /// stats hold are listed.
+    pub fn reported(&self) -> Vec<(&'static str, Tally)> {
+        let mut out: Vec<(&'static str, Tally)> = Vec::new();
+        for name in Strategy::reported_names() {
+            let of = self.by_strategy.iter().filter(|(s, _)| s.name() == name).map(|(_, t)| *t);
+            let tallies: Vec<Tally> = of.collect();
+            if !tallies.is_empty() {
+                out.push((name, tallies.into_iter().fold(Tally::default(), Tally::plus)));
+            }
+        }
+        out
     }
 
     /// Tokens pruned over the session's life.
@@ -185,6 +251,9 @@ pub struct SessionState {
     pub savings: savings::Savings,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
+    /// The records of `pruned` that hold what this version does not know (a field, an
+    /// action), by call id, as read: they are written back with it (see [`foreign`]).
+    pub foreign_records: BTreeMap<String, Map<String, Value>>,
 }
 
 impl SessionState {
@@ -206,6 +275,7 @@ impl SessionState {
     /// the model sees. Stats are kept.
     pub fn clear_after_compaction(&mut self, compaction_time: i64) {
         self.pruned.clear();
+        self.foreign_records.clear();
         self.blocks.clear();
         self.last_compaction = compaction_time;
     }

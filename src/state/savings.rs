@@ -178,8 +178,10 @@ pub struct Cut {
 impl super::SessionState {
     /// Every prune and every active compressed range, as [`Cut`]s: the one source of the
     /// figures in force and waiting, in total (`/dcp stats`) and by strategy (`dcp report`).
+    /// A prune of an action a newer dcp recorded is none: this version does not make it.
     pub fn cuts(&self) -> impl Iterator<Item = Cut> + '_ {
-        let records = self.pruned.values().map(|r| Cut { strategy: r.strategy, applied: r.applied, tokens: r.tokens });
+        let made = self.pruned.values().filter(|r| r.action != super::Action::Unknown);
+        let records = made.map(|r| Cut { strategy: r.strategy, applied: r.applied, tokens: r.tokens });
         let blocks = self.blocks.active().map(|b| Cut {
             strategy: b.origin.strategy(),
             applied: b.applied,

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::state::{SessionState, Strategy, Tally};
+use crate::state::{SessionState, Tally};
 
 /// One session's savings. `pruned_tokens` is DCP's figure (the one-time size of everything
 /// pruned, waiting or not); what reached the model is in force, waiting and kept out.
@@ -149,12 +149,11 @@ pub struct CorruptFile {
 
 /// The savings recorded in `state`.
 pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
-    let by_strategy = Strategy::ALL
-        .iter()
-        .filter_map(|s| {
-            let t = state.stats.by_strategy.get(s)?;
-            Some(StrategyTally { strategy: s.name(), tokens: t.tokens, tools: t.tools })
-        })
+    let by_strategy = state
+        .stats
+        .reported()
+        .into_iter()
+        .map(|(strategy, t)| StrategyTally { strategy, tokens: t.tokens, tools: t.tools })
         .collect();
     let all: Vec<bool> = state.cuts().map(|c| c.applied).collect();
     let in_force_prunes = all.iter().filter(|a| **a).count() as u64;

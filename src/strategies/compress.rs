@@ -24,6 +24,7 @@
 //!
 //! Everything here is a pure function of the history and the state; the sidecar applies the
 //! result: [`tag_sites`] are appended to the message fields, [`spans`] replace whole messages.
+//! Reading the agent's arguments into [`RangeRequest`]s is `args.rs`.
 
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
@@ -35,6 +36,10 @@ use crate::state::blocks::{Block, Blocks, Origin, TURN_TOPIC};
 use crate::state::SessionState;
 use crate::texts::refusals;
 use crate::tokens::TokenCounter;
+
+mod args;
+
+pub use self::args::{range_ends, ranges_from_args, RangeRequest};
 
 /// The agent-facing id of the message at `index` of the history.
 pub fn message_ref(index: usize) -> String {
@@ -185,69 +190,6 @@ pub fn summary_text(id: u32, topic: &str, summary: &str) -> String {
     format!("{}\n{}\n{}", crate::texts::summary_head(topic), summary.trim(), tag(&format!("b{id}")))
 }
 
-/// One range the agent asked for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RangeRequest {
-    pub start: String,
-    pub end: String,
-    pub summary: String,
-}
-
-/// Reads the agent's `compress` arguments: one `range` ([`range_ends`]) and its `summary`, as
-/// the tool is registered, or the published DCP's `topic` and `content`, a list of
-/// `{startId, endId, summary}`. Forgiving about form: `content` may be one object or a JSON
-/// string of either, a lone range may sit at the top level, and its ends may also be `from`
-/// and `to` or `start` and `end`.
-pub fn ranges_from_args(args: &Value) -> (String, Vec<RangeRequest>) {
-    let topic = str_field(args, "topic").unwrap_or("").to_string();
-    let content = match args.get("content") {
-        Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(Value::Null),
-        Some(other) => other.clone(),
-        None => args.clone(),
-    };
-    let items = match content {
-        Value::Array(items) => items,
-        Value::Object(_) => vec![content],
-        _ => Vec::new(),
-    };
-    let field = |item: &Value, keys: &[&str]| -> String {
-        keys.iter()
-            .find_map(|k| match item.get(*k) {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Number(n)) => Some(n.to_string()),
-                _ => None,
-            })
-            .unwrap_or_default()
-    };
-    let ranges = items
-        .iter()
-        .filter(|item| item.is_object())
-        .map(|item| {
-            let (mut start, mut end) =
-                (field(item, &["startId", "start", "from"]), field(item, &["endId", "end", "to"]));
-            if start.is_empty() && end.is_empty() {
-                (start, end) = range_ends(&field(item, &["range"]));
-            }
-            RangeRequest { start, end, summary: field(item, &["summary", "text"]) }
-        })
-        .filter(|r| !(r.start.is_empty() && r.end.is_empty() && r.summary.is_empty()))
-        .collect();
-    (topic, ranges)
-}
-
-/// The ends of a `range` argument: `from..to` (or `from...to`, `from…to`, `from to to`); an
-/// id alone is a range of one message. It splits at the first separator: a call id with `..`
-/// in it (no provider writes one) is refused as an end, and a tag names its message.
-pub fn range_ends(range: &str) -> (String, String) {
-    let range = range.trim();
-    for separator in ["..", "\u{2026}", " to "] {
-        if let Some((from, to)) = range.split_once(separator) {
-            return (from.trim().to_string(), to.trim_start_matches('.').trim().to_string());
-        }
-    }
-    (range.to_string(), range.to_string())
-}
-
 /// What the agent's `compress` call is about, besides its ranges.
 #[derive(Debug, Clone, Copy)]
 pub struct CompressCall<'a> {
@@ -305,7 +247,7 @@ pub fn compress(
                         (ref_of(messages, &state.blocks, resolved.from), ref_of(messages, &state.blocks, resolved.to));
                     out.notes.push(refusals::widened(&label, &from, &to));
                 }
-                let id = make_block(messages, state, request, range, &resolved, counter);
+                let id = make_block(messages, state, request, Made::Agent(range), &resolved, counter);
                 out.made.push(id);
             }
         }
@@ -333,18 +275,46 @@ pub fn turn_block(
     counter: &mut TokenCounter,
 ) -> u32 {
     let request = CompressCall { session_id: "", topic: TURN_TOPIC, message_id: None, call_id: None, now };
-    let range = RangeRequest { start: message_ref(from), end: message_ref(to), summary: line.to_string() };
     let resolved = Resolved { from, to, consumed: Vec::new(), grown: false };
-    let id = make_block(messages, state, &request, &range, &resolved, counter);
-    if let Some(block) = state.blocks.by_id.get_mut(&id) {
-        block.origin = Origin::FinishedTurn;
-        block.summary = match tag {
-            TurnTag::Shown => format!("{line}\n{}", self::tag(&format!("b{id}"))),
-            TurnTag::Omitted => line.to_string(),
+    make_block(messages, state, &request, Made::Turn(line, tag), &resolved, counter)
+}
+
+/// Who a new range is made for, and so what its message says.
+#[derive(Debug, Clone, Copy)]
+enum Made<'a> {
+    /// The agent's `compress` range: its summary under the topic's head, then its `<bN>`.
+    Agent(&'a RangeRequest),
+    /// dcp's range of a finished turn: the line naming its calls, and its `<bN>` or not.
+    Turn(&'a str, TurnTag),
+}
+
+impl Made<'_> {
+    /// The fields of block `id`, made under `topic` of range `r`, that say who made it: its
+    /// origin, its ends (as the agent named them, or by message) and its message.
+    fn block(self, id: u32, topic: &str, r: &Resolved) -> Block {
+        let (start_ref, end_ref) = match self {
+            Made::Agent(range) => (range.start.trim().to_string(), range.end.trim().to_string()),
+            Made::Turn(..) => (message_ref(r.from), message_ref(r.to)),
         };
-        block.summary_tokens = counter.count(&block.summary);
+        let (origin, summary) = (self.origin(), self.summary(id, topic));
+        Block { id, origin, start_ref, end_ref, summary, ..Block::default() }
     }
-    id
+
+    /// The text of the message that replaces block `id`, made under `topic`.
+    fn summary(self, id: u32, topic: &str) -> String {
+        match self {
+            Made::Agent(range) => summary_text(id, topic, &range.summary),
+            Made::Turn(line, TurnTag::Shown) => format!("{line}\n{}", tag(&format!("b{id}"))),
+            Made::Turn(line, TurnTag::Omitted) => line.to_string(),
+        }
+    }
+
+    fn origin(self) -> Origin {
+        match self {
+            Made::Agent(_) => Origin::Agent,
+            Made::Turn(..) => Origin::FinishedTurn,
+        }
+    }
 }
 
 /// A range, in history positions, with the blocks it covers.
@@ -418,11 +388,12 @@ fn sent_tokens(messages: &[Message], state: &SessionState, counter: &TokenCounte
     copy.iter().map(|m| measure::measure(std::slice::from_ref(m), counter).total).collect()
 }
 
+/// Makes `messages[r.from..=r.to]` a block for `made`, waiting for the policy. Returns its id.
 fn make_block(
     messages: &[Message],
     state: &mut SessionState,
     request: &CompressCall<'_>,
-    range: &RangeRequest,
+    made: Made<'_>,
     r: &Resolved,
     counter: &mut TokenCounter,
 ) -> u32 {
@@ -447,19 +418,15 @@ fn make_block(
         compressed += counter.count(summary);
     }
     let (id, run_id) = state.blocks.allocate();
-    let summary = summary_text(id, request.topic, &range.summary);
-    let summary_tokens = counter.count(&summary);
+    let made = made.block(id, request.topic, r);
     let effective_tools = tool_calls(covered).iter().map(|c| c.call_id.to_string()).collect();
     let block = Block {
-        id,
         run_id,
         active: true,
         applied: false,
         compressed_tokens: compressed,
-        summary_tokens,
+        summary_tokens: counter.count(&made.summary),
         topic: request.topic.trim().to_string(),
-        start_ref: range.start.trim().to_string(),
-        end_ref: range.end.trim().to_string(),
         anchor: covered[0].id().to_string(),
         compress_message_id: request.message_id.map(str::to_string),
         compress_call_id: request.call_id.map(str::to_string),
@@ -469,8 +436,7 @@ fn make_block(
         effective_messages: covered.iter().map(|m| m.id().to_string()).collect(),
         effective_tools,
         created_at: request.now,
-        summary,
-        ..Block::default()
+        ..made
     };
     let message_tokens: Vec<(String, u64)> =
         covered.iter().zip(&tokens).map(|(m, t)| (m.id().to_string(), *t)).collect();

@@ -280,6 +280,8 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
             }
             masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)).collect()
         }
+        // A newer dcp's action: this version cannot make its rewrite.
+        Action::Unknown => Vec::new(),
         Action::ErrorInputs => input
             .into_iter()
             .flat_map(|i| i.iter())

@@ -19,6 +19,7 @@ mod hostile;
 mod import;
 mod index;
 mod masking;
+mod newer_state;
 mod node;
 mod offer;
 mod package;

@@ -25,6 +25,7 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     }
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
+        out.foreign_records.clear();
         out.blocks.clear();
         out.last_compaction = mine.last_compaction;
     }
@@ -36,6 +37,9 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
                 Some(theirs) => theirs.applied |= record.applied,
                 None => {
                     out.pruned.insert(id.clone(), record.clone());
+                    if let Some(read) = mine.foreign_records.get(id) {
+                        out.foreign_records.insert(id.clone(), read.clone());
+                    }
                 }
             }
         }

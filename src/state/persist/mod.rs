@@ -40,6 +40,24 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 /// Version of the `dcp` section dcp writes.
 pub const FORMAT_VERSION: u64 = 1;
 
+/// The fields of `dcp.ledger` that [`render`] writes from the state.
+const LEDGER_KEYS: [&str; 4] = ["banked", "warm", "lastRequest", "offered"];
+
+/// The keys of the `dcp` section that [`render`] writes from the state; others, a newer
+/// dcp's, are kept as read.
+const OWN_KEYS: [&str; 10] = [
+    "version",
+    "pruned",
+    "byStrategy",
+    "ids",
+    "nextId",
+    "lastCompaction",
+    "ledger",
+    "lastContext",
+    "lastSent",
+    "trail",
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("invalid session id {shown}: a session id is 1 to 128 characters of A-Z, a-z, 0-9, _ and -")]

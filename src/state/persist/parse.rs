@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::state::blocks::Blocks;
+use crate::state::foreign;
 use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// What is wrong with a state file, by key where one is to blame.
@@ -23,8 +24,6 @@ pub enum FormatError {
     /// `key` has the right type but does not decode as `what`.
     #[error("`{key}` is not {what} ({detail})")]
     Invalid { key: String, what: &'static str, detail: String },
-    #[error("`dcp.byStrategy` has unknown strategy {0:?}")]
-    UnknownStrategy(String),
     #[error("`{0}` is too large")]
     TooLarge(String),
 }
@@ -36,7 +35,6 @@ impl FormatError {
             FormatError::WrongType { key, .. } | FormatError::Invalid { key, .. } | FormatError::TooLarge(key) => {
                 Some(key)
             }
-            FormatError::UnknownStrategy(_) => Some("dcp.byStrategy"),
             FormatError::NotUtf8(_) | FormatError::NotJson(_) | FormatError::NotAnObject => None,
         }
     }
@@ -167,8 +165,11 @@ fn import_legacy(state: &mut SessionState, legacy: Vec<(String, u64)>) {
 /// hold their place in the file, but the prune lists, often most of the file, go. A state is
 /// copied for every save, so this keeps the copies small.
 fn drop_rendered_fields(raw: &mut Map<String, Value>) {
-    if let Some(own) = raw.get_mut("dcp") {
-        *own = Value::Null;
+    // Of dcp's own section, only what a newer dcp added is kept (see `crate::state::foreign`).
+    match raw.get_mut("dcp") {
+        Some(Value::Object(own)) => keep_foreign_own(own),
+        Some(own) => *own = Value::Null,
+        None => {}
     }
     if let Some(Value::Object(prune)) = raw.get_mut("prune") {
         for key in ["toolIds", "tools", "messages"] {
@@ -186,6 +187,27 @@ fn drop_rendered_fields(raw: &mut Map<String, Value>) {
             stats.shift_remove(key);
         }
     }
+}
+
+/// Leaves in `own`, dcp's section as read, only what a newer dcp added: its own keys, and the
+/// fields it added to a tally of `byStrategy` or to the `ledger`, which `render` writes after
+/// this version's.
+fn keep_foreign_own(own: &mut Map<String, Value>) {
+    let added = |value: &mut Value, known: &[&str]| match value {
+        Value::Object(fields) => fields.retain(|k, _| !known.contains(&k.as_str())),
+        _ => *value = Value::Null,
+    };
+    if let Some(Value::Object(by)) = own.get_mut("byStrategy") {
+        by.values_mut().for_each(|tally| added(tally, &["tokens", "tools"]));
+        by.retain(|_, tally| tally.as_object().is_some_and(|t| !t.is_empty()));
+    }
+    if let Some(ledger) = own.get_mut("ledger") {
+        added(ledger, &super::LEDGER_KEYS);
+    }
+    own.retain(|key, value| match key.as_str() {
+        "byStrategy" | "ledger" => value.as_object().is_some_and(|v| !v.is_empty()),
+        key => !super::OWN_KEYS.contains(&key),
+    });
 }
 
 /// dcp's keys in `stats`, beside DCP's (see `crate::state::savings`).
@@ -234,20 +256,24 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
     let own = own.as_object().ok_or_else(|| type_error("dcp", "an object", own))?;
     if let Some(pruned) = own.get("pruned") {
         let pruned = pruned.as_object().ok_or_else(|| type_error("dcp.pruned", "an object", pruned))?;
-        for (id, record) in pruned {
-            let record: PruneRecord = serde_json::from_value(record.clone()).map_err(|e| FormatError::Invalid {
+        for (id, raw_record) in pruned {
+            let record: PruneRecord = serde_json::from_value(raw_record.clone()).map_err(|e| FormatError::Invalid {
                 key: format!("dcp.pruned.{id}"),
                 what: "a prune record",
                 detail: e.to_string(),
             })?;
             bounded(record.tokens, &format!("dcp.pruned.{id}.tokens"))?;
+            if let Some(read) = foreign::record_as_read(raw_record, &record) {
+                state.foreign_records.insert(id.clone(), read);
+            }
             state.pruned.insert(id.clone(), record);
         }
     }
     if let Some(by) = own.get("byStrategy") {
         let by = by.as_object().ok_or_else(|| type_error("dcp.byStrategy", "an object", by))?;
         for (name, tally) in by {
-            let strategy = Strategy::from_name(name).ok_or_else(|| FormatError::UnknownStrategy(name.clone()))?;
+            // A key a newer dcp wrote reads as "other" (see `crate::state::foreign`).
+            let strategy = Strategy::read(name);
             let tally: Tally = serde_json::from_value(tally.clone()).map_err(|e| FormatError::Invalid {
                 key: format!("dcp.byStrategy.{name}"),
                 what: "a tally",
@@ -255,7 +281,10 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
             })?;
             bounded(tally.tokens, &format!("dcp.byStrategy.{name}.tokens"))?;
             bounded(tally.tools, &format!("dcp.byStrategy.{name}.tools"))?;
-            state.stats.by_strategy.insert(strategy, tally);
+            // Keys past the bound of unknown ones share one tally.
+            let sum = state.stats.by_strategy.entry(strategy).or_default();
+            let both = sum.plus(tally);
+            *sum = Tally { tokens: both.tokens.min(super::MAX_COUNT), tools: both.tools.min(super::MAX_COUNT) };
         }
     }
     if let Some(ids) = own.get("ids") {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::FORMAT_VERSION;
+use super::{FORMAT_VERSION, OWN_KEYS};
 use crate::state::{Action, PruneRecord, SessionState, Strategy, Tally};
 
 /// The file contents for `state`: its original fields, with dcp's own brought up to date.
@@ -54,16 +54,22 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     set(&mut out, "lastUpdated", Out::Owned(Value::String(last_updated.to_string())));
     let mut dcp = vec![
         ("version", Out::Owned(json!(FORMAT_VERSION))),
-        ("pruned", Out::Records(&state.pruned, carried)),
-        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy)),
+        ("pruned", Out::Records(&state.pruned, &state.foreign_records, carried)),
+        ("byStrategy", Out::ByStrategy(&state.stats.by_strategy, own_added(state, "byStrategy"))),
         ("ids", Out::Ids(&state.ids)),
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
         ("nextId", Out::Owned(json!(state.next_id.max(1)))),
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
-        ("ledger", Out::Owned(ledger(&state.ledger))),
+        ("ledger", Out::Owned(ledger(&state.ledger, own_added(state, "ledger")))),
     ];
     for (key, value) in savings_own(state) {
         dcp.push((key, Out::Owned(value)));
+    }
+    // What a newer dcp added to the section follows, as it was read.
+    if let Some(Value::Object(kept)) = state.raw.get("dcp") {
+        dcp.extend(
+            kept.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), Out::Value(v))),
+        );
     }
     set(&mut out, "dcp", Out::Object(dcp));
     let mut bytes = Vec::with_capacity(256 + 256 * state.pruned.len());
@@ -86,9 +92,11 @@ enum Out<'a> {
     PrunedIds(&'a BTreeMap<String, PruneRecord>),
     /// `prune.tools`: tokens by pruned call id.
     PrunedTokens(&'a BTreeMap<String, PruneRecord>),
-    /// `dcp.pruned`: the records the prune lists do not carry already.
-    Records(&'a BTreeMap<String, PruneRecord>, Carried),
-    ByStrategy(&'a BTreeMap<Strategy, Tally>),
+    /// `dcp.pruned`: the records the prune lists do not carry already, each over what it was
+    /// read with that this version does not know (`SessionState::foreign_records`).
+    Records(&'a BTreeMap<String, PruneRecord>, &'a BTreeMap<String, Map<String, Value>>, Carried),
+    /// `dcp.byStrategy`, each tally followed by the fields a newer dcp added to it, if any.
+    ByStrategy(&'a BTreeMap<Strategy, Tally>, Option<&'a Map<String, Value>>),
     Ids(&'a BTreeMap<String, u32>),
 }
 
@@ -137,9 +145,31 @@ impl serde::Serialize for Out<'_> {
             }
             Out::PrunedIds(pruned) => s.collect_seq(pruned.keys()),
             Out::PrunedTokens(pruned) => s.collect_map(pruned.iter().map(|(k, r)| (k, r.tokens))),
-            Out::Records(pruned, carried) => s.collect_map(pruned.iter().filter(|(_, r)| !carried.covers(r))),
-            Out::ByStrategy(by) => s.collect_map(by.iter().map(|(strategy, tally)| (strategy.name(), tally))),
+            Out::Records(pruned, foreign, carried) => {
+                let records = pruned.iter().filter(|(id, r)| !carried.covers(r) || foreign.contains_key(*id));
+                s.collect_map(records.map(|(id, record)| (id, RecordOut { record, read: foreign.get(id) })))
+            }
+            Out::ByStrategy(by, added) => s.collect_map(by.iter().map(|(strategy, tally)| {
+                let added = added.and_then(|a| a.get(strategy.key())).and_then(Value::as_object);
+                (strategy.key(), TallyOut { tally, added })
+            })),
             Out::Ids(ids) => ids.serialize(s),
+        }
+    }
+}
+
+/// One record of `dcp.pruned`: serialised straight from the state, or, when it was read with
+/// what this version does not know, over what it was read as (`crate::state::foreign`).
+struct RecordOut<'a> {
+    record: &'a PruneRecord,
+    read: Option<&'a Map<String, Value>>,
+}
+
+impl serde::Serialize for RecordOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.read {
+            None => self.record.serialize(s),
+            Some(read) => crate::state::foreign::record_value(self.record, read).serialize(s),
         }
     }
 }
@@ -199,14 +229,43 @@ fn savings_own(state: &SessionState) -> Vec<(&'static str, Value)> {
     vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent)), ("trail", Value::Array(trail))]
 }
 
-/// The policy's ledger as the state file holds it.
-fn ledger(l: &crate::state::Ledger) -> Value {
-    json!({
+/// The policy's ledger as the state file holds it, followed by what a newer dcp `added`.
+fn ledger(l: &crate::state::Ledger, added: Option<&Map<String, Value>>) -> Value {
+    let mut out = json!({
         "banked": (l.banked * 10.0).round() / 10.0,
         "warm": l.warm,
         "lastRequest": l.last_request,
         "offered": l.offered,
-    })
+    });
+    if let (Value::Object(out), Some(added)) = (&mut out, added) {
+        out.extend(added.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    out
+}
+
+/// What a newer dcp added to `key` of the `dcp` section, as parsing kept it.
+fn own_added<'a>(state: &'a SessionState, key: &str) -> Option<&'a Map<String, Value>> {
+    state.raw.get("dcp")?.get(key)?.as_object()
+}
+
+/// One tally of `dcp.byStrategy`, followed by the fields a newer dcp added to it.
+struct TallyOut<'a> {
+    tally: &'a Tally,
+    added: Option<&'a Map<String, Value>>,
+}
+
+impl serde::Serialize for TallyOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let added = self.added.into_iter().flatten().filter(|(k, _)| *k != "tokens" && *k != "tools");
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("tokens", &self.tally.tokens)?;
+        map.serialize_entry("tools", &self.tally.tools)?;
+        for (k, v) in added {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]
@@ -278,7 +337,7 @@ mod tests {
             .stats
             .by_strategy
             .iter()
-            .map(|(s, t)| (s.name().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
+            .map(|(s, t)| (s.key().to_string(), json!({"tokens": t.tokens, "tools": t.tools})))
             .collect();
         let ids: Map<String, Value> = state.ids.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let mut own = json!({
@@ -289,7 +348,7 @@ mod tests {
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
-            "ledger": ledger(&state.ledger),
+            "ledger": ledger(&state.ledger, None),
         });
         for (k, v) in savings_own(state) {
             own[k] = v;
@@ -384,5 +443,22 @@ mod tests {
         let twice = render(&parse(&once).unwrap(), WHEN);
         assert_eq!(String::from_utf8(twice).unwrap(), String::from_utf8(once.clone()).unwrap());
         assert!(String::from_utf8(once).unwrap().contains("2.2222222001722586e+28"));
+    }
+
+    /// What a newer dcp added to the `dcp` section is kept apart from what this version
+    /// writes: a key written from the state but missing from `OWN_KEYS` would be kept too,
+    /// and written twice.
+    #[test]
+    fn every_key_of_the_dcp_section_render_writes_is_one_it_owns() {
+        let mut state = SessionState::default();
+        state.record("c", rec(Strategy::Sweep, 3, true));
+        state.savings.requests = 1;
+        let written: Value = serde_json::from_slice(&render(&state, "t")).unwrap();
+        let keys: Vec<&String> = written["dcp"].as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), super::OWN_KEYS.len(), "{keys:?}");
+        assert!(keys.iter().all(|k| super::OWN_KEYS.contains(&k.as_str())), "{keys:?}");
+        let theirs = parse(br#"{"dcp": {"plans": [1], "nextId": 4}}"#).unwrap();
+        let written: Value = serde_json::from_slice(&render(&theirs, "t")).unwrap();
+        assert_eq!((&written["dcp"]["plans"], &written["dcp"]["nextId"]), (&json!([1]), &json!(4)));
     }
 }

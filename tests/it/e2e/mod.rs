@@ -17,6 +17,7 @@ mod savings;
 mod scenarios;
 mod tui;
 mod tui_discard;
+mod tui_newer;
 mod tui_turns;
 
 use std::path::{Path, PathBuf};
