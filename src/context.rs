@@ -1,12 +1,12 @@
 //! What the model is sent, by category, before and after pruning: the `context` report.
 //!
-//! [`measure`](crate::measure) counts a message list's tokens by category; [`analyse`] applies the decisions in force (those requests carry now,
-//! compressed ranges included), then those recorded but waiting for the policy, then each
-//! automatic strategy's proposals in turn, and measures after every step, so the report says
-//! what the model is sent now apart from what would follow, and what each strategy saves on
-//! its own. It names the compressed ranges too ([`Range`]), the agent's and dcp's finished
-//! turns, by their `b<id>` and the `m<n>` ids of the messages they span, for they often hold
-//! most of what is in force.
+//! [`measure`](crate::measure) counts a message list's tokens by category; [`analyse`] applies the
+//! decisions in force (those requests carry now, compressed ranges included), then those recorded
+//! but waiting for the policy, then each automatic strategy's proposals in turn, and measures after
+//! every step, so the report says what the model is sent now apart from what would follow, and what
+//! each strategy saves on its own. It names the compressed ranges too ([`Range`]), the agent's and
+//! dcp's finished turns, by their `b<id>` and the `m<n>` ids of the messages they span, for they
+//! often hold most of what is in force.
 
 use serde::Serialize;
 

@@ -1,14 +1,14 @@
 //! What a newer dcp writes that this version does not know: a strategy key (in a prune record
 //! or `dcp.byStrategy`), a block origin, a field.
 //!
-//! Users run several versions side by side (the plugin, a cargo-installed CLI, an older `dcp`
-//! on the PATH), so a state file is read by versions older than the one that wrote it. Such a
-//! file loads: an unknown strategy is counted under "other" in every report and written back
-//! under its own key, an unknown origin's range is counted under "other" and keeps its
-//! `dcpOrigin`, a prune of an unknown action stays recorded but rewrites nothing here, and
-//! unknown fields are kept (at the top, in a block, a prune record, a tally, the ledger, the
-//! `dcp` section), so the newer version reads back what it wrote and no prune is lost. Only a file that is not valid JSON or holds
-//! a wrong type is set aside as corrupt.
+//! Users run several versions side by side (the plugin, a cargo-installed CLI, an older `dcp` on
+//! the PATH), so a state file is read by versions older than the one that wrote it. Such a file
+//! loads: an unknown strategy is counted under "other" in every report and written back under its
+//! own key, an unknown origin's range is counted under "other" and keeps its `dcpOrigin`, a prune
+//! of an unknown action stays recorded but rewrites nothing here, and unknown fields are kept (at
+//! the top, in a block, a prune record, a tally, the ledger, the `dcp` section), so the newer
+//! version reads back what it wrote and no prune is lost. Only a file that is not valid JSON or
+//! holds a wrong type is set aside as corrupt.
 //!
 //! An unknown strategy key is an [`Unknown`]: a small copyable handle to the key, interned for
 //! the life of the process so that [`Strategy`](super::Strategy) stays `Copy` and small. The

@@ -3,17 +3,17 @@
 //! ([`turn_block`], `crate::strategies::turns`); they wait for the policy like the agent's,
 //! and their line carries its `<bN>` only when the agent's `compress` is on to use it.
 //!
-//! The agent names a range's ends by the tool call ids it sees in them, or by short ids that
-//! ride at the end of each message's text (`<m7>`) once the history is long enough for a
-//! range to free much (`tools.compress.tagsFrom`): `m<n>` is the n-th message of the history
-//! OpenCode sends, counted from 1, as the published DCP 3.x counts them (it writes `m0007`
-//! into state files; both forms are read).
-//! The tag is a few tokens, because it is in every request: with the published plugin's
-//! `<dcp-message-id>m0007</dcp-message-id>`, `dcp replay` of the recorded fixture session (no
-//! compress call) cost 3.6% more than without tags; with `<m7>`, 1.1%. OpenCode only appends to a history (a compaction or a revert cuts
-//! it, and then the prompt cache is lost anyway), so a message keeps its id and its tag from
-//! the first request that carries it on: the prompt prefix stays byte-stable. A compressed
-//! range is a [`Block`]; its summary message carries `b<id>`, so a newer range can name it.
+//! The agent names a range's ends by the tool call ids it sees in them, or by short ids that ride
+//! at the end of each message's text (`<m7>`) once the history is long enough for a range to free
+//! much (`tools.compress.tagsFrom`): `m<n>` is the n-th message of the history OpenCode sends,
+//! counted from 1, as the published DCP 3.x counts them (it writes `m0007` into state files; both
+//! forms are read). The tag is a few tokens, because it is in every request: with the published
+//! plugin's `<dcp-message-id>m0007</dcp-message-id>`, `dcp replay` of the recorded fixture session
+//! (no compress call) cost 3.6% more than without tags; with `<m7>`, 1.1%. OpenCode only appends to
+//! a history (a compaction or a revert cuts it, and then the prompt cache is lost anyway), so a
+//! message keeps its id and its tag from the first request that carries it on: the prompt prefix
+//! stays byte-stable. A compressed range is a [`Block`]; its summary message carries `b<id>`, so a
+//! newer range can name it.
 //!
 //! `compress {range: "from..to", summary}`, as it is registered, or in the published DCP's
 //! form `{topic, content: [{startId, endId, summary}]}`, or with `from` and `to`, is

@@ -8,9 +8,9 @@ use crate::state::{PruneRecord, SessionState};
 /// prunes `mine` recorded since it last synced: their stats are added to the file's, except
 /// for calls the file already has (another process pruned them too, and counted them).
 ///
-/// The newer compaction wins the prune list: prunes from before it name calls the model no
-/// longer sees. Stats add up, but for a compressed block the user undid (`unblock:` entries). Agent-facing ids keep the file's numbering; an id of
-/// `mine` that another call took on disk is renumbered.
+/// The newer compaction wins the prune list: prunes from before it name calls the model no longer
+/// sees. Stats add up, but for a compressed block the user undid (`unblock:` entries). Agent-facing
+/// ids keep the file's numbering; an id of `mine` that another call took on disk is renumbered.
 pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneRecord)]) -> SessionState {
     let mut out = disk;
     out.fold_counter();
