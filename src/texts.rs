@@ -170,6 +170,20 @@ pub const HELP: &str = "DCP commands:
   /dcp decompress ID  send the messages of range ID (b1) again instead of its summary
   /dcp help           this help";
 
+/// `/dcp` and `/dcp help`: the commands, then what dcp ignored in its config files, which
+/// the user is otherwise told only in OpenCode's log.
+pub fn help(config_warnings: &[String]) -> String {
+    let mut text = HELP.to_string();
+    if !config_warnings.is_empty() {
+        text.push_str("\n\nIgnored in dcp's config (`dcp doctor` checks it):");
+        for warning in config_warnings {
+            text.push_str("\n  ");
+            text.push_str(warning);
+        }
+    }
+    text
+}
+
 /// `/dcp decompress` without an id: the compressed ranges, and how to restore one.
 pub fn blocks(blocks: &Blocks) -> String {
     let active: Vec<&Block> = blocks.active().collect();

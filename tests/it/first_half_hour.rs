@@ -1,7 +1,8 @@
 //! A new user's first half hour, as the README leads it: each error met on the way (no
 //! OpenCode data yet, a mistyped session, a port in use, a bad `--listen`, a mistyped
-//! `dcp.jsonc` key) names what was wrong and what to do, in plain text. Snapshots hold stdout,
-//! stderr and the exit status together.
+//! `dcp.jsonc` key, on the terminal and in `/dcp help`, a binary that is not executable) names
+//! what was wrong and what to do, in plain text. Snapshots hold stdout, stderr and the exit
+//! status together.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -179,6 +180,26 @@ fn a_binary_that_is_not_executable_is_named_with_the_fix() {
         line,
         "  FAIL  plugin runs   [SANDBOX]/dcp-copy (from DCP_BIN) does not run: it is not executable (permission \
          denied): `chmod +x` it, or install it again; pruning is off",
+        "{text}"
+    );
+}
+
+/// A mistyped `dcp.jsonc` key was told only in OpenCode's log: in the TUI, `/dcp` said nothing
+/// of it, and the user was left to wonder why the setting had no effect.
+#[test]
+fn the_dcp_help_answer_names_a_mistyped_config_key() {
+    let s = Sandbox::new();
+    let mut sidecar = crate::support::Sidecar::spawn(&s, r#"{"pruneNotificaton": "off"}"#);
+    let project = s.dir.path().join("project");
+    sidecar.result("initialize", serde_json::json!({"protocol": 1, "directory": project}));
+    let help = sidecar.result("command", serde_json::json!({"sessionID": "ses_a", "arguments": "help"}));
+    let text = help["text"].as_str().unwrap().replace(&s.dir.path().display().to_string(), "[SANDBOX]");
+    sidecar.shutdown();
+    let tail = text.split_once("/dcp help           this help").map(|(_, t)| t).unwrap_or_default();
+    assert_eq!(
+        tail,
+        "\n\nIgnored in dcp's config (`dcp doctor` checks it):\n  [SANDBOX]/home/.config/opencode/dcp.jsonc: \
+         unknown key `pruneNotificaton` ignored (did you mean `pruneNotification`?)",
         "{text}"
     );
 }
