@@ -212,9 +212,13 @@ async function commandAnswer(ctx, sessionID, args) {
   try {
     const result = await ctx.sidecar.call("command", { sessionID, arguments: args });
     return String(result.text ?? "");
-  } catch {
+  } catch (e) {
+    // An error the sidecar answered: dcp runs, but could not do this one.
+    if (e?.code !== undefined) {
+      return `dcp could not answer \`${args ? `/dcp ${args}` : "/dcp"}\`: ${e.message}\n\n\`dcp doctor\` checks what may be wrong; OpenCode's log (~/.local/share/opencode/log/) has the details.`;
+    }
     const reason = ctx.notifier.reason ?? "dcp is unavailable right now; try again.";
-    return `${reason}\n\nNothing is pruned while dcp is off; OpenCode works as it does without dcp. To fix it, see "Check the install" in dcp's README; OpenCode's log (~/.local/share/opencode/log/) has the details.`;
+    return `${reason}\n\nNothing is pruned while dcp is off; OpenCode works as it does without dcp. Run \`dcp doctor\` (or \`npx dcp-opencode doctor\`) to see what is wrong, fix it, and restart OpenCode; OpenCode's log (~/.local/share/opencode/log/) has the details.`;
   }
 }
 

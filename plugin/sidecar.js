@@ -17,6 +17,15 @@ const CRASH_WINDOW_MS = 10 * 60 * 1000;
 /** The error code asking for the full history again (the sidecar was restarted). */
 export const RESYNC = -32001;
 
+/** How a sidecar process ended: it ran and exited, or it could not be started at all. */
+const Ended = Object.freeze({ EXITED: "exited", NOT_STARTED: "not started" });
+
+/** Why `bin` could not be started, with what to do where that is clear. */
+function spawnFailure(bin, e) {
+  if (e?.code === "EACCES") return `cannot run ${bin}: it is not executable (permission denied): \`chmod +x\` it, or install it again`;
+  return `cannot run ${bin}: ${e?.message ?? e}`;
+}
+
 /** One `dcp serve` child process, restarted on demand after any failure. */
 /** Hands `onText` a stream's text in whole lines: a pipe may cut a line anywhere (a sidecar
  * writes `dcp: ` and its error in separate writes), and the first line says why it exited.
@@ -89,7 +98,7 @@ export class Sidecar {
     const stderr = wholeLines((text) => this.onStderr(child, text));
     child.stderr.on("data", stderr.push);
     child.stderr.on("end", stderr.end);
-    child.on("error", (e) => this.onExit(child, `sidecar error: ${e?.message ?? e}`));
+    child.on("error", (e) => this.onExit(child, spawnFailure(bin, e), Ended.NOT_STARTED));
     // `close`, not `exit`: it comes after the last of stderr, which holds the reason.
     child.on("close", (code, signal) => this.onExit(child, `sidecar exited (${signal ?? code})`));
     child.stdin.on("error", () => {});
@@ -158,10 +167,12 @@ export class Sidecar {
     }
   }
 
-  onExit(child, why) {
+  onExit(child, why, ended = Ended.EXITED) {
     if (child !== this.child) return;
     this.child = null;
-    if (!this.answered) {
+    if (!this.answered && ended === Ended.NOT_STARTED) {
+      this.tell("start", `dcp is off: ${why}`);
+    } else if (!this.answered) {
       const said = this.stderrHead ? this.stderrHead.replace(/^dcp: (error: )?/, "") : why;
       this.tell("start", `dcp is off: the sidecar exited at start: ${said}`);
     }

@@ -54,6 +54,7 @@ pub enum Command {
     },
     /// Prune every tool call since the last user message, or the last N calls.
     Sweep {
+        /// The session to prune (`dcp sessions` lists them).
         #[arg(long, value_name = "ID")]
         session: String,
         /// Prune the last N tool calls instead.
@@ -65,6 +66,7 @@ pub enum Command {
     },
     /// Show the tokens kept out and the cost saved, for a session and all-time.
     Stats {
+        /// A session to show besides all-time (`dcp sessions` lists them).
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },

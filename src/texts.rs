@@ -170,6 +170,20 @@ pub const HELP: &str = "DCP commands:
   /dcp decompress ID  send the messages of range ID (b1) again instead of its summary
   /dcp help           this help";
 
+/// `/dcp` and `/dcp help`: the commands, then what dcp ignored in its config files, which
+/// the user is otherwise told only in OpenCode's log.
+pub fn help(config_warnings: &[String]) -> String {
+    let mut text = HELP.to_string();
+    if !config_warnings.is_empty() {
+        text.push_str("\n\nIgnored in dcp's config (`dcp doctor` checks it):");
+        for warning in config_warnings {
+            text.push_str("\n  ");
+            text.push_str(warning);
+        }
+    }
+    text
+}
+
 /// `/dcp decompress` without an id: the compressed ranges, and how to restore one.
 pub fn blocks(blocks: &Blocks) -> String {
     let active: Vec<&Block> = blocks.active().collect();
@@ -177,21 +191,29 @@ pub fn blocks(blocks: &Blocks) -> String {
         return "No compressed ranges in this session.".to_string();
     }
     let mut text = String::from("Compressed ranges (summaries and finished turns stand in for their messages):");
-    for b in &active {
+    let heads: Vec<String> = active
+        .iter()
+        .map(|b| {
+            format!(
+                "b{}  {}, saves {} tokens{}",
+                b.id,
+                format::count(b.effective_messages.len() as u64, "message"),
+                format::tokens(b.net_tokens()),
+                if b.applied { "" } else { " (waiting for the cache)" },
+            )
+        })
+        .collect();
+    // The labels line up in one column after the widest range.
+    let width = heads.iter().map(|h| h.chars().count()).max().unwrap_or(0);
+    for (b, head) in active.iter().zip(&heads) {
         let label = match b.origin {
-            Origin::FinishedTurn => "  finished turn (dcp)".to_string(),
+            Origin::FinishedTurn => "finished turn (dcp)".to_string(),
             Origin::Agent if b.topic.is_empty() => String::new(),
-            Origin::Agent => format!("  {}", format::shorten(&b.topic, 60)),
-            Origin::Other => "  made by a newer dcp".to_string(),
+            Origin::Agent => format::shorten(&b.topic, 60).to_string(),
+            Origin::Other => "made by a newer dcp".to_string(),
         };
-        let _ = write!(
-            text,
-            "\n  b{}  {}, saves {} tokens{}{label}",
-            b.id,
-            format::count(b.effective_messages.len() as u64, "message"),
-            format::tokens(b.net_tokens()),
-            if b.applied { "" } else { " (waiting for the cache)" },
-        );
+        let line = if label.is_empty() { head.clone() } else { format!("{head:<width$}  {label}") };
+        let _ = write!(text, "\n  {line}");
     }
     text.push_str("\n/dcp decompress ID sends a range's messages again instead of its summary.");
     text
@@ -264,6 +286,23 @@ pub fn context_title(session_id: &str, title: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/dcp decompress` listed a range saving ~5.5K tokens and one saving ~176 with their
+    /// labels at different columns.
+    #[test]
+    fn the_labels_of_the_compressed_ranges_line_up() {
+        let block = |id: u32, tokens: u64, topic: &str| {
+            serde_json::json!({"blockId": id, "active": true, "compressedTokens": tokens, "topic": topic,
+                "compressCallId": "c", "effectiveMessageIds": ["m1", "m2"]})
+        };
+        let value = serde_json::json!({"blocksById": {
+            "1": block(1, 5_600, "read the parser"), "2": block(2, 180, "fixed div"), "3": block(3, 90, "")}});
+        let text = blocks(&Blocks::parse(&value).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        let column = |line: &str, label: &str| line.find(label).unwrap_or_else(|| panic!("{label} in {text}"));
+        assert_eq!(column(lines[1], "read the parser"), column(lines[2], "fixed div"), "{text}");
+        assert!(lines[3].ends_with(" tokens"), "no label, no padding: {text}");
+    }
 
     #[test]
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {

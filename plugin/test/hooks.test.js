@@ -51,3 +51,29 @@ test("a binary without required lists leaves every argument required", async (t)
   await hooks["tool.definition"]({ toolID: "discard" }, discard);
   assert.deepEqual(discard.jsonSchema.required, ["ids", "distillation"]);
 });
+
+/** `/dcp ARGS` through the plugin's command hook under a fake `dcp` that runs `script`; the
+ * answer shown (the client cannot post, so it takes the place of the command's prompt). */
+async function dcpAnswer(t, script, args) {
+  const dir = fakeDcp(t, script);
+  const hooks = await DcpPlugin({ client: {}, directory: dir });
+  const output = { parts: [] };
+  await hooks["command.execute.before"]({ command: "dcp", sessionID: "ses_a", arguments: args }, output);
+  return output.parts.map((p) => p.text).join("\n");
+}
+
+test("a /dcp command the sidecar fails is answered with its error, not as if dcp were off", async (t) => {
+  const id = `id=$(echo "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')`;
+  const init = `'{"jsonrpc":"2.0","id":'$id',"result":{"protocol":1,"commands":true}}'`;
+  const error = `'{"jsonrpc":"2.0","id":'$id',"error":{"code":-32603,"message":"cannot list state files in /s: Not a directory"}}'`;
+  const text = await dcpAnswer(t, `read line\n${id}\necho ${init}\nread line\n${id}\necho ${error}`, "stats");
+  assert.match(text, /^dcp could not answer `\/dcp stats`: cannot list state files in \/s: Not a directory\n/);
+  assert.doesNotMatch(text, /dcp is off|try again/);
+  assert.match(text, /`dcp doctor`/);
+});
+
+test("a /dcp command while dcp is off says how to find the cause and to restart OpenCode", async (t) => {
+  const text = await dcpAnswer(t, "echo 'dcp: config /c/dcp.jsonc: `debug` must be true or false' >&2\nexit 1", "");
+  assert.match(text, /^dcp is off: the sidecar exited at start: config \/c\/dcp.jsonc: `debug` must be true or false\n/);
+  assert.match(text, /Run `dcp doctor` \(or `npx dcp-opencode doctor`\) to see what is wrong, fix it, and restart OpenCode/);
+});

@@ -4,6 +4,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Sidecar } from "../sidecar.js";
+import { chmodSync } from "node:fs";
+import { join } from "node:path";
 import { fakeDcp } from "./fake-dcp.js";
 
 const WARNING = "dcp: warning: /cfg/dcp.jsonc: unknown key `foo` ignored";
@@ -59,4 +61,15 @@ exit 3`,
   assert.equal(crashes().length, 1, JSON.stringify(r.told));
   assert.match(crashes()[0][1], /^dcp keeps failing \(3 times in 10 minutes, last: sidecar exited \(3\)/);
   assert.deepEqual(r.logged.filter(([, text]) => text === WARNING), [["warn", WARNING]]);
+});
+
+test("a binary that is not executable is told by name with the fix, not as a sidecar that exited", async (t) => {
+  const bin = join(fakeDcp(t, "exit 0"), "dcp");
+  chmodSync(bin, 0o644);
+  const r = recorder();
+  const sidecar = new Sidecar(r.log, "/proj", r.tell);
+  sidecar.start();
+  assert.equal(await sidecar.ready, null);
+  const expected = `dcp is off: cannot run ${bin}: it is not executable (permission denied): \`chmod +x\` it, or install it again`;
+  assert.deepEqual(r.told, [["start", expected]]);
 });

@@ -242,7 +242,9 @@ fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>) -> Check {
         return Check::new(NAME, Status::Fail, message);
     };
     match binary_version(inputs, &bin) {
-        Err(e) => Check::new(NAME, Status::Fail, format!("{} (from {how}) does not run: {e}", bin.display())),
+        Err(e) => {
+            Check::new(NAME, Status::Fail, format!("{} (from {how}) does not run: {e}; pruning is off", bin.display()))
+        }
         Ok(v) if plugin_version.as_deref().is_some_and(|p| p != v) => Check::new(
             NAME,
             Status::Warn,
@@ -278,7 +280,12 @@ fn binary_version(inputs: &Inputs, bin: &Path) -> Result<String, String> {
     if inputs.current_exe.as_deref().is_some_and(|me| same(me, bin)) {
         return Ok(env!("CARGO_PKG_VERSION").to_string());
     }
-    let out = Command::new(bin).arg("--version").output().map_err(|e| e.to_string())?;
+    let out = Command::new(bin).arg("--version").output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "it is not executable (permission denied): `chmod +x` it, or install it again".to_string()
+        }
+        _ => e.to_string(),
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     match stdout.trim().strip_prefix("dcp ") {
         Some(v) if out.status.success() => Ok(v.to_string()),

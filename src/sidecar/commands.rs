@@ -43,7 +43,7 @@ impl Server {
         validate_session_id(&sid)?;
         let words: Vec<&str> = p.arguments.split_whitespace().collect();
         let text = match words.as_slice() {
-            [] | ["help"] => texts::HELP.to_string(),
+            [] | ["help"] => texts::help(&self.config_warnings),
             _ if !self.rules.config().commands.enabled => texts::COMMANDS_DISABLED.to_string(),
             ["stats"] => self.stats(&sid)?,
             ["context"] => self.context(&sid)?,

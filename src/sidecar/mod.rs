@@ -144,6 +144,8 @@ pub struct Server {
     all_time: AllTimeCache,
     /// How the sessions' views of their prunes are brought up to date.
     views: Views,
+    /// What the config files held that dcp ignored (unknown keys), for `/dcp help` to show.
+    config_warnings: Vec<String>,
 }
 
 fn now_ms() -> i64 {
@@ -176,7 +178,9 @@ impl Server {
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
-        Server::with_config(options, loaded.config, saver)
+        let mut server = Server::with_config(options, loaded.config, saver)?;
+        server.config_warnings = loaded.warnings;
+        Ok(server)
     }
 
     /// A server with the given config instead of the one in the config files (`dcp replay`
@@ -194,6 +198,7 @@ impl Server {
             head: None,
             all_time: AllTimeCache::default(),
             views: Views::Kept,
+            config_warnings: Vec::new(),
         })
     }
 
@@ -287,6 +292,7 @@ impl Server {
                 tracing::warn!("{w}");
             }
             self.rules = Rules::new(loaded.config).map_err(internal)?;
+            self.config_warnings = loaded.warnings;
             self.head = None;
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {

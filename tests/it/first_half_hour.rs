@@ -1,7 +1,8 @@
 //! A new user's first half hour, as the README leads it: each error met on the way (no
 //! OpenCode data yet, a mistyped session, a port in use, a bad `--listen`, a mistyped
-//! `dcp.jsonc` key) names what was wrong and what to do, in plain text. Snapshots hold stdout,
-//! stderr and the exit status together.
+//! `dcp.jsonc` key, on the terminal and in `/dcp help`, a binary that is not executable) names
+//! what was wrong and what to do, in plain text. Snapshots hold stdout, stderr and the exit
+//! status together.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -143,4 +144,62 @@ fn replay_requests_into_a_file_says_it_needs_a_directory() {
     std::fs::write(&file, "mine").unwrap();
     insta::assert_snapshot!(run(&s, &s.data(), &["replay", "--requests", file.to_str().unwrap()]));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine", "the file is left as it was");
+}
+
+/// `dcp stats --help` and `dcp sweep --help` listed `--session <ID>` with no word on what it
+/// is, and the README's `dcp sweep [N]` left out that sweep needs it.
+#[test]
+fn the_session_option_of_stats_and_sweep_says_what_it_is() {
+    let s = Sandbox::new();
+    for command in ["stats", "sweep"] {
+        let text = run(&s, &s.data(), &[command, "--help"]);
+        let line = text.lines().find(|l| l.trim_start().starts_with("--session <ID>")).unwrap_or_default();
+        assert!(line.contains("`dcp sessions` lists them"), "dcp {command} --help:\n{text}");
+    }
+}
+
+/// A `DCP_BIN` that is not executable made `dcp doctor` say only "does not run: Permission
+/// denied (os error 13)", with no word on what to do.
+#[test]
+fn a_binary_that_is_not_executable_is_named_with_the_fix() {
+    let s = Sandbox::new();
+    let bin = s.dir.path().join("dcp-copy");
+    std::fs::copy(env!("CARGO_BIN_EXE_dcp"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let root = s.dir.path();
+    let config = root.join("home/.config/opencode");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("opencode.json"), r#"{"plugin": ["dcp-opencode"]}"#).unwrap();
+    let env = [("HOME", root.join("home")), ("XDG_CONFIG_HOME", root.join("home/.config")), ("DCP_BIN", bin)];
+    let data = s.data();
+    let args = ["doctor", "--data-dir", data.to_str().unwrap()];
+    let out = crate::support::run_dcp(args, &root.join("project"), &env, std::time::Duration::from_secs(20));
+    let text = rendered(&out).replace(&root.display().to_string(), "[SANDBOX]");
+    let line = text.lines().find(|l| l.contains("plugin runs")).unwrap_or_default();
+    assert_eq!(
+        line,
+        "  FAIL  plugin runs   [SANDBOX]/dcp-copy (from DCP_BIN) does not run: it is not executable (permission \
+         denied): `chmod +x` it, or install it again; pruning is off",
+        "{text}"
+    );
+}
+
+/// A mistyped `dcp.jsonc` key was told only in OpenCode's log: in the TUI, `/dcp` said nothing
+/// of it, and the user was left to wonder why the setting had no effect.
+#[test]
+fn the_dcp_help_answer_names_a_mistyped_config_key() {
+    let s = Sandbox::new();
+    let mut sidecar = crate::support::Sidecar::spawn(&s, r#"{"pruneNotificaton": "off"}"#);
+    let project = s.dir.path().join("project");
+    sidecar.result("initialize", serde_json::json!({"protocol": 1, "directory": project}));
+    let help = sidecar.result("command", serde_json::json!({"sessionID": "ses_a", "arguments": "help"}));
+    let text = help["text"].as_str().unwrap().replace(&s.dir.path().display().to_string(), "[SANDBOX]");
+    sidecar.shutdown();
+    let tail = text.split_once("/dcp help           this help").map(|(_, t)| t).unwrap_or_default();
+    assert_eq!(
+        tail,
+        "\n\nIgnored in dcp's config (`dcp doctor` checks it):\n  [SANDBOX]/home/.config/opencode/dcp.jsonc: \
+         unknown key `pruneNotificaton` ignored (did you mean `pruneNotification`?)",
+        "{text}"
+    );
 }
