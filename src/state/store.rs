@@ -22,15 +22,17 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use super::persist::{self, LoadOutcome, Stamp, StateError, Synced, Written};
+use super::persist::{self, LoadOutcome, Stamp, StateError};
 use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
 mod changes;
+mod mailbox;
+
 pub use changes::ChangesMark;
+pub use mailbox::Mailbox;
 
 /// One live session.
 #[derive(Debug)]
@@ -190,66 +192,6 @@ pub struct Observation {
     pub compacted: bool,
 }
 
-/// Outcomes of finished saves, by session id, waiting for the store to take them in. The
-/// writer task posts to it; the store reads it before the next request.
-#[derive(Debug, Default, Clone)]
-pub struct Mailbox(Arc<Mutex<Boxes>>);
-
-#[derive(Debug, Default)]
-struct Boxes {
-    posted: HashMap<String, Posted>,
-    /// The job number and what it wrote, of each session's last write, kept after the
-    /// outcome is taken in.
-    written: HashMap<String, (u64, Written)>,
-}
-
-#[derive(Debug)]
-struct Posted {
-    seq: u64,
-    stamp: Option<Stamp>,
-    /// The merged state, kept when a save took in another process's changes.
-    merged: Option<SessionState>,
-}
-
-impl Mailbox {
-    fn post(&self, id: &str, seq: u64, synced: Synced) {
-        let Ok(mut boxes) = self.0.lock() else {
-            return;
-        };
-        // A later job may take this write for its own only if it wrote nothing but this
-        // process's state. One that merged another process's changes is news to a job
-        // handed out before it was taken in: that job must read it, or it would overwrite them.
-        match synced.written {
-            Some(written) if !synced.foreign => {
-                boxes.written.insert(id.to_string(), (seq, written));
-            }
-            _ => {
-                boxes.written.remove(id);
-            }
-        }
-        let entry = boxes.posted.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
-        // A later save after a merge read the file that merge wrote (see above), so it has
-        // those changes too, and its own merge replaces the earlier one.
-        entry.seq = seq;
-        entry.stamp = synced.stamp;
-        entry.merged = synced.merged;
-    }
-
-    fn take(&self, id: &str, seq: u64) -> Option<Posted> {
-        let mut boxes = self.0.lock().ok()?;
-        if boxes.posted.get(id).is_some_and(|p| p.seq == seq) {
-            return boxes.posted.remove(id);
-        }
-        None
-    }
-
-    /// What session `id`'s last save wrote, if that save came before job number `seq`.
-    fn written(&self, id: &str, seq: u64) -> Option<Written> {
-        let boxes = self.0.lock().ok()?;
-        boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, written)| *written)
-    }
-}
-
 /// A save to perform: a session's state, and the prunes it recorded since its last save.
 #[derive(Debug)]
 pub struct SaveJob {
@@ -404,10 +346,16 @@ impl SessionStore {
             }
             LoadOutcome::Missing => Ok(()),
             LoadOutcome::Corrupt { path, reason } => {
-                tracing::warn!(
-                    "state file {} was changed by another process and is now corrupt ({reason}); it will be set aside, not overwritten",
-                    path.display()
-                );
+                if slot.corrupt.is_none() {
+                    tracing::warn!(
+                        "state file {} was changed by another process and is now corrupt ({reason}); it will be set aside, not overwritten",
+                        path.display()
+                    );
+                }
+                // The file is no version to build on (as at load): the next save reads it
+                // again, and sets it aside.
+                slot.stamp = None;
+                slot.corrupt = Some(path);
                 slot.mark_changed();
                 Ok(())
             }

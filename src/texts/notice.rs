@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::Path;
 
 use crate::config::Notification;
 use crate::format;
@@ -132,6 +133,24 @@ fn summary(text: &str) -> String {
     let whole = flat[head.len()..].starts_with(' ');
     let cut = head.rfind(' ').filter(|&at| !whole && at > head.len() / 2).unwrap_or(head.len());
     format!("{}…", head[..cut].trim_end())
+}
+
+/// What the user is told while the session's state file cannot be read: the session's pruning
+/// starts afresh, and the next save sets the file aside rather than write over it.
+pub fn corrupt_state(path: &Path) -> String {
+    let shown = format::field(&path.display().to_string(), 400);
+    format!(
+        "▣ DCP | this session's state file {shown} could not be read: it is set aside as \
+         {shown}.corrupt-<time> (nothing of it is lost) and this session's pruning starts afresh"
+    )
+}
+
+/// Two notices, either of which may be absent, as one.
+pub fn joined(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+        (a, b) => a.or(b),
+    }
 }
 
 #[cfg(test)]

@@ -153,6 +153,23 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
 }
 
 #[test]
+fn a_corrupt_file_refreshed_before_its_first_save_is_set_aside_not_overwritten() {
+    // The sidecar refreshes a session on every request; the refresh took the corrupt file's
+    // version as known, so the save wrote over it without reading it or setting it aside.
+    let dir = tempfile::tempdir().unwrap();
+    let name = "ses_0a1b2c3d4e5fTruncatedJson.json";
+    let original = fixture_state(name);
+    std::fs::write(dir.path().join(name), &original).unwrap();
+    let id = name.trim_end_matches(".json");
+    let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+    m.observe_newest(id, 0).unwrap();
+    m.observe_newest(id, 0).unwrap();
+    let aside = m.save_now(id).unwrap().expect("the corrupt file is set aside");
+    assert_eq!(std::fs::read(&aside).unwrap(), original, "nothing of the corrupt file is lost");
+    assert!(m.save_now(id).unwrap().is_none(), "the new, valid file is not set aside");
+}
+
+#[test]
 fn saves_leave_no_temp_files() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);

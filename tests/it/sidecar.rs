@@ -471,3 +471,29 @@ fn counting_outputs_ahead_changes_no_answer_and_no_count() {
     assert_eq!(state_ahead, state_plain);
     assert!(state_plain["byStrategy"]["deduplication"]["tools"].as_u64().unwrap() > 100, "{state_plain}");
 }
+
+/// The bug: a state file that could not be read was reported only in OpenCode's log; the
+/// person using the TUI was never told that the session's pruning had started afresh.
+#[test]
+fn a_state_file_that_cannot_be_read_is_told_to_the_user_and_set_aside() {
+    let s = Sandbox::new();
+    std::fs::create_dir_all(s.state_dir()).unwrap();
+    let path = s.state_dir().join(format!("{DB_SESSION}.json"));
+    std::fs::write(&path, b"{\"prune\": {\"toolIds\": [").unwrap();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
+    let notice = result["notify"].as_str().unwrap();
+    assert!(notice.starts_with("▣ DCP | this session's state file "), "{notice}");
+    assert!(notice.contains("could not be read: it is set aside as "), "{notice}");
+    assert!(notice.contains("\n▣ DCP | in force: -"), "the prunes are told too: {notice}");
+    sidecar.shutdown();
+    let aside: Vec<_> = std::fs::read_dir(s.state_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("{DB_SESSION}.json.corrupt-")))
+        .collect();
+    assert_eq!(aside.len(), 1, "set aside once: {aside:?}");
+    assert_eq!(std::fs::read(s.state_dir().join(&aside[0])).unwrap(), b"{\"prune\": {\"toolIds\": [");
+    assert!(state_file(&s)["dcp"].is_object(), "a valid file is written in its place");
+}

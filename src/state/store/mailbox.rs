@@ -1,0 +1,69 @@
+//! The mailbox between the writer task and the store: the outcome of each finished save, by
+//! session, which the store takes in before the next request, and what each session's last
+//! save wrote, so a later save of this process does not read its own write as news.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::state::persist::{Stamp, Synced, Written};
+use crate::state::SessionState;
+
+/// Outcomes of finished saves, by session id, waiting for the store to take them in. The
+/// writer task posts to it; the store reads it before the next request.
+#[derive(Debug, Default, Clone)]
+pub struct Mailbox(Arc<Mutex<Boxes>>);
+
+#[derive(Debug, Default)]
+struct Boxes {
+    posted: HashMap<String, Posted>,
+    /// The job number and what it wrote, of each session's last write, kept after the
+    /// outcome is taken in.
+    written: HashMap<String, (u64, Written)>,
+}
+
+#[derive(Debug)]
+pub(super) struct Posted {
+    seq: u64,
+    pub(super) stamp: Option<Stamp>,
+    /// The merged state, kept when a save took in another process's changes.
+    pub(super) merged: Option<SessionState>,
+}
+
+impl Mailbox {
+    pub(super) fn post(&self, id: &str, seq: u64, synced: Synced) {
+        let Ok(mut boxes) = self.0.lock() else {
+            return;
+        };
+        // A later job may take this write for its own only if it wrote nothing but this
+        // process's state. One that merged another process's changes is news to a job
+        // handed out before it was taken in: that job must read it, or it would overwrite them.
+        match synced.written {
+            Some(written) if !synced.foreign => {
+                boxes.written.insert(id.to_string(), (seq, written));
+            }
+            _ => {
+                boxes.written.remove(id);
+            }
+        }
+        let entry = boxes.posted.entry(id.to_string()).or_insert(Posted { seq, stamp: None, merged: None });
+        // A later save after a merge read the file that merge wrote (see above), so it has
+        // those changes too, and its own merge replaces the earlier one.
+        entry.seq = seq;
+        entry.stamp = synced.stamp;
+        entry.merged = synced.merged;
+    }
+
+    pub(super) fn take(&self, id: &str, seq: u64) -> Option<Posted> {
+        let mut boxes = self.0.lock().ok()?;
+        if boxes.posted.get(id).is_some_and(|p| p.seq == seq) {
+            return boxes.posted.remove(id);
+        }
+        None
+    }
+
+    /// What session `id`'s last save wrote, if that save came before job number `seq`.
+    pub(super) fn written(&self, id: &str, seq: u64) -> Option<Written> {
+        let boxes = self.0.lock().ok()?;
+        boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, written)| *written)
+    }
+}
