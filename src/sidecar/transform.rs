@@ -187,9 +187,7 @@ enum Changed {
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
     let mut laps = Laps::start();
-    if cx.slot.state.session_name.is_none() {
-        cx.slot.state.session_name = cx.session.title.clone();
-    }
+    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
@@ -212,7 +210,9 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let collapsed = ranges::collapse_turn(cx);
     let applied_now = apply_pending(cx);
     laps.lap("apply");
-    let changed = compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
+    // An unreadable state file is set aside by the save a change brings.
+    let corrupt = cx.slot.corrupt.is_some();
+    let changed = corrupt || compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
@@ -233,8 +233,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
     cx.slot.state.ledger = cx.session.ledger;
-    let corrupt = cx.slot.corrupt.as_deref().map(texts::notice::corrupt_state);
-    let notify = texts::notice::joined(corrupt, notification(cx, applied_now.as_ref(), &recorded_now));
+    let told = cx.slot.corrupt.as_deref().map(texts::notice::corrupt_state);
+    let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
     if changed {
         cx.slot.mark_changed();
     }

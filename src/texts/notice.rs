@@ -140,7 +140,7 @@ fn summary(text: &str) -> String {
 pub fn corrupt_state(path: &Path) -> String {
     let shown = format::field(&path.display().to_string(), 400);
     format!(
-        "▣ DCP | this session's state file {shown} could not be read: it is set aside as \
+        "▣ DCP | this session's state file could not be read: it is set aside as \
          {shown}.corrupt-<time> (nothing of it is lost) and this session's pruning starts afresh"
     )
 }

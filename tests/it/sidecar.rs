@@ -484,8 +484,8 @@ fn a_state_file_that_cannot_be_read_is_told_to_the_user_and_set_aside() {
     let messages = recorded_messages(&s);
     let result = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages.clone()}));
     let notice = result["notify"].as_str().unwrap();
-    assert!(notice.starts_with("▣ DCP | this session's state file "), "{notice}");
-    assert!(notice.contains("could not be read: it is set aside as "), "{notice}");
+    assert!(notice.starts_with("▣ DCP | this session's state file could not be read: it is set aside as "), "{notice}");
+    assert!(notice.contains(&format!("{DB_SESSION}.json.corrupt-<time> (nothing of it is lost)")), "{notice}");
     assert!(notice.contains("\n▣ DCP | in force: -"), "the prunes are told too: {notice}");
     sidecar.shutdown();
     let aside: Vec<_> = std::fs::read_dir(s.state_dir())

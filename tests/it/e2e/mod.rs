@@ -16,6 +16,7 @@ mod registry;
 mod savings;
 mod scenarios;
 mod tui;
+mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
 mod tui_turns;
