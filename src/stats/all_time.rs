@@ -104,7 +104,11 @@ fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io:
                         known.files.clear();
                         return Ok(AllTime::default());
                     }
-                    return Err(e);
+                    let words = persist::in_words(dir, &e);
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot read state dir {}: {words}", dir.display()),
+                    ));
                 }
             }
         }
