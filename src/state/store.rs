@@ -6,7 +6,9 @@
 //! [`Slot`] per session id. When a newer compaction summary (an assistant message with
 //! `summary: true`) appears, the session's prune list and token cache are cleared, its stats
 //! are kept, and it is due to be saved. A corrupt state file is reported once by name; the
-//! session starts afresh, and the file is set aside when the state is first saved.
+//! session starts afresh, and the file is set aside when the state is first saved. A save
+//! that fails is told to the session once per run of failures ([`SaveNews`]), and so is the
+//! save that works again.
 //!
 //! Other processes may write the same state file: a CLI sweep, a second OpenCode. Saves are
 //! read-merge-writes under the file's lock ([`persist::sync`]), so none of their updates is
