@@ -188,11 +188,11 @@ pub fn load_path(path: &Path) -> LoadOutcome {
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
             return LoadOutcome::Missing
         }
-        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Err(e) => return corrupt(format!("cannot read it: {}", in_words(path, &e))),
         Ok(file) => file,
     };
     match file.metadata() {
-        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Err(e) => return corrupt(format!("cannot read it: {}", in_words(path, &e))),
         // A FIFO or a device would block the read, or never end: only plain files are read.
         Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
         Ok(m) if m.len() > MAX_STATE_BYTES => {
@@ -203,7 +203,7 @@ pub fn load_path(path: &Path) -> LoadOutcome {
     let mut bytes = Vec::new();
     let read = std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, MAX_STATE_BYTES + 1), &mut bytes);
     match read {
-        Err(e) => corrupt(format!("cannot read it: {e}")),
+        Err(e) => corrupt(format!("cannot read it: {}", in_words(path, &e))),
         Ok(n) if n as u64 > MAX_STATE_BYTES => corrupt(format!("it grew past the {MAX_STATE_BYTES}-byte limit")),
         Ok(_) => match parse(&bytes) {
             Ok(state) => LoadOutcome::Loaded(Box::new(state)),
