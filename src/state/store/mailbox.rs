@@ -120,3 +120,33 @@ impl Mailbox {
         boxes.written.get(id).filter(|(s, _)| *s < seq).map(|(_, written)| *written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved() -> Synced {
+        Synced { merged: None, stamp: None, foreign: false, aside: None, written: None, skipped: false }
+    }
+
+    #[test]
+    fn a_run_of_failed_saves_is_news_once_and_the_save_that_ends_it_once_if_the_failure_was_told() {
+        let mailbox = Mailbox::default();
+        mailbox.post_failure("ses_a", "cannot create state dir X: X is not a directory".into());
+        mailbox.post_failure("ses_a", "cannot create state dir X: X is not a directory".into());
+        assert_eq!(
+            mailbox.news("ses_a"),
+            Some(SaveNews::Failing("cannot create state dir X: X is not a directory".into()))
+        );
+        mailbox.post_failure("ses_a", "cannot write state file X/ses_a.json: the disk is full".into());
+        assert_eq!(mailbox.news("ses_a"), None, "the same run of failures");
+        mailbox.post("ses_a", 1, saved());
+        assert_eq!(mailbox.news("ses_a"), Some(SaveNews::SavedAgain));
+        assert_eq!(mailbox.news("ses_a"), None);
+
+        // Failed and saved again before anything was told: nothing to tell.
+        mailbox.post_failure("ses_b", "cannot write state file Y: the disk is full".into());
+        mailbox.post("ses_b", 1, saved());
+        assert_eq!(mailbox.news("ses_b"), None);
+    }
+}
