@@ -104,11 +104,8 @@ fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io:
                         known.files.clear();
                         return Ok(AllTime::default());
                     }
-                    let words = persist::in_words(dir, &e);
-                    return Err(std::io::Error::new(
-                        e.kind(),
-                        format!("cannot read state dir {}: {words}", dir.display()),
-                    ));
+                    // The caller names what it was doing; the error names the path and the cause.
+                    return Err(std::io::Error::new(e.kind(), persist::in_words(dir, &e)));
                 }
             }
         }

@@ -161,7 +161,7 @@ fn a_state_dir_that_is_a_file_is_named_with_the_cause_in_words_by_stats_and_by_t
     let dir = s.state_dir().display().to_string();
     let answer = sidecar.call("command", json!({"sessionID": "ses_test", "arguments": "stats"}));
     let message = answer["error"]["message"].as_str().unwrap_or_else(|| panic!("{answer}"));
-    assert_eq!(message, format!("cannot read state dir {dir}: {dir} is not a directory"));
+    assert_eq!(message, format!("cannot read the state files in {dir}: {dir} is not a directory"));
     sidecar.shutdown();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains(&format!("cannot create state dir {dir}: {dir} is not a directory")), "{text}");
