@@ -218,6 +218,8 @@ async fn write_all(
                 }
                 retry.insert(id, job);
             }
+            // The runtime stopped with the sidecar before a retry could run.
+            Err(e) if e.is_cancelled() => tracing::warn!("dcp stopped before the state of {id} could be saved"),
             Err(e) => tracing::error!("state save task failed: {e}"),
         }
     }
