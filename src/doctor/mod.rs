@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::config;
 use crate::host::paths::{self, Env};
+use crate::state::persist;
 
 pub use install::{platform, PACKAGE};
 
@@ -240,11 +241,14 @@ fn without_key(text: &str, key: &str) -> Option<String> {
     Some(value.to_string())
 }
 
+/// What the user loses while the state dir cannot be written.
+const UNSAVED: &str = "until then pruning is not saved, and a restart loses it";
+
 /// The state dir exists and takes a new file, or can be created.
 fn state_dir(dir: &Path) -> Check {
     const NAME: &str = "state dir";
     if let Some(what) = not_a_dir(dir) {
-        let message = format!("{}: {what}; pruning cannot be remembered until it is removed", dir.display());
+        let message = format!("{}: {what}; move it away, and dcp creates the dir ({UNSAVED})", dir.display());
         return Check::new(NAME, Status::Fail, message);
     }
     if dir.is_dir() {
@@ -262,7 +266,7 @@ fn state_dir(dir: &Path) -> Check {
             Err(e) => Check::new(
                 NAME,
                 Status::Fail,
-                format!("{}: cannot write there ({e}); pruning would not be remembered", dir.display()),
+                format!("{}: cannot write there, {} ({UNSAVED})", dir.display(), persist::in_words(dir, &e)),
             ),
         };
     }
@@ -270,7 +274,8 @@ fn state_dir(dir: &Path) -> Check {
         return Check::new(NAME, Status::Fail, format!("{}: no parent dir exists", dir.display()));
     };
     if !existing.is_dir() {
-        let message = format!("{}: cannot be created, {} is not a directory", dir.display(), existing.display());
+        let (dir, existing) = (dir.display(), existing.display());
+        let message = format!("{dir}: cannot be created, {existing} is not a directory; move it away ({UNSAVED})");
         return Check::new(NAME, Status::Fail, message);
     }
     match probe_write(existing) {
@@ -278,7 +283,7 @@ fn state_dir(dir: &Path) -> Check {
         Err(e) => Check::new(
             NAME,
             Status::Fail,
-            format!("{}: cannot be created, {} is not writable ({e})", dir.display(), existing.display()),
+            format!("{}: cannot be created, {} ({UNSAVED})", dir.display(), persist::in_words(existing, &e)),
         ),
     }
 }

@@ -76,7 +76,9 @@ impl Server {
         let mut session = crate::stats::session(sid, &slot.state);
         session.title = session.title.or(title);
         let cache_dir = self.options.env.cache_dir();
-        let all = self.all_time.all_time(self.store.dir(), Some(&cache_dir)).map_err(internal)?;
+        let dir = self.store.dir();
+        let all = self.all_time.all_time(dir, Some(&cache_dir));
+        let all = all.map_err(|e| internal(format!("cannot read the state files in {}: {e}", dir.display())))?;
         Ok(crate::report::stats(Some(&session), &all))
     }
 

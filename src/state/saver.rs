@@ -7,7 +7,8 @@
 //! over a channel, so saves of a session happen in order. Jobs that pile up while a write is
 //! in flight are coalesced: only the newest state of each session is written, with the
 //! journals of all of them. A failed save (full disk, read-only dir) is logged once per
-//! session and retried later; pruning goes on in memory meanwhile.
+//! session and retried later; pruning goes on in memory meanwhile, and the job posts the
+//! failure to the store's mailbox, so that the session's next answer tells the user once.
 //!
 //! A save that would write what this process last wrote to the file, but for `lastUpdated`,
 //! writes nothing (`persist::sync`). The policy's ledger (`dcp.ledger`) moves with every
@@ -217,6 +218,8 @@ async fn write_all(
                 }
                 retry.insert(id, job);
             }
+            // The runtime stopped with the sidecar before a retry could run.
+            Err(e) if e.is_cancelled() => tracing::warn!("dcp stopped before the state of {id} could be saved"),
             Err(e) => tracing::error!("state save task failed: {e}"),
         }
     }

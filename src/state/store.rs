@@ -6,7 +6,9 @@
 //! [`Slot`] per session id. When a newer compaction summary (an assistant message with
 //! `summary: true`) appears, the session's prune list and token cache are cleared, its stats
 //! are kept, and it is due to be saved. A corrupt state file is reported once by name; the
-//! session starts afresh, and the file is set aside when the state is first saved.
+//! session starts afresh, and the file is set aside when the state is first saved. A save
+//! that fails is told to the session once per run of failures ([`SaveNews`]), and so is the
+//! save that works again.
 //!
 //! Other processes may write the same state file: a CLI sweep, a second OpenCode. Saves are
 //! read-merge-writes under the file's lock ([`persist::sync`]), so none of their updates is
@@ -32,7 +34,7 @@ mod changes;
 mod mailbox;
 
 pub use changes::ChangesMark;
-pub use mailbox::Mailbox;
+pub use mailbox::{Mailbox, SaveNews};
 
 /// One live session.
 #[derive(Debug)]
@@ -41,6 +43,8 @@ pub struct Slot {
     pub tokens: TokenCounter,
     /// The unreadable state file found at load; the first save sets it aside.
     pub corrupt: Option<PathBuf>,
+    /// What the person is to be told of the session's saves with the next answer.
+    pub save_news: Option<SaveNews>,
     /// Whether the state changed since it was last handed out for saving. The policy's
     /// ledger, which moves with every request, does not count: see [`Slot::unsaved`].
     dirty: bool,
@@ -213,7 +217,8 @@ impl SaveJob {
         // one as its base; what that one wrote is no news to it either.
         let last = self.mailbox.written(&self.session_id, self.seq);
         let known: Vec<Stamp> = self.base.into_iter().chain(last.map(|w| w.stamp)).collect();
-        let mut synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, &known, last)?;
+        let synced = persist::sync(&self.dir, &self.session_id, &self.state, &self.journal, &known, last);
+        let mut synced = synced.inspect_err(|e| self.mailbox.post_failure(&self.session_id, crate::error_chain(e)))?;
         if synced.skipped {
             tracing::debug!(session = self.session_id, "save skipped: the file already says the same");
         }
@@ -294,6 +299,7 @@ impl SessionStore {
                 state,
                 tokens: TokenCounter::new(self.estimator),
                 corrupt,
+                save_news: None,
                 dirty: false,
                 revision: 0,
                 resets: 0,
@@ -310,7 +316,7 @@ impl SessionStore {
     }
 
     /// Takes in what happened to session `id`'s file since the state was last synced: the
-    /// outcome of this process's last save, or another process's write. While a save of
+    /// outcome of this process's last save (and [`Slot::save_news`]), or another process's write. While a save of
     /// this process is still in flight nothing is read: that save merges, and its outcome
     /// is taken in next time.
     pub fn refresh(&mut self, id: &str) -> Result<(), StateError> {
@@ -320,6 +326,11 @@ impl SessionStore {
         if loaded == Loaded::Now {
             return Ok(());
         }
+        slot.save_news = match (slot.save_news.take(), mailbox.news(id)) {
+            // Saves failed and succeeded again before the person was told: nothing to tell.
+            (Some(SaveNews::Failing(_)), Some(SaveNews::SavedAgain)) => None,
+            (before, news) => news.or(before),
+        };
         if slot.absorbed < slot.handed {
             let Some(posted) = mailbox.take(id, slot.handed) else {
                 return Ok(());

@@ -104,7 +104,8 @@ fn all_time(known: &mut Known, dir: &Path, cache_dir: Option<&Path>) -> std::io:
                         known.files.clear();
                         return Ok(AllTime::default());
                     }
-                    return Err(e);
+                    // The caller names what it was doing; the error names the path and the cause.
+                    return Err(std::io::Error::new(e.kind(), persist::in_words(dir, &e)));
                 }
             }
         }

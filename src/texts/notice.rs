@@ -12,6 +12,7 @@ use std::path::Path;
 use crate::config::Notification;
 use crate::format;
 use crate::state::blocks::{Block, Origin};
+use crate::state::store::{SaveNews, Slot};
 use crate::state::{Action, PruneRecord, Strategy};
 
 /// What stays "applied when it pays" until a rewrite pays for the prompt cache.
@@ -143,6 +144,31 @@ pub fn corrupt_state(path: &Path) -> String {
         "▣ DCP | this session's state file could not be read: it is set aside as \
          {shown}.corrupt-<time> (nothing of it is lost) and this session's pruning starts afresh"
     )
+}
+
+/// What the user is told with this answer of the session's state file, if anything: that it
+/// could not be read ([`corrupt_state`]), and what became of its saves since the last answer
+/// ([`save_news`]), which is told once.
+pub fn state_file(slot: &mut Slot) -> Option<String> {
+    let news = slot.save_news.take().map(|news| save_news(&news));
+    joined(slot.corrupt.as_deref().map(corrupt_state), news)
+}
+
+/// What the user is told when the session's saves start to fail, or work again after they
+/// were told so. The failure names what failed, the path and the cause (see
+/// `crate::state::persist::Cause`); a save that works again is told, so that the user does not
+/// go on believing the session's pruning is lost on a restart.
+pub fn save_news(news: &SaveNews) -> String {
+    match news {
+        SaveNews::Failing(error) => format!(
+            "▣ DCP | this session's pruning cannot be saved: {}. It goes on in memory but is lost \
+             when OpenCode restarts; dcp retries the save, and `dcp doctor` checks the state dir",
+            format::field(error, 800)
+        ),
+        SaveNews::SavedAgain => {
+            "▣ DCP | this session's pruning is saved again: a restart no longer loses it".to_string()
+        }
+    }
 }
 
 /// Two notices, either of which may be absent, as one.

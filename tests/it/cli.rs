@@ -392,3 +392,14 @@ fn readme_shows_what_the_first_command_prints() {
         "README's block:\n{block}\n\nis not a run of what `dcp context` prints:\n{out}"
     );
 }
+
+/// The bug: with a file where the state dir should be, `dcp stats` said "Not a directory (os
+/// error 20)" without the path that is not one, and `dcp sweep` "File exists (os error 17)".
+#[test]
+fn a_file_for_a_state_dir_is_named_as_not_a_directory_by_stats_and_sweep() {
+    let s = Sandbox::new();
+    std::fs::remove_dir_all(s.state_dir()).unwrap();
+    std::fs::write(s.state_dir(), "not a dir").unwrap();
+    insta::assert_snapshot!(dcp(&s, &["stats", "--session", DB_SESSION]));
+    insta::assert_snapshot!(dcp(&s, &["sweep", "--session", DB_SESSION, "4"]));
+}

@@ -179,3 +179,19 @@ fn doctor_names_a_binary_that_does_not_run() {
         "{out}"
     );
 }
+
+/// The tester's state dir: `storage/plugin/dcp` a plain file. The doctor names it, what to do,
+/// and what is lost meanwhile.
+#[test]
+fn doctor_names_a_file_where_the_state_dir_should_be_with_the_fix() {
+    let i = Install::new();
+    i.name_plugin(&format!("dcp-opencode@{VERSION}"));
+    i.write("data/opencode/storage/plugin/dcp", "a file where the dir should be");
+    let out = i.doctor(&[]);
+    let line = out.lines().find(|l| l.contains("state dir")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        line,
+        "  FAIL  state dir     [HOME]/data/opencode/storage/plugin/dcp: a regular file is there, not a directory; move \
+         it away, and dcp creates the dir (until then pruning is not saved, and a restart loses it)"
+    );
+}

@@ -96,3 +96,74 @@ fn a_temp_file_left_by_a_killed_save_is_replaced_not_piled_up() {
     names.sort();
     assert_eq!(names, [".ses_t.lock", "ses_t.json"]);
 }
+
+/// The state dir made a plain file, for the sidecar of `s` with saves retried every 50 ms; its
+/// stderr goes to the returned log.
+fn sidecar_on_a_file_for_a_state_dir(s: &Sandbox) -> (Sidecar, std::path::PathBuf) {
+    std::fs::remove_dir_all(s.state_dir()).unwrap();
+    std::fs::write(s.state_dir(), "not a dir").unwrap();
+    let log = s.dir.path().join("sidecar.log");
+    let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
+    (Sidecar::spawn_with(s, Some(IMMEDIATE), &[("DCP_SAVE_RETRY_MS", "50")], stderr), log)
+}
+
+/// The notice of request `i` of session `ses_test`, with the prunes it made.
+fn notice(sidecar: &mut Sidecar, i: u64) -> String {
+    let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": duplicate_reads(i)}));
+    assert_eq!(crate::sidecar::prunes(&result, "edits").len(), 1, "request {i} was not pruned: {result}");
+    result["notify"].as_str().unwrap_or_default().to_string()
+}
+
+/// The bug: the TUI showed prunes "in force" and never said that nothing was being saved (only
+/// OpenCode's log did); after a restart every prune was gone.
+#[test]
+fn a_save_that_fails_is_told_once_in_the_session_s_notice_and_so_is_the_save_that_works_again() {
+    let s = Sandbox::new();
+    let (mut sidecar, log) = sidecar_on_a_file_for_a_state_dir(&s);
+    let first = notice(&mut sidecar, 1);
+    assert!(!first.contains("cannot be saved"), "no save has failed yet: {first}");
+    let failed = || std::fs::read_to_string(&log).unwrap_or_default().contains("pruning goes on in memory");
+    assert!(poll(failed, Duration::from_secs(10)), "no save failed");
+    let told = notice(&mut sidecar, 2);
+    let dir = s.state_dir().display().to_string();
+    let expected = format!(
+        "▣ DCP | this session's pruning cannot be saved: cannot create state dir {dir}: {dir} is not a \
+         directory. It goes on in memory but is lost when OpenCode restarts; dcp retries the save, and \
+         `dcp doctor` checks the state dir\n▣ DCP | in force: -"
+    );
+    assert!(told.starts_with(&expected), "{told}");
+    // Retries fail every 50 ms meanwhile: the same failure is not told again.
+    std::thread::sleep(Duration::from_millis(4 * 50));
+    let again = notice(&mut sidecar, 3);
+    assert!(again.starts_with("▣ DCP | in force: -") && !again.contains("saved"), "{again}");
+
+    std::fs::remove_file(s.state_dir()).unwrap();
+    std::fs::create_dir(s.state_dir()).unwrap();
+    let file = s.state_dir().join("ses_test.json");
+    assert!(poll(|| file.exists(), Duration::from_secs(10)), "the state was never saved");
+    let saved = notice(&mut sidecar, 4);
+    assert!(
+        saved.starts_with("▣ DCP | this session's pruning is saved again: a restart no longer loses it\n"),
+        "{saved}"
+    );
+    let after = notice(&mut sidecar, 5);
+    assert!(!after.contains("saved"), "told once: {after}");
+    sidecar.shutdown();
+}
+
+/// The bug: `/dcp stats` with a file for a state dir answered "Not a directory (os error 20)",
+/// naming no path, and a failed save "cannot create state dir X: File exists (os error 17)".
+#[test]
+fn a_state_dir_that_is_a_file_is_named_with_the_cause_in_words_by_stats_and_by_the_save() {
+    let s = Sandbox::new();
+    let (mut sidecar, log) = sidecar_on_a_file_for_a_state_dir(&s);
+    notice(&mut sidecar, 1);
+    let dir = s.state_dir().display().to_string();
+    let answer = sidecar.call("command", json!({"sessionID": "ses_test", "arguments": "stats"}));
+    let message = answer["error"]["message"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(message, format!("cannot read the state files in {dir}: {dir} is not a directory"));
+    sidecar.shutdown();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(&format!("cannot create state dir {dir}: {dir} is not a directory")), "{text}");
+    assert!(!text.contains("os error"), "{text}");
+}

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{validate_session_id, StateError};
+use super::{validate_session_id, Cause, StateError};
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, fsync, rename,
 /// then fsync of the directory so the rename itself is durable.
@@ -99,14 +99,15 @@ pub fn stamp(path: &Path) -> Option<Stamp> {
 pub fn lock(dir: &Path, id: &str) -> Result<fs::File, StateError> {
     validate_session_id(id)?;
     let dir = &super::file_dir(dir, id);
-    fs::create_dir_all(dir).map_err(|source| StateError::CreateDir { path: dir.to_path_buf(), source })?;
+    fs::create_dir_all(dir)
+        .map_err(|e| StateError::CreateDir { path: dir.to_path_buf(), source: Cause::new(dir, e) })?;
     let path = dir.join(format!(".{id}.lock"));
     let open = || {
         let file = open_lock(&path)?;
         file.lock()?;
         Ok(file)
     };
-    open().map_err(|source| StateError::Lock { path: path.clone(), source })
+    open().map_err(|e| StateError::Lock { source: Cause::new(&path, e), path })
 }
 
 /// Opens the lock file at `path`, creating it, without following a link. The lock file is
@@ -139,6 +140,7 @@ pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
     let mut target = path.as_os_str().to_owned();
     target.push(format!(".corrupt-{stamp}"));
     let target = PathBuf::from(target);
-    fs::rename(path, &target).map_err(|source| StateError::SetAside { path: path.to_path_buf(), source })?;
+    fs::rename(path, &target)
+        .map_err(|e| StateError::SetAside { path: path.to_path_buf(), source: Cause::new(path, e) })?;
     Ok(target)
 }

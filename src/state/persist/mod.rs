@@ -14,6 +14,7 @@
 //! dcp's ([`render`]), `fs.rs` writes atomically, locks, stamps and sets aside, and `merge.rs`
 //! brings two processes' states together.
 
+mod cause;
 mod fs;
 mod layout;
 mod merge;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use super::{PruneRecord, SessionState};
 
+pub use self::cause::{in_words, not_a_dir, Cause};
 pub use self::fs::{lock, set_aside, stamp, write_atomic, Stamp};
 pub use self::merge::merge;
 pub use self::parse::{parse, FormatError};
@@ -66,25 +68,25 @@ pub enum StateError {
     Write {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: Cause,
     },
     #[error("cannot create state dir {path}")]
     CreateDir {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: Cause,
     },
     #[error("cannot lock {path}")]
     Lock {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: Cause,
     },
     #[error("cannot set aside corrupt state file {path}")]
     SetAside {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: Cause,
     },
 }
 
@@ -186,11 +188,11 @@ pub fn load_path(path: &Path) -> LoadOutcome {
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
             return LoadOutcome::Missing
         }
-        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Err(e) => return corrupt(format!("cannot read it: {}", in_words(path, &e))),
         Ok(file) => file,
     };
     match file.metadata() {
-        Err(e) => return corrupt(format!("cannot read it: {e}")),
+        Err(e) => return corrupt(format!("cannot read it: {}", in_words(path, &e))),
         // A FIFO or a device would block the read, or never end: only plain files are read.
         Ok(m) if !m.is_file() => return corrupt("not a regular file".to_string()),
         Ok(m) if m.len() > MAX_STATE_BYTES => {
@@ -201,7 +203,7 @@ pub fn load_path(path: &Path) -> LoadOutcome {
     let mut bytes = Vec::new();
     let read = std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, MAX_STATE_BYTES + 1), &mut bytes);
     match read {
-        Err(e) => corrupt(format!("cannot read it: {e}")),
+        Err(e) => corrupt(format!("cannot read it: {}", in_words(path, &e))),
         Ok(n) if n as u64 > MAX_STATE_BYTES => corrupt(format!("it grew past the {MAX_STATE_BYTES}-byte limit")),
         Ok(_) => match parse(&bytes) {
             Ok(state) => LoadOutcome::Loaded(Box::new(state)),
@@ -280,7 +282,12 @@ pub fn sync(
     if let Some(last) = last.filter(same) {
         return Ok(Synced { merged, stamp: current, foreign, aside, written: Some(last), skipped: true });
     }
-    write_atomic(&path, &bytes).map_err(|source| StateError::Write { path: path.clone(), source })?;
+    write_atomic(&path, &bytes).map_err(|e| {
+        // A new file is made in the file's dir: a refusal is the dir's, unless the file's own
+        // name is taken by a directory.
+        let at = if e.kind() == std::io::ErrorKind::IsADirectory { &path } else { &file_dir(dir, id) };
+        StateError::Write { path: path.clone(), source: Cause::new(at, e) }
+    })?;
     let now = stamp(&path);
     let written = now.map(|stamp| Written { stamp, digest });
     Ok(Synced { merged, stamp: now, foreign, aside, written, skipped: false })

@@ -19,6 +19,7 @@ mod tui;
 mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
+mod tui_state_dir;
 mod tui_turns;
 
 use std::path::{Path, PathBuf};
