@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::context::{Analysis, Range, RangeStatus, Status};
-use crate::format;
+use crate::context::{Analysis, Pruned, Range, RangeStatus, Status};
+use crate::format::{self, Keep, PANE_WIDTH};
 use crate::state::blocks::Origin;
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
@@ -12,7 +12,7 @@ use crate::stats::{AllTime, Figures, Net, SessionStats};
 /// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "{}", format::fit(header, PANE_WIDTH, Keep::Start));
     let _ = writeln!(
         out,
         "{} messages, {} tool calls; tokens counted with {}",
@@ -52,17 +52,18 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         of(Status::Proposed)
     );
     for p in &analysis.pruned {
-        let _ = writeln!(
-            out,
-            "  {:<22} {:<6} {:<17} {:<9} {:>7}  {}",
-            format::field(&p.call_id, 64),
-            format::field(&p.tool, 64),
+        let prefix = format!(
+            "  {:<20} {:<9} {:<16} {:<8} {:>7}  ",
+            format::fit(&p.call_id, 20, Keep::End),
+            format::fit(&p.tool, 9, Keep::Start),
             p.strategy,
             p.status.name(),
-            format::thousands(p.tokens),
-            p.key.as_deref().map(|k| format::field(&format::shorten(k, 50), 256)).unwrap_or_default()
+            format::thousands(p.tokens)
         );
+        let key = p.key.as_deref().map(|k| format::fit(k, room(&prefix), Keep::End)).unwrap_or_default();
+        let _ = writeln!(out, "{}", format!("{prefix}{key}").trim_end());
     }
+    legend(&mut out, &analysis.pruned);
     out
 }
 
@@ -79,7 +80,7 @@ fn ranges(out: &mut String, ranges: &[Range]) {
     let of = |status: RangeStatus| active.iter().filter(|r| r.status == status).count();
     let restored = match ranges.len() - active.len() {
         0 => String::new(),
-        n => format!("; {n} restored with /dcp decompress, sent in full"),
+        n => format!("; {n} restored, sent in full"),
     };
     let (in_force, waiting) = (of(RangeStatus::InForce), of(RangeStatus::Waiting));
     let _ = writeln!(out, "Compressed ranges ({in_force} in force, {waiting} waiting for the policy{restored})");
@@ -93,16 +94,16 @@ fn ranges(out: &mut String, ranges: &[Range]) {
             (Some(from), Some(to)) => format!("{from}..{to}"),
             _ => "not in the history".to_string(),
         };
-        let line = format!(
-            "  {:<5} {:<13} {:<24} {:<8} {:>7}  {}",
-            r.block,
-            span,
+        let prefix = format!(
+            "  {:<5} {:<13} {:<24} {:<8} {:>7}  ",
+            format::fit(&r.block, 5, Keep::End),
+            format::fit(&span, 13, Keep::End),
             made_by(r),
             r.status.name(),
-            format::thousands(r.tokens),
-            format::field(&format::shorten(&r.topic, 50), 256)
+            format::thousands(r.tokens)
         );
-        let _ = writeln!(out, "{}", line.trim_end());
+        let topic = format::fit(&r.topic, room(&prefix), Keep::Start);
+        let _ = writeln!(out, "{}", format!("{prefix}{topic}").trim_end());
     }
     let rest: Vec<&Range> = (0..active.len()).filter(|i| !largest.contains(i)).map(|i| active[i]).collect();
     if !rest.is_empty() {
@@ -111,6 +112,24 @@ fn ranges(out: &mut String, ranges: &[Range]) {
         let _ = writeln!(out, "  … and {more}, {tokens} tokens (/dcp decompress lists every range)");
     }
     let _ = writeln!(out);
+}
+
+/// The columns a row's last field (a key, a topic) has after `prefix`, within [`PANE_WIDTH`].
+fn room(prefix: &str) -> usize {
+    PANE_WIDTH.saturating_sub(prefix.chars().count())
+}
+
+/// What the pruned list's strategies a user cannot know mean, one line each, for those shown.
+fn legend(out: &mut String, pruned: &[Pruned]) {
+    const MEANINGS: [(&str, &str); 2] = [
+        ("imported", "pruned by an older DCP, whose state file did not record why"),
+        ("other", "pruned by a strategy of a newer dcp"),
+    ];
+    for (strategy, meaning) in MEANINGS {
+        if pruned.iter().any(|p| p.strategy == strategy) {
+            let _ = writeln!(out, "  {strategy}: {meaning}");
+        }
+    }
 }
 
 /// Who made a range, as the context report says it.
