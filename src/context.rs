@@ -151,16 +151,12 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     let mut previous = before.total;
     let in_force = measure(&rewritten(messages, &in_force_only(&scratch)), counter);
     if !scratch.pruned.is_empty() || scratch.blocks.active().next().is_some() {
-        // Calls the in-force step counted, which the waiting one leaves out.
-        let mut counted: std::collections::HashSet<String> = std::collections::HashSet::new();
         for status in [Status::InForce, Status::Waiting] {
             let applied = status == Status::InForce;
             let upto = if applied { in_force_only(&scratch) } else { scratch.clone() };
             let after = measure(&rewritten(messages, &upto), counter).total;
             let of: Vec<_> = scratch.pruned.iter().filter(|(_, r)| r.applied == applied).collect();
-            let tools = calls_taken_out(&history, &scratch, status, &counted);
-            counted.extend(of.iter().map(|(id, _)| id.to_string()));
-            counted.extend(ranged_calls(&scratch, status).map(str::to_string));
+            let tools = of.len() as u64 + ranged_in(&history, &scratch, status);
             steps.push(Step { step: status.name(), tokens: after, saved: previous.saturating_sub(after), tools });
             previous = after;
             pruned.extend(of.into_iter().map(|(id, record)| describe(calls, id, record, status)));
@@ -240,27 +236,16 @@ fn ranges(messages: &[Message], state: &SessionState) -> Vec<Range> {
         .collect()
 }
 
-/// The calls of the active ranges of `state` in force or waiting, as `status` says.
-fn ranged_calls(state: &SessionState, status: Status) -> impl Iterator<Item = &str> {
+/// How many calls of the history the active ranges of `state` in force or waiting (as
+/// `status` says) stand for. `/dcp stats` counts them among the tools pruned, besides the
+/// prunes recorded one by one (a call pruned, then taken into a range, counts in both), and so
+/// does the report's Tools column.
+fn ranged_in(history: &History<'_>, state: &SessionState, status: Status) -> u64 {
     let applied = status == Status::InForce;
-    let blocks = state.blocks.active().filter(move |b| b.applied == applied);
-    blocks.flat_map(|b| b.effective_tools.iter().map(String::as_str))
-}
-
-/// How many calls of the history the prunes and ranges of `state` in force or waiting (as
-/// `status` says) take out of requests, each once and none of `counted`: the calls a range stands for
-/// count, as `/dcp stats` counts them.
-fn calls_taken_out(
-    history: &History<'_>,
-    state: &SessionState,
-    status: Status,
-    counted: &std::collections::HashSet<String>,
-) -> u64 {
-    let applied = status == Status::InForce;
-    let pruned = state.pruned.iter().filter(|(_, r)| r.applied == applied).map(|(id, _)| id.as_str());
-    let ids: std::collections::HashSet<&str> = pruned.chain(ranged_calls(state, status)).collect();
-    let fresh = |c: &&ToolCall<'_>| ids.contains(&*c.call_id) && !counted.contains(&*c.call_id);
-    history.calls.iter().filter(fresh).count() as u64
+    let blocks = state.blocks.active().filter(|b| b.applied == applied);
+    let ids: std::collections::HashSet<&str> =
+        blocks.flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect();
+    history.calls.iter().filter(|c| ids.contains(&*c.call_id)).count() as u64
 }
 
 /// `state` with only its prunes and ranges in force.

@@ -12,7 +12,11 @@ use crate::stats::{AllTime, Figures, Net, SessionStats};
 /// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", format::fit(header, PANE_WIDTH, Keep::Start));
+    match header.chars().count() {
+        n if n <= PANE_WIDTH => writeln!(out, "{header}"),
+        _ => writeln!(out, "{}", format::fit(header, PANE_WIDTH, Keep::Start)),
+    }
+    .unwrap_or_default();
     let _ = writeln!(
         out,
         "{} messages, {} tool calls; tokens counted with {}",
