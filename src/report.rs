@@ -265,6 +265,41 @@ mod tests {
         }
     }
 
+    /// Fields of any length keep every line within the pane: a long title, call id, tool name,
+    /// key, range id, span and topic, and a topic with a terminal escape.
+    #[test]
+    fn every_line_fits_the_pane_whatever_the_fields_hold() {
+        let long = |c: &str| c.repeat(150);
+        let pruned = Pruned {
+            call_id: long("i"),
+            tool: long("t"),
+            key: Some(long("/k")),
+            strategy: "supersede-writes",
+            action: "output",
+            tokens: 12_345_678,
+            recorded: true,
+            status: Status::Waiting,
+        };
+        let mut wide = range(123_456, Origin::Agent);
+        (wide.from, wide.topic) = (Some("m1000000".into()), format!("\u{1b}[31m{}", long("topic ")));
+        let analysis = Analysis {
+            estimator: "test",
+            messages: 1,
+            tool_calls: 1,
+            before: Breakdown::default(),
+            in_force: Breakdown::default(),
+            after: Breakdown::default(),
+            steps: Vec::new(),
+            pruned: vec![Pruned { strategy: "imported", ..pruned.clone() }, pruned],
+            ranges: vec![wide, Range { status: RangeStatus::Restored, ..range(1, Origin::FinishedTurn) }],
+        };
+        let text = context(&format!("Session \"{}\" (ses_1)", long("title ")), &analysis);
+        let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > PANE_WIDTH).collect();
+        assert!(wide.is_empty(), "{wide:#?}");
+        assert!(text.contains("\n  imported: pruned by an older DCP"), "{text}");
+        assert!(text.contains("/k/k/k\n") && !text.contains('\u{1b}'), "{text}");
+    }
+
     /// Thirty ranges take a dozen lines: those that remove most, in history order, then one
     /// line for the rest.
     #[test]
