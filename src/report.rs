@@ -1,4 +1,7 @@
 //! Text renderings shared by the CLI and `/dcp` in OpenCode: the context report and stats.
+//! The context report is read in OpenCode's message area, so every line of it fits
+//! [`PANE_WIDTH`] columns: a row's last field (a key, a topic) gets the columns left, cut at
+//! the end that tells less (a path keeps its file name, a topic its start).
 
 use std::fmt::Write as _;
 
@@ -12,11 +15,11 @@ use crate::stats::{AllTime, Figures, Net, SessionStats};
 /// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
-    match header.chars().count() {
-        n if n <= PANE_WIDTH => writeln!(out, "{header}"),
-        _ => writeln!(out, "{}", format::fit(header, PANE_WIDTH, Keep::Start)),
+    match header.chars().count() <= PANE_WIDTH {
+        true => out.push_str(header),
+        false => out.push_str(&format::fit(header, PANE_WIDTH, Keep::Start)),
     }
-    .unwrap_or_default();
+    out.push('\n');
     let _ = writeln!(
         out,
         "{} messages, {} tool calls; tokens counted with {}",
