@@ -156,7 +156,7 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
             let upto = if applied { in_force_only(&scratch) } else { scratch.clone() };
             let after = measure(&rewritten(messages, &upto), counter).total;
             let of: Vec<_> = scratch.pruned.iter().filter(|(_, r)| r.applied == applied).collect();
-            let tools = of.len() as u64;
+            let tools = of.len() as u64 + ranged_in(&history, &scratch, status);
             steps.push(Step { step: status.name(), tokens: after, saved: previous.saturating_sub(after), tools });
             previous = after;
             pruned.extend(of.into_iter().map(|(id, record)| describe(calls, id, record, status)));
@@ -234,6 +234,18 @@ fn ranges(messages: &[Message], state: &SessionState) -> Vec<Range> {
             }
         })
         .collect()
+}
+
+/// How many calls of the history the active ranges of `state` in force or waiting (as
+/// `status` says) stand for. `/dcp stats` counts them among the tools pruned, besides the
+/// prunes recorded one by one (a call pruned, then taken into a range, counts in both), and so
+/// does the report's Tools column.
+fn ranged_in(history: &History<'_>, state: &SessionState, status: Status) -> u64 {
+    let applied = status == Status::InForce;
+    let blocks = state.blocks.active().filter(|b| b.applied == applied);
+    let ids: std::collections::HashSet<&str> =
+        blocks.flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect();
+    history.calls.iter().filter(|c| ids.contains(&*c.call_id)).count() as u64
 }
 
 /// `state` with only its prunes and ranges in force.

@@ -218,6 +218,35 @@ pub fn shorten(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
+/// Columns a TUI pane shows without wrapping a line: OpenCode's message area in a terminal of
+/// 118 columns. Every line of the context report fits in it.
+pub const PANE_WIDTH: usize = 96;
+
+/// Which end of a long field [`fit`] keeps: a title's start, a path's end (its file name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    Start,
+    End,
+}
+
+/// `text` on one line, escaped as [`terminal`] does, in at most `max` characters: cut with `…`
+/// at the end it does not keep. The escapes count, for they take columns on the screen too.
+pub fn fit(text: &str, max: usize, keep: Keep) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let shown = terminal(&flat, Lines::One);
+    let n = shown.chars().count();
+    if n <= max {
+        return shown.into_owned();
+    }
+    let Some(room) = max.checked_sub(1) else {
+        return String::new();
+    };
+    match keep {
+        Keep::Start => format!("{}…", shown.chars().take(room).collect::<String>()),
+        Keep::End => format!("…{}", shown.chars().skip(n - room).collect::<String>()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +280,16 @@ mod tests {
         let clean = "Fix the café's ünïcode 🦀 title";
         assert!(matches!(terminal(clean, Lines::One), std::borrow::Cow::Borrowed(_)));
         assert_eq!(title(&"é".repeat(300)).len(), MAX_TITLE_BYTES + '…'.len_utf8());
+    }
+
+    #[test]
+    fn fit_keeps_the_end_asked_for_and_counts_the_escapes_in_the_width() {
+        assert_eq!(fit("/home/me/project/src/parser.py", 14, Keep::End), "…src/parser.py");
+        assert_eq!(fit("A long   session\ntitle", 9, Keep::Start), "A long s…");
+        assert_eq!(fit("ab\u{1b}[31m", 20, Keep::Start), "ab\\x1b[31m");
+        assert_eq!(fit("\u{1b}\u{1b}\u{1b}", 6, Keep::End), "…b\\x1b");
+        assert_eq!(fit("short", 0, Keep::End), "");
+        assert_eq!(fit("héllo wörld", 11, Keep::End), "héllo wörld");
     }
 
     #[test]

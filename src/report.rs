@@ -1,9 +1,12 @@
 //! Text renderings shared by the CLI and `/dcp` in OpenCode: the context report and stats.
+//! The context report is read in OpenCode's message area, so every line of it fits
+//! [`PANE_WIDTH`] columns: a row's last field (a key, a topic) gets the columns left, cut at
+//! the end that tells less (a path keeps its file name, a topic its start).
 
 use std::fmt::Write as _;
 
-use crate::context::{Analysis, Range, RangeStatus, Status};
-use crate::format;
+use crate::context::{Analysis, Pruned, Range, RangeStatus, Status};
+use crate::format::{self, Keep, PANE_WIDTH};
 use crate::state::blocks::Origin;
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
@@ -12,7 +15,11 @@ use crate::stats::{AllTime, Figures, Net, SessionStats};
 /// waiting for the policy and those proposed now too); then the steps and the pruned calls.
 pub fn context(header: &str, analysis: &Analysis) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{header}");
+    match header.chars().count() <= PANE_WIDTH {
+        true => out.push_str(header),
+        false => out.push_str(&format::fit(header, PANE_WIDTH, Keep::Start)),
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "{} messages, {} tool calls; tokens counted with {}",
@@ -52,17 +59,18 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         of(Status::Proposed)
     );
     for p in &analysis.pruned {
-        let _ = writeln!(
-            out,
-            "  {:<22} {:<6} {:<17} {:<9} {:>7}  {}",
-            format::field(&p.call_id, 64),
-            format::field(&p.tool, 64),
+        let prefix = format!(
+            "  {:<20} {:<9} {:<16} {:<8} {:>7}  ",
+            format::fit(&p.call_id, 20, Keep::End),
+            format::fit(&p.tool, 9, Keep::Start),
             p.strategy,
             p.status.name(),
-            format::thousands(p.tokens),
-            p.key.as_deref().map(|k| format::field(&format::shorten(k, 50), 256)).unwrap_or_default()
+            format::thousands(p.tokens)
         );
+        let key = p.key.as_deref().map(|k| format::fit(k, room(&prefix), Keep::End)).unwrap_or_default();
+        let _ = writeln!(out, "{}", format!("{prefix}{key}").trim_end());
     }
+    legend(&mut out, &analysis.pruned);
     out
 }
 
@@ -79,7 +87,7 @@ fn ranges(out: &mut String, ranges: &[Range]) {
     let of = |status: RangeStatus| active.iter().filter(|r| r.status == status).count();
     let restored = match ranges.len() - active.len() {
         0 => String::new(),
-        n => format!("; {n} restored with /dcp decompress, sent in full"),
+        n => format!("; {n} restored, sent in full"),
     };
     let (in_force, waiting) = (of(RangeStatus::InForce), of(RangeStatus::Waiting));
     let _ = writeln!(out, "Compressed ranges ({in_force} in force, {waiting} waiting for the policy{restored})");
@@ -93,16 +101,16 @@ fn ranges(out: &mut String, ranges: &[Range]) {
             (Some(from), Some(to)) => format!("{from}..{to}"),
             _ => "not in the history".to_string(),
         };
-        let line = format!(
-            "  {:<5} {:<13} {:<24} {:<8} {:>7}  {}",
-            r.block,
-            span,
+        let prefix = format!(
+            "  {:<5} {:<13} {:<24} {:<8} {:>7}  ",
+            format::fit(&r.block, 5, Keep::End),
+            format::fit(&span, 13, Keep::End),
             made_by(r),
             r.status.name(),
-            format::thousands(r.tokens),
-            format::field(&format::shorten(&r.topic, 50), 256)
+            format::thousands(r.tokens)
         );
-        let _ = writeln!(out, "{}", line.trim_end());
+        let topic = format::fit(&r.topic, room(&prefix), Keep::Start);
+        let _ = writeln!(out, "{}", format!("{prefix}{topic}").trim_end());
     }
     let rest: Vec<&Range> = (0..active.len()).filter(|i| !largest.contains(i)).map(|i| active[i]).collect();
     if !rest.is_empty() {
@@ -111,6 +119,24 @@ fn ranges(out: &mut String, ranges: &[Range]) {
         let _ = writeln!(out, "  … and {more}, {tokens} tokens (/dcp decompress lists every range)");
     }
     let _ = writeln!(out);
+}
+
+/// The columns a row's last field (a key, a topic) has after `prefix`, within [`PANE_WIDTH`].
+fn room(prefix: &str) -> usize {
+    PANE_WIDTH.saturating_sub(prefix.chars().count())
+}
+
+/// What the pruned list's strategies a user cannot know mean, one line each, for those shown.
+fn legend(out: &mut String, pruned: &[Pruned]) {
+    const MEANINGS: [(&str, &str); 2] = [
+        ("imported", "pruned by an older DCP, whose state file did not record why"),
+        ("other", "pruned by a strategy of a newer dcp"),
+    ];
+    for (strategy, meaning) in MEANINGS {
+        if pruned.iter().any(|p| p.strategy == strategy) {
+            let _ = writeln!(out, "  {strategy}: {meaning}");
+        }
+    }
 }
 
 /// Who made a range, as the context report says it.
@@ -240,6 +266,41 @@ mod tests {
             topic: String::new(),
             status: if i == 30 { RangeStatus::Waiting } else { RangeStatus::InForce },
         }
+    }
+
+    /// Fields of any length keep every line within the pane: a long title, call id, tool name,
+    /// key, range id, span and topic, and a topic with a terminal escape.
+    #[test]
+    fn every_line_fits_the_pane_whatever_the_fields_hold() {
+        let long = |c: &str| c.repeat(150);
+        let pruned = Pruned {
+            call_id: long("i"),
+            tool: long("t"),
+            key: Some(long("/k")),
+            strategy: "supersede-writes",
+            action: "output",
+            tokens: 12_345_678,
+            recorded: true,
+            status: Status::Waiting,
+        };
+        let mut wide = range(123_456, Origin::Agent);
+        (wide.from, wide.topic) = (Some("m1000000".into()), format!("\u{1b}[31m{}", long("topic ")));
+        let analysis = Analysis {
+            estimator: "test",
+            messages: 1,
+            tool_calls: 1,
+            before: Breakdown::default(),
+            in_force: Breakdown::default(),
+            after: Breakdown::default(),
+            steps: Vec::new(),
+            pruned: vec![Pruned { strategy: "imported", ..pruned.clone() }, pruned],
+            ranges: vec![wide, Range { status: RangeStatus::Restored, ..range(1, Origin::FinishedTurn) }],
+        };
+        let text = context(&format!("Session \"{}\" (ses_1)", long("title ")), &analysis);
+        let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > PANE_WIDTH).collect();
+        assert!(wide.is_empty(), "{wide:#?}");
+        assert!(text.contains("\n  imported: pruned by an older DCP"), "{text}");
+        assert!(text.contains("/k/k/k\n") && !text.contains('\u{1b}'), "{text}");
     }
 
     /// Thirty ranges take a dozen lines: those that remove most, in history order, then one

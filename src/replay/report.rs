@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::cost::{Totals, Ttl};
+use super::steps::Recorded;
 use super::{Mode, SessionReplay};
 use crate::format::thousands;
 
@@ -224,6 +225,16 @@ fn cell(t: &Totals, none: &Totals, figure: Figure) -> String {
     }
 }
 
+/// The recorded session's cost as the modes' is weighed, from the provider's cache counts;
+/// `-` when the provider reported no cache reads or writes, for then its counts do not say
+/// what the cache made of the requests.
+fn recorded_cost(rec: &Recorded) -> String {
+    if rec.cache_read == 0 && rec.cache_write == 0 {
+        return "-".to_string();
+    }
+    thousands((rec.input as f64 + 0.1 * rec.cache_read as f64 + 1.25 * rec.cache_write as f64).round() as u64)
+}
+
 /// A run's misses: how many steps, and their share of the steps.
 fn misses_cell(t: &Totals) -> String {
     format!("{} ({:.1}%)", t.misses, 100.0 * t.miss_share)
@@ -253,16 +264,10 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
         );
     }
     if let Some(rec) = &r.recorded {
-        let _ = writeln!(
-            out,
-            "  {:<18} {:>19} {:>19}     (provider's counts: {} input, {} cache reads, {} cache writes)",
-            "recorded",
-            thousands(rec.prompt()),
-            thousands((rec.input as f64 + 0.1 * rec.cache_read as f64 + 1.25 * rec.cache_write as f64).round() as u64),
-            thousands(rec.input),
-            thousands(rec.cache_read),
-            thousands(rec.cache_write)
-        );
+        let (input, read, write) = (thousands(rec.input), thousands(rec.cache_read), thousands(rec.cache_write));
+        let counts = format!("(provider's counts: {input} input, {read} cache reads, {write} cache writes)");
+        let (sent, cost) = (thousands(rec.prompt()), recorded_cost(rec));
+        let _ = writeln!(out, "  {:<18} {sent:>19} {cost:>19}     {counts}", "recorded");
     }
     let calls: Vec<String> = r
         .runs

@@ -262,6 +262,18 @@ fn replay_of_the_recorded_session() {
     insta::assert_snapshot!(dcp(&s, &["replay", "--session", DB_SESSION, "--mode", "immediate,deduplication"]));
 }
 
+/// The bug: the `recorded` row put the provider's input tokens under `cost` when the provider
+/// reported no cache reads or writes, a token count read as a cost.
+#[test]
+fn replay_s_recorded_row_leaves_the_cost_blank_when_the_provider_reported_no_cache_counts() {
+    let s = Sandbox::new();
+    let out = dcp(&s, &["replay", "--session", DB_SESSION, "--mode", "none"]);
+    let row = out.lines().find(|l| l.trim_start().starts_with("recorded ")).unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().take(3).collect();
+    assert_eq!(cells, ["recorded", "317,763", "-"], "{out}");
+    insta::assert_snapshot!(out);
+}
+
 #[test]
 fn replay_all_gives_the_ratios_over_every_session() {
     let s = Sandbox::new();

@@ -7,6 +7,7 @@ mod cli;
 mod compress;
 mod concurrency;
 mod config;
+mod context_text;
 mod crash;
 mod doctor;
 mod e2e;

@@ -171,6 +171,10 @@ pub fn filter(text: &str, lab_root: &str) -> String {
         out = out.replace(&format!("{} {}", &lab_root[..k], &lab_root[k..]), lab_root);
     }
     out = out.replace(lab_root, "[LAB]");
+    // `/dcp context` cuts a long path to its end: what it kept of the root is the root too.
+    for (k, _) in lab_root.char_indices().skip(1) {
+        out = out.replace(&format!("…{}/", &lab_root[k..]), "…[LAB]/");
+    }
     out = replace_words(&out, |w| w.starts_with("ses_") && w.len() == 30, "ses_[ID]");
     out = replace_words(&out, is_duration, "[T]");
     out

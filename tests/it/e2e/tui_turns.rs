@@ -61,5 +61,13 @@ fn tui_names_a_finished_turn_as_dcp_s_in_the_notice_decompress_stats_and_context
     assert!(ranges.starts_with(" (1 in force, 0 waiting for the policy)"), "{context}");
     let row = ranges.lines().nth(1).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_default();
     assert!(row.starts_with("b1 m2..m3 finished turn (dcp) in force "), "{context}");
+    // The in-force row counts the calls the range stands for, as `/dcp stats` counts them.
+    let words = |text: &str, first: &str| -> Vec<String> {
+        let line = text.lines().map(str::trim_start).find(|l| l.starts_with(first) && !l.contains("now:"));
+        line.unwrap_or_default().split_whitespace().map(str::to_string).collect()
+    };
+    let pruned = words(&stats, "Pruned (DCP):");
+    let tools = pruned.iter().rev().nth(1).cloned().unwrap_or_default();
+    assert_eq!(words(&context, "in force ").last(), Some(&tools), "stats:\n{stats}\ncontext:\n{context}");
     assert!(no_new_request(&lab, requests), "a /dcp command went to the model");
 }

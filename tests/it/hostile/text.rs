@@ -7,13 +7,18 @@ use crate::support::{dcp, dcp_in, Sandbox, Sidecar, DB_SESSION};
 /// Sets a clipboard (OSC 52), clears the screen, reverses the line and fakes another.
 const HOSTILE: &str = "x\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}[2J\u{202e}\u{9b}31m\r\nFAKE";
 
-/// Asserts `text` holds nothing a terminal would act on, and shows the hostile escape.
-fn assert_escaped(text: &str) {
+/// Asserts `text` holds nothing a terminal would act on.
+fn assert_inert(text: &str) {
     let acts =
         |c: char| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     if let Some(c) = text.chars().find(|c| acts(*c)) {
         panic!("{c:?} reaches the terminal: {text:?}");
     }
+}
+
+/// Asserts `text` holds nothing a terminal would act on, and shows the hostile escape.
+fn assert_escaped(text: &str) {
+    assert_inert(text);
     assert!(text.contains("x\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\u{202e}\\u{9b}31m"), "{text:?}");
 }
 
@@ -52,7 +57,10 @@ fn a_file_path_and_a_tool_name_with_terminal_escapes_are_printed_escaped_by_cont
     let tool = format!("bash{HOSTILE}");
     let set = "UPDATE part SET data = json_set(data, '$.tool', ?1) WHERE json_extract(data, '$.callID') = 'call_23_0_60bf3b84'";
     sql(&s, set, [tool.as_str()]);
-    assert_escaped(&stdout(&dcp(&s, &["context", "--session", DB_SESSION])));
+    // `context` keeps the end of a key its pane has no room for: the path's file name.
+    let context = stdout(&dcp(&s, &["context", "--session", DB_SESSION]));
+    assert_inert(&context);
+    assert!(context.contains("\\u{202e}\\u{9b}31m FAKE.py\n"), "{context:?}");
     assert_escaped(&stdout(&dcp(&s, &["sweep", "--session", DB_SESSION, "--dry-run"])));
 }
 
