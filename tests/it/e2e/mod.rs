@@ -271,6 +271,21 @@ impl Lab {
         }
     }
 
+    /// Runs one exploring prompt (a read, then an answer) and waits until dcp saved its state:
+    /// the session's id and its state file, for tests that replace that file.
+    pub fn explored_session(&self) -> (String, PathBuf) {
+        let turns = vec![
+            scenarios::read("p1.parser", "src/parser.py"),
+            fake_llm::Turn::text("p1.answer", "A parser with 12 sections."),
+        ];
+        self.prompt(None, "Explore the project.", turns);
+        let session = self.session_id();
+        // The sidecar saves the session as it exits.
+        let file = self.state_dir().join(format!("{session}.json"));
+        assert!(crate::support::poll(|| file.exists(), Duration::from_secs(30)), "no state file");
+        (session, file)
+    }
+
     /// The newest top-level session.
     pub fn session_id(&self) -> String {
         let conn =

@@ -3,7 +3,7 @@
 //! session goes on, and the unreadable file is kept, not written over.
 
 use super::fake_llm::Turn;
-use super::scenarios::{read, IMMEDIATE};
+use super::scenarios::IMMEDIATE;
 use super::tui::{block, Screen};
 use super::Lab;
 
@@ -16,11 +16,8 @@ const BROKEN: &[u8] = b"{\"prune\": {\"toolIds\": [\"call_";
 #[test]
 fn tui_tells_a_state_file_that_cannot_be_read_and_keeps_it() {
     let lab = Lab::new(IMMEDIATE);
-    let turns = vec![read("p1.parser", "src/parser.py"), Turn::text("p1.answer", "A parser with 12 sections.")];
-    lab.prompt(None, "Explore the project.", turns);
-    let session = lab.session_id();
-    let file = lab.state_dir().join(format!("{session}.json"));
-    assert!(crate::support::poll(|| file.exists(), std::time::Duration::from_secs(30)), "no state file");
+    // Once this dcp saved the session, the file is replaced.
+    let (session, file) = lab.explored_session();
     std::fs::write(&file, BROKEN).unwrap();
 
     lab.llm.push(vec![Turn::text("p2.answer", "The parser has 12 sections.")]);

@@ -2,8 +2,7 @@
 //! `/dcp decompress` answer from it (its unknown strategies as "other", its range of an
 //! unknown origin as a newer dcp's), print none of its text raw, and nothing is set aside.
 
-use super::fake_llm::Turn;
-use super::scenarios::{read, IMMEDIATE};
+use super::scenarios::IMMEDIATE;
 use super::tui::{no_new_request, wait_answer, Screen};
 use super::Lab;
 
@@ -17,12 +16,8 @@ fn answer(text: &str, command: &str) -> String {
 #[test]
 fn tui_answers_from_a_state_file_a_newer_dcp_wrote() {
     let lab = Lab::new(IMMEDIATE);
-    let turns = vec![read("p1.parser", "src/parser.py"), Turn::text("p1.answer", "A parser with 12 sections.")];
-    lab.prompt(None, "Explore the project.", turns);
-    let session = lab.session_id();
-    // Once this dcp saved the session (its sidecar saves as it exits), a newer dcp saves it.
-    let file = lab.state_dir().join(format!("{session}.json"));
-    assert!(crate::support::poll(|| file.exists(), std::time::Duration::from_secs(30)), "no state file");
+    // Once this dcp saved the session, the file is replaced.
+    let (session, file) = lab.explored_session();
     std::fs::write(&file, crate::newer_state::NEWER).unwrap();
     let screen = Screen::start(&lab, &["--session", &session]);
     let requests = lab.llm.log().len();
