@@ -166,8 +166,8 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         let mut found = strategies::automatic_one(strategy, &history, &scratch, rules, counter);
         if strategy == Strategy::Masking {
             // A range stands for its calls: the sidecar never masks them (`mask_pending`).
-            let ranged = |id: &str| scratch.blocks.active().any(|b| b.effective_tools.iter().any(|t| t == id));
-            found.retain(|d| !ranged(&d.call_id));
+            let ranged: std::collections::HashSet<&str> = scratch.blocks.active_calls().collect();
+            found.retain(|d| !ranged.contains(d.call_id.as_str()));
         }
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());

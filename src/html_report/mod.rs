@@ -19,7 +19,7 @@ use crate::host::DataDir;
 use crate::replay::{self, Mode, Options};
 use crate::state::persist::{self, LoadOutcome};
 use crate::state::savings::{Mark, Point};
-use crate::state::{Strategy, Tally};
+use crate::state::Strategy;
 use crate::stats::{self, AllTime, SessionStats};
 use crate::tokens::EstimatorChoice;
 
@@ -92,15 +92,17 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
         Strategy::reported_names().map(|name| StrategyRow { name, pruned: 0, in_force: 0, tools: 0 }).collect();
     for (id, path) in state_files(inputs.state_dir)? {
         let LoadOutcome::Loaded(state) = persist::load_path(&path) else { continue };
-        for row in strategies.iter_mut() {
-            let of = |s: &Strategy| s.name() == row.name;
-            let tallies = state.stats.by_strategy.iter().filter(|(s, _)| of(s)).map(|(_, t)| *t);
-            let tally = tallies.fold(Tally::default(), Tally::plus);
-            row.pruned += tally.tokens;
-            row.tools += tally.tools;
-            // Counted as `/dcp stats` counts what is in force: prunes and ranges alike.
-            let in_force = state.cuts().filter(|c| c.applied && of(&c.strategy)).map(|c| c.tokens);
-            row.in_force += in_force.sum::<u64>();
+        for (name, tally) in state.stats.reported() {
+            if let Some(row) = strategies.iter_mut().find(|r| r.name == name) {
+                row.pruned += tally.tokens;
+                row.tools += tally.tools;
+            }
+        }
+        // Counted as `/dcp stats` counts what is in force: prunes and ranges alike.
+        for cut in state.cuts().filter(|c| c.applied) {
+            if let Some(row) = strategies.iter_mut().find(|r| r.name == cut.strategy.name()) {
+                row.in_force += cut.tokens;
+            }
         }
         let source = if state.savings.trail.is_empty() { Source::Missing } else { Source::State };
         let points = state.savings.trail.clone();

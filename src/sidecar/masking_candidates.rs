@@ -32,8 +32,7 @@ pub(super) fn mask_pending(
         RewriteMode::Batched => index.mask_riders(messages, &slot.state, rules, &mut slot.tokens),
         RewriteMode::Immediate => Vec::new(),
     };
-    let ranged: rustc_hash::FxHashSet<&str> =
-        slot.state.blocks.active().flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect();
+    let ranged: rustc_hash::FxHashSet<&str> = slot.state.blocks.active_calls().collect();
     let flagged = candidates.iter().map(|c| (c, false)).chain(riders.iter().map(|c| (c, true)));
     flagged
         .filter(|(c, _)| ranged.is_empty() || !ranged.contains(index.candidate(c).0))

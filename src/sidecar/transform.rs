@@ -233,7 +233,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
     cx.slot.state.ledger = cx.session.ledger;
-    let told = texts::notice::state_file(cx.slot);
+    let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
     if changed {
         cx.slot.mark_changed();

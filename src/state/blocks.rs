@@ -115,6 +115,11 @@ impl Blocks {
         self.by_id.values().filter(|b| b.active)
     }
 
+    /// The tool calls the active ranges stand for, which no prune of its own need hide.
+    pub fn active_calls(&self) -> impl Iterator<Item = &str> {
+        self.active().flat_map(|b| b.effective_tools.iter().map(String::as_str))
+    }
+
     /// The strategy the stats count block `id` under: the agent's `compress` or dcp's
     /// finished turns, by its [`Origin`].
     pub fn strategy(&self, id: u32) -> Strategy {

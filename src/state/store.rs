@@ -316,9 +316,9 @@ impl SessionStore {
     }
 
     /// Takes in what happened to session `id`'s file since the state was last synced: the
-    /// outcome of this process's last save (and [`Slot::save_news`]), or another process's write. While a save of
-    /// this process is still in flight nothing is read: that save merges, and its outcome
-    /// is taken in next time.
+    /// outcome of this process's last save (and [`Slot::save_news`]), or another process's
+    /// write. While a save of this process is still in flight nothing is read: that save
+    /// merges, and its outcome is taken in next time.
     pub fn refresh(&mut self, id: &str) -> Result<(), StateError> {
         let path = persist::state_path(&self.dir, id)?;
         let mailbox = self.mailbox.clone();

@@ -12,7 +12,7 @@ use std::path::Path;
 use crate::config::Notification;
 use crate::format;
 use crate::state::blocks::{Block, Origin};
-use crate::state::store::{SaveNews, Slot};
+use crate::state::store::SaveNews;
 use crate::state::{Action, PruneRecord, Strategy};
 
 /// What stays "applied when it pays" until a rewrite pays for the prompt cache.
@@ -146,12 +146,11 @@ pub fn corrupt_state(path: &Path) -> String {
     )
 }
 
-/// What the user is told with this answer of the session's state file, if anything: that it
-/// could not be read ([`corrupt_state`]), and what became of its saves since the last answer
-/// ([`save_news`]), which is told once.
-pub fn state_file(slot: &mut Slot) -> Option<String> {
-    let news = slot.save_news.take().map(|news| save_news(&news));
-    joined(slot.corrupt.as_deref().map(corrupt_state), news)
+/// What the user is told with this answer of the session's state file, if anything: that the
+/// file at `corrupt` could not be read ([`corrupt_state`]), and what became of its saves since
+/// the last answer (`news`, [`save_news`]).
+pub fn state_file(corrupt: Option<&Path>, news: Option<&SaveNews>) -> Option<String> {
+    joined(corrupt.map(corrupt_state), news.map(save_news))
 }
 
 /// What the user is told when the session's saves start to fail, or work again after they
