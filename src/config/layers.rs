@@ -57,6 +57,8 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.collapseTurns", Kind::Bool),
     ("strategies.masking.workingCalls", Kind::Count),
     ("strategies.masking.workingFiles", Kind::Count),
+    ("strategies.masking.keepNamed", Kind::Count),
+    ("strategies.masking.keepQuoted", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),

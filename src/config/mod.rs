@@ -191,6 +191,14 @@ pub struct Masking {
     /// wrote is the agent's working material too: a file it is still reading around is one it
     /// may edit next (0: off; see `crate::strategies::masking`, "The working set").
     pub working_files: u32,
+    /// For this many steps after a follow-up prompt, the latest views of the files it names (by
+    /// path, name, or a directory of two or more components) stay whole (0: off; see
+    /// `crate::strategies::keep`, "Named by the person").
+    pub keep_named: u32,
+    /// A listing, search or written file that one of the agent's last this many steps quoted
+    /// stays whole: it is what the agent works from (0: off; see `crate::strategies::keep`,
+    /// "In use").
+    pub keep_quoted: u32,
     /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
     /// (their effect is on disk; see `crate::strategies::masking`).
     pub inputs: bool,
@@ -331,6 +339,16 @@ pub const WORKING_FILES: u32 = 0;
 /// tokens on the corpus's long runs at the same cost (BENCHMARKS.md, "Issue 24, stop 33").
 pub const KEEP_LAST: u32 = 6;
 
+/// Masking's default window of steps an output stays whole for after it was quoted
+/// (`strategies.masking.keepQuoted`): three, chosen on the corpus's interactive and long runs
+/// together (docs/results/keep.md).
+pub const KEEP_QUOTED: u32 = 3;
+
+/// Masking's default window of steps after a follow-up prompt in which the views of the files
+/// it names stay whole (`strategies.masking.keepNamed`): eight, the middle of the six to ten
+/// that miss least on the corpus's interactive sessions (docs/results/keep.md).
+pub const KEEP_NAMED: u32 = 8;
+
 impl Default for Masking {
     fn default() -> Self {
         Masking {
@@ -341,6 +359,8 @@ impl Default for Masking {
             on_rewrite: Window::default(),
             working_calls: 10,
             working_files: WORKING_FILES,
+            keep_named: KEEP_NAMED,
+            keep_quoted: KEEP_QUOTED,
             inputs: true,
             collapse_turns: true,
             protected_tools: Vec::new(),

@@ -10,6 +10,7 @@
 pub mod compress;
 pub mod dedup;
 pub mod incremental;
+pub mod keep;
 pub mod manual;
 pub mod masking;
 pub mod prunable;
