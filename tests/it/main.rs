@@ -19,6 +19,7 @@ mod host;
 mod hostile;
 mod import;
 mod index;
+mod keep;
 mod masking;
 mod newer_state;
 mod node;

@@ -33,7 +33,7 @@ fn paper_window_json(narrow: u32) -> String {
     )
 }
 
-fn masked(messages: &[Message], config: &Config) -> Vec<String> {
+pub(crate) fn masked(messages: &[Message], config: &Config) -> Vec<String> {
     let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let history = History::new(messages);

@@ -82,3 +82,18 @@ fn the_placeholder_names_the_call_and_says_it_can_be_run_again() {
     let bare = json!({"type": "tool", "callID": "c3", "tool": "lsp", "state": {"status": "completed"}});
     assert_eq!(placeholder(&bare), "[Output masked; run this lsp call again if needed]");
 }
+
+#[test]
+fn a_write_after_a_read_is_its_file_s_view_and_the_read_leaves_the_working_set() {
+    let content = "fn main() {}\n".repeat(40);
+    let mut calls = vec![
+        ("read", "read", json!({"filePath": "/p/a.rs"})),
+        ("write", "write", json!({"filePath": "/p/a.rs", "content": content})),
+    ];
+    let greps: Vec<String> = (0..7).map(|i| format!("g{i}")).collect();
+    calls.extend(greps.iter().map(|g| (g.as_str(), "grep", json!({"pattern": g}))));
+    calls.push(("edit", "edit", json!({"filePath": "/p/a.rs", "oldString": "x = 1", "newString": "x = 2"})));
+    // a.rs is being edited, but the agent edits the file it wrote, not the one it read before:
+    // the read is no working material, and goes with the other old outputs.
+    assert_eq!(taken(&session(&calls)), ["read", "write", "g0", "g1"]);
+}
