@@ -155,7 +155,6 @@ impl Prints {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
 }
 
 /// What one step quotes: every window of its quotes, in order, and which are not yet traced to

@@ -280,7 +280,8 @@ fn the_index_keeps_what_the_next_steps_need_as_the_batch_masking_does() {
     let ever: usize = (1..=session.steps.len())
         .step_by(4)
         .map(|k| {
-            let prefix: Vec<Message> = session.messages.iter().chain(session.steps[..k].iter().flatten()).cloned().collect();
+            let prefix: Vec<Message> =
+                session.messages.iter().chain(session.steps[..k].iter().flatten()).cloned().collect();
             masking::needed(&History::new(&prefix), &rules).iter().filter(|n| **n).count()
         })
         .sum();

@@ -64,9 +64,11 @@ fn a_follow_up_prompt_naming_a_file_keeps_that_file_s_latest_view() {
 /// A session of one task: a listing of long paths, then a read of each, interleaved with
 /// searches that push the listing out of masking's window; then other work.
 fn listing_then_reads(reads: usize, after: usize) -> Vec<Message> {
-    let path = |i: usize| format!("/home/someone/projects/a-rather-long-project-name/src/components/widgets/widget_{i}.tsx");
+    let path =
+        |i: usize| format!("/home/someone/projects/a-rather-long-project-name/src/components/widgets/widget_{i}.tsx");
     let listing: String = (0..reads).map(|i| path(i) + "\n").collect();
-    let mut b = SessionBuilder::new().user("port every widget").tool("ls", "glob", json!({"pattern": "**/*.tsx"}), &listing);
+    let mut b =
+        SessionBuilder::new().user("port every widget").tool("ls", "glob", json!({"pattern": "**/*.tsx"}), &listing);
     for i in 0..reads {
         b = b.tool(&format!("r{i}"), "read", json!({"filePath": path(i)}), &file_text(&format!("W{i}"), 40));
         b = b.tool(&format!("g{i}"), "grep", json!({"pattern": format!("use{i}")}), &file_text("hit", 40));

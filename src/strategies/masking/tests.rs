@@ -14,8 +14,7 @@ fn session(calls: &[(&str, &str, Value)]) -> Vec<Message> {
         let info =
             json!({"id": format!("m{}", i + 1), "sessionID": "s", "role": "assistant", "time": {"created": i + 1}});
         let state = json!({"status": "completed", "input": input, "output": "let x = 1;\n".repeat(80)});
-        let part =
-            json!({"id": format!("p{}", i + 1), "type": "tool", "callID": call, "tool": tool, "state": state});
+        let part = json!({"id": format!("p{}", i + 1), "type": "tool", "callID": call, "tool": tool, "state": state});
         out.push(Message::from_values(info, vec![part]));
     }
     out
