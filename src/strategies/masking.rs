@@ -41,9 +41,16 @@
 //! file the agent was editing is its material again only if it reads or edits it again, and a
 //! view carried on into later turns leaves the window only after they have re-billed it.
 //! A read of part of a file (`offset`, `limit`) supersedes no read of the whole: the agent
-//! looks again at a few lines and goes on editing from the file it saw whole.
+//! looks again at a few lines and goes on editing from the file it saw whole; a write
+//! supersedes every read before it (the agent edits the file it wrote, not the one it read).
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
+//!
+//! **What the next steps need** ([`needed`], `crate::strategies::keep`). Two more signals keep
+//! an output whole whatever its age: for `strategies.masking.keepNamed` steps after a
+//! follow-up prompt, the latest views of the files it names (a file's latest whole read or
+//! write, and the edits after it); and a listing, search or written file that one of the
+//! agent's last `strategies.masking.keepQuoted` steps quoted.
 //!
 //! **What goes first.** The outputs the agent quotes again (an edit's `oldString`, a new
 //! file built from an old one) are overwhelmingly the latest view of a file; a command's
