@@ -30,13 +30,19 @@ pub(super) struct RequestFacts {
     /// Whether an idle gap since a request dcp saw let the cache go cold (the first request
     /// has no gap, so it is not one).
     pub gap_went_cold: bool,
+    /// The session's cache prices, and the idle seconds after which its cache is cold (its
+    /// price sheet's TTL unless `rewrite.coldCacheSeconds` is set).
+    pub rates: crate::prices::Rates,
+    pub cold_after: u64,
 }
 
 impl RequestFacts {
     /// The facts of a request made `idle_seconds` after the session's last one.
     pub fn new(rules: &Rules, idle_seconds: Option<u64>) -> RequestFacts {
-        let cold_after = rules.config().rewrite.cold_cache_seconds;
+        let cold_after = rules.config().rewrite.cold_after(rules.sheet());
         RequestFacts {
+            rates: rules.sheet().rates,
+            cold_after,
             have: None,
             warm: 0,
             idle_seconds,

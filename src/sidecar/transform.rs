@@ -229,6 +229,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         tail: applied_now.as_ref().map_or(0, |a| a.tail),
         head: if offered { cx.head_tokens() } else { 0 },
         appended: append.iter().flat_map(|m| &m.parts).map(|p| cx.slot.tokens.count(&p.text)).sum(),
+        rates: cx.facts.rates,
     };
     charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
@@ -250,7 +251,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
     let unpruned = mirror.sizes().iter().sum();
-    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
+    session.baseline += policy::unpruned_cost(facts.rates, session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
 
@@ -287,7 +288,8 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         session.lists = ListsSent { answered, unanswered: 0 };
     }
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64, session.lists.unanswered) {
+    let rates = cx.facts.rates;
+    if !small_too && !policy::list_pays(rates, fresh, text.len().div_ceil(4) as u64, session.lists.unanswered) {
         return Vec::new();
     }
     session.list_shown = last;
@@ -360,6 +362,8 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         banked: session.ledger.banked,
         baseline: session.baseline,
         added: session.added,
+        rates: request.rates,
+        cold_after: request.cold_after,
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
