@@ -22,7 +22,9 @@
 //! it cost nothing):
 //!
 //! * when the cache is cold after an idle gap (`coldCacheSeconds`): free;
-//! * when the context passes `pressureRatio` of the model's window;
+//! * when the context passes `pressureRatio` of the model's window, and the batch removes at
+//!   least `spendMinShare` of it (a smaller one would re-bill the tail for little, and again
+//!   on the next request past the mark);
 //! * when `saved x (0.1 x horizon + 1.25) >= 1.15 x tail` and the rewrite is affordable: near
 //!   the tail (little to re-bill) this holds on the request itself; deep in the prompt only
 //!   for a cut big enough to pay back within the horizon.
@@ -454,7 +456,8 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
         return Some(Trigger::ColdCache);
     }
     if let Some(limit) = inputs.context_limit.filter(|l| *l > 0) {
-        if inputs.context as f64 >= config.pressure_ratio * limit as f64 {
+        let worth = inputs.pending as f64 >= config.spend_min_share * inputs.context as f64;
+        if inputs.context as f64 >= config.pressure_ratio * limit as f64 && worth {
             return Some(Trigger::Pressure);
         }
     }

@@ -95,9 +95,11 @@ fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
         Pending { tokens: 200, tail: 30_000, ..Pending::default() },
     ];
     assert_eq!(choose(&batched(), &base, &pending), None);
-    // Under pressure everything goes.
+    // Under pressure everything goes, once it is worth a re-bill (2% of the context).
     let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
-    assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
+    assert_eq!(choose(&batched(), &pressed, &pending), None);
+    let more = [pending[0], pending[1], Pending { tokens: 1_500, tail: 20_000, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &pressed, &more), Some((0, Trigger::Pressure)));
 }
 
 #[test]
@@ -351,7 +353,7 @@ fn every_list_the_agent_leaves_unanswered_doubles_what_the_next_must_name() {
 
 #[test]
 fn pressure_cold_cache_and_immediate_mode_apply() {
-    let i = Inputs { context: 90_000, tail: 80_000, pending: 100, context_limit: Some(128_000), ..Inputs::default() };
+    let i = Inputs { context: 90_000, tail: 80_000, pending: 2_000, context_limit: Some(128_000), ..Inputs::default() };
     assert_eq!(rewrite_trigger(&batched(), &i), Some(Trigger::Pressure));
     let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
     assert_eq!(rewrite_trigger(&batched(), &cold), Some(Trigger::ColdCache));
@@ -474,4 +476,12 @@ fn the_tools_ride_from_the_first_request_only_where_a_cache_reads_them() {
     assert!(cheap("anthropic-5m") && cheap("anthropic-1h") && cheap("openai") && cheap("local"));
     assert!(!cheap("none"));
     assert!(head_is_cheap(crate::prices::for_model("gpt-4o").unwrap().rates));
+}
+
+#[test]
+fn under_pressure_a_batch_too_small_to_matter_waits_for_more() {
+    let base = Inputs { context: 130_000, tail: 60_000, warm: 3, context_limit: Some(200_000), ..Inputs::default() };
+    // 2% of 130,000 is 2,600 tokens.
+    assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_000, ..base }), None);
+    assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_600, ..base }), Some(Trigger::Pressure));
 }

@@ -306,7 +306,7 @@ pub fn calibrate(fit: &Fit<'_>, messages: &[Message], runs: &[(Mode, Run)]) -> O
         error: if reported > 0.0 { modelled / reported - 1.0 } else { 0.0 },
         dcp: dcp_bill,
         effect: if reported > 0.0 { dcp_bill / reported } else { 1.0 },
-        money: money(fit.sheet, &usage, reported, dcp_bill),
+        money: money(fit.sheet, &usage, fit.totals.unwrap_or_default(), (reported, dcp_bill)),
     })
 }
 
@@ -348,16 +348,19 @@ fn dcp_rows<'a>(fit: &Fit<'_>, dcp: &'a Run, none: &[Row<'_>], prefixes: &FxHash
     rows
 }
 
-/// Both bills in money, where the sheet has money prices.
-fn money(sheet: &Sheet, usage: &Recorded, reported: f64, dcp: f64) -> Option<MoneyBill> {
+/// Both bills in money, where the sheet has money prices; the output and what the harness
+/// recorded, from the messages or else the run's row (`run`: a stream-json log's messages
+/// carry their output as streamed at their start, its row the run's).
+fn money(sheet: &Sheet, usage: &Recorded, run: Recorded, (reported, dcp): (f64, f64)) -> Option<MoneyBill> {
     let m = sheet.money.as_ref()?;
-    let output = m.output.unwrap_or(0.0) * usage.output as f64 / 1_000_000.0;
+    let output = m.output.unwrap_or(0.0) * usage.output.max(run.output) as f64 / 1_000_000.0;
+    let run_cost = run.cost;
     let cents = |x: f64| (x * 10_000.0).round() / 10_000.0;
     Some(MoneyBill {
         currency: m.currency.clone(),
         reported: cents(reported * m.input / 1_000_000.0 + output),
         dcp: cents(dcp * m.input / 1_000_000.0 + output),
-        recorded: (usage.cost > 0.0).then(|| cents(usage.cost)),
+        recorded: [usage.cost, run_cost].into_iter().find(|c| *c > 0.0).map(cents),
     })
 }
 

@@ -60,6 +60,10 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     let turns = main_turns(&cx, prompt);
     let duration = result.and_then(|r| r["duration_ms"].as_i64()).filter(|d| *d > 0);
     let cost = result.and_then(|r| r["total_cost_usd"].as_f64()).filter(|c| *c > 0.0);
+    // Each assistant line carries the usage as streamed when the message started: its input
+    // and cache counts are whole, its output is not (1 to 25 tokens). The `result` line has the
+    // run's output.
+    let output = result.and_then(|r| r["usage"]["output_tokens"].as_u64()).unwrap_or(0);
     let version = str_at(init, "claude_code_version");
     Ok(Session {
         name: meta.name.clone(),
@@ -72,7 +76,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         start_ms: meta.end_ms - duration.unwrap_or(0) - 60_000,
         duration_ms: duration,
         clock: Clock::Estimated,
-        totals: cost.map(|cost| Totals { tokens: Tokens::default(), cost }),
+        totals: Some(Totals { tokens: Tokens { output, ..Tokens::default() }, cost: cost.unwrap_or(0.0) }),
     })
 }
 

@@ -208,6 +208,7 @@ impl Writer<'_> {
             if totals.input + totals.cache_read + totals.cache_write == 0 {
                 totals = run.tokens;
             }
+            totals.output = totals.output.max(run.tokens.output);
             cost = if run.cost > 0.0 { run.cost } else { cost };
         }
         self.session_row(&scope, parent, (&totals, cost), (start, t))?;
