@@ -74,7 +74,7 @@ def session_rows(sessions, entry):
     print("|---|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for s in sessions:
         c, e = s["calibration"], entry.get(s["session_id"]) or {}
-        name = e.get("name", s["title"][:40]) + (" (subagent)" if s["parent_id"] else "")
+        name = e.get("name", s["title"][:40]) + (" / " + s["title"][:32] if s["parent_id"] else "")
         hit = "-" if c["hit_share"] is None else "%.2f" % c["hit_share"]
         print("| %s | %s | %d | %s | %s | %s | %.2f | %s | %d | %s | %s | %+.1f%% | %.2f | %.2f |" % (
             name, e.get("harness", "?"), c["requests"], s["sheet"]["name"], c["basis"],

@@ -89,16 +89,17 @@ fn parse_ttl(s: &str) -> Result<Ttl, String> {
 #[derive(Debug, Clone)]
 struct Given {
     label: String,
-    prices: Override,
+    /// Boxed: the command's arguments stay small beside the others'.
+    prices: Box<Override>,
 }
 
 fn parse_prices(s: &str) -> Result<Given, String> {
     let label = s.to_string();
     if s == "auto" {
-        return Ok(Given { label, prices: Override::default() });
+        return Ok(Given { label, prices: Box::default() });
     }
     if crate::prices::named(s).is_some() {
-        return Ok(Given { label, prices: Override { sheet: Some(s.to_string()), ..Override::default() } });
+        return Ok(Given { label, prices: Box::new(Override { sheet: Some(s.to_string()), ..Override::default() }) });
     }
     let path = Path::new(s);
     if !path.is_file() {
@@ -111,7 +112,7 @@ fn parse_prices(s: &str) -> Result<Given, String> {
     // Checked over a sheet without money: a cache price needs an input price to be a share of.
     let none = crate::prices::family("none").unwrap_or_default();
     prices.apply(none).map_err(|e| format!("{s}: {e}"))?;
-    Ok(Given { label: path.display().to_string(), prices })
+    Ok(Given { label: path.display().to_string(), prices: Box::new(prices) })
 }
 
 fn parse_mode(s: &str) -> Result<Vec<Mode>, String> {
@@ -143,7 +144,7 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
     });
     let options = Options {
         modes: args.mode.iter().flatten().copied().collect(),
-        prices: Prices { given: args.prices.prices.clone(), ttl: args.cache_ttl },
+        prices: Prices { given: (*args.prices.prices).clone(), ttl: args.cache_ttl },
         context_limit: Some(args.context_limit),
         overhead,
         config: config.clone(),

@@ -25,6 +25,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::calibrate::{Basis, Calibration};
 use super::cost::{Totals, Ttl};
 use super::steps::Recorded;
 use super::{Mode, SessionReplay};
@@ -310,7 +311,7 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
     if !calls.is_empty() {
         let _ = writeln!(out, "\nAgent discard/extract calls replayed ({}).", calls.join("; "));
     }
-    out.push_str(&super::calibrate::session_text(r.calibration.as_ref()));
+    out.push_str(&calibration_text(r.calibration.as_ref()));
     out.push('\n');
     out.push_str(&how(header, &[&r.sheet]));
     out
@@ -351,9 +352,89 @@ pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
         out.push('\n');
     }
     out.push_str(&misses_table(rows, &modes));
-    out.push_str(&super::calibrate::sessions_table(rows));
+    out.push_str(&calibration_table(rows));
     let _ = writeln!(out, "{} sessions.", rows.len());
     let sheets: Vec<&Sheet> = rows.iter().map(|r| &r.replay.sheet).collect();
     out.push_str(&how(header, &sheets));
     out
+}
+
+/// A session's calibration as `dcp replay --session` prints it: nothing without one.
+pub fn calibration_text(c: Option<&Calibration>) -> String {
+    let Some(c) = c else { return String::new() };
+    let basis = match c.basis {
+        Basis::Requests => format!("{} requests", c.requests),
+        Basis::Totals => "the run's totals only, so its error is 0 by construction".to_string(),
+    };
+    let t = |x: f64| thousands(x.round().max(0.0) as u64);
+    let mut out = format!(
+        "\nCalibrated on the provider's usage ({basis}): a fixed prefix of {} tokens, {:.2} provider tokens per o200k token, {} cold requests.\n",
+        c.fixed_prefix, c.token_ratio, c.cold
+    );
+    let _ = writeln!(
+        out,
+        "  reported {}, modelled without pruning {} ({:+.1}%), dcp {} ({:.2} of the reported bill)",
+        t(c.reported),
+        t(c.modelled),
+        100.0 * c.error,
+        t(c.dcp),
+        c.effect
+    );
+    if let Some(m) = &c.money {
+        let recorded = m.recorded.map(|r| format!("; the harness recorded {r:.2}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  in money, output included: {:.2} {} reported, {:.2} with dcp{recorded}",
+            m.reported, m.currency, m.dcp
+        );
+    }
+    out
+}
+
+/// The calibration of every session that has one, as `dcp replay --all` prints it: nothing
+/// when none has.
+pub fn calibration_table(rows: &[Row<'_>]) -> String {
+    let calibrated: Vec<(&str, &Calibration)> =
+        rows.iter().filter_map(|r| Some((r.replay.session_id.as_str(), r.replay.calibration.as_ref()?))).collect();
+    if calibrated.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("Calibrated on the provider's usage: bills in tokens at the input price.\n");
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>5} {:>12} {:>12} {:>7} {:>7}",
+        "session", "reqs", "reported", "modelled", "error", "dcp"
+    );
+    for (id, c) in &calibrated {
+        let t = |x: f64| thousands(x.round().max(0.0) as u64);
+        let (reported, modelled) = (t(c.reported), t(c.modelled));
+        let _ = writeln!(
+            out,
+            "  {id:<34} {:>5} {reported:>12} {modelled:>12} {:>+6.1}% {:>7.2}",
+            c.requests,
+            100.0 * c.error,
+            c.effect
+        );
+    }
+    let mut errors: Vec<f64> = calibrated.iter().map(|(_, c)| c.error.abs()).collect();
+    let mut effects: Vec<f64> = calibrated.iter().map(|(_, c)| c.effect).collect();
+    let (error, effect) = (median(&mut errors), median(&mut effects));
+    let worst = errors.last().copied().unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "  median error {:.1}%, worst {:.1}%; dcp's median {effect:.2} of the reported bill\n",
+        100.0 * error,
+        100.0 * worst
+    );
+    out
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }

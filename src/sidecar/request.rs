@@ -37,6 +37,20 @@ pub(super) struct RequestFacts {
 }
 
 impl RequestFacts {
+    /// What the policy weighs of this request before the session's balances: its warm run,
+    /// idle gap, window and prices.
+    pub fn inputs(&self) -> crate::policy::Inputs {
+        let (warm, idle_seconds, context_limit) = (self.warm, self.idle_seconds, self.context_limit);
+        let (rates, cold_after) = (self.rates, self.cold_after);
+        crate::policy::Inputs { warm, idle_seconds, context_limit, rates, cold_after, ..Default::default() }
+    }
+
+    /// The request's balance before what dcp did on it: whether the cache went cold, and the
+    /// prices.
+    pub fn request(&self) -> crate::policy::Request {
+        crate::policy::Request { cold: self.gap_went_cold, rates: self.rates, ..Default::default() }
+    }
+
     /// The facts of a request made `idle_seconds` after the session's last one.
     pub fn new(rules: &Rules, idle_seconds: Option<u64>) -> RequestFacts {
         let cold_after = rules.config().rewrite.cold_after(rules.sheet());
