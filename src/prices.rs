@@ -210,11 +210,12 @@ impl Override {
         *self == Override::default()
     }
 
-    /// The override that gives `sheet` whatever it is applied to.
+    /// The override that gives `sheet` whatever it is applied to (a `custom` one: applied to a
+    /// sheet that caches).
     pub fn exactly(sheet: &Sheet) -> Override {
         let money = sheet.money.as_ref();
         Override {
-            sheet: Some(sheet.name.clone()),
+            sheet: named(&sheet.name).is_some().then(|| sheet.name.clone()),
             input: money.map(|m| m.input),
             output: money.and_then(|m| m.output),
             cache_read: money.map(|m| m.input * sheet.rates.read),

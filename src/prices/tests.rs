@@ -45,9 +45,11 @@ fn an_override_replaces_what_it_sets_and_prices_the_cache_as_shares_of_input() {
     assert_eq!((ttl.name.as_str(), ttl.ttl), ("anthropic-5m", Ttl::Seconds(3600)));
     let named = Override { sheet: Some("openai".into()), ..Default::default() }.apply(Sheet::default()).unwrap();
     assert_eq!(named.rates.write, 1.0);
-    // A model's sheet given back exactly.
+    // A model's sheet given back exactly, and a custom one.
     let opus = for_model("claude-opus-4-5").unwrap();
     assert_eq!(Override::exactly(&opus).apply(Sheet::default()).unwrap(), opus);
+    let custom = Override::exactly(&s).apply(family("none").unwrap()).unwrap();
+    assert_eq!((custom.name.as_str(), custom.rates, custom.money), ("custom", s.rates, s.money.clone()));
 }
 
 #[test]

@@ -17,8 +17,8 @@
 //! `misses` as the share of steps (the total is all misses over all steps). `sheet` is the
 //! price sheet the session was billed and decided with (`{name, unit, read, write, ttl,
 //! caches, money}`), `calibration` the bills by the model fitted to the usage the session
-//! recorded (`replay::calibrate`), or `null`; `cache_ttl` is `--cache-ttl` (`null` for each
-//! sheet's own, or never), `prices` what `--prices` said (`auto`: each session's own).
+//! recorded (`replay::calibrate`), or `null`; `cache_ttl` is `--cache-ttl` (`null`: never,
+//! `"sheet"`: each sheet's own), `prices` what `--prices` said (`auto`: each session's own).
 
 use std::fmt::Write as _;
 
@@ -181,7 +181,7 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
     }
     json!({
         "estimator": header.estimator,
-        "cache_ttl": match header.ttl { Some(Ttl::Seconds(s)) => json!(s), _ => Value::Null },
+        "cache_ttl": match header.ttl { Some(Ttl::Seconds(s)) => json!(s), Some(Ttl::Never) => Value::Null, None => json!("sheet") },
         "prices": header.prices,
         "overhead": header.overhead,
         "sessions": sessions,
