@@ -174,7 +174,7 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
 /// layout gives: the client's bytes when it rewrites no item, else the pruned body in
 /// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
-    Stream(Incoming),
+    Stream(super::listen::ClientBody),
     Bytes(Bytes),
     Laid(std::sync::Arc<super::conversation::Layout>),
 }
@@ -287,7 +287,7 @@ pub async fn forward(
                 Pieces(frames(pieces), length as u64).boxed_unsync()
             }
         },
-        Outgoing::Stream(incoming) => boxed_incoming(incoming),
+        Outgoing::Stream(incoming) => incoming.boxed_unsync(),
         Outgoing::Bytes(bytes) => boxed_bytes(bytes),
     };
     match client.request(Request::from_parts(parts, body)).await {

@@ -12,12 +12,14 @@
 //! one warning that names the reason and never the content; no header, key or message text is
 //! logged or stored.
 
+pub mod access;
 pub mod buffers;
 pub mod conversation;
 pub mod convert;
 mod engine;
 pub mod forward;
 pub mod identity;
+pub mod listen;
 mod pipeline;
 pub mod raw;
 mod rest;
@@ -29,14 +31,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::http::request::Parts;
-use hyper::server::conn::http1;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 
+use self::access::{Access, Admitted};
 use self::convert::Api;
 pub use self::engine::{Edits, Engine};
+use self::listen::{ClientBody, Limits};
 use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
 use crate::sidecar::Server;
@@ -51,6 +52,12 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Options {
     pub listen: SocketAddr,
+    /// `--allow-remote`: whether an address other machines reach may be listened on.
+    pub reach: access::Reach,
+    /// `--max-connections`, when given.
+    pub connections: Option<usize>,
+    /// `--read-timeout`.
+    pub read_timeout: Duration,
     /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
     pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
@@ -63,6 +70,8 @@ pub struct Shared {
     pub conversations: conversation::Conversations,
     pub upstreams: Upstreams,
     pub client: UpstreamClient,
+    /// Who may use the proxy.
+    pub access: Access,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
@@ -93,33 +102,18 @@ fn server_with(
     Server::with_config(options.clone(), config, saver)
 }
 
-/// Why the proxy could not listen on `addr`, and what to do: a port another program holds,
-/// one that needs privileges, an address not of this machine.
-fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
-    use std::io::ErrorKind;
-    let what = match e.kind() {
-        ErrorKind::AddrInUse => {
-            "; another program listens there (another dcp proxy?): stop it, or pass \
-             --listen 127.0.0.1:PORT with a free port and give the client that port"
-        }
-        ErrorKind::PermissionDenied => {
-            "; this user may not listen on that port: pass --listen 127.0.0.1:PORT with a port above 1023"
-        }
-        ErrorKind::AddrNotAvailable => "; that is not an address of this machine: pass --listen 127.0.0.1:PORT",
-        _ => "",
-    };
-    anyhow::anyhow!("cannot listen on {addr}: {e}{what}")
-}
-
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
 pub fn run(options: Options) -> anyhow::Result<()> {
+    let given = std::env::var(access::TOKEN_ENV).ok();
+    let (access, made) = access::access(options.listen, options.reach, given.as_deref())?;
     let config = load_config(&options.sidecar)?;
     let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
     let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
+    let limits = limits(&options);
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener = listen(options.listen).map_err(|e| listen_error(options.listen, &e))?;
+        let listener = listen::listen(options.listen).map_err(|e| listen::listen_error(options.listen, &e))?;
         let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
@@ -128,10 +122,14 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             conversations: conversation::Conversations::default(),
             upstreams,
             client,
+            access,
         });
         println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
+        if let Access::Token(..) = shared.access {
+            println!("{}", token_line(made.as_ref()));
+        }
         tokio::select! {
-            result = accept_loop(&listener, &shared) => result?,
+            result = listen::accept_loop(&listener, &shared, limits) => result?,
             () = interrupted => {}
         }
         drop(shared);
@@ -139,6 +137,37 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         saver.flush().await;
         Ok(())
     })
+}
+
+/// The bounds `options` set: `--max-connections` (warned about when the open-file limit
+/// cannot hold that many), else what that limit allows; `--read-timeout`.
+fn limits(options: &Options) -> Limits {
+    let files = listen::open_file_limit();
+    let fits = listen::default_connections(files);
+    let connections = options.connections.unwrap_or(fits);
+    if connections > fits {
+        let limit = files.map(|n| format!(" (ulimit -n is {n})")).unwrap_or_default();
+        tracing::warn!(
+            "--max-connections {connections}: the open-file limit{limit} holds about {fits}; accepts past it fail \
+             and are retried"
+        );
+    }
+    Limits { connections, read_timeout: options.read_timeout }
+}
+
+/// What the user is told of the token clients must send: the token itself when it was made
+/// here (printed this once), else where it came from.
+fn token_line(made: Option<&access::Token>) -> String {
+    let how = format!("in the {} header, or in the base URL as http://HOST:PORT{}TOKEN", "X-Dcp-Token", access::TOKEN_PATH);
+    match made {
+        Some(token) => format!(
+            "dcp proxy: other machines may connect; every client must send the token {} ({how}); set {} to keep \
+             one across restarts",
+            token.as_str(),
+            access::TOKEN_ENV
+        ),
+        None => format!("dcp proxy: other machines may connect; every client must send the token in {} ({how})", access::TOKEN_ENV),
+    }
 }
 
 /// The kernel's buffer for each connection's request, given by the listening socket to the
@@ -167,17 +196,6 @@ pub fn socket_buffer(which: Buffer) -> Option<u32> {
     };
     let max = std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?;
     (max.trim().parse::<u64>().ok()? >= u64::from(SOCKET_BUFFER)).then_some(SOCKET_BUFFER)
-}
-
-/// The listening socket at `addr`, its connections' receive buffers [`socket_buffer`].
-fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    if let Some(size) = socket_buffer(Buffer::Receive) {
-        socket.set_recv_buffer_size(size)?;
-    }
-    socket.bind(addr)?;
-    socket.listen(1024)
 }
 
 /// Ctrl-C and SIGTERM, listened for from the moment this is called, not from the first poll:
@@ -209,30 +227,12 @@ fn interrupts() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// Accepts connections and serves each on its own task.
-pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared>) -> anyhow::Result<()> {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(shared);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(req, Arc::clone(&shared)));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!("connection: {e}");
-            }
-        });
-    }
-}
-
 /// Serves one request: prunes it when it is one of the APIs', and forwards it.
-pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
-    let (parts, body) = req.into_parts();
+pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+    let (mut parts, body) = req.into_parts();
+    if shared.access.admit(&mut parts) == Admitted::No {
+        return Ok(forward::failure(hyper::StatusCode::UNAUTHORIZED, &access::refusal()));
+    }
     let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
     let Some(upstream) = shared.upstreams.route(api) else {
         let message = format!("dcp proxy: no upstream for {}: set --upstream or proxy.upstream", parts.uri.path());
@@ -241,18 +241,52 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
     let Some(api) = api else {
         return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
     };
-    if shared.conversations.pipelining() == conversation::Pipelining::On {
+    let declared = declared_length(&parts);
+    if let Some(length) = declared.filter(|&n| n > MAX_BODY) {
+        let what = format!("the body is {length} bytes, over the {MAX_BODY}-byte limit");
+        tracing::warn!("{} {}: sent on unpruned, unread: {what}", parts.method, parts.uri.path());
+        return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
+    }
+    if declared.is_some() && shared.conversations.pipelining() == conversation::Pipelining::On {
         return Ok(pipeline::handle(&shared, api, upstream, parts, body).await);
     }
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            let message = format!("dcp proxy: the request's body could not be read: {e}");
-            return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
-        }
+    let bytes = match collect(body).await {
+        Ok(bytes) => bytes,
+        Err(answer) => return Ok(answer),
     };
     let outgoing = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
     Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
+}
+
+/// The body's length as the request's `Content-Length` declares it.
+fn declared_length(parts: &Parts) -> Option<usize> {
+    parts.headers.get(hyper::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// A body of no declared length, read whole up to [`MAX_BODY`]; else the answer that says why
+/// it was not.
+async fn collect(mut body: ClientBody) -> Result<Bytes, Response<Body>> {
+    let mut joined = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| unread(&e))?;
+        if let Ok(data) = frame.into_data() {
+            if joined.len() + data.len() > MAX_BODY {
+                let message = format!("dcp proxy: the request's body is over the {MAX_BODY}-byte limit");
+                return Err(forward::failure(hyper::StatusCode::PAYLOAD_TOO_LARGE, &message));
+            }
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(joined.freeze())
+}
+
+/// What a client whose body could not be read is told: that it stalled (`408`), or why else.
+fn unread(e: &forward::BoxError) -> Response<Body> {
+    let status = match e.downcast_ref::<listen::Stalled>() {
+        Some(_) => hyper::StatusCode::REQUEST_TIMEOUT,
+        None => hyper::StatusCode::BAD_REQUEST,
+    };
+    forward::failure(status, &format!("dcp proxy: the request's body could not be read: {e}"))
 }
 
 /// A request whose whole body has arrived, as pruning reads it.
@@ -340,23 +374,5 @@ impl Whole<'_> {
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
         Ok(layout)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_connection_the_proxy_accepts_has_the_big_receive_buffer_where_the_system_allows_one() {
-        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        let socket = tokio::net::TcpSocket::from_std_stream(accepted.into_std().unwrap());
-        let size = socket.recv_buffer_size().unwrap();
-        if let Some(wanted) = socket_buffer(Buffer::Receive) {
-            assert!(size >= wanted, "the accepted connection's buffer is {size} bytes");
-        }
-        drop(client);
     }
 }

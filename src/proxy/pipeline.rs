@@ -31,6 +31,7 @@ use super::buffers::Buffers;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
+use super::listen::ClientBody;
 use super::rest;
 use super::Shared;
 use channel::Channel;
@@ -49,7 +50,7 @@ pub async fn handle(
     api: Api,
     upstream: &Upstream,
     parts: Parts,
-    body: Incoming,
+    body: ClientBody,
 ) -> Response<Body> {
     let entered = std::time::Instant::now();
     let mut advancing = std::time::Duration::ZERO;
@@ -94,9 +95,8 @@ pub async fn handle(
     forward::forward(&shared.client, upstream, parts, outgoing).await
 }
 
-fn unread(e: &hyper::Error) -> Response<Body> {
-    let message = format!("dcp proxy: the request's body could not be read: {e}");
-    forward::failure(StatusCode::BAD_REQUEST, &message)
+fn unread(e: &BoxError) -> Response<Body> {
+    super::unread(e)
 }
 
 /// The last layout the body continues: the only one whose known part its first bytes
@@ -106,7 +106,7 @@ async fn choose(
     api: Api,
     parts: &Parts,
     arrived: &mut Arrived,
-) -> Result<Option<Arc<Layout>>, hyper::Error> {
+) -> Result<Option<Arc<Layout>>, BoxError> {
     let encoding = parts.headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
         return Ok(None);
@@ -131,7 +131,7 @@ async fn choose(
 /// is let go once nothing more is read or sent from it, so that the server's read buffer is
 /// reused for the frames to come rather than allocated anew.
 struct Arrived {
-    body: Incoming,
+    body: ClientBody,
     frames: std::collections::VecDeque<(usize, Bytes)>,
     /// How many frames arrived.
     count: usize,
@@ -143,14 +143,14 @@ struct Arrived {
 impl Arrived {
     /// The body to come, its buffer (a spare one where one fits) sized for the length the
     /// request declares, up to the most the engine reads.
-    fn new(body: Incoming, parts: &Parts, spare: &Buffers) -> Arrived {
+    fn new(body: ClientBody, parts: &Parts, spare: &Buffers) -> Arrived {
         let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
         let joined = spare.take(declared.unwrap_or(0).min(super::MAX_BODY));
         Arrived { body, frames: std::collections::VecDeque::new(), count: 0, joined, len: 0, ended: false }
     }
 
     /// Reads the next data frame; `None` at the end.
-    async fn next(&mut self) -> Result<Option<()>, hyper::Error> {
+    async fn next(&mut self) -> Result<Option<()>, BoxError> {
         while !self.ended {
             let Some(frame) = self.body.frame().await else {
                 self.ended = true;
