@@ -36,7 +36,7 @@ use hyper::{Method, Request, Response};
 
 use self::access::{Access, Admitted};
 use self::convert::Api;
-pub use self::engine::{Edits, Engine};
+pub use self::engine::{Edits, Engine, Ticket};
 use self::listen::{ClientBody, Limits};
 use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
 use crate::config::{self};
@@ -254,8 +254,17 @@ pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Res
         Ok(bytes) => bytes,
         Err(answer) => return Ok(answer),
     };
-    let outgoing = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
-    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
+    let (outgoing, ticket) = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
+    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await))
+}
+
+/// `answer`, the request's ticket settled by its status: the request counts only when the
+/// upstream answered it.
+fn settled(ticket: Option<Ticket>, answer: Response<Body>) -> Response<Body> {
+    if let Some(ticket) = ticket {
+        ticket.settle(answer.status());
+    }
+    answer
 }
 
 /// The body's length as the request's `Content-Length` declares it.
@@ -301,30 +310,40 @@ struct Whole<'a> {
 }
 
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
-/// in it changes, or why it is not pruned.
+/// in it changes, or why it is not pruned; the request counted as answered.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
-    let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
-    Ok(laid.and_then(|layout| layout.rewritten()))
+    let pruned = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
+    if let Some(ticket) = pruned.ticket {
+        ticket.settle(hyper::StatusCode::OK);
+    }
+    Ok(pruned.layout.and_then(|layout| layout.rewritten()))
+}
+
+/// What pruning a body gave: the layout it goes upstream under (the items the engine's
+/// edits rewrite in it, none when nothing changes; `None` when the engine did not read it),
+/// and the ticket that counts the request once its answer is known.
+struct Pruned {
+    layout: Option<Arc<conversation::Layout>>,
+    ticket: Option<Ticket>,
 }
 
 impl Whole<'_> {
     /// What goes upstream: the pruned pieces, or the client's bytes (with a warning that
-    /// names why, when the engine could not read them).
-    async fn outgoing(self) -> Outgoing {
+    /// names why, when the engine could not read them); and the request's ticket.
+    async fn outgoing(self) -> (Outgoing, Option<Ticket>) {
         match self.prune().await {
-            Ok(Some(layout)) => Outgoing::Laid(layout),
-            Ok(None) => Outgoing::Bytes(self.bytes),
+            Ok(Pruned { layout: Some(layout), ticket }) => (Outgoing::Laid(layout), ticket),
+            Ok(Pruned { layout: None, ticket }) => (Outgoing::Bytes(self.bytes), ticket),
             Err(reason) => {
                 tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
-                Outgoing::Bytes(self.bytes)
+                (Outgoing::Bytes(self.bytes), None)
             }
         }
     }
 
-    /// The layout the body goes upstream under (the items the engine's edits rewrite in
-    /// it, none when nothing changes), `None` when the engine did not read it, or why it is
-    /// not pruned; not looking again for a kept body the caller has found this one to continue.
-    async fn prune(&self) -> Result<Option<Arc<conversation::Layout>>, String> {
+    /// How the body goes upstream ([`Pruned`]), or why it is not pruned; not looking again
+    /// for a kept body the caller has found this one to continue.
+    async fn prune(&self) -> Result<Pruned, String> {
         let Whole { shared, api, parts, bytes, .. } = self;
         let (api, headers) = (*api, &parts.headers);
         let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
@@ -343,7 +362,7 @@ impl Whole<'_> {
             Some((raw, head)) => (raw, conversation::Read::After(head)),
             None => match raw::Raw::read(api, bytes)? {
                 Some(raw) => (raw, conversation::Read::Whole),
-                None => return Ok(None),
+                None => return Ok(Pruned { layout: None, ticket: None }),
             },
         };
         let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
@@ -355,7 +374,7 @@ impl Whole<'_> {
         let tail = builder.messages()[base..].to_vec();
         let was_mapped = started.elapsed();
         // On an error the conversation is not kept: its next request is mapped and sent whole.
-        let edits = shared
+        let (edits, ticket) = shared
             .engine
             .transform(sid.clone(), base, tail, ENGINE_TIMEOUT)
             .await
@@ -373,6 +392,6 @@ impl Whole<'_> {
             shared.conversations.count_resumed();
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
-        Ok(layout)
+        Ok(Pruned { layout, ticket: Some(ticket) })
     }
 }

@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use tokio::sync::mpsc;
 
 use super::buffers::Buffers;
@@ -84,15 +84,16 @@ pub async fn handle(
     let whole = arrived.whole();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
-    let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
+    let (outgoing, ticket) = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
+    let end = BodyEnd { ended, joined, received, frames, advancing };
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, BodyEnd { ended, joined, received, frames, advancing }).await {
-            Finished::Answered(answer) => return answer,
+        Some(s) => match s.finish(shared, upstream, outgoing, end).await {
+            Finished::Answered(answer) => return super::settled(ticket, answer),
             Finished::Aborted(outgoing) => outgoing,
         },
         None => outgoing,
     };
-    forward::forward(&shared.client, upstream, parts, outgoing).await
+    super::settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
 fn unread(e: &BoxError) -> Response<Body> {
@@ -386,7 +387,7 @@ impl Speculation {
 
     /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
     /// answer; else aborts the request.
-    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: BodyEnd) -> Finished {
+    async fn finish(mut self, shared: &Shared, upstream: &Upstream, outgoing: Outgoing, tail: BodyEnd) -> Finished {
         let pruned = tail.ended.elapsed();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
@@ -426,14 +427,8 @@ impl Speculation {
         );
         match answer {
             Ok(Ok(answer)) => Finished::Answered(answer.map(forward::boxed_incoming)),
-            Ok(Err(e)) => {
-                tracing::warn!("upstream failed: {}", crate::error_chain(&e));
-                let message = "dcp proxy: the upstream could not be reached";
-                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, message))
-            }
-            Err(_) => {
-                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, "dcp proxy: the upstream request failed"))
-            }
+            Ok(Err(e)) => Finished::Answered(forward::unanswered(upstream, &e)),
+            Err(e) => Finished::Answered(forward::unanswered(upstream, &e)),
         }
     }
 
