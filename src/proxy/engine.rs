@@ -51,6 +51,8 @@ struct Job {
 enum Work {
     Transform(Job),
     Settle { sid: String, number: u64, outcome: Outcome },
+    /// Drop what the engine holds of a conversation in memory (see [`Engine::forget`]).
+    Forget { sid: String },
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -70,6 +72,8 @@ pub struct Ticket {
     sid: String,
     number: u64,
     jobs: Option<Sender<Work>>,
+    /// Whether the conversation is forgotten once the request is settled.
+    forget: bool,
 }
 
 impl Ticket {
@@ -79,9 +83,18 @@ impl Ticket {
         self.send(outcome);
     }
 
+    /// Has the engine forget the conversation once the request is settled ([`Engine::forget`]).
+    pub fn forget_after(&mut self) {
+        self.forget = true;
+    }
+
     fn send(&mut self, outcome: Outcome) {
         if let Some(jobs) = self.jobs.take() {
-            let _ = jobs.send(Work::Settle { sid: std::mem::take(&mut self.sid), number: self.number, outcome });
+            let sid = std::mem::take(&mut self.sid);
+            let _ = jobs.send(Work::Settle { sid: sid.clone(), number: self.number, outcome });
+            if self.forget {
+                let _ = jobs.send(Work::Forget { sid });
+            }
         }
     }
 }
@@ -116,7 +129,7 @@ impl Engine {
     ) -> Result<(Edits, Ticket), EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ticket = Ticket { sid: sid.clone(), number, jobs: Some(self.jobs.clone()) };
+        let ticket = Ticket { sid: sid.clone(), number, jobs: Some(self.jobs.clone()), forget: false };
         let job = Job { sid, base, messages, number, reply, sent: Instant::now() };
         self.jobs.send(Work::Transform(job)).map_err(|_| EngineError::Stopped)?;
         let edits = match tokio::time::timeout(timeout, answer).await {
@@ -133,6 +146,13 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// Drops what the engine holds of conversation `sid` in memory, once the jobs sent before
+    /// are done, and hands the memory freed back to the system: its next request is read
+    /// whole (see `Server::forget`).
+    pub fn forget(&self, sid: String) {
+        let _ = self.jobs.send(Work::Forget { sid });
     }
 
     /// Stops the engine once the jobs sent are done, and waits for its saves to be handed out.
@@ -153,6 +173,12 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
             Work::Transform(job) => job,
             Work::Settle { sid, number, outcome } => {
                 server.settle(&sid, number, outcome);
+                continue;
+            }
+            Work::Forget { sid } => {
+                sent.remove(&sid);
+                server.forget(&sid);
+                super::buffers::hand_back();
                 continue;
             }
         };

@@ -45,6 +45,10 @@ use crate::state::saver::Saver;
 
 /// Bodies over this size are sent on as they came, unread by the engine.
 pub const MAX_BODY: usize = 64 << 20;
+/// Bodies over this size are pruned but not kept, by the proxy or its engine: the memory
+/// they took goes back to the system once they are sent, and their next request is read
+/// whole. A 2,000-message conversation's body is about 7 MB.
+pub const KEPT_MAX: usize = 16 << 20;
 /// How long a request waits for the engine before it is sent on unpruned.
 pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -374,17 +378,26 @@ impl Whole<'_> {
         let tail = builder.messages()[base..].to_vec();
         let was_mapped = started.elapsed();
         // On an error the conversation is not kept: its next request is mapped and sent whole.
-        let (edits, ticket) = shared
-            .engine
-            .transform(sid.clone(), base, tail, ENGINE_TIMEOUT)
-            .await
-            .map_err(|e| format!("{sid}: {e}"))?;
+        let too_big = bytes.len() > KEPT_MAX;
+        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                if too_big {
+                    shared.engine.forget(sid.clone());
+                }
+                return Err(format!("{sid}: {e}"));
+            }
+        };
         builder.mark_sent();
         let engine = started.elapsed();
         conversation::rewrite(bytes, &raw, &builder, &edits, &mut memory);
         let spliced = started.elapsed() - engine;
         let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
         let layout = shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
+        if too_big {
+            shared.conversations.forget(&sid, &mut held);
+            ticket.forget_after();
+        }
         let (parse, map, engine_us, write) =
             (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
         let resumed = matches!(read, conversation::Read::After(_));
