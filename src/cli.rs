@@ -156,7 +156,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    tracing::debug!(command = ?cli.command, config = ?loaded.sources, "dcp {}", env!("CARGO_PKG_VERSION"));
+    tracing::debug!(command = logged(&cli.command), config = ?loaded.sources, "dcp {}", env!("CARGO_PKG_VERSION"));
     let ctx = Ctx { data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()), config: loaded.config, json: cli.json };
     match cli.command {
         Command::Sessions => sessions(&ctx, out),
@@ -172,11 +172,24 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
         Command::Proxy { listen, allow_remote, max_connections, read_timeout, upstream } => {
             let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
-            let reach = if allow_remote { crate::proxy::access::Reach::Remote } else { crate::proxy::access::Reach::Local };
+            let reach =
+                if allow_remote { crate::proxy::access::Reach::Remote } else { crate::proxy::access::Reach::Local };
             let connections = max_connections.map(|n| n as usize);
             let read_timeout = std::time::Duration::from_secs(read_timeout);
             crate::proxy::run(crate::proxy::Options { listen, reach, connections, read_timeout, upstream, sidecar })
         }
+    }
+}
+
+/// The command as the debug log shows it: `dcp proxy`'s upstream masked, as an error shows it
+/// (a URL may hold a secret).
+fn logged(command: &Command) -> String {
+    match command {
+        Command::Proxy { listen, upstream, .. } => {
+            let upstream = upstream.as_deref().map(crate::proxy::forward::masked);
+            format!("Proxy {{ listen: {listen}, upstream: {upstream:?} }}")
+        }
+        other => format!("{other:?}"),
     }
 }
 

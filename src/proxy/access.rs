@@ -99,7 +99,9 @@ impl Token {
             anyhow::bail!("{TOKEN_ENV} is too short: a token has at least {SHORTEST} characters");
         }
         if !value.chars().all(token_char) {
-            anyhow::bail!("{TOKEN_ENV} may hold only letters, digits and - _ . ~ (it is sent in a URL path or a header)");
+            anyhow::bail!(
+                "{TOKEN_ENV} may hold only letters, digits and - _ . ~ (it is sent in a URL path or a header)"
+            );
         }
         Ok(Token(value.to_string()))
     }

@@ -50,9 +50,15 @@ struct Job {
 /// What the engine's thread is sent: a request to transform, or how one it transformed ended.
 enum Work {
     Transform(Job),
-    Settle { sid: String, number: u64, outcome: Outcome },
+    Settle {
+        sid: String,
+        number: u64,
+        outcome: Outcome,
+    },
     /// Drop what the engine holds of a conversation in memory (see [`Engine::forget`]).
-    Forget { sid: String },
+    Forget {
+        sid: String,
+    },
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last

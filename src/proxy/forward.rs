@@ -78,7 +78,7 @@ impl Upstream {
 }
 
 /// `url` as an error may show it: a user name and password, and a query, masked (`***`).
-fn masked(url: &str) -> String {
+pub fn masked(url: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);
     let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
     let mut shown = match url[start..end].rfind('@') {

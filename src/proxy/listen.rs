@@ -11,8 +11,8 @@
 //! fails (no descriptor left, say) is retried after a pause that doubles up to a second, and
 //! a run of them is logged once, when it starts, and once more when accepting works again.
 
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -98,7 +98,11 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 }
 
 /// Accepts connections, at most `limits.connections` at once, and serves each on its own task.
-pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared>, limits: Limits) -> anyhow::Result<()> {
+pub async fn accept_loop(
+    listener: &tokio::net::TcpListener,
+    shared: &Arc<Shared>,
+    limits: Limits,
+) -> anyhow::Result<()> {
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.connections));
     let mut failing = Failing::default();
     let mut full_since: Option<Instant> = None;

@@ -37,8 +37,8 @@ use hyper::{Method, Request, Response};
 use self::access::{Access, Admitted};
 use self::convert::Api;
 pub use self::engine::{Edits, Engine, Ticket};
-use self::listen::{ClientBody, Limits};
 use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
+use self::listen::{ClientBody, Limits};
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
@@ -162,7 +162,8 @@ fn limits(options: &Options) -> Limits {
 /// What the user is told of the token clients must send: the token itself when it was made
 /// here (printed this once), else where it came from.
 fn token_line(made: Option<&access::Token>) -> String {
-    let how = format!("in the {} header, or in the base URL as http://HOST:PORT{}TOKEN", "X-Dcp-Token", access::TOKEN_PATH);
+    let how =
+        format!("in the {} header, or in the base URL as http://HOST:PORT{}TOKEN", "X-Dcp-Token", access::TOKEN_PATH);
     match made {
         Some(token) => format!(
             "dcp proxy: other machines may connect; every client must send the token {} ({how}); set {} to keep \
@@ -170,7 +171,10 @@ fn token_line(made: Option<&access::Token>) -> String {
             token.as_str(),
             access::TOKEN_ENV
         ),
-        None => format!("dcp proxy: other machines may connect; every client must send the token in {} ({how})", access::TOKEN_ENV),
+        None => format!(
+            "dcp proxy: other machines may connect; every client must send the token in {} ({how})",
+            access::TOKEN_ENV
+        ),
     }
 }
 
