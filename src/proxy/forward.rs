@@ -425,4 +425,19 @@ mod tests {
         assert_eq!(frames[1].as_ptr(), big.as_ptr(), "a big piece is not copied");
         assert!(frames.iter().all(|f| !f.is_empty()));
     }
+
+    #[test]
+    fn an_upstream_url_is_shown_with_its_user_password_and_query_masked() {
+        let cases = [
+            ("http://user:pw@host:8080/v1", "http://***@host:8080/v1"),
+            ("https://tok@host", "https://***@host"),
+            ("http://host/x?key=pw&a=b", "http://host/x?***"),
+            ("u:pw@host:1", "***@host:1"),
+            ("http://a@b@host/p@q", "http://***@host/p@q"),
+            ("https://api.example/v1", "https://api.example/v1"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(masked(url), shown, "{url}");
+        }
+    }
 }

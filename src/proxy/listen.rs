@@ -198,6 +198,9 @@ impl Failing {
     }
 }
 
+/// A boxed error, as the bodies the proxy forwards carry.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A client's request body, whose next bytes must come within the read timeout of the last.
 pub struct ClientBody {
     body: Incoming,
@@ -218,7 +221,7 @@ impl ClientBody {
 
 impl hyper::body::Body for ClientBody {
     type Data = Bytes;
-    type Error = super::forward::BoxError;
+    type Error = BoxError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
@@ -226,7 +229,7 @@ impl hyper::body::Body for ClientBody {
             Poll::Ready(frame) => {
                 let deadline = tokio::time::Instant::now() + this.timeout;
                 this.sleep.as_mut().reset(deadline);
-                Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as super::forward::BoxError)))
+                Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
             }
             Poll::Pending => match this.sleep.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(this.timeout))))),

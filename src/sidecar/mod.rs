@@ -406,18 +406,6 @@ impl Server {
         }
     }
 
-    /// Drops what the server holds of session `sid` in memory (its mirror of the history, its
-    /// index, its running figures), its state handed to the saver first when it has changes:
-    /// its next request reads its history whole, as after a restart. The proxy does this for
-    /// a conversation too big to keep.
-    pub fn forget(&mut self, sid: &str) {
-        let Some(session) = self.sessions.get(sid) else { return };
-        if session.saves.waiting() || self.store.dirty().iter().any(|d| d == sid) {
-            self.save_now(sid);
-        }
-        self.sessions.remove(sid);
-    }
-
     /// Saves session `sid` after a request: at once, or when [`SaveTiming::defer`] says so,
     /// at [`Server::save_due`].
     fn save(&mut self, session: &mut LiveSession, sid: &str) {

@@ -11,7 +11,8 @@
 //! count needs is still the mirror's then). Told that it failed (no answer, or an error
 //! status), the figures are put back: nothing reached the model. Only the price of a rewrite
 //! the request applied stays charged ([`crate::policy::carried`]): the next request finds those
-//! prunes in force, and the provider bills the rewritten tail then.
+//! prunes in force, and the provider bills the rewritten tail then. A conversation too big
+//! for the proxy to keep is forgotten once its request is settled ([`Server::forget`]).
 
 use super::laps::Laps;
 use super::mirror::Mirror;
@@ -110,6 +111,18 @@ impl Server {
         if laps.on() {
             tracing::debug!(session = sid, "transform {laps}");
         }
+    }
+
+    /// Drops what the server holds of session `sid` in memory (its mirror of the history, its
+    /// index, its running figures), its state handed to the saver first when it has changes:
+    /// its next request reads its history whole, as after a restart. The proxy does this for
+    /// a conversation too big to keep.
+    pub fn forget(&mut self, sid: &str) {
+        let Some(session) = self.sessions.get(sid) else { return };
+        if session.saves.waiting() || self.store.dirty().iter().any(|d| d == sid) {
+            self.save_now(sid);
+        }
+        self.sessions.remove(sid);
     }
 
     /// Counts request `number` of session `sid` when its upstream answered it, or takes back
