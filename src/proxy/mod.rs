@@ -10,7 +10,10 @@
 //! the upstream sends it. Whatever goes wrong on dcp's side (a body that is too big, not JSON
 //! or compressed, an engine error or timeout) sends the client's own bytes on unchanged, with
 //! one warning that names the reason and never the content; no header, key or message text is
-//! logged or stored.
+//! logged or stored. Who may connect, and how much one connection may hold, are
+//! [`access`]'s and [`listen`]'s: loopback unless `--allow-remote` (and then a token), a cap
+//! on connections, read timeouts. A request counts in the session's figures only once the
+//! upstream answered it: the engine's [`Ticket`] is settled with the answer's status.
 
 pub mod access;
 pub mod buffers;
