@@ -344,7 +344,7 @@ pub fn unanswered(upstream: &Upstream, e: &(dyn std::error::Error + 'static)) ->
 /// What happened to a request its upstream did not answer, in words, after "the upstream".
 fn unanswered_because(e: &(dyn std::error::Error + 'static)) -> String {
     let io = find::<std::io::Error>(e);
-    let tls = io.and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    let tls = find::<rustls::Error>(e);
     let connecting = find::<hyper_util::client::legacy::Error>(e).is_some_and(|e| e.is_connect());
     if connecting {
         use std::io::ErrorKind;
@@ -374,14 +374,19 @@ fn unanswered_because(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
-/// The first error of type `T` in `e`'s chain of causes.
+/// The first error of type `T` in `e`'s chain of causes, looking inside the I/O errors that
+/// wrap another (whose `source` skips the one they wrap: a TLS error comes wrapped twice).
 fn find<'e, T: std::error::Error + 'static>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e T> {
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(found) = e.downcast_ref::<T>() {
             return Some(found);
         }
-        next = e.source();
+        let wrapped = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
+        next = match wrapped {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }

@@ -27,14 +27,16 @@ pub fn env_of(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     vec![("HOME", dir.join("home")), ("XDG_CONFIG_HOME", dir.join("config")), ("XDG_DATA_HOME", dir.join("data"))]
 }
 
-/// `dcp proxy ARGS` in a fresh dir with `config` as its dcp.jsonc, run through `sh -c` with
+/// `dcp proxy ARGS` (on a free port of 127.0.0.1 unless they say where) in a fresh dir with
+/// `config` as its dcp.jsonc, run through `sh -c` with
 /// `shell` in front (a `ulimit`, say); `lines` lines of its stdout read (it says where it
 /// listens on the first). Its stderr goes to `dir/stderr`.
 pub fn start(args: &[&str], config: &str, shell: &str, lines: usize) -> Guarded {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("config/opencode")).unwrap();
     std::fs::write(dir.path().join("config/opencode/dcp.jsonc"), config).unwrap();
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let listen: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
+    let quoted: Vec<String> = listen.iter().chain(args).map(|a| format!("'{a}'")).collect();
     let script = format!("{shell} exec '{}' proxy {}", env!("CARGO_BIN_EXE_dcp"), quoted.join(" "));
     let mut child = Command::new("sh")
         .args(["-c", &script])
