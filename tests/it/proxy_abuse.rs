@@ -147,15 +147,19 @@ fn the_memory_a_50_mb_body_took_goes_back_to_the_system_once_it_is_answered() {
     let answer = post(proxy.port, "/v1/chat/completions", "", &body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(body);
-    // The bound: within 10 s of the answer, no more than 30 MB over the baseline.
-    let by = Instant::now() + Duration::from_secs(10);
+    // The bound: within 20 s of the answer (the engine may still be reading the body on a
+    // loaded machine, after the proxy sent it on unpruned), no more than 20 MB over the
+    // baseline.
+    let answered = Instant::now();
+    let by = answered + Duration::from_secs(20);
     let mut rss = rss_mb(&proxy);
-    while rss > baseline + 30 && Instant::now() < by {
+    while rss > baseline + 20 && Instant::now() < by {
         std::thread::sleep(Duration::from_millis(250));
         rss = rss_mb(&proxy);
     }
-    eprintln!("resident: {baseline} MB before a 50 MB body, {rss} MB after it");
-    assert!(rss <= baseline + 30, "{rss} MB resident after the body, {baseline} MB before");
+    let after = answered.elapsed().as_secs_f64();
+    eprintln!("resident: {baseline} MB before a 50 MB body, {rss} MB {after:.1} s after its answer");
+    assert!(rss <= baseline + 20, "{rss} MB resident after the body, {baseline} MB before");
     assert_eq!(upstream.seen().len(), 2);
     let _ = proxy.stop();
 }
