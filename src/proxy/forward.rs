@@ -205,7 +205,7 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
 /// layout gives: the client's bytes when it rewrites no item, else the pruned body in
 /// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
-    Stream(super::listen::ClientBody),
+    Stream(super::client_body::ClientBody),
     Bytes(Bytes),
     Laid(std::sync::Arc<super::conversation::Layout>),
 }
@@ -332,7 +332,7 @@ pub async fn forward(
 /// when it was the client that stopped sending its body.
 pub fn unanswered(upstream: &Upstream, e: &(dyn std::error::Error + 'static)) -> Response<Body> {
     let chain = crate::error_chain(e);
-    if let Some(stalled) = find::<super::listen::Stalled>(e) {
+    if let Some(stalled) = find::<super::client_body::Stalled>(e) {
         let message = format!("dcp proxy: the request's body could not be read: {stalled}");
         return failure(StatusCode::REQUEST_TIMEOUT, &message);
     }

@@ -11,19 +11,18 @@
 //! fails (no descriptor left, say) is retried after a pause that doubles up to a second, and
 //! a run of them is logged once, when it starts, and once more when accepting works again.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
-use super::Shared;
+use super::client_body::ClientBody;
 
 /// The most connections served at once by default.
 pub const CONNECTIONS: usize = 256;
@@ -86,23 +85,16 @@ pub fn listen_error(addr: SocketAddr, e: &std::io::Error) -> anyhow::Error {
     anyhow::anyhow!("cannot listen on {addr}: {e}{what}")
 }
 
-/// The listening socket at `addr`, its connections' receive buffers [`super::socket_buffer`].
-pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    if let Some(size) = super::socket_buffer(super::Buffer::Receive) {
-        socket.set_recv_buffer_size(size)?;
-    }
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
-
-/// Accepts connections, at most `limits.connections` at once, and serves each on its own task.
-pub async fn accept_loop(
-    listener: &tokio::net::TcpListener,
-    shared: &Arc<Shared>,
-    limits: Limits,
-) -> anyhow::Result<()> {
+/// Accepts connections, at most `limits.connections` at once, and serves each on its own task,
+/// each request with `handle`.
+pub async fn accept_loop<H, F, B>(listener: &tokio::net::TcpListener, limits: Limits, handle: H) -> anyhow::Result<()>
+where
+    H: Fn(Request<ClientBody>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.connections));
     let mut failing = Failing::default();
     let mut full_since: Option<Instant> = None;
@@ -135,19 +127,25 @@ pub async fn accept_loop(
             tracing::warn!("{told}");
         }
         let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(shared);
+        let handle = handle.clone();
         tokio::spawn(async move {
-            serve(stream, shared, limits.read_timeout).await;
+            serve(stream, handle, limits.read_timeout).await;
             drop(permit);
         });
     }
 }
 
-/// Serves one connection's requests until it closes, or its client is too slow.
-async fn serve(stream: tokio::net::TcpStream, shared: Arc<Shared>, read_timeout: Duration) {
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        let req = req.map(|body| ClientBody::new(body, read_timeout));
-        super::handle(req, Arc::clone(&shared))
+/// Serves one connection's requests with `handle` until it closes, or its client is too slow.
+async fn serve<H, F, B>(stream: tokio::net::TcpStream, handle: H, read_timeout: Duration)
+where
+    H: Fn(Request<ClientBody>) -> F + Send + 'static,
+    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        handle(req.map(|body| ClientBody::new(body, read_timeout)))
     });
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(read_timeout);
@@ -198,71 +196,9 @@ impl Failing {
     }
 }
 
-/// A boxed error, as the bodies the proxy forwards carry.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A client's request body, whose next bytes must come within the read timeout of the last.
-pub struct ClientBody {
-    body: Incoming,
-    timeout: Duration,
-    sleep: Pin<Box<tokio::time::Sleep>>,
-}
-
-/// A client's body stopped before its end for longer than the read timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("the client sent nothing of the request's body for {0:?}")]
-pub struct Stalled(pub Duration);
-
-impl ClientBody {
-    pub fn new(body: Incoming, timeout: Duration) -> ClientBody {
-        ClientBody { body, timeout, sleep: Box::pin(tokio::time::sleep(timeout)) }
-    }
-}
-
-impl hyper::body::Body for ClientBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.body).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                let deadline = tokio::time::Instant::now() + this.timeout;
-                this.sleep.as_mut().reset(deadline);
-                Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
-            }
-            Poll::Pending => match this.sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(this.timeout))))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_connection_the_proxy_accepts_has_the_big_receive_buffer_where_the_system_allows_one() {
-        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        let socket = tokio::net::TcpSocket::from_std_stream(accepted.into_std().unwrap());
-        let size = socket.recv_buffer_size().unwrap();
-        if let Some(wanted) = super::super::socket_buffer(super::super::Buffer::Receive) {
-            assert!(size >= wanted, "the accepted connection's buffer is {size} bytes");
-        }
-        drop(client);
-    }
 
     #[test]
     fn the_default_connection_cap_leaves_two_descriptors_a_connection_within_the_open_file_limit() {

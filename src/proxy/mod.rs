@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod buffers;
+pub mod client_body;
 pub mod conversation;
 pub mod convert;
 mod engine;
@@ -38,20 +39,18 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response};
 
 use self::access::{Access, Admitted};
+use self::client_body::ClientBody;
 use self::convert::Api;
 pub use self::engine::{Edits, Engine, Ticket};
 use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
-use self::listen::{ClientBody, Limits};
+use self::listen::Limits;
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
 
 /// Bodies over this size are sent on as they came, unread by the engine.
 pub const MAX_BODY: usize = 64 << 20;
-/// Bodies over this size are pruned but not kept, by the proxy or its engine: the memory
-/// they took goes back to the system once they are sent, and their next request is read
-/// whole. A 2,000-message conversation's body is about 7 MB.
-pub const KEPT_MAX: usize = 16 << 20;
+pub use self::buffers::KEPT_MAX;
 /// How long a request waits for the engine before it is sent on unpruned.
 pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -120,7 +119,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener = listen::listen(options.listen).map_err(|e| listen::listen_error(options.listen, &e))?;
+        let listener = listen(options.listen).map_err(|e| listen::listen_error(options.listen, &e))?;
         let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
@@ -136,7 +135,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             println!("{}", token_line(made.as_ref()));
         }
         tokio::select! {
-            result = listen::accept_loop(&listener, &shared, limits) => result?,
+            result = serve(&listener, &shared, limits) => result?,
             () = interrupted => {}
         }
         drop(shared);
@@ -207,6 +206,23 @@ pub fn socket_buffer(which: Buffer) -> Option<u32> {
     };
     let max = std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?;
     (max.trim().parse::<u64>().ok()? >= u64::from(SOCKET_BUFFER)).then_some(SOCKET_BUFFER)
+}
+
+/// The listening socket at `addr`, its connections' receive buffers [`socket_buffer`].
+pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    if let Some(size) = socket_buffer(Buffer::Receive) {
+        socket.set_recv_buffer_size(size)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Serves the proxy's connections on `listener`, within `limits`, until it fails.
+pub async fn serve(listener: &tokio::net::TcpListener, shared: &Arc<Shared>, limits: Limits) -> anyhow::Result<()> {
+    let shared = Arc::clone(shared);
+    listen::accept_loop(listener, limits, move |req| handle(req, Arc::clone(&shared))).await
 }
 
 /// Ctrl-C and SIGTERM, listened for from the moment this is called, not from the first poll:
@@ -302,7 +318,7 @@ async fn collect(mut body: ClientBody) -> Result<Bytes, Response<Body>> {
 
 /// What a client whose body could not be read is told: that it stalled (`408`), or why else.
 fn unread(e: &forward::BoxError) -> Response<Body> {
-    let status = match e.downcast_ref::<listen::Stalled>() {
+    let status = match e.downcast_ref::<client_body::Stalled>() {
         Some(_) => hyper::StatusCode::REQUEST_TIMEOUT,
         None => hyper::StatusCode::BAD_REQUEST,
     };
@@ -413,5 +429,23 @@ impl Whole<'_> {
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
         Ok(Pruned { layout, ticket: Some(ticket) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_the_proxy_accepts_has_the_big_receive_buffer_where_the_system_allows_one() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let socket = tokio::net::TcpSocket::from_std_stream(accepted.into_std().unwrap());
+        let size = socket.recv_buffer_size().unwrap();
+        if let Some(wanted) = socket_buffer(Buffer::Receive) {
+            assert!(size >= wanted, "the accepted connection's buffer is {size} bytes");
+        }
+        drop(client);
     }
 }

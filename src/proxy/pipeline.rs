@@ -28,10 +28,10 @@ use hyper::{Request, Response};
 use tokio::sync::mpsc;
 
 use super::buffers::Buffers;
+use super::client_body::ClientBody;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
-use super::listen::ClientBody;
 use super::rest;
 use super::Shared;
 use channel::Channel;
