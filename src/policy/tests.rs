@@ -485,3 +485,16 @@ fn under_pressure_a_batch_too_small_to_matter_waits_for_more() {
     assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_000, ..base }), None);
     assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_600, ..base }), Some(Trigger::Pressure));
 }
+
+#[test]
+fn a_rewrite_a_failed_request_carried_costs_the_next_request_what_it_would_have_cost_itself() {
+    for (in_force, applied, tail) in [(0, 2_000, 30_000), (5_000, 8_000, 9_000), (1_000, 500, 200)] {
+        let failed = Request { in_force, applied, tail, head: 300, ..Request::default() };
+        // The next request finds the prunes in force and applies nothing.
+        let next = Request { in_force: in_force + applied, head: 300, ..Request::default() };
+        let carried = carried(&failed);
+        assert!((balance(&next) + carried - balance(&failed)).abs() < 1e-6, "{in_force} {applied} {tail}");
+    }
+    assert_eq!(carried(&Request { in_force: 100, ..Request::default() }), 0.0, "no rewrite, nothing carried");
+    assert_eq!(carried(&Request { cold: true, applied: 100, tail: 900, ..Request::default() }), 0.0);
+}

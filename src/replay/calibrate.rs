@@ -37,9 +37,8 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use super::cost::{round, round4};
+use super::cost::{round, round4, Bill};
 use super::steps::{Recorded, Timeline};
-use super::{Mode, Run};
 use crate::prices::{self, Sheet};
 use crate::session::{Message, Role};
 
@@ -160,8 +159,11 @@ struct Row<'a> {
     cold: bool,
 }
 
+/// One run's requests: the assistant message each produced, and its bill.
+pub type Bills<'a> = [(&'a str, Bill)];
+
 /// The rows of `run`: each request's sizes, its usage and the segment it belongs to.
-fn rows<'a>(fit: &Fit<'_>, run: &'a Run) -> (Vec<Row<'a>>, Vec<usize>) {
+fn rows<'a>(fit: &Fit<'_>, run: &Bills<'a>) -> (Vec<Row<'a>>, Vec<usize>) {
     let messages = fit.timeline.messages();
     let by_id: FxHashMap<&str, (Option<Recorded>, usize)> = fit
         .timeline
@@ -171,11 +173,11 @@ fn rows<'a>(fit: &Fit<'_>, run: &'a Run) -> (Vec<Row<'a>>, Vec<usize>) {
         .collect();
     let o = fit.overhead as f64;
     let (mut rows, mut segments) = (Vec::new(), Vec::new());
-    for (i, r) in run.per_request.iter().enumerate() {
-        let (usage, segment) = by_id.get(r.message_id.as_str()).copied().unwrap_or((None, 0));
-        let h = (r.bill.tokens as f64 - o).max(0.0);
-        let s = (r.bill.shared as f64 - o).max(0.0);
-        rows.push(Row { id: &r.message_id, h, s, first: i == 0, usage, p: 0.0, cold: r.bill.cold });
+    for (i, (id, bill)) in run.iter().enumerate() {
+        let (usage, segment) = by_id.get(id).copied().unwrap_or((None, 0));
+        let h = (bill.tokens as f64 - o).max(0.0);
+        let s = (bill.shared as f64 - o).max(0.0);
+        rows.push(Row { id, h, s, first: i == 0, usage, p: 0.0, cold: bill.cold });
         segments.push(segment);
     }
     (rows, segments)
@@ -260,12 +262,10 @@ fn rate(family: &str) -> f64 {
 
 /// The session's runs billed by the model fitted to its usage; `None` when it recorded none,
 /// or its provider is not one the sheets know (a scripted model's counts are no bill).
-pub fn calibrate(fit: &Fit<'_>, messages: &[Message], runs: &[(Mode, Run)]) -> Option<Calibration> {
+pub fn calibrate(fit: &Fit<'_>, messages: &[Message], (none, dcp): (&Bills<'_>, &Bills<'_>)) -> Option<Calibration> {
     if !known_provider(messages) {
         return None;
     }
-    let run = |mode: Mode| runs.iter().find(|(m, _)| *m == mode).map(|(_, r)| r);
-    let (none, dcp) = (run(Mode::None)?, run(Mode::Dcp)?);
     let (mut rows, segments) = rows(fit, none);
     let (basis, prefixes, k) = match fit_sizes(&rows, &segments) {
         Some((prefixes, k)) => (Basis::Requests, prefixes, k),
@@ -335,7 +335,7 @@ fn observe_cold(rows: &mut [Row<'_>], cache: Cache, k: f64) {
 
 /// The rows of dcp's run: its sizes, with the coldness the usage showed for the same request
 /// without pruning (by message id).
-fn dcp_rows<'a>(fit: &Fit<'_>, dcp: &'a Run, none: &[Row<'_>], prefixes: &FxHashMap<usize, f64>) -> Vec<Row<'a>> {
+fn dcp_rows<'a>(fit: &Fit<'_>, dcp: &Bills<'a>, none: &[Row<'_>], prefixes: &FxHashMap<usize, f64>) -> Vec<Row<'a>> {
     let (mut rows, segments) = rows(fit, dcp);
     assign_prefixes(&mut rows, &segments, prefixes);
     let cold: FxHashMap<&str, bool> = none.iter().map(|r| (r.id, r.cold)).collect();

@@ -243,7 +243,11 @@ pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<Sessio
     }
     let fit =
         calibrate::Fit { timeline: &plain, overhead: options.overhead, sheet: &shared.sheet, totals: session.totals };
-    let calibration = calibrate::calibrate(&fit, session.messages, &runs);
+    let bills = |mode: Mode| -> Vec<(&str, Bill)> {
+        let run = runs.iter().find(|(m, _)| *m == mode).map(|(_, r)| r.per_request.as_slice()).unwrap_or(&[]);
+        run.iter().map(|r| (r.message_id.as_str(), r.bill)).collect()
+    };
+    let calibration = calibrate::calibrate(&fit, session.messages, (&bills(Mode::None), &bills(Mode::Dcp)));
     let (session_id, requests, sheet) = (session.id.to_string(), plain.requests().len(), shared.sheet);
     Ok(SessionReplay { session_id, requests, recorded, sheet, calibration, runs })
 }

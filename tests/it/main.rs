@@ -28,6 +28,8 @@ mod package;
 mod persistence;
 mod protocol;
 mod proxy;
+mod proxy_abuse;
+mod proxy_guard;
 mod proxy_pipeline;
 mod proxy_resume;
 mod proxy_state;
