@@ -3,6 +3,7 @@
 //! `support` builds sessions and sandboxes; each other module covers one layer of the data
 //! flow, from the host adapters to the CLI.
 
+mod bill;
 mod cli;
 mod compress;
 mod concurrency;
