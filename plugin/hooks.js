@@ -152,7 +152,7 @@ function eventHook(ctx) {
   };
 }
 
-/** The agent tools the sidecar enabled: `discard`, `extract` and `compress`, with the
+/** The agent tools the sidecar enabled: `discard`, `extract`, `compress` and `restore`, with the
  * descriptions and arguments it gives (`initialize`). Arguments are in JSON-Schema form (a
  * plugin loaded from a folder cannot import `@opencode-ai/plugin`, so no zod); OpenCode marks
  * every listed key required (`toolDefinition` says which are) and does not validate, so the
@@ -160,7 +160,7 @@ function eventHook(ctx) {
  * does not get it registered. */
 function agentTools(ctx, init) {
   const tools = {};
-  for (const name of ["discard", "extract", "compress"]) {
+  for (const name of ["discard", "extract", "compress", "restore"]) {
     const args = init?.args?.[name];
     if (!init?.tools?.[name] || !args || typeof args !== "object") continue;
     tools[name] = {

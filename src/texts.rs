@@ -17,6 +17,7 @@ use crate::state::blocks::{Block, Blocks, Origin};
 
 pub mod notice;
 pub mod refusals;
+pub mod restore;
 
 pub use notice::{notification, Notice};
 
@@ -28,6 +29,9 @@ pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prun
 /// `extract`, registered only with `tools.extract.enabled` (for agents told of it): `discard`
 /// with a `distillation` does the same.
 pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
+
+/// The agent tools dcp defines, in the order their definitions go.
+pub const AGENT_TOOLS: [&str; 4] = ["discard", "extract", "compress", "restore"];
 
 /// `compress`'s one `range` argument is the `from..to` this names: one argument costs fewer
 /// tokens in every request than two.
@@ -47,6 +51,7 @@ pub fn tool_args() -> serde_json::Value {
         "discard": {"ids": strings, "distillation": strings},
         "extract": {"ids": strings, "distillation": strings},
         "compress": {"range": string, "summary": string},
+        "restore": {"id": string},
     })
 }
 
@@ -58,6 +63,7 @@ pub fn tool_required() -> serde_json::Value {
         "discard": ["ids"],
         "extract": ["ids", "distillation"],
         "compress": ["range", "summary"],
+        "restore": ["id"],
     })
 }
 
@@ -85,6 +91,7 @@ pub fn tool_definitions(tools: &Tools) -> Vec<String> {
         (tools.discard.enabled, "discard", DISCARD_DESCRIPTION),
         (tools.extract.enabled, "extract", EXTRACT_DESCRIPTION),
         (tools.compress.enabled, "compress", COMPRESS_DESCRIPTION),
+        (tools.restore.enabled, "restore", restore::DESCRIPTION),
     ]
     .into_iter()
     .filter(|(on, ..)| *on)

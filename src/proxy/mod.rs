@@ -66,7 +66,8 @@ pub struct Shared {
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
-/// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
+/// run dcp's `discard`, `extract`, `compress` or `restore`, so it is offered neither them nor
+/// their list; what dcp hid, its agent restores with `dcp restore N` in its shell.
 pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
     server_with(options, load_config(options)?, saver)
 }
@@ -90,7 +91,13 @@ fn server_with(
     config.tools.discard.enabled = false;
     config.tools.extract.enabled = false;
     config.tools.compress.enabled = false;
-    Server::with_config(options.clone(), config, saver)
+    // No `restore` tool either: the placeholders say to run `dcp restore N` (see `restore`).
+    let shell = std::mem::replace(&mut config.tools.restore.enabled, false);
+    let mut server = Server::with_config(options.clone(), config, saver)?;
+    if shell {
+        server.set_restore(crate::texts::restore::Via::Shell);
+    }
+    Ok(server)
 }
 
 /// Why the proxy could not listen on `addr`, and what to do: a port another program holds,

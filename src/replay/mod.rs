@@ -228,7 +228,7 @@ fn drive(
     mode: Mode,
     options: &Options,
     mut visit: impl FnMut(&Step<'_>),
-) -> Result<(Vec<String>, (u64, u64)), EngineError> {
+) -> Result<(Vec<String>, (u64, u64), u64), EngineError> {
     let config = mode.config(&options.config);
     let offered =
         mode != Mode::None && config.enabled && (config.tools.discard.enabled || config.tools.extract.enabled);
@@ -242,7 +242,7 @@ fn drive(
         .transpose()?
     else {
         visit_plain(&timeline, visit);
-        return Ok((Vec::new(), (0, 0)));
+        return Ok((Vec::new(), (0, 0), 0));
     };
     let additions = engine.additions()?;
     let mut calls = (0, 0);
@@ -279,7 +279,7 @@ fn drive(
             calls.1 += u64::from(call.answer.as_deref().map(outcome) == Some(outcome(&answer)));
         }
     }
-    Ok((additions, calls))
+    Ok((additions, calls, engine.misses().refetches))
 }
 
 /// Hands every request of `timeline` to `visit` as sent without dcp.
@@ -338,7 +338,7 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
     let mut misses = Misses::new(index);
-    let (additions, (agent_calls, agent_calls_same)) = drive(session, mode, options, |step| {
+    let (additions, (agent_calls, agent_calls_same), refetches) = drive(session, mode, options, |step| {
         let mut request = Vec::new();
         let history = count_history(step, pieces, &mut request);
         for m in step.append {
@@ -369,6 +369,7 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
             checked.reread.map(|miss| ChargedMiss { charge: totals.charge_reread(&bill, miss.hidden_tokens), miss });
         per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, miss_reread, carried });
     }
+    totals.refetches = refetches;
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
 }
 

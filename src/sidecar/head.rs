@@ -24,7 +24,7 @@ use crate::tokens::TokenCounter;
 /// Whether `session`'s requests carry dcp's head now.
 pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
-    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
+    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
     any && (tools.settings.offer == Offer::Always || session.ledger.offered)
 }
 
@@ -62,7 +62,7 @@ impl Server {
                 return true;
             }
             let tools = &server.rules.config().tools;
-            if !(tools.discard.enabled || tools.extract.enabled || tools.compress.enabled) {
+            if !(tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled) {
                 return false;
             }
             server.offer_when_paid(session, &sid, p.now.unwrap_or_else(now_ms))

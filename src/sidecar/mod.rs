@@ -27,7 +27,9 @@ mod masking_candidates;
 pub mod mirror;
 pub mod protocol;
 mod ranges;
+mod refetch;
 mod request;
+pub mod restore;
 mod saving_cache;
 mod savings;
 mod stdio;
@@ -49,6 +51,7 @@ use self::protocol::{
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
+use crate::policy;
 use crate::session::{str_field, Node};
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
@@ -57,6 +60,7 @@ use crate::stats::AllTimeCache;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
+use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
@@ -120,6 +124,10 @@ struct LiveSession {
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,
+    /// The calls read for re-fetches (see [`refetch`]), and how far the session backs off
+    /// for the misses it saw (`crate::policy::backoff_level`).
+    refetches: refetch::Refetches,
+    backoff: u32,
 }
 
 impl LiveSession {
@@ -146,6 +154,12 @@ pub struct Server {
     views: Views,
     /// What the config files held that dcp ignored (unknown keys), for `/dcp help` to show.
     config_warnings: Vec<String>,
+    /// How the agent restores what dcp hid: its `restore` tool, or `dcp restore` in its shell
+    /// (`dcp proxy`, see [`Server::set_restore`]).
+    restore: Via,
+    /// The rules of a session backed off 1, 2, 3 steps for the misses it saw (see
+    /// `crate::policy::backed_off`); none with `strategies.masking.backoff` off.
+    backed_off: Vec<Rules>,
 }
 
 fn now_ms() -> i64 {
@@ -168,6 +182,21 @@ pub(crate) fn transform_params(
     Ok(p)
 }
 
+/// The rules of a session backed off 1 to [`policy::MAX_BACKOFF`] steps, or none with the
+/// backoff off.
+fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strategies::PatternError> {
+    let config = rules.config();
+    if !config.strategies.masking.backoff {
+        return Ok(Vec::new());
+    }
+    let level = |n: u32| {
+        let mut c = config.clone();
+        c.strategies.masking = policy::backed_off(&config.strategies.masking, n);
+        Rules::new(c)
+    };
+    (1..=policy::MAX_BACKOFF).map(level).collect()
+}
+
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
     crate::state::persist::validate_session_id(sid).map_err(|e| RpcError::params(e.to_string()))
 }
@@ -187,6 +216,7 @@ impl Server {
     /// runs one per mode). An `initialize` that names a project dir still reloads the files.
     pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
+        let backed_off = backed_off_rules(&rules)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server {
             options,
@@ -199,6 +229,8 @@ impl Server {
             all_time: AllTimeCache::default(),
             views: Views::Kept,
             config_warnings: Vec::new(),
+            restore: Via::Tool,
+            backed_off,
         })
     }
 
@@ -211,6 +243,22 @@ impl Server {
     /// compare the answers of both.
     pub fn set_views(&mut self, views: Views) {
         self.views = views;
+    }
+
+    /// Has the placeholders say to restore what they hide `via` this: [`Via::Shell`] for
+    /// `dcp proxy`, whose clients have no dcp tool but a shell.
+    pub fn set_restore(&mut self, via: Via) {
+        self.restore = via;
+    }
+
+    /// How the agent of `session` restores what dcp hid, if it can: through the `restore`
+    /// tool once the session's requests carry dcp's tools, or its shell.
+    fn restore_via(&self, session: &LiveSession) -> Option<Via> {
+        match self.restore {
+            Via::Shell => Some(Via::Shell),
+            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session))
+                .then_some(Via::Tool),
+        }
     }
 
     /// Handles one protocol line; returns the response line, if the line asks for one.
@@ -292,6 +340,7 @@ impl Server {
                 tracing::warn!("{w}");
             }
             self.rules = Rules::new(loaded.config).map_err(internal)?;
+            self.backed_off = backed_off_rules(&self.rules).map_err(internal)?;
             self.config_warnings = loaded.warnings;
             self.head = None;
             // What the indexes read was judged by the old rules.
@@ -312,12 +361,14 @@ impl Server {
                 discard: tools.discard.enabled,
                 extract: tools.extract.enabled,
                 compress: tools.compress.enabled,
+                restore: tools.restore.enabled,
             },
             commands: self.rules.config().commands.enabled,
             descriptions: Descriptions {
                 discard: texts::DISCARD_DESCRIPTION,
                 extract: texts::EXTRACT_DESCRIPTION,
                 compress: texts::COMPRESS_DESCRIPTION,
+                restore: texts::restore::DESCRIPTION,
                 command: texts::COMMAND_DESCRIPTION,
             },
             args: texts::tool_args(),
@@ -374,6 +425,19 @@ impl Server {
         }
         if let Ok(slot) = self.store.slot(sid) {
             session.ledger = slot.state.ledger;
+        }
+    }
+
+    /// Sets how far `session` backs off for the misses its state counts; a new step
+    /// judges its calls afresh by the wider windows.
+    fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
+        let Ok(slot) = self.store.slot(sid) else { return };
+        let level = if self.backed_off.is_empty() { 0 } else { policy::backoff_level(slot.state.misses.total()) };
+        if level != session.backoff {
+            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            session.backoff = level;
+            session.index = Index::default();
+            session.in_force = in_force::InForce::default();
         }
     }
 

@@ -266,6 +266,7 @@ pub struct ToolsOffered {
     pub discard: bool,
     pub extract: bool,
     pub compress: bool,
+    pub restore: bool,
 }
 
 /// The descriptions of the agent tools and of `/dcp`.
@@ -274,6 +275,7 @@ pub struct Descriptions {
     pub discard: &'static str,
     pub extract: &'static str,
     pub compress: &'static str,
+    pub restore: &'static str,
     pub command: &'static str,
 }
 

@@ -12,6 +12,7 @@ use super::{LiveSession, Server};
 use crate::state::persist::StateError;
 use crate::state::store::Slot;
 use crate::strategies::Rules;
+use crate::texts::restore::Via;
 
 /// What a transform knows about the request besides the history.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +60,8 @@ pub(super) struct RequestContext<'a> {
     pub facts: RequestFacts,
     /// How the session's view of its prunes is brought up to date.
     pub views: Views,
+    /// How the agent restores what dcp hid, as the placeholders say it (none: they say nothing).
+    pub restore: Option<Via>,
     /// Tokens of dcp's head, once counted (the server's, shared by its sessions).
     head: &'a mut Option<u64>,
 }
@@ -84,9 +87,14 @@ impl Server {
         mirror: &'a Mirror,
         facts: RequestFacts,
     ) -> Result<RequestContext<'a>, StateError> {
+        let restore = self.restore_via(session);
         let slot = self.store.slot(sid)?;
+        let rules = match session.backoff {
+            0 => &self.rules,
+            n => self.backed_off.get(n as usize - 1).unwrap_or(&self.rules),
+        };
         Ok(RequestContext {
-            rules: &self.rules,
+            rules,
             project: self.options.project.as_ref().and_then(|p| p.to_str()),
             sid,
             session,
@@ -94,6 +102,7 @@ impl Server {
             mirror,
             facts,
             views: self.views,
+            restore,
             head: &mut self.head,
         })
     }

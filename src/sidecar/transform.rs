@@ -13,7 +13,7 @@
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
-use super::edits::{answer_edits, edits_for};
+use super::edits::{answer_edits, edits_for, Handles};
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
@@ -139,11 +139,13 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
+        let via = self.restore_via(session);
         let slot = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
+        let handles = Handles { state: &slot.state, via };
+        let edits = edits_for(messages, position, slot.state.pruned.iter(), handles, &mut HashSet::default());
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         Ok(Transformed {
             seq: None,
@@ -170,6 +172,7 @@ impl Server {
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
+        self.back_off(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
         Ok(answer_request(&mut cx, observed.compacted))
     }
@@ -202,6 +205,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         }
     }
     laps.lap("decisions");
+    let refetched = cx.session.refetches.observe(&cx.session.index, messages, &cx.slot.state);
+    cx.slot.state.misses.refetches = cx.slot.state.misses.refetches.saturating_add(refetched);
     let session = &mut *cx.session;
     let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
     session.in_force.update(sources, cx.views);
@@ -212,7 +217,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     laps.lap("apply");
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
-    let changed = corrupt || compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
+    let changed =
+        corrupt || compacted || collapsed || refetched > 0 || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();

@@ -34,6 +34,7 @@ fn request() -> CompressCall<'static> {
         message_id: Some("msg_x"),
         call_id: Some("call_x"),
         now: 7,
+        restore: None,
     }
 }
 

@@ -33,6 +33,7 @@ mod proxy_state;
 mod proxy_upstreams;
 mod ranges_shown;
 mod replay;
+mod restore;
 mod replay_misses;
 mod savings;
 mod sidecar;
