@@ -34,6 +34,13 @@ pub enum EngineError {
     Refused(String),
 }
 
+/// What the engine's thread is given to do: a request's transform, or a call on its server
+/// ([`Engine::call`]).
+enum Work {
+    Transform(Job),
+    Call(Box<dyn FnOnce(&mut Server) + Send>),
+}
+
 struct Job {
     sid: String,
     base: usize,
@@ -47,7 +54,7 @@ struct Job {
 /// handle is dropped or [`Engine::stop`] is called.
 #[derive(Clone)]
 pub struct Engine {
-    jobs: Sender<Job>,
+    jobs: Sender<Work>,
     done: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
@@ -72,9 +79,28 @@ impl Engine {
         timeout: Duration,
     ) -> Result<Edits, EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs.send(Job { sid, base, messages, reply, sent: Instant::now() }).map_err(|_| EngineError::Stopped)?;
+        let job = Job { sid, base, messages, reply, sent: Instant::now() };
+        self.jobs.send(Work::Transform(job)).map_err(|_| EngineError::Stopped)?;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(EngineError::Stopped),
+            Err(_) => Err(EngineError::Timeout(timeout)),
+        }
+    }
+
+    /// Runs `f` on the engine's server, in turn with the requests' transforms.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Server) -> T + Send + 'static,
+        timeout: Duration,
+    ) -> Result<T, EngineError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let work = Work::Call(Box::new(move |server| {
+            let _ = reply.send(f(server));
+        }));
+        self.jobs.send(work).map_err(|_| EngineError::Stopped)?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(result)) => Ok(result),
             Ok(Err(_)) => Err(EngineError::Stopped),
             Err(_) => Err(EngineError::Timeout(timeout)),
         }
@@ -91,9 +117,16 @@ impl Engine {
     }
 }
 
-fn run(mut server: Server, jobs: &Receiver<Job>) {
+fn run(mut server: Server, jobs: &Receiver<Work>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
-    while let Some(job) = next_job(&mut server, jobs) {
+    while let Some(work) = next_job(&mut server, jobs) {
+        let job = match work {
+            Work::Transform(job) => job,
+            Work::Call(f) => {
+                f(&mut server);
+                continue;
+            }
+        };
         let Job { sid, base, messages, reply, sent: at } = job;
         let queued = at.elapsed();
         transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
@@ -104,7 +137,7 @@ fn run(mut server: Server, jobs: &Receiver<Job>) {
 }
 
 /// The next job, counting ahead while none waits and handing out the saves that fall due.
-fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
+fn next_job(server: &mut Server, jobs: &Receiver<Work>) -> Option<Work> {
     let mut early = None;
     loop {
         if early.is_none() && !server.save_is_due() && server.has_precount() {

@@ -21,6 +21,7 @@ pub mod identity;
 mod pipeline;
 pub mod raw;
 mod rest;
+pub mod restore;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -63,6 +64,8 @@ pub struct Shared {
     pub conversations: conversation::Conversations,
     pub upstreams: Upstreams,
     pub client: UpstreamClient,
+    /// The key `dcp restore` must give ([`restore`]); empty: restores are refused.
+    pub restore_key: String,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
@@ -130,13 +133,16 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
+        let url = format!("http://{}", listener.local_addr()?);
+        let access = restore::Access::publish(&url, restore::access_file(&options.sidecar.env.cache_dir()));
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             conversations: conversation::Conversations::default(),
             upstreams,
             client,
+            restore_key: access.key.clone(),
         });
-        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
+        println!("dcp proxy: listening on {url}, forwarding to {}", shared.upstreams);
         tokio::select! {
             result = accept_loop(&listener, &shared) => result?,
             () = interrupted => {}
@@ -144,6 +150,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         drop(shared);
         tokio::task::spawn_blocking(move || engine.stop()).await?;
         saver.flush().await;
+        drop(access);
         Ok(())
     })
 }
@@ -240,6 +247,9 @@ pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared
 /// Serves one request: prunes it when it is one of the APIs', and forwards it.
 pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
+    if restore::is_restore(&parts) {
+        return Ok(restore::answer(&shared, &parts).await);
+    }
     let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
     let Some(upstream) = shared.upstreams.route(api) else {
         let message = format!("dcp proxy: no upstream for {}: set --upstream or proxy.upstream", parts.uri.path());

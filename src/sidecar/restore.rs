@@ -216,13 +216,16 @@ impl Server {
         Ok(())
     }
 
-    /// What `raw` names in the most recent of the sessions `sids` (most recent first) that
-    /// hides it, for `dcp proxy`, whose `dcp restore` names no conversation: a restore of what
-    /// a conversation hides is counted in it. `None` when none of them hides anything by that
-    /// handle; the refusal when it names nothing.
+    /// What `raw` names in the most recently active of the sessions `sids` that hides it, for
+    /// `dcp proxy`, whose `dcp restore` names no conversation: a restore of what a
+    /// conversation hides is counted in it. Else what it names in one that shows it, or the
+    /// refusal when it names nothing.
     pub fn restore_target(&mut self, sids: &[String], raw: &str) -> Result<(String, Target), String> {
         let mut refusal = texts::unknown(raw.trim());
         let mut shown = None;
+        let mut sids: Vec<&String> = sids.iter().collect();
+        let last = |sid: &String| self.sessions.get(sid.as_str()).and_then(|s| s.ledger.last_request);
+        sids.sort_by_key(|sid| std::cmp::Reverse(last(sid)));
         for sid in sids {
             let Ok(slot) = self.store.slot(sid) else { continue };
             match target(&slot.state, raw) {

@@ -83,7 +83,7 @@ pub fn summary_head(head: &str, block: u32, via: Option<Via>) -> String {
 }
 
 /// The `restore` tool's description: what it takes and what it gives, in one sentence.
-pub const DESCRIPTION: &str = "Get back the exact text a placeholder hid, by the number (or bN) it names.";
+pub const DESCRIPTION: &str = "Show the exact text a placeholder hid, by its number.";
 
 /// What `restore` answers when the handle names nothing it can bring back.
 pub fn unknown(handle: &str) -> String {

@@ -28,6 +28,7 @@ mod persistence;
 mod protocol;
 mod proxy;
 mod proxy_pipeline;
+mod proxy_restore;
 mod proxy_resume;
 mod proxy_state;
 mod proxy_upstreams;
