@@ -34,9 +34,22 @@ pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], 
 pub const AGENT_TOOLS: [&str; 4] = ["discard", "extract", "compress", "restore"];
 
 /// `compress`'s one `range` argument is the `from..to` this names: one argument costs fewer
-/// tokens in every request than two.
-pub const COMPRESS_DESCRIPTION: &str =
-    "Replace finished messages from..to (call ids or m12/b1 tags) with your summary.";
+/// tokens in every request than two. It names the id tags only when the requests carry them
+/// (see `crate::sidecar`'s `describe`): `messages`, `<mN>` at the end of messages; `ranges`,
+/// `<bN>` at the end of a compressed range.
+pub fn compress_description(messages: bool, ranges: bool) -> &'static str {
+    match (messages, ranges) {
+        (false, false) => "Replace finished messages from..to (tool call ids in them) with your summary.",
+        (true, false) => "Replace finished messages from..to (tool call ids, or the <mN> ending a message) with your summary.",
+        (false, true) => "Replace finished messages from..to (tool call ids, or a range's <bN>) with your summary.",
+        (true, true) => {
+            "Replace finished messages from..to (tool call ids, the <mN> ending a message, a range's <bN>) with your summary."
+        }
+    }
+}
+
+/// `compress`'s description before the session's requests carry any id tag.
+pub const COMPRESS_DESCRIPTION: &str = "Replace finished messages from..to (tool call ids in them) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
 /// schema per argument). As small as the tools allow: they are in every request (`compress`
@@ -317,7 +330,8 @@ mod tests {
         let described = [
             (DISCARD_DESCRIPTION, ["<prunable-tools> ids", "alongside your next tool call", "distillation[i]"]),
             (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
-            (COMPRESS_DESCRIPTION, ["from..to", "m12/b1 tags", "summary"]),
+            (COMPRESS_DESCRIPTION, ["from..to", "tool call ids", "summary"]),
+            (compress_description(true, true), ["from..to", "<mN>", "<bN>", "summary"]),
         ];
         for (description, says) in described {
             assert!(says.iter().all(|s| description.contains(s)), "{description}");

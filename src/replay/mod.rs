@@ -94,6 +94,7 @@ impl Mode {
                 only(&mut c, Some(s));
                 c.tools.discard.enabled = false;
                 c.tools.extract.enabled = false;
+                c.tools.restore.enabled = false;
             }
             Mode::AgentTools => only(&mut c, None),
         }

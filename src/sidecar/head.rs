@@ -13,9 +13,13 @@
 //! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
 //! to leave dcp's out.
 
-use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
-use super::{now_ms, validate_session_id, LiveSession, Server};
-use crate::config::Offer;
+use super::protocol::{
+    self, code, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
+    TurnAnswer, TurnParams,
+};
+use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
+use crate::config::{self, Offer};
+use crate::strategies::incremental::Index;
 use crate::policy;
 use crate::strategies::Rules;
 use crate::texts;
@@ -29,6 +33,65 @@ pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
 }
 
 impl Server {
+    /// `initialize`: the protocol's version, and the agent tools dcp offers, with their
+    /// descriptions and arguments (its head).
+    pub(super) fn initialize(&mut self, p: InitializeParams) -> Result<Initialized, RpcError> {
+        if let Some(v) = p.protocol {
+            if v != protocol::PROTOCOL_VERSION {
+                return Err(RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
+                ));
+            }
+        }
+        if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
+            // The plugin tells the user; this line is for the log.
+            tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));
+        }
+        if let Some(dir) = p.directory {
+            self.options.project = Some(dir);
+            let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))
+                .map_err(|e| internal(crate::error_chain(&e)))?;
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            self.rules = Rules::new(loaded.config).map_err(internal)?;
+            self.backed_off = refetch::backed_off_rules(&self.rules).map_err(internal)?;
+            self.config_warnings = loaded.warnings;
+            self.head = None;
+            // What the indexes read was judged by the old rules.
+            for session in self.sessions.values_mut() {
+                session.index = Index::default();
+                session.in_force = in_force::InForce::default();
+            }
+        }
+        let tools = &self.rules.config().tools;
+        Ok(Initialized {
+            protocol: protocol::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION"),
+            enabled: self.rules.config().enabled,
+            // Not `TokenCounter::estimator`: that would wait for the pre-tokenizer's pattern,
+            // which compiles in the background (a few ms) while `initialize` is answered.
+            estimator: crate::tokens::expected_estimator().name(),
+            tools: ToolsOffered {
+                discard: tools.discard.enabled,
+                extract: tools.extract.enabled,
+                compress: tools.compress.enabled,
+                restore: tools.restore.enabled,
+            },
+            commands: self.rules.config().commands.enabled,
+            descriptions: Descriptions {
+                discard: texts::DISCARD_DESCRIPTION,
+                extract: texts::EXTRACT_DESCRIPTION,
+                compress: texts::compress_description(false, false),
+                restore: texts::restore::DESCRIPTION,
+                command: texts::COMMAND_DESCRIPTION,
+            },
+            args: texts::tool_args(),
+            required: texts::tool_required(),
+        })
+    }
+
     /// A request's system prompt is being built. dcp adds no line to it (the tools'
     /// descriptions say when to call them); the call still sees the session first, so its
     /// title and ledger are at hand before its first `transform`.

@@ -19,6 +19,7 @@
 //! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
+mod describe;
 mod edits;
 mod head;
 mod in_force;
@@ -45,13 +46,10 @@ use serde_json::Value;
 
 use self::edits::EditsSent;
 use self::mirror::Mirror;
-use self::protocol::{
-    code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
-};
+use self::protocol::{code, Answer, Empty, Request, RpcError};
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
-use crate::policy;
 use crate::session::{str_field, Node};
 use crate::state::saver::{self, SaveTiming, Saver};
 use crate::state::store::SessionStore;
@@ -59,7 +57,6 @@ use crate::state::Ledger;
 use crate::stats::AllTimeCache;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
-use crate::texts;
 use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
@@ -128,6 +125,10 @@ struct LiveSession {
     /// for the misses it saw (`crate::policy::backoff_level`).
     refetches: refetch::Refetches,
     backoff: u32,
+    /// The kinds of id tag the session's last request carried, and those its agent tools'
+    /// descriptions name (see [`describe`]).
+    present: describe::Tags,
+    described: Option<describe::Tags>,
 }
 
 impl LiveSession {
@@ -182,21 +183,6 @@ pub(crate) fn transform_params(
     Ok(p)
 }
 
-/// The rules of a session backed off 1 to [`policy::MAX_BACKOFF`] steps, or none with the
-/// backoff off.
-fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strategies::PatternError> {
-    let config = rules.config();
-    if !config.strategies.masking.backoff {
-        return Ok(Vec::new());
-    }
-    let level = |n: u32| {
-        let mut c = config.clone();
-        c.strategies.masking = policy::backed_off(&config.strategies.masking, n);
-        Rules::new(c)
-    };
-    (1..=policy::MAX_BACKOFF).map(level).collect()
-}
-
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
     crate::state::persist::validate_session_id(sid).map_err(|e| RpcError::params(e.to_string()))
 }
@@ -216,7 +202,7 @@ impl Server {
     /// runs one per mode). An `initialize` that names a project dir still reloads the files.
     pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
-        let backed_off = backed_off_rules(&rules)?;
+        let backed_off = refetch::backed_off_rules(&rules)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server {
             options,
@@ -243,22 +229,6 @@ impl Server {
     /// compare the answers of both.
     pub fn set_views(&mut self, views: Views) {
         self.views = views;
-    }
-
-    /// Has the placeholders say to restore what they hide `via` this: [`Via::Shell`] for
-    /// `dcp proxy`, whose clients have no dcp tool but a shell.
-    pub fn set_restore(&mut self, via: Via) {
-        self.restore = via;
-    }
-
-    /// How the agent of `session` restores what dcp hid, if it can: through the `restore`
-    /// tool once the session's requests carry dcp's tools, or its shell.
-    fn restore_via(&self, session: &LiveSession) -> Option<Via> {
-        match self.restore {
-            Via::Shell => Some(Via::Shell),
-            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session))
-                .then_some(Via::Tool),
-        }
     }
 
     /// Handles one protocol line; returns the response line, if the line asks for one.
@@ -304,6 +274,7 @@ impl Server {
             "transform" => self.transform(transform_params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
+            "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
             "command" => self.command(protocol::params(method, params)?).map(Answer::Command),
             "event" => {
@@ -317,63 +288,6 @@ impl Server {
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),
         }
-    }
-
-    fn initialize(&mut self, p: InitializeParams) -> Result<Initialized, RpcError> {
-        if let Some(v) = p.protocol {
-            if v != protocol::PROTOCOL_VERSION {
-                return Err(RpcError::new(
-                    code::INVALID_REQUEST,
-                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
-                ));
-            }
-        }
-        if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
-            // The plugin tells the user; this line is for the log.
-            tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));
-        }
-        if let Some(dir) = p.directory {
-            self.options.project = Some(dir);
-            let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))
-                .map_err(|e| internal(crate::error_chain(&e)))?;
-            for w in &loaded.warnings {
-                tracing::warn!("{w}");
-            }
-            self.rules = Rules::new(loaded.config).map_err(internal)?;
-            self.backed_off = backed_off_rules(&self.rules).map_err(internal)?;
-            self.config_warnings = loaded.warnings;
-            self.head = None;
-            // What the indexes read was judged by the old rules.
-            for session in self.sessions.values_mut() {
-                session.index = Index::default();
-                session.in_force = in_force::InForce::default();
-            }
-        }
-        let tools = &self.rules.config().tools;
-        Ok(Initialized {
-            protocol: protocol::PROTOCOL_VERSION,
-            version: env!("CARGO_PKG_VERSION"),
-            enabled: self.rules.config().enabled,
-            // Not `TokenCounter::estimator`: that would wait for the pre-tokenizer's pattern,
-            // which compiles in the background (a few ms) while `initialize` is answered.
-            estimator: crate::tokens::expected_estimator().name(),
-            tools: ToolsOffered {
-                discard: tools.discard.enabled,
-                extract: tools.extract.enabled,
-                compress: tools.compress.enabled,
-                restore: tools.restore.enabled,
-            },
-            commands: self.rules.config().commands.enabled,
-            descriptions: Descriptions {
-                discard: texts::DISCARD_DESCRIPTION,
-                extract: texts::EXTRACT_DESCRIPTION,
-                compress: texts::COMPRESS_DESCRIPTION,
-                restore: texts::restore::DESCRIPTION,
-                command: texts::COMMAND_DESCRIPTION,
-            },
-            args: texts::tool_args(),
-            required: texts::tool_required(),
-        })
     }
 
     /// Runs `f` on session `sid`'s [`LiveSession`], created on first sight, with the rest of the
@@ -425,19 +339,6 @@ impl Server {
         }
         if let Ok(slot) = self.store.slot(sid) {
             session.ledger = slot.state.ledger;
-        }
-    }
-
-    /// Sets how far `session` backs off for the misses its state counts; a new step
-    /// judges its calls afresh by the wider windows.
-    fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
-        let Ok(slot) = self.store.slot(sid) else { return };
-        let level = if self.backed_off.is_empty() { 0 } else { policy::backoff_level(slot.state.misses.total()) };
-        if level != session.backoff {
-            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
-            session.backoff = level;
-            session.index = Index::default();
-            session.in_force = in_force::InForce::default();
         }
     }
 

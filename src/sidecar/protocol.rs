@@ -235,6 +235,7 @@ pub enum Answer {
     Turn(TurnAnswer),
     Tool(ToolOutput),
     Command(CommandOutput),
+    Described(super::describe::Described),
     /// `{}`: for `event` and `shutdown`.
     Empty(Empty),
 }

@@ -18,10 +18,13 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::request::RequestContext;
+use super::{in_force, LiveSession, Server};
+use crate::policy;
 use crate::session::{Message, Role, ToolCall};
 use crate::state::{Action, SessionState};
 use crate::strategies::incremental::Index;
-use crate::strategies::{dedup, masking};
+use crate::strategies::{dedup, masking, Rules};
 
 /// The most model steps between a call and the one that runs it again for the second to
 /// count as a re-fetch of it.
@@ -127,6 +130,45 @@ impl Refetches {
         }
         self.by_signature.insert(dedup::signature_hash(call.tool, call.input()), seen);
     }
+}
+
+impl Server {
+    /// Sets how far `session` backs off for the misses its state counts; a new step
+    /// judges its calls afresh by the wider windows.
+    pub(super) fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
+        let Ok(slot) = self.store.slot(sid) else { return };
+        let level = if self.backed_off.is_empty() { 0 } else { policy::backoff_level(slot.state.misses.total()) };
+        if level != session.backoff {
+            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            session.backoff = level;
+            session.index = Index::default();
+            session.in_force = in_force::InForce::default();
+        }
+    }
+
+}
+
+/// The rules of a session backed off 1 to [`policy::MAX_BACKOFF`] steps, or none with the
+/// backoff off.
+pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strategies::PatternError> {
+    let config = rules.config();
+    if !config.strategies.masking.backoff {
+        return Ok(Vec::new());
+    }
+    let level = |n: u32| {
+        let mut c = config.clone();
+        c.strategies.masking = policy::backed_off(&config.strategies.masking, n);
+        Rules::new(c)
+    };
+    (1..=policy::MAX_BACKOFF).map(level).collect()
+}
+
+/// Reads the new calls of `cx`'s session for re-fetches and counts them in its state; returns
+/// how many.
+pub(super) fn observe(cx: &mut RequestContext) -> u64 {
+    let found = cx.session.refetches.observe(&cx.session.index, cx.mirror.messages(), &cx.slot.state);
+    cx.slot.state.misses.refetches = cx.slot.state.misses.refetches.saturating_add(found);
+    found
 }
 
 /// Call `at` of `index`, as the history holds it.

@@ -15,13 +15,14 @@
 //! follows it, to save the agent one read of a text it asked for now.
 
 use super::protocol::RpcError;
-use super::{internal, Server};
+use super::{head, internal, LiveSession, Server};
 use crate::host::DataDir;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::Block;
 use crate::state::{Action, SessionState};
 use crate::strategies::masking;
 use crate::texts::restore as texts;
+use crate::texts::restore::Via;
 
 /// What a handle names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +176,22 @@ fn escaped(text: &str) -> String {
 }
 
 impl Server {
+    /// Has the placeholders say to restore what they hide `via` this: [`Via::Shell`] for
+    /// `dcp proxy`, whose clients have no dcp tool but a shell.
+    pub fn set_restore(&mut self, via: Via) {
+        self.restore = via;
+    }
+
+    /// How the agent of `session` restores what dcp hid, if it can: through the `restore`
+    /// tool once the session's requests carry dcp's tools, or its shell.
+    pub(super) fn restore_via(&self, session: &LiveSession) -> Option<Via> {
+        match self.restore {
+            Via::Shell => Some(Via::Shell),
+            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session))
+                .then_some(Via::Tool),
+        }
+    }
+
     /// The agent's `restore` of `raw` in session `sid`: the original text, read from `kept`
     /// (the mirror) where it holds it whole, else from OpenCode's store and checked against
     /// `kept`; or why it cannot be given. A restore of what the model is sent hidden is

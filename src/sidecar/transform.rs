@@ -205,8 +205,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         }
     }
     laps.lap("decisions");
-    let refetched = cx.session.refetches.observe(&cx.session.index, messages, &cx.slot.state);
-    cx.slot.state.misses.refetches = cx.slot.state.misses.refetches.saturating_add(refetched);
+    let refetched = super::refetch::observe(cx);
     let session = &mut *cx.session;
     let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
     session.in_force.update(sources, cx.views);
@@ -222,9 +221,11 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
-    let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
+    let tags = ranges::tags(rules, offered, cx.mirror.sizes());
+    let (seq, edits) = answer_edits(cx, tags);
     laps.lap("edits");
     let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
+    cx.session.present = super::describe::Tags::present(tags, messages.len(), &replace);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");

@@ -246,6 +246,12 @@ pub fn compress(
         match resolve(messages, &state.blocks, range) {
             Err(problem) => out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem)),
             Ok(resolved) => {
+                let (summary, replaced) = (summary_tokens(range, request, counter), range_tokens(messages, state, &resolved, counter));
+                if summary >= replaced {
+                    let problem = refusals::summary_not_shorter(summary, replaced);
+                    out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem));
+                    continue;
+                }
                 if resolved.grown {
                     let (from, to) =
                         (ref_of(messages, &state.blocks, resolved.from), ref_of(messages, &state.blocks, resolved.to));
@@ -391,6 +397,21 @@ fn sent_tokens(messages: &[Message], state: &SessionState, counter: &TokenCounte
     let mut copy = messages.to_vec();
     super::apply(&mut copy, state, |r| r.applied);
     copy.iter().map(|m| measure::measure(std::slice::from_ref(m), counter).total).collect()
+}
+
+/// Tokens of the message that would stand for `range`: its summary under the topic's head.
+fn summary_tokens(range: &RangeRequest, request: &CompressCall<'_>, counter: &TokenCounter) -> u64 {
+    counter.count(&summary_text(0, request.topic, &range.summary, request.restore))
+}
+
+/// Tokens the model is sent of `messages[r.from..=r.to]` now: its messages, prunes in force
+/// applied, and of the ranges it takes in, their summaries.
+fn range_tokens(messages: &[Message], state: &SessionState, r: &Resolved, counter: &TokenCounter) -> u64 {
+    let inner: Vec<Span> = spans(messages, &state.blocks, |b| r.consumed.contains(&b.id));
+    let tokens = sent_tokens(&messages[r.from..=r.to], state, counter);
+    let outside = tokens.iter().enumerate().filter(|(k, _)| !inner.iter().any(|s| s.from <= r.from + k && r.from + k <= s.to));
+    let direct: u64 = outside.map(|(_, t)| *t).sum();
+    direct + inner.iter().map(|s| counter.count(&state.blocks.by_id[&s.block].summary)).sum::<u64>()
 }
 
 /// Makes `messages[r.from..=r.to]` a block for `made`, waiting for the policy. Returns its id.
