@@ -444,7 +444,7 @@ pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::stat
             let _ = writeln!(text, "Not applied: {p}.");
         }
         text.push_str(
-            "Give a range as from..to (m12..m20), its ends named by tool call ids in its first and last messages or by id tags (<m12>, <b1>).\n",
+            "Give a range as from..to, its ends named by the tool call ids in its first and last messages, or by the <mN> and <bN> tags at the end of messages where they carry them.\n",
         );
     }
     text.trim_end().to_string()
