@@ -13,6 +13,7 @@ mod offer;
 mod proxy;
 mod proxy_upstream;
 mod registry;
+mod restore;
 mod savings;
 mod scenarios;
 mod tui;
