@@ -11,6 +11,7 @@ mod compress;
 mod fake_llm;
 mod offer;
 mod proxy;
+mod proxy_restore;
 mod proxy_upstream;
 mod registry;
 mod restore;
@@ -20,6 +21,7 @@ mod tui;
 mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
+mod tui_refetch;
 mod tui_state_dir;
 mod tui_turns;
 
