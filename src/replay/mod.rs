@@ -51,6 +51,12 @@ pub enum Mode {
     Only(Strategy),
     /// The agent tools alone (`discard`, `compress`, and `extract` where it is enabled).
     AgentTools,
+    /// dcp as configured, but a session that re-fetches keeps masking's windows
+    /// (`strategies.masking.backoff` off): what the backoff does, from the same run.
+    NoBackoff,
+    /// dcp as configured, without `restore` (its tool, and the handles its placeholders name):
+    /// what recoverable hiding costs, from the same run.
+    NoRestore,
 }
 
 impl Mode {
@@ -71,11 +77,16 @@ impl Mode {
             Mode::Immediate => "immediate",
             Mode::Only(s) => s.name(),
             Mode::AgentTools => "agent-tools",
+            Mode::NoBackoff => "no-backoff",
+            Mode::NoRestore => "no-restore",
         }
     }
 
+    /// The modes to compare dcp with its own parts off, named only: `--mode all` leaves them out.
+    pub const PARTS: [Mode; 2] = [Mode::NoBackoff, Mode::NoRestore];
+
     pub fn from_name(name: &str) -> Option<Mode> {
-        [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).find(|m| m.name() == name)
+        [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).chain(Mode::PARTS).find(|m| m.name() == name)
     }
 
     /// The config of this run, from the user's.
@@ -97,6 +108,8 @@ impl Mode {
                 c.tools.restore.enabled = false;
             }
             Mode::AgentTools => only(&mut c, None),
+            Mode::NoBackoff => c.strategies.masking.backoff = false,
+            Mode::NoRestore => c.tools.restore.enabled = false,
         }
         c
     }
