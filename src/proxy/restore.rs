@@ -162,7 +162,9 @@ fn query_id(query: &str) -> Option<String> {
 fn text(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(super::forward::boxed_bytes(bytes::Bytes::from(body)));
     *response.status_mut() = status;
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
     response
 }
 
@@ -176,19 +178,30 @@ pub fn fetch(cache_dir: &Path, handle: &str) -> Result<Vec<u8>, String> {
             file.display()
         )
     })?;
-    let access: serde_json::Value =
-        serde_json::from_str(&published).map_err(|e| format!("{} is not what dcp proxy writes: {e}", file.display()))?;
+    let access: serde_json::Value = serde_json::from_str(&published)
+        .map_err(|e| format!("{} is not what dcp proxy writes: {e}", file.display()))?;
     let (url, key) = (access["url"].as_str().unwrap_or(""), access["key"].as_str().unwrap_or(""));
-    let address = url.strip_prefix("http://").filter(|a| !a.contains('/')).ok_or_else(|| format!("{}: no proxy address in it", file.display()))?;
-    let query: String = handle.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
-    let request = format!("GET {PATH}?id={query} HTTP/1.1\r\nHost: {address}\r\n{KEY_HEADER}: {key}\r\nConnection: close\r\n\r\n");
+    let address = url
+        .strip_prefix("http://")
+        .filter(|a| !a.contains('/'))
+        .ok_or_else(|| format!("{}: no proxy address in it", file.display()))?;
+    let query: String = handle
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect();
+    let request = format!(
+        "GET {PATH}?id={query} HTTP/1.1\r\nHost: {address}\r\n{KEY_HEADER}: {key}\r\nConnection: close\r\n\r\n"
+    );
     let unreachable = |e: std::io::Error| format!("the dcp proxy at {url} does not answer ({e}); is it still running?");
     let mut stream = std::net::TcpStream::connect(address).map_err(unreachable)?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).map_err(unreachable)?;
     std::io::Write::write_all(&mut stream, request.as_bytes()).map_err(unreachable)?;
     let mut response = Vec::new();
     std::io::Read::read_to_end(&mut stream, &mut response).map_err(unreachable)?;
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| format!("the dcp proxy at {url} answered no HTTP"))?;
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("the dcp proxy at {url} answered no HTTP"))?;
     let (head, body) = (String::from_utf8_lossy(&response[..split]).into_owned(), response[split + 4..].to_vec());
     match head.split_whitespace().nth(1) {
         Some("200") => Ok(body),

@@ -15,9 +15,7 @@
 //! warm run is used unnamed until the next cold request: the description never says what is
 //! not there, at the price of saying late what is.
 
-use serde::Serialize;
-
-use super::protocol::{RpcError, TurnParams};
+use super::protocol::{Described, RpcError, TurnParams};
 use super::{now_ms, validate_session_id, Server};
 use crate::texts;
 
@@ -32,16 +30,10 @@ pub struct Tags {
 
 impl Tags {
     /// The tags of a request of `messages` messages, those from `tagged` on carrying their
-    /// `<mN>` ([`super::ranges::tags`]), whose ranges `replace`.
-    pub(super) fn present(tagged: Option<usize>, messages: usize, replace: &[super::protocol::Replace]) -> Tags {
-        Tags { messages: tagged.is_some_and(|first| first < messages), ranges: !replace.is_empty() }
+    /// `<mN>` (`super::ranges::tags`), with the ranges in force of `blocks`.
+    pub(super) fn present(tagged: Option<usize>, messages: usize, blocks: &crate::state::blocks::Blocks) -> Tags {
+        Tags { messages: tagged.is_some_and(|first| first < messages), ranges: blocks.active().any(|b| b.applied) }
     }
-}
-
-/// What `describe` answers: `compress`'s description for the session's next request.
-#[derive(Debug, Serialize)]
-pub struct Described {
-    pub compress: &'static str,
 }
 
 /// The tags the description of a session names from now on: `current` (none: not described

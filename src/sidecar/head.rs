@@ -14,13 +14,13 @@
 //! to leave dcp's out.
 
 use super::protocol::{
-    self, code, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
-    TurnAnswer, TurnParams,
+    self, code, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered, TurnAnswer,
+    TurnParams,
 };
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
 use crate::config::{self, Offer};
-use crate::strategies::incremental::Index;
 use crate::policy;
+use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;

@@ -235,7 +235,7 @@ pub enum Answer {
     Turn(TurnAnswer),
     Tool(ToolOutput),
     Command(CommandOutput),
-    Described(super::describe::Described),
+    Described(Described),
     /// `{}`: for `event` and `shutdown`.
     Empty(Empty),
 }
@@ -456,6 +456,12 @@ pub struct System {
 #[derive(Debug, Serialize)]
 pub struct TurnAnswer {
     pub offer: bool,
+}
+
+/// The answer to `describe`: `compress`'s description for the session's next request.
+#[derive(Debug, Serialize)]
+pub struct Described {
+    pub compress: &'static str,
 }
 
 /// The answer to `tool`: what the agent reads.

@@ -18,10 +18,11 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::request::RequestContext;
+use super::mirror::Mirror;
 use super::{in_force, LiveSession, Server};
 use crate::policy;
 use crate::session::{Message, Role, ToolCall};
+use crate::state::store::Slot;
 use crate::state::{Action, SessionState};
 use crate::strategies::incremental::Index;
 use crate::strategies::{dedup, masking, Rules};
@@ -145,7 +146,6 @@ impl Server {
             session.in_force = in_force::InForce::default();
         }
     }
-
 }
 
 /// The rules of a session backed off 1 to [`policy::MAX_BACKOFF`] steps, or none with the
@@ -163,11 +163,11 @@ pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strat
     (1..=policy::MAX_BACKOFF).map(level).collect()
 }
 
-/// Reads the new calls of `cx`'s session for re-fetches and counts them in its state; returns
-/// how many.
-pub(super) fn observe(cx: &mut RequestContext) -> u64 {
-    let found = cx.session.refetches.observe(&cx.session.index, cx.mirror.messages(), &cx.slot.state);
-    cx.slot.state.misses.refetches = cx.slot.state.misses.refetches.saturating_add(found);
+/// Reads the new calls of `session`'s history for re-fetches and counts them in its state
+/// (`slot`); returns how many.
+pub(super) fn observe(session: &mut LiveSession, slot: &mut Slot, mirror: &Mirror) -> u64 {
+    let found = session.refetches.observe(&session.index, mirror.messages(), &slot.state);
+    slot.state.misses.refetches = slot.state.misses.refetches.saturating_add(found);
     found
 }
 
@@ -185,8 +185,9 @@ fn applied_ranges(state: &SessionState) -> HashSet<&str> {
 /// Whether the model is sent `call_id`'s output hidden: a prune in force replaces it, or a
 /// range in force holds the call.
 fn hides(state: &SessionState, ranged: &HashSet<&str>, call_id: &str) -> bool {
-    let pruned = state.pruned.get(call_id).is_some_and(|r| {
-        r.applied && matches!(r.action, Action::Output | Action::Mask | Action::Distill { .. })
-    });
+    let pruned = state
+        .pruned
+        .get(call_id)
+        .is_some_and(|r| r.applied && matches!(r.action, Action::Output | Action::Mask | Action::Distill { .. }));
     pruned || ranged.contains(call_id)
 }

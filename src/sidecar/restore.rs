@@ -187,8 +187,9 @@ impl Server {
     pub(super) fn restore_via(&self, session: &LiveSession) -> Option<Via> {
         match self.restore {
             Via::Shell => Some(Via::Shell),
-            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session))
-                .then_some(Via::Tool),
+            Via::Tool => {
+                (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session)).then_some(Via::Tool)
+            }
         }
     }
 

@@ -198,14 +198,11 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
         tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
     }
-    let mut recorded_now = Vec::new();
-    for d in index.decisions(messages, &slot.state, rules, &mut slot.tokens) {
-        if slot.record(&d.call_id, d.record) {
-            recorded_now.push(d.call_id);
-        }
-    }
+    let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
+    let recorded_now: Vec<String> =
+        decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
-    let refetched = super::refetch::observe(cx);
+    let refetched = super::refetch::observe(cx.session, cx.slot, cx.mirror) > 0;
     let session = &mut *cx.session;
     let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
     session.in_force.update(sources, cx.views);
@@ -216,16 +213,13 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     laps.lap("apply");
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
-    let changed =
-        corrupt || compacted || collapsed || refetched > 0 || !recorded_now.is_empty() || applied_now.is_some();
+    let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
-    let tags = ranges::tags(rules, offered, cx.mirror.sizes());
-    let (seq, edits) = answer_edits(cx, tags);
+    let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
     let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
-    cx.session.present = super::describe::Tags::present(tags, messages.len(), &replace);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");

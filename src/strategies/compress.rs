@@ -246,7 +246,8 @@ pub fn compress(
         match resolve(messages, &state.blocks, range) {
             Err(problem) => out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem)),
             Ok(resolved) => {
-                let (summary, replaced) = (summary_tokens(range, request, counter), range_tokens(messages, state, &resolved, counter));
+                let (summary, replaced) =
+                    (summary_tokens(range, request, counter), range_tokens(messages, state, &resolved, counter));
                 if summary >= replaced {
                     let problem = refusals::summary_not_shorter(summary, replaced);
                     out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem));
@@ -409,7 +410,8 @@ fn summary_tokens(range: &RangeRequest, request: &CompressCall<'_>, counter: &To
 fn range_tokens(messages: &[Message], state: &SessionState, r: &Resolved, counter: &TokenCounter) -> u64 {
     let inner: Vec<Span> = spans(messages, &state.blocks, |b| r.consumed.contains(&b.id));
     let tokens = sent_tokens(&messages[r.from..=r.to], state, counter);
-    let outside = tokens.iter().enumerate().filter(|(k, _)| !inner.iter().any(|s| s.from <= r.from + k && r.from + k <= s.to));
+    let outside =
+        tokens.iter().enumerate().filter(|(k, _)| !inner.iter().any(|s| s.from <= r.from + k && r.from + k <= s.to));
     let direct: u64 = outside.map(|(_, t)| *t).sum();
     direct + inner.iter().map(|s| counter.count(&state.blocks.by_id[&s.block].summary)).sum::<u64>()
 }

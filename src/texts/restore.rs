@@ -110,11 +110,17 @@ mod tests {
     #[test]
     fn a_handle_goes_inside_the_placeholder_s_bracket_and_says_how_to_restore() {
         let tool = Some(Handle { id: 12, via: Via::Tool });
-        assert_eq!(with_handle("[masked: applied to the file on disk]", tool), "[masked: applied to the file on disk; restore 12]");
+        assert_eq!(
+            with_handle("[masked: applied to the file on disk]", tool),
+            "[masked: applied to the file on disk; restore 12]"
+        );
         let shell = Some(Handle { id: 7, via: Via::Shell });
         assert_eq!(masked_output(shell.unwrap()), "[Output masked; run `dcp restore 7`]");
         assert_eq!(with_handle("[x]", None), "[x]");
-        assert_eq!(summary_head("[Earlier messages, summarised by the agent]", 3, Some(Via::Tool)), "[Earlier messages, summarised by the agent; restore b3]");
+        assert_eq!(
+            summary_head("[Earlier messages, summarised by the agent]", 3, Some(Via::Tool)),
+            "[Earlier messages, summarised by the agent; restore b3]"
+        );
         let line = collapsed_turn(&[(4, "read `a.py`".into()), (5, "bash `ls`".into())], &[6, 7], Via::Tool);
         assert_eq!(line, "[Tool calls of this turn, outputs hidden (restore N): 4 read `a.py`; 5 bash `ls`; and 6 7]");
     }

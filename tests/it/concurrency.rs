@@ -93,7 +93,7 @@ fn the_sidecar_sees_another_processs_prune_before_its_next_request() {
     let second = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": messages.clone()}));
     apply(&mut messages, &second);
     let output = crate::sidecar::untag(&messages[1]["parts"][1]["state"]["output"]);
-    assert!(crate::support::is_pruned(output.as_str()), "{second}");
+    assert!(crate::restore::is_pruned(output.as_str()), "{second}");
     sidecar.shutdown();
     // The sidecar's own save kept the other process's prune.
     assert!(read_state(&s, "ses_test").pruned.contains_key("x1"));

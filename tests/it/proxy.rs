@@ -244,7 +244,7 @@ fn both_ways(config: &str) -> usize {
         post(proxy.port, "/v1/chat/completions", &as_chat(&messages));
         let proxied = proxied_outputs(&upstream.last());
         assert_eq!(proxied, served, "step {steps}: the proxy and dcp serve disagree ({config})");
-        pruned = served.iter().filter(|(_, o)| crate::support::is_pruned(Some(o))).count();
+        pruned = served.iter().filter(|(_, o)| crate::restore::is_pruned(Some(o))).count();
     }
     assert!(proxy.stop());
     pruned
@@ -283,7 +283,7 @@ fn an_unchanged_request_is_forwarded_byte_for_byte_and_a_pruned_one_keeps_every_
     let pruned = upstream.last_bytes();
     let outputs = proxied_outputs(&serde_json::from_slice(&pruned).unwrap());
     let placeholders: Vec<&str> =
-        outputs.iter().filter(|(_, o)| crate::support::is_pruned(Some(o))).map(|(id, _)| id.as_str()).collect();
+        outputs.iter().filter(|(_, o)| crate::restore::is_pruned(Some(o))).map(|(id, _)| id.as_str()).collect();
     assert_eq!(placeholders, ["call_0", "call_1", "call_2", "call_3"]);
     let text = String::from_utf8(sent.clone()).unwrap();
     let first_pruned = text[..text.find(r#""tool_call_id": "call_0""#).unwrap()].rfind('{').unwrap();

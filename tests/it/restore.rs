@@ -10,6 +10,16 @@ use dcp::host::DataDir;
 use dcp::session::Message;
 use dcp::sidecar::Server;
 
+/// Whether `text` is the pruned-output placeholder as the model is sent it: the published
+/// DCP's text, naming the handle that restores the output when there is one.
+pub fn is_pruned(text: Option<&str>) -> bool {
+    let placeholder = dcp::strategies::OUTPUT_PLACEHOLDER;
+    let open = placeholder.trim_end_matches(']');
+    text.is_some_and(|t| {
+        t == placeholder || t.strip_prefix(open).is_some_and(|rest| rest.starts_with("; ") && rest.contains("restore"))
+    })
+}
+
 const NOW: i64 = 1_795_000_000_000;
 const IMMEDIATE: &str = r#"{"rewrite": {"mode": "immediate"},
     "strategies": {"masking": {"keepLast": 1, "keepTokens": 0, "keepUserTurns": 0}}}"#;
@@ -100,12 +110,14 @@ fn a_restore_names_what_it_cannot_bring_back_and_counts_nothing() {
     let (handle, m, p) = hidden.iter().find(|(_, m, p)| output(&stored, *m, *p).len() >= 256).unwrap().clone();
     let conn = rusqlite::Connection::open(sandbox.data().join("opencode.db")).unwrap();
     let part = stored[m].parts[p]["id"].as_str().unwrap().to_string();
-    let changed = conn.execute("UPDATE part SET data = json_set(data, '$.state.output', 'changed') WHERE id = ?1", [&part]);
+    let changed =
+        conn.execute("UPDATE part SET data = json_set(data, '$.state.output', 'changed') WHERE id = ?1", [&part]);
     assert_eq!(changed.unwrap(), 1);
     let said = restore(&mut server, sid, &handle);
     assert!(said.contains("not what the model was sent"), "{said}");
-    let state: Value = serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{sid}.json"))).unwrap_or_default())
-        .unwrap_or(Value::Null);
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{sid}.json"))).unwrap_or_default())
+            .unwrap_or(Value::Null);
     assert!(state["stats"].get("restores").is_none(), "{state}");
 }
 
@@ -153,4 +165,3 @@ fn a_re_fetch_is_counted_and_makes_the_session_back_off() {
     assert!(!session.contains("Misses seen"), "{stats}");
     assert!(backed_off < plain, "edits in force after backing off {backed_off}, without {plain}");
 }
-

@@ -7,7 +7,8 @@ use dcp::host::DataDir;
 use dcp::session::visible_history;
 use serde_json::{json, Value};
 
-use crate::support::{is_pruned, poll, Sandbox, Sidecar, DB_SESSION};
+use crate::restore::is_pruned;
+use crate::support::{poll, Sandbox, Sidecar, DB_SESSION};
 
 pub(crate) fn recorded_messages(sandbox: &Sandbox) -> Vec<Value> {
     let loaded = DataDir::new(&sandbox.data(), &Env::default()).load(DB_SESSION).unwrap();

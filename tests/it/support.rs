@@ -160,16 +160,6 @@ impl SessionBuilder {
     }
 }
 
-/// Whether `text` is the pruned-output placeholder as the model is sent it: the published
-/// DCP's text, naming the handle that restores the output when there is one.
-pub fn is_pruned(text: Option<&str>) -> bool {
-    let placeholder = dcp::strategies::OUTPUT_PLACEHOLDER;
-    let open = placeholder.trim_end_matches(']');
-    text.is_some_and(|t| {
-        t == placeholder || t.strip_prefix(open).is_some_and(|rest| rest.starts_with("; ") && rest.contains("restore"))
-    })
-}
-
 /// The output of call `call_id` in `messages`, as the model would see it.
 pub fn output_of<'a>(messages: &'a [Message], call_id: &str) -> &'a Node {
     part_of(messages, call_id).pointer("/state/output").unwrap_or(&NULL)

@@ -100,8 +100,15 @@ pub(super) fn write_cache(cache: &Path, dir: &Path, files: &HashMap<String, Reme
 pub(super) fn figures(columns: &[u64; COLUMNS]) -> Figures {
     let [in_force_tokens, waiting_tokens, requests, kept_out, without, saved, refetches, restores] = *columns;
     let kept_out_tokens = kept_out as i64;
-    let mut f =
-        Figures { in_force_tokens, waiting_tokens, requests, kept_out_tokens, refetches, restores, ..Figures::default() };
+    let mut f = Figures {
+        in_force_tokens,
+        waiting_tokens,
+        requests,
+        kept_out_tokens,
+        refetches,
+        restores,
+        ..Figures::default()
+    };
     f.add(&Figures { cost_without: f64::from_bits(without), cost_saved: f64::from_bits(saved), ..Figures::default() });
     f
 }

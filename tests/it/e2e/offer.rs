@@ -51,5 +51,5 @@ fn discard_is_offered_on_the_first_request_and_a_discard_reaches_the_next_reques
     let discard = call_id_of(&lab, "o1.discard");
     let after = lab.llm.request_for("o1.answer");
     assert!(result(&after, &discard).starts_with("Discarded 1 tool output"), "{}", result(&after, &discard));
-    assert!(crate::support::is_pruned(Some(&result(&after, &records))));
+    assert!(crate::restore::is_pruned(Some(&result(&after, &records))));
 }

@@ -17,40 +17,39 @@ use crate::proxy::ProxyProcess;
 const MASK_ALL_BUT_ONE: &str = r#"{"rewrite": {"mode": "immediate"},
     "strategies": {"masking": {"keepLast": 1, "keepTokens": 0, "keepUserTurns": 0}}}"#;
 
-#[test]
-fn claude_code_restores_a_read_the_proxy_hid_with_dcp_restore_in_its_shell() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
+/// The dirs of the client and of the proxy under `root`, and the environment both run in:
+/// `dcp` on the agent's `PATH`, and the cache dir through which `dcp restore` finds the proxy.
+fn dirs(root: &std::path::Path) -> Vec<(&'static str, std::ffi::OsString)> {
     for d in ["home", "proj", "xdg/data", "xdg/cache", "xdg/config/opencode"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), MASK_ALL_BUT_ONE).unwrap();
-    let file = root.join("proj/config.txt");
-    std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
-    // `dcp` on the agent's PATH, and the proxy's dirs in its environment: `dcp restore` finds
-    // the proxy through the cache dir.
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_dcp")).parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())));
-    let env: Vec<(&str, std::ffi::OsString)> = vec![
+    let path = std::env::var_os("PATH").unwrap();
+    let paths = std::iter::once(bin).chain(std::env::split_paths(&path));
+    vec![
         ("HOME", root.join("home").into()),
         ("XDG_DATA_HOME", root.join("xdg/data").into()),
         ("XDG_CONFIG_HOME", root.join("xdg/config").into()),
         ("XDG_CACHE_HOME", root.join("xdg/cache").into()),
-        ("PATH", path.unwrap()),
-    ];
-    let steps = vec![
-        Step::Tool("Read", json!({"file_path": file.display().to_string()})),
-        Step::Tool("Grep", json!({"pattern": "retries", "path": root.join("proj").display().to_string()})),
-        Step::Tool("Bash", json!({"command": "dcp restore {{restore}}", "description": "Restore the hidden read"})),
-        Step::Text("Restored it."),
-    ];
-    let upstream = FakeUpstream::start(steps);
-    let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
-    let out = Command::new(claude())
-        .args(["-p", "Read config.txt, then restore it.", "--allowedTools", "Read,Grep,Bash", "--model", "claude-sonnet-4-5"])
+        ("PATH", std::env::join_paths(paths).unwrap()),
+    ]
+}
+
+/// `claude -p PROMPT` through the proxy at `port`, in `root`'s dirs.
+fn run_claude(root: &std::path::Path, env: &[(&'static str, std::ffi::OsString)], port: u16) -> std::process::Output {
+    Command::new(claude())
+        .args([
+            "-p",
+            "Read config.txt, then restore it.",
+            "--allowedTools",
+            "Read,Grep,Bash",
+            "--model",
+            "claude-sonnet-4-5",
+        ])
         .current_dir(root.join("proj"))
         .envs(env.iter().cloned())
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", proxy.port))
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
         .env("ANTHROPIC_API_KEY", "dummy")
         .env("CLAUDE_CONFIG_DIR", root.join("home/.claude"))
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
@@ -59,7 +58,25 @@ fn claude_code_restores_a_read_the_proxy_hid_with_dcp_restore_in_its_shell() {
         .env("DISABLE_ERROR_REPORTING", "1")
         .stdin(std::process::Stdio::null())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn claude_code_restores_a_read_the_proxy_hid_with_dcp_restore_in_its_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let env = dirs(root);
+    let file = root.join("proj/config.txt");
+    std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
+    let steps = vec![
+        Step::Tool("Read", json!({"file_path": file.display().to_string()})),
+        Step::Tool("Grep", json!({"pattern": "retries", "path": root.join("proj").display().to_string()})),
+        Step::Tool("Bash", json!({"command": "dcp restore {{restore}}", "description": "Restore the hidden read"})),
+        Step::Text("Restored it."),
+    ];
+    let upstream = FakeUpstream::start(steps);
+    let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
+    let out = run_claude(root, &env, proxy.port);
     let log = upstream.log();
     let shown: Vec<String> = log.iter().map(|l| format!("{} step {:?}", l.path, l.step)).collect();
     assert!(out.status.success(), "claude -p failed: {}\n{}\n{shown:?}", tail(&out.stderr), tail(&out.stdout));
@@ -76,8 +93,7 @@ fn claude_code_restores_a_read_the_proxy_hid_with_dcp_restore_in_its_shell() {
     // white space Claude Code's Bash tool trims from every command's output (`dcp restore`
     // prints it: `proxy_restore::a_restore_through_the_proxy_prints_the_hidden_output_byte_for_byte`).
     let last = log.iter().find(|l| l.step == Some(3)).unwrap();
-    let results = tool_results(&last.body);
-    let restored = &results.last().unwrap().1;
+    let restored = tool_results(&last.body).last().unwrap().1.clone();
     assert_eq!(restored, original.trim_end(), "the restored read, as Claude Code sent it first");
     assert!(original.len() - original.trim_end().len() <= 1, "only the read's last tab differs");
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
