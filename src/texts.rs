@@ -24,7 +24,10 @@ pub use notice::{notification, Notice};
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
 /// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
 /// one clear sentence and as few tokens as say it, for they are in every request.
-pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prunable-tools> ids) alongside your next tool call; distillation[i] keeps your summary of ids[i].";
+/// It names no `<prunable-tools>` id: the list rides only on the requests it pays on, and names
+/// its own lines' ids.
+pub const DISCARD_DESCRIPTION: &str =
+    "Drop unneeded tool outputs by id alongside your next tool call; distillation[i] keeps your summary of ids[i].";
 
 /// `extract`, registered only with `tools.extract.enabled` (for agents told of it): `discard`
 /// with a `distillation` does the same.
@@ -328,7 +331,7 @@ mod tests {
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
         // The descriptions are the only instructions the model has: each says what to pass.
         let described = [
-            (DISCARD_DESCRIPTION, ["<prunable-tools> ids", "alongside your next tool call", "distillation[i]"]),
+            (DISCARD_DESCRIPTION, ["by id", "alongside your next tool call", "distillation[i]"]),
             (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
             (COMPRESS_DESCRIPTION, ["from..to", "tool call ids", "summary"]),
             (compress_description(true, true), ["from..to", "<mN>", "<bN>", "summary"]),

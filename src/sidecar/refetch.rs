@@ -138,7 +138,11 @@ impl Server {
     /// judges its calls afresh by the wider windows.
     pub(super) fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
         let Ok(slot) = self.store.slot(sid) else { return };
-        let level = if self.backed_off.is_empty() { 0 } else { policy::backoff_level(slot.state.misses.total()) };
+        let level = if self.backed_off.is_empty() {
+            0
+        } else {
+            policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
+        };
         if level != session.backoff {
             tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
             session.backoff = level;

@@ -121,19 +121,24 @@ fn a_restore_names_what_it_cannot_bring_back_and_counts_nothing() {
     assert!(state["stats"].get("restores").is_none(), "{state}");
 }
 
-/// A session whose agent reads `first`, moves on until masking hides the read, then reads
-/// `second`: one request per step, as OpenCode makes them.
-fn reads(first: &str, second: &str) -> Vec<Vec<Message>> {
+/// A session whose agent reads the files `first`, moves on until masking hides those reads,
+/// then reads the files `second`: one request per step, as OpenCode makes them.
+fn reads(first: &[&str], second: &[&str]) -> Vec<Vec<Message>> {
     let body = "fn step() { compute(1, 2); }\n".repeat(200);
     let mut b = SessionBuilder::new().user("Look at the code.");
-    b = b.tool("c1", "read", json!({"filePath": first}), &body);
-    let mut steps = vec![b.clone().build()];
-    for i in 2..=4 {
-        b = b.tool(&format!("c{i}"), "bash", json!({"command": format!("ls dir{i}")}), &"x\n".repeat(300));
+    let mut steps = Vec::new();
+    for (i, file) in first.iter().enumerate() {
+        b = b.tool(&format!("a{i}"), "read", json!({"filePath": file}), &body);
         steps.push(b.clone().build());
     }
-    b = b.tool("c5", "read", json!({"filePath": second}), &body);
-    steps.push(b.build());
+    for i in 0..3 {
+        b = b.tool(&format!("l{i}"), "bash", json!({"command": format!("ls dir{i}")}), &"x\n".repeat(300));
+        steps.push(b.clone().build());
+    }
+    for (i, file) in second.iter().enumerate() {
+        b = b.tool(&format!("b{i}"), "read", json!({"filePath": file}), &body);
+        steps.push(b.clone().build());
+    }
     steps
 }
 
@@ -152,16 +157,24 @@ fn edits_after(server: &mut Server, sid: &str, steps: &[Vec<Message>]) -> usize 
 #[test]
 fn a_re_fetch_is_counted_and_makes_the_session_back_off() {
     let sandbox = Sandbox::new();
-    let mut server = server(&sandbox, IMMEDIATE);
-    let backed_off = edits_after(&mut server, "ses_rereads", &reads("/p/src/a.rs", "/p/src/a.rs"));
-    let stats = call(&mut server, "command", json!({"sessionID": "ses_rereads", "arguments": "stats"}));
+    let mut engine = server(&sandbox, IMMEDIATE);
+    let files = ["/p/src/a.rs", "/p/src/b.rs", "/p/src/c.rs"];
+    // Three files read again while their first reads are hidden: three re-fetches, a step
+    // of backoff (`policy::backoff_level`).
+    let backed_off = edits_after(&mut engine, "ses_rereads", &reads(&files, &files));
+    let stats = call(&mut engine, "command", json!({"sessionID": "ses_rereads", "arguments": "stats"}));
     let text = stats["text"].as_str().unwrap();
-    assert!(text.contains("Misses seen:     1 re-fetch, 0 restores"), "{text}");
+    assert!(text.contains("Misses seen:     3 re-fetches, 0 restores"), "{text}");
     // Backed off, the session keeps more: its last step masks less than the same step of a
-    // session whose second read is of another file (no re-fetch).
-    let plain = edits_after(&mut server, "ses_plain", &reads("/p/src/a.rs", "/p/src/b.rs"));
-    let stats = call(&mut server, "command", json!({"sessionID": "ses_plain", "arguments": "stats"}));
+    // session whose second reads are of other files (no re-fetch).
+    let others = ["/p/src/d.rs", "/p/src/e.rs", "/p/src/f.rs"];
+    let plain = edits_after(&mut engine, "ses_plain", &reads(&files, &others));
+    let stats = call(&mut engine, "command", json!({"sessionID": "ses_plain", "arguments": "stats"}));
     let session = stats["text"].as_str().unwrap().split("All-time").next().unwrap();
     assert!(!session.contains("Misses seen"), "{stats}");
     assert!(backed_off < plain, "edits in force after backing off {backed_off}, without {plain}");
+    // With the backoff off, the session that re-fetched masks as much as the other.
+    let off = IMMEDIATE.replace(r#""keepUserTurns": 0"#, r#""keepUserTurns": 0, "backoff": false"#);
+    let mut unmoved = server(&Sandbox::new(), &off);
+    assert_eq!(edits_after(&mut unmoved, "ses_rereads", &reads(&files, &files)), plain);
 }
