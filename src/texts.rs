@@ -334,7 +334,7 @@ mod tests {
             (DISCARD_DESCRIPTION, ["by id", "alongside your next tool call", "distillation[i]"]),
             (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
             (COMPRESS_DESCRIPTION, ["from..to", "tool call ids", "summary"]),
-            (compress_description(true, true), ["from..to", "<mN>", "<bN>", "summary"]),
+            (compress_description(true, true), ["<mN>", "<bN>", "summary"]),
         ];
         for (description, says) in described {
             assert!(says.iter().all(|s| description.contains(s)), "{description}");

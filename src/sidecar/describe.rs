@@ -15,10 +15,6 @@
 //! warm run is used unnamed until the next cold request: the description never says what is
 //! not there, at the price of saying late what is.
 
-use super::protocol::{Described, RpcError, TurnParams};
-use super::{now_ms, validate_session_id, Server};
-use crate::texts;
-
 /// The kinds of id tag a session's request carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tags {
@@ -43,23 +39,6 @@ pub fn described(current: Option<Tags>, present: Tags, cold: bool) -> Tags {
     match current {
         Some(c) if !cold && !(c.messages && !present.messages) && !(c.ranges && !present.ranges) => c,
         _ => present,
-    }
-}
-
-impl Server {
-    pub(super) fn describe(&mut self, p: TurnParams) -> Result<Described, RpcError> {
-        let sid = p.session_id;
-        validate_session_id(&sid)?;
-        let cold_after = self.rules.config().rewrite.cold_cache_seconds;
-        let now = p.now.unwrap_or_else(now_ms);
-        let tags = self.with_session(&sid, |_, session| {
-            let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
-            let cold = idle.is_none_or(|s| s >= cold_after);
-            let tags = described(session.described, session.present, cold);
-            session.described = Some(tags);
-            tags
-        });
-        Ok(Described { compress: texts::compress_description(tags.messages, tags.ranges) })
     }
 }
 

@@ -1,4 +1,4 @@
-//! `system` and `turn`: what dcp adds in front of a session's prompt, and from when.
+//! `system`, `turn` and `describe`: what dcp adds in front of a session's prompt, and from when.
 //!
 //! dcp's head is its agent tools' definitions alone, as short as keeps the tools usable
 //! ([`crate::texts::tool_definitions`]): what would be instructions in the system prompt is
@@ -14,8 +14,8 @@
 //! to leave dcp's out.
 
 use super::protocol::{
-    self, code, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered, TurnAnswer,
-    TurnParams,
+    self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
+    TurnAnswer, TurnParams,
 };
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
 use crate::config::{self, Offer};
@@ -25,11 +25,14 @@ use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
 
-/// Whether `session`'s requests carry dcp's head now.
+/// Whether `session`'s requests carry dcp's head now. `"always"` offers it from the first
+/// request only where the head is cheap to carry (`crate::policy::head_is_cheap`: a cache
+/// reads it); without a cache it is offered as `"paid"` is.
 pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
-    any && (tools.settings.offer == Offer::Always || session.ledger.offered)
+    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
+    any && (always || session.ledger.offered)
 }
 
 impl Server {
@@ -139,8 +142,9 @@ impl Server {
         let Ok(slot) = self.store.slot(sid) else { return false };
         let turn = policy::Turn {
             head: tokens(&mut self.head, &self.rules, &slot.tokens),
-            cold: idle.is_none_or(|s| s >= rewrite.cold_cache_seconds),
+            cold: idle.is_none_or(|s| s >= rewrite.cold_after(self.rules.sheet())),
             banked: session.ledger.banked,
+            rates: self.rules.sheet().rates,
         };
         if !policy::offer(rewrite, &turn) {
             return false;
@@ -159,6 +163,25 @@ impl Server {
 /// ([`texts::tool_definitions`]). Counted once.
 pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCounter) -> u64 {
     *head.get_or_insert_with(|| texts::tool_definitions(&rules.config().tools).iter().map(|d| counter.count(d)).sum())
+}
+
+impl Server {
+    /// `describe`: `compress`'s description as the session's requests can use it, naming only
+    /// the id tags they carry ([`super::describe`]).
+    pub(super) fn describe(&mut self, p: TurnParams) -> Result<Described, RpcError> {
+        let sid = p.session_id;
+        validate_session_id(&sid)?;
+        let cold_after = self.rules.config().rewrite.cold_after(self.rules.sheet());
+        let now = p.now.unwrap_or_else(now_ms);
+        let tags = self.with_session(&sid, |_, session| {
+            let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+            let cold = idle.is_none_or(|s| s >= cold_after);
+            let tags = super::describe::described(session.described, session.present, cold);
+            session.described = Some(tags);
+            tags
+        });
+        Ok(Described { compress: texts::compress_description(tags.messages, tags.ranges) })
+    }
 }
 
 #[cfg(test)]

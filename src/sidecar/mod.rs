@@ -26,6 +26,7 @@ mod in_force;
 mod laps;
 mod masking_candidates;
 pub mod mirror;
+mod pending;
 pub mod protocol;
 mod ranges;
 mod refetch;
@@ -61,6 +62,7 @@ use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
+pub use self::pending::{Count, Outcome};
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
@@ -129,6 +131,11 @@ struct LiveSession {
     /// descriptions name (see [`describe`]).
     present: describe::Tags,
     described: Option<describe::Tags>,
+    /// The last request, when it is counted once its answer is known (see [`pending`]).
+    pending: Option<pending::Pending>,
+    /// What the last request's rewrite would cost the next one if it never reached the model
+    /// (`crate::policy::carried`).
+    carried: f64,
 }
 
 impl LiveSession {

@@ -18,8 +18,6 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::mirror::Mirror;
-use super::{in_force, LiveSession, Server};
 use crate::policy;
 use crate::session::{Message, Role, ToolCall};
 use crate::state::store::Slot;
@@ -133,25 +131,6 @@ impl Refetches {
     }
 }
 
-impl Server {
-    /// Sets how far `session` backs off for the misses its state counts; a new step
-    /// judges its calls afresh by the wider windows.
-    pub(super) fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
-        let Ok(slot) = self.store.slot(sid) else { return };
-        let level = if self.backed_off.is_empty() {
-            0
-        } else {
-            policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
-        };
-        if level != session.backoff {
-            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
-            session.backoff = level;
-            session.index = Index::default();
-            session.in_force = in_force::InForce::default();
-        }
-    }
-}
-
 /// The rules of a session backed off 1 to [`policy::MAX_BACKOFF`] steps, or none with the
 /// backoff off.
 pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strategies::PatternError> {
@@ -167,10 +146,10 @@ pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strat
     (1..=policy::MAX_BACKOFF).map(level).collect()
 }
 
-/// Reads the new calls of `session`'s history for re-fetches and counts them in its state
-/// (`slot`); returns how many.
-pub(super) fn observe(session: &mut LiveSession, slot: &mut Slot, mirror: &Mirror) -> u64 {
-    let found = session.refetches.observe(&session.index, mirror.messages(), &slot.state);
+/// Reads the new calls of a session's history (`messages`, its `index`) for re-fetches and
+/// counts them in its state (`slot`); returns how many.
+pub(super) fn observe(refetches: &mut Refetches, index: &Index, slot: &mut Slot, messages: &[Message]) -> u64 {
+    let found = refetches.observe(index, messages, &slot.state);
     slot.state.misses.refetches = slot.state.misses.refetches.saturating_add(found);
     found
 }
