@@ -12,8 +12,10 @@ mod compress;
 mod fake_llm;
 mod offer;
 mod proxy;
+mod proxy_restore;
 mod proxy_upstream;
 mod registry;
+mod restore;
 mod savings;
 mod scenarios;
 mod system;
@@ -21,6 +23,7 @@ mod tui;
 mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
+mod tui_refetch;
 mod tui_state_dir;
 mod tui_turns;
 
