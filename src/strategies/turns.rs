@@ -20,7 +20,7 @@
 //! of it.
 
 use super::{masking, Rules};
-use crate::session::{is_prompt, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
+use crate::session::{starts_turn, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
 use crate::state::blocks::Blocks;
 use crate::texts::placeholders;
 
@@ -43,7 +43,7 @@ pub struct Collapse {
 /// line each (see the module header). `sizes`: each message's size as sent, in the same unit
 /// as the line's characters / 4.
 pub fn finished_turn(messages: &[Message], sizes: &[u64], blocks: &Blocks, rules: &Rules) -> Vec<Collapse> {
-    let mut prompts = (0..messages.len()).rev().filter(|&i| is_prompt(&messages[i]));
+    let mut prompts = (0..messages.len()).rev().filter(|&i| starts_turn(messages, i));
     let (Some(latest), Some(previous)) = (prompts.next(), prompts.next()) else { return Vec::new() };
     let Some(answer) = (previous + 1..latest).rev().find(|&i| is_answer(&messages[i])) else { return Vec::new() };
     let mut runs = Vec::new();

@@ -30,6 +30,7 @@ mod proxy;
 mod proxy_pipeline;
 mod proxy_resume;
 mod proxy_state;
+mod proxy_turns;
 mod proxy_upstreams;
 mod ranges_shown;
 mod replay;

@@ -1,0 +1,133 @@
+//! What a turn is through `dcp proxy`: tool results that arrive with new text in the same
+//! user message (the person typing while the agent works, a client's reminder) are the
+//! current turn's, and reach the model whole at least once.
+
+use serde_json::{json, Value};
+
+use crate::proxy::{post_bytes, ProxyProcess, Recorder};
+
+/// A 20 KB command output, different for each check.
+fn big_output(i: usize) -> String {
+    format!("check {i}: line of output that the model has not read yet\n").repeat(360)
+}
+
+/// An Anthropic request: a prompt, one step of eight Bash calls, and their results, with
+/// `text` after them in the same user message when given.
+fn anthropic(text: Option<&str>) -> Value {
+    let calls: Vec<Value> = (0..8)
+        .map(|i| json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": format!("check {i}")}}))
+        .collect();
+    let mut results: Vec<Value> = (0..8)
+        .map(|i| json!({"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": big_output(i)}))
+        .collect();
+    results.extend(text.map(|t| json!({"type": "text", "text": t})));
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "stream": true, "system": "You are a coding agent.",
+    "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+    "messages": [
+        {"role": "user", "content": "Run the eight checks."},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": results},
+    ]})
+}
+
+/// The same on Responses: eight `function_call`s, their outputs, then a user message.
+fn responses(text: Option<&str>) -> Value {
+    let mut input = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Run the eight checks."}]}),
+    ];
+    input.extend((0..8).map(|i| {
+        json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "shell",
+            "arguments": json!({"command": format!("check {i}")}).to_string()})
+    }));
+    input.extend(
+        (0..8)
+            .map(|i| json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": big_output(i)})),
+    );
+    input.extend(
+        text.map(|t| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]})),
+    );
+    json!({"model": "gpt-5-codex", "stream": true, "instructions": "You are a coding agent.", "input": input,
+        "tools": [{"type": "function", "name": "shell"}]})
+}
+
+/// The same on Chat Completions: one assistant message with eight `tool_calls`, eight `tool`
+/// messages, then a user message.
+fn chat(text: Option<&str>) -> Value {
+    let calls: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({"id": format!("call_{i}"), "type": "function", "function": {"name": "bash",
+                "arguments": json!({"command": format!("check {i}")}).to_string()}})
+        })
+        .collect();
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Run the eight checks."}),
+        json!({"role": "assistant", "content": null, "tool_calls": calls}),
+    ];
+    messages
+        .extend((0..8).map(|i| json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": big_output(i)})));
+    messages.extend(text.map(|t| json!({"role": "user", "content": t})));
+    json!({"model": "m", "stream": true, "messages": messages, "tools": [{"type": "function", "function": {"name": "bash"}}]})
+}
+
+/// Every tool output of a request of any of the three APIs, in order.
+pub fn outputs(body: &Value) -> Vec<String> {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    };
+    let list = body["messages"].as_array().or(body["input"].as_array()).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for item in &list {
+        match (item["role"].as_str(), item["type"].as_str()) {
+            (Some("tool"), _) => out.push(text(&item["content"])),
+            (_, Some("function_call_output")) => out.push(text(&item["output"])),
+            (Some("user"), _) => {
+                let blocks = item["content"].as_array().into_iter().flatten();
+                out.extend(blocks.filter(|b| b["type"] == "tool_result").map(|b| text(&b["content"])));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A proxy with its own dirs under `dir`, in front of `upstream`.
+fn proxy(dir: &std::path::Path, upstream: &Recorder) -> ProxyProcess {
+    let env =
+        [("HOME", dir.join("home")), ("XDG_CONFIG_HOME", dir.join("config")), ("XDG_DATA_HOME", dir.join("data"))];
+    ProxyProcess::start_logging(&format!("http://127.0.0.1:{}", upstream.port), env, &dir.join("stderr"))
+}
+
+/// Sends `body` to `path` through a new proxy; returns the outputs the upstream received.
+fn through_proxy(path: &str, body: &Value) -> Vec<String> {
+    let upstream = Recorder::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(dir.path(), &upstream);
+    let answer = post_bytes(proxy.port, path, body.to_string().as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(proxy.stop());
+    outputs(&upstream.last())
+}
+
+#[test]
+fn tool_results_sent_with_new_text_reach_the_model_whole_on_all_three_apis() {
+    let apis: [(&str, &str, fn(Option<&str>) -> Value); 3] = [
+        ("anthropic", "/v1/messages", anthropic),
+        ("responses", "/v1/responses", responses),
+        ("chat", "/v1/chat/completions", chat),
+    ];
+    let sent: Vec<String> = (0..8).map(big_output).collect();
+    for (api, path, request) in apis {
+        assert_eq!(through_proxy(path, &request(None)), sent, "{api}: the results alone pass unchanged");
+        let received = through_proxy(path, &request(Some("also check the docs")));
+        let hidden = received.iter().zip(&sent).filter(|(got, sent)| got != sent).count();
+        assert_eq!(
+            hidden,
+            0,
+            "{api}: {hidden} of the eight results the model has not seen yet were hidden: {:?}",
+            received.iter().map(|o| &o[..o.len().min(60)]).collect::<Vec<_>>()
+        );
+    }
+}
