@@ -125,7 +125,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let shared = Arc::new(Shared {
             engine: engine.clone(),
-            conversations: conversation::Conversations::default(),
+            conversations: conversation::Conversations::default()
+                .remembering(crate::host::paths::state_dir(&options.sidecar.data_dir)),
             upstreams,
             client,
         });
@@ -312,7 +313,8 @@ impl Whole<'_> {
                 None => return Ok(None),
             },
         };
-        let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
+        let name = identity::name(api, headers, &raw.identity_body(api, bytes));
+        let sid = shared.conversations.session_id(name, bytes, &raw, head.as_ref());
         let parsed = started.elapsed();
         let slot = shared.conversations.slot(&sid);
         let mut held = slot.lock().await;

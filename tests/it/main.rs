@@ -27,6 +27,7 @@ mod package;
 mod persistence;
 mod protocol;
 mod proxy;
+mod proxy_identity;
 mod proxy_pipeline;
 mod proxy_resume;
 mod proxy_state;
