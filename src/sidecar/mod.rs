@@ -28,6 +28,7 @@ pub mod mirror;
 pub mod protocol;
 mod ranges;
 mod request;
+mod rewind;
 mod saving_cache;
 mod savings;
 mod stdio;

@@ -20,9 +20,9 @@ use super::mirror::Mirror;
 use super::protocol::{
     Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
-use super::ranges;
 use super::request::{RequestContext, RequestFacts};
 use super::{internal, masking_candidates, now_ms, savings, validate_session_id, ListsSent, LiveSession, Server};
+use super::{ranges, rewind};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -190,11 +190,9 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
+    rewind::sync(cx);
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.index;
-    if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
-        tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
-    }
     let mut recorded_now = Vec::new();
     for d in index.decisions(messages, &slot.state, rules, &mut slot.tokens) {
         if slot.record(&d.call_id, d.record) {

@@ -36,6 +36,7 @@ mod proxy_upstreams;
 mod ranges_shown;
 mod replay;
 mod replay_misses;
+mod rewind;
 mod savings;
 mod sidecar;
 mod sidecar_compress;
