@@ -1,10 +1,12 @@
-//! What a turn is through `dcp proxy`: tool results that arrive with new text in the same
-//! user message (the person typing while the agent works, a client's reminder) are the
-//! current turn's, and reach the model whole at least once.
+//! What a turn is: tool results that arrive with new text in the same user message (the
+//! person typing while the agent works, a client's reminder, a queued message) are the
+//! current turn's, and reach the model whole at least once; through `dcp proxy` on each API,
+//! and in the plugin's path.
 
 use serde_json::{json, Value};
 
 use crate::proxy::{post_bytes, ProxyProcess, Recorder};
+use crate::support::{Sandbox, SessionBuilder, Sidecar};
 
 /// A 20 KB command output, different for each check.
 fn big_output(i: usize) -> String {
@@ -128,4 +130,34 @@ fn tool_results_sent_with_new_text_reach_the_model_whole_on_all_three_apis() {
     }
     let none = [("anthropic", 0), ("responses", 0), ("chat", 0)];
     assert_eq!(hidden, none, "results the model had not seen yet were hidden (of eight, by API)");
+}
+
+#[test]
+fn a_message_opencode_queued_while_the_agent_worked_hides_none_of_the_results_before_it() {
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, "{}");
+    // OpenCode 1.18 stores a prompt sent while the agent works as a user message of its own,
+    // read by the loop's next step after the step that called the tools.
+    let mut step = SessionBuilder::new().user("Run the eight checks.").build();
+    let calls: Vec<Value> = (0..8)
+        .map(|i| {
+            let state = json!({"status": "completed", "input": {"command": format!("check {i}")}, "output": big_output(i),
+                "title": "", "metadata": {}, "time": {"start": 1, "end": 2}});
+            json!({"id": format!("prt_c{i}"), "type": "tool", "callID": format!("c{i}"), "tool": "bash", "state": state})
+        })
+        .collect();
+    let info = json!({"id": "msg_0002", "sessionID": "ses_test", "role": "assistant", "time": {"created": 2}, "finish": "tool-calls"});
+    step.push(dcp::session::Message::from_values(info, calls));
+    let messages: Vec<Value> = SessionBuilder::continuing(step)
+        .user("also check the docs")
+        .build()
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": messages.clone()}));
+    let mut seen = messages.clone();
+    crate::sidecar::apply(&mut seen, &result);
+    let parts = seen[1]["parts"].as_array().unwrap();
+    let hidden = (0..8).filter(|&i| parts[i]["state"]["output"].as_str() != Some(big_output(i).as_str())).count();
+    assert_eq!(hidden, 0, "results the model had not seen yet were hidden: {}", result);
 }
