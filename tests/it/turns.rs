@@ -161,3 +161,48 @@ fn a_message_opencode_queued_while_the_agent_worked_hides_none_of_the_results_be
     let hidden = (0..8).filter(|&i| parts[i]["state"]["output"].as_str() != Some(big_output(i).as_str())).count();
     assert_eq!(hidden, 0, "results the model had not seen yet were hidden: {}", result);
 }
+
+/// The recorded clients' requests (`tests/data/clients/`, written by the proxy's long-session
+/// tests with `DCP_RECORD_CLIENTS=1`): each client's last request of a session of two prompts
+/// in which the person wrote while the agent worked.
+fn recorded_clients() -> Vec<Value> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/clients");
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    files.iter().map(|f| serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap()).collect()
+}
+
+#[test]
+fn the_real_clients_requests_start_a_turn_at_each_prompt_the_person_typed_and_nowhere_else() {
+    let fixtures = recorded_clients();
+    let names: Vec<&str> = fixtures.iter().map(|f| f["client"].as_str().unwrap()).collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("claude-code")) && names.iter().any(|n| n.starts_with("codex")),
+        "{names:?}"
+    );
+    for fixture in &fixtures {
+        let name = fixture["client"].as_str().unwrap();
+        let api = if name.starts_with("codex") {
+            dcp::proxy::convert::Api::Responses
+        } else {
+            dcp::proxy::convert::Api::Anthropic
+        };
+        let body = json!({ fixture["list_key"].as_str().unwrap(): fixture["list"] });
+        let mapped = dcp::proxy::convert::map(api, &body, "s").unwrap();
+        let messages: Vec<dcp::session::Message> =
+            mapped.messages.iter().map(|m| serde_json::from_value(m.clone()).unwrap()).collect();
+        let typed = |i: usize| -> Vec<String> {
+            let parts = messages[i].parts.iter().filter(|p| p.get("synthetic").is_none());
+            parts.filter_map(|p| p.get("text").and_then(|t| t.as_str()).map(str::to_string)).collect()
+        };
+        let starts: Vec<Vec<String>> =
+            (0..messages.len()).filter(|&i| dcp::session::starts_turn(&messages, i)).map(typed).collect();
+        let prompts: Vec<Vec<String>> =
+            fixture["prompts"].as_array().unwrap().iter().map(|p| vec![p.as_str().unwrap().to_string()]).collect();
+        assert_eq!(
+            starts, prompts,
+            "{name}: the turns start at the person's prompts, with the client's reminders apart"
+        );
+        assert!(body.to_string().contains(fixture["queued"].as_str().unwrap()), "{name}: the queued message is in it");
+    }
+}

@@ -7,10 +7,12 @@
 //! installs into its config dir is cached in `target/e2e/plugin-deps` so later runs stay on
 //! loopback.
 
+mod clients;
 mod compress;
 mod fake_llm;
 mod offer;
 mod proxy;
+mod proxy_sessions;
 mod proxy_upstream;
 mod registry;
 mod savings;
