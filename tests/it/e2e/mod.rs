@@ -11,6 +11,7 @@ mod clients;
 mod compress;
 mod fake_llm;
 mod offer;
+mod opencode_queued;
 mod proxy;
 mod proxy_sessions;
 mod proxy_upstream;

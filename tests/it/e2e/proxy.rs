@@ -19,7 +19,7 @@ use dcp::strategies::OUTPUT_PLACEHOLDER;
 const IMMEDIATE: &str = r#"{ "rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}} }"#;
 
 /// Points the lab's OpenCode at `port` instead of the fake model, and loads no plugin.
-fn through_proxy(lab: &Lab, port: u16) {
+pub(super) fn through_proxy(lab: &Lab, port: u16) {
     let path = lab.root().join("xdg/config/opencode/opencode.json");
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     config.as_object_mut().unwrap().remove("plugin");

@@ -52,8 +52,8 @@ fn checked(upstream: &FakeUpstream) -> (Seen, Vec<Value>) {
     let bodies: Vec<Value> = log.iter().filter(|l| l.step.is_some()).map(|l| l.body.clone()).collect();
     let seen = seen(&bodies.iter().collect::<Vec<_>>());
     assert_eq!(upstream.remaining(), 0, "every scripted step was asked for");
-    let told = bodies.iter().any(|b| b.to_string().contains(QUEUED));
-    assert!(told, "the person's message reached the model");
+    let first = bodies.iter().position(|b| b.to_string().contains(QUEUED));
+    assert_eq!(first, Some(2), "the person's message reached the model with step 1's results");
     assert!(seen.hidden_first.is_empty(), "outputs hidden before the model answered them: {seen:?}");
     (seen, bodies)
 }
