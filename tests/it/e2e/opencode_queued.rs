@@ -118,6 +118,8 @@ fn session(lab: &Lab) {
     eprintln!("{seen:?}");
     let first = bodies.iter().position(|b| b.to_string().contains(QUEUED));
     assert_eq!(first, Some(2), "the person's message reached the model with step 1's results");
+    let kept = bodies[2..].iter().all(|b| b.to_string().contains(QUEUED));
+    assert!(kept, "the person's message reached the model on every request after");
     assert!(seen.hidden_first.is_empty(), "outputs hidden before the model answered them: {seen:?}");
 }
 

@@ -54,6 +54,8 @@ fn checked(upstream: &FakeUpstream) -> (Seen, Vec<Value>) {
     assert_eq!(upstream.remaining(), 0, "every scripted step was asked for");
     let first = bodies.iter().position(|b| b.to_string().contains(QUEUED));
     assert_eq!(first, Some(2), "the person's message reached the model with step 1's results");
+    let kept = bodies[2..].iter().all(|b| b.to_string().contains(QUEUED));
+    assert!(kept, "the person's message reached the model on every request after");
     assert!(seen.hidden_first.is_empty(), "outputs hidden before the model answered them: {seen:?}");
     (seen, bodies)
 }
