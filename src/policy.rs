@@ -189,6 +189,20 @@ pub fn additions(r: &Request) -> f64 {
     head + CACHE_WRITE * r.appended as f64
 }
 
+/// What a request's rewrite costs the request after it when the request itself never reached
+/// the model (its upstream failed): the next one finds the prunes applied and in force, and
+/// its [`balance`] counts them as read from the cache, while the provider bills the rewritten
+/// tail then. Added to the session's balance with the failed request's figures taken back,
+/// the next request's balance is what the rewrite's own would have been. Nothing without a
+/// rewrite, or on a cold cache (everything is written then anyway).
+pub fn carried(r: &Request) -> f64 {
+    if r.cold || r.applied == 0 {
+        return 0.0;
+    }
+    let applied = r.applied as f64;
+    -(rewrite_extra(applied, r.tail as f64) + CACHE_READ * applied)
+}
+
 /// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
 /// on a warm cache.
 fn rewrite_extra(saved: f64, tail: f64) -> f64 {

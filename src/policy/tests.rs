@@ -401,3 +401,16 @@ fn a_bet_earned_back_within_half_its_horizon_goes_beyond_the_loss_bound() {
     // And a quick bet stakes at most `QUICK_BOUND` times the loss bound: 2,250 here.
     assert_eq!(choose(&batched(), &Inputs { baseline: 15_000.0, ..base }, &quick), None);
 }
+
+#[test]
+fn a_rewrite_a_failed_request_carried_costs_the_next_request_what_it_would_have_cost_itself() {
+    for (in_force, applied, tail) in [(0, 2_000, 30_000), (5_000, 8_000, 9_000), (1_000, 500, 200)] {
+        let failed = Request { in_force, applied, tail, head: 300, ..Request::default() };
+        // The next request finds the prunes in force and applies nothing.
+        let next = Request { in_force: in_force + applied, head: 300, ..Request::default() };
+        let carried = carried(&failed);
+        assert!((balance(&next) + carried - balance(&failed)).abs() < 1e-6, "{in_force} {applied} {tail}");
+    }
+    assert_eq!(carried(&Request { in_force: 100, ..Request::default() }), 0.0, "no rewrite, nothing carried");
+    assert_eq!(carried(&Request { cold: true, applied: 100, tail: 900, ..Request::default() }), 0.0);
+}

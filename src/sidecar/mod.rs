@@ -25,6 +25,7 @@ mod in_force;
 mod laps;
 mod masking_candidates;
 pub mod mirror;
+mod pending;
 pub mod protocol;
 mod ranges;
 mod request;
@@ -61,6 +62,7 @@ use crate::texts;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
+pub use self::pending::{Count, Outcome};
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
@@ -121,6 +123,11 @@ struct LiveSession {
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,
+    /// The last request, when it is counted once its answer is known (see [`pending`]).
+    pending: Option<pending::Pending>,
+    /// What the last request's rewrite would cost the next one if it never reached the model
+    /// (`crate::policy::carried`).
+    carried: f64,
 }
 
 impl LiveSession {

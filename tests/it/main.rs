@@ -27,6 +27,8 @@ mod package;
 mod persistence;
 mod protocol;
 mod proxy;
+mod proxy_abuse;
+mod proxy_guard;
 mod proxy_identity;
 mod proxy_pipeline;
 mod proxy_resume;
