@@ -239,11 +239,18 @@ impl Conversations {
         Conversations { lineage: Lineage::under(dir), ..self }
     }
 
-    /// The session id of a request named `name`: the client's, or for a conversation named
-    /// by its opening alone, the one of that opening whose history the request extends
-    /// ([`Lineage`]); `held` is the kept body it continues, if any.
-    pub fn session_id(&self, name: Name, body: &[u8], raw: &Raw, held: Option<&Arc<Head>>) -> String {
-        match name {
+    /// The session id of a request: the client's ([`super::identity::name`]), or for a
+    /// conversation named by its opening alone, the one of that opening whose history the
+    /// request extends ([`Lineage`]); `held` is the kept body it continues, if any.
+    pub fn session_id(
+        &self,
+        api: Api,
+        headers: &hyper::HeaderMap,
+        body: &[u8],
+        raw: &Raw,
+        held: Option<&Arc<Head>>,
+    ) -> String {
+        match super::identity::name(api, headers, &raw.identity_body(api, body)) {
             Name::Client(sid) => sid,
             Name::Opening(opening) => {
                 let heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -393,8 +393,7 @@ impl Whole<'_> {
                 None => return Ok(Pruned { layout: None, ticket: None }),
             },
         };
-        let name = identity::name(api, headers, &raw.identity_body(api, bytes));
-        let sid = shared.conversations.session_id(name, bytes, &raw, head.as_ref());
+        let sid = shared.conversations.session_id(api, headers, bytes, &raw, head.as_ref());
         let parsed = started.elapsed();
         let slot = shared.conversations.slot(&sid);
         let mut held = slot.lock().await;

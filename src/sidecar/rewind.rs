@@ -8,23 +8,24 @@ use super::request::RequestContext;
 use crate::session::History;
 use crate::strategies::rewind;
 
-/// Brings the session's index up to the request's history; when the history lost messages
-/// or calls it had read, drops what no longer has its reason in it.
+/// Brings the session's index up to the request's history; when the history lost calls the
+/// index had read, drops what no longer has its reason in it.
 pub(super) fn sync(cx: &mut RequestContext) {
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.index;
-    let read = index.read();
-    let before: Vec<String> = if cx.mirror.kept() < read {
-        (0..index.calls()).filter_map(|at| index.call_id(at).map(str::to_string)).collect()
-    } else {
-        Vec::new()
+    // Only a history changed at or before its last call's message can have lost a call.
+    let last = index.calls().checked_sub(1).and_then(|at| index.position(index.call_id(at)?));
+    let before: Vec<String> = match last {
+        Some((m, _)) if cx.mirror.kept() <= m => {
+            (0..index.calls()).filter_map(|at| index.call_id(at).map(str::to_string)).collect()
+        }
+        _ => Vec::new(),
     };
     if !index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
         return;
     }
     tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
-    let lost_calls = before.iter().any(|id| index.position(id).is_none());
-    if !(lost_calls || messages.len() < read) {
+    if !before.iter().any(|id| index.position(id).is_none()) {
         return;
     }
     let stale = rewind::stale_prunes(&History::new(messages), &slot.state, rules);

@@ -207,11 +207,6 @@ impl Index {
         self.latest_view.get(&(facts.tool.clone(), key.clone())).is_some_and(|&latest| latest != at)
     }
 
-    /// How many messages the index has read: the last request's history.
-    pub fn read(&self) -> usize {
-        self.messages
-    }
-
     /// How many times the index was rebuilt because what it had read changed.
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds
