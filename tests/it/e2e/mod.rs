@@ -17,6 +17,7 @@ mod proxy;
 mod proxy_sessions;
 mod proxy_upstream;
 mod registry;
+mod rewind;
 mod savings;
 mod scenarios;
 mod system;

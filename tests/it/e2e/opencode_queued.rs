@@ -15,13 +15,13 @@ use super::{tail, Lab};
 use crate::proxy::ProxyProcess;
 
 /// `opencode serve` for a lab, on a port of 127.0.0.1.
-struct Serve {
+pub(super) struct Serve {
     child: Child,
     port: u16,
 }
 
 impl Serve {
-    fn start(lab: &Lab) -> Serve {
+    pub(super) fn start(lab: &Lab) -> Serve {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = lab
             .command(&["serve", "--print-logs", "--port", &port.to_string(), "--hostname", "127.0.0.1"])
@@ -44,7 +44,7 @@ impl Serve {
     }
 
     /// POSTs `body` to `path` (with curl, as OpenCode's docs do); returns the answer's body.
-    fn post(&self, path: &str, body: &Value) -> String {
+    pub(super) fn post(&self, path: &str, body: &Value) -> String {
         let out = Command::new("curl")
             .args(["-s", "-m", "60", "-XPOST", "-H", "content-type: application/json", "-d", &body.to_string()])
             .arg(format!("http://127.0.0.1:{}{path}", self.port))
@@ -53,8 +53,18 @@ impl Serve {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// GETs `path`; returns the answer's body as JSON.
+    pub(super) fn get(&self, path: &str) -> Value {
+        let out = Command::new("curl")
+            .args(["-s", "-m", "60"])
+            .arg(format!("http://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl is needed for the serve tests");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
     /// Sends `text` as a prompt of `session`, without waiting for the answer.
-    fn prompt(&self, session: &str, text: &str) {
+    pub(super) fn prompt(&self, session: &str, text: &str) {
         let body = json!({"parts": [{"type": "text", "text": text}], "model": {"providerID": "fake", "modelID": "fake-model"}});
         self.post(&format!("/session/{session}/prompt_async"), &body);
     }
