@@ -196,7 +196,16 @@ fn claude_code_pruned(release: Release) {
     let last = log.iter().find(|l| l.step == Some(5)).unwrap();
     let results = tool_results(&last.body);
     assert_eq!(results.len(), 5, "{results:?}");
-    assert!(results[0].1.contains("retries = 3"), "the read a later one points back at is kept: {:?}", results[0]);
+    // Claude Code 2.1.197 answers the second read of an unchanged file with a note pointing
+    // back at the first, whose output must then stay; 2.1.332 reads the file again, and the
+    // first read is deduplicated like the searches.
+    let points_back = results[1].1.to_ascii_lowercase().contains("unchanged since");
+    if points_back {
+        assert!(results[0].1.contains("retries = 3"), "the read a later one points back at is kept: {:?}", results[0]);
+    } else {
+        assert_eq!(results[0].1, OUTPUT_PLACEHOLDER, "the first read is deduplicated by the second");
+        assert!(results[1].1.contains("retries = 3"), "the newest read is kept: {:?}", results[1]);
+    }
     assert_eq!(results[2].1, OUTPUT_PLACEHOLDER, "the first search is deduplicated");
     assert_eq!(results[3].1, OUTPUT_PLACEHOLDER, "the second search is deduplicated");
     assert!(results[4].1.contains("retries"), "the newest search is kept: {:?}", results[4]);
@@ -207,7 +216,7 @@ fn claude_code_pruned(release: Release) {
     let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
     let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
-    assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+    assert_eq!(stats["session"]["tools_pruned"], if points_back { 2 } else { 3 }, "{stats}");
 }
 
 /// The `tool_result`s of an Anthropic request, in order: tool use id and text.
