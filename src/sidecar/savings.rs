@@ -91,6 +91,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         cold: cx.facts.gap_went_cold,
         rewritten,
         mark,
+        rates: cx.facts.rates,
     };
     (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
     slot.state.savings.add(&request);

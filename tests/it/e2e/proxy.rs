@@ -164,8 +164,7 @@ fn claude_code_pruned(release: Release) {
     let file = root.join("proj/config.txt");
     std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
     let read = || Step::Tool("Read", json!({"file_path": file.display().to_string()}));
-    // Claude Code answers a second read of an unchanged file with a note that points back at
-    // the first: that first output must stay. Three identical searches are deduplicated.
+    // Two reads of an unchanged file (see below), then three identical searches.
     let grep = || {
         Step::Tool(
             "Grep",
