@@ -167,6 +167,14 @@ enum Changed {
     No,
 }
 
+/// The params of a `transform`. The messages, which the request holds apart from its params,
+/// are moved in as they are: decoding them again would rebuild every node of a long history.
+pub(super) fn params(params: serde_json::Value, messages: Option<Vec<Node>>) -> Result<TransformParams, RpcError> {
+    let mut p: TransformParams = super::protocol::params("transform", params)?;
+    p.messages = messages.unwrap_or_default();
+    Ok(p)
+}
+
 /// The answer to one request: records the automatic strategies' decisions, applies what the
 /// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
 /// for a newer compaction.
