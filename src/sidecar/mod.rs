@@ -32,6 +32,7 @@ mod ranges;
 mod refetch;
 mod request;
 pub mod restore;
+mod rewind;
 mod saving_cache;
 mod savings;
 mod stdio;
@@ -179,17 +180,6 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, crate::format::terminal(&e.to_string(), crate::format::Lines::Keep).into_owned())
 }
 
-/// The params of a `transform`. The messages, which the request holds apart from its params,
-/// are moved in as they are: decoding them again would rebuild every node of a long history.
-pub(crate) fn transform_params(
-    params: Value,
-    messages: Option<Vec<Node>>,
-) -> Result<protocol::TransformParams, RpcError> {
-    let mut p: protocol::TransformParams = protocol::params("transform", params)?;
-    p.messages = messages.unwrap_or_default();
-    Ok(p)
-}
-
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
     crate::state::persist::validate_session_id(sid).map_err(|e| RpcError::params(e.to_string()))
 }
@@ -285,7 +275,7 @@ impl Server {
     fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform_params(params, messages)?).map(Answer::Transformed),
+            "transform" => self.transform(transform::params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
             "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),

@@ -21,9 +21,9 @@ use super::pending::{After, Count, Figures, Outcome};
 use super::protocol::{
     Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
-use super::ranges;
 use super::request::{RequestContext, RequestFacts};
 use super::{internal, masking_candidates, now_ms, validate_session_id, ListsSent, LiveSession, Server};
+use super::{ranges, rewind};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -170,6 +170,14 @@ enum Changed {
     No,
 }
 
+/// The params of a `transform`. The messages, which the request holds apart from its params,
+/// are moved in as they are: decoding them again would rebuild every node of a long history.
+pub(super) fn params(params: serde_json::Value, messages: Option<Vec<Node>>) -> Result<TransformParams, RpcError> {
+    let mut p: TransformParams = super::protocol::params("transform", params)?;
+    p.messages = messages.unwrap_or_default();
+    Ok(p)
+}
+
 /// The answer to one request: records the automatic strategies' decisions, applies what the
 /// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
 /// for a newer compaction.
@@ -178,11 +186,9 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
+    rewind::sync(cx);
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.index;
-    if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
-        tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
-    }
     let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
     let recorded_now: Vec<String> =
         decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
