@@ -120,6 +120,8 @@ struct LiveSession {
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,
+    /// Where the ranges stand in the mirror's history (see [`ranges::SpanCache`]).
+    spans: ranges::SpanCache,
 }
 
 impl LiveSession {

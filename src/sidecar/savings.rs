@@ -53,7 +53,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
     let added = appended + head + if offered { tags(rules, slot, mirror) } else { 0 };
     let index = &session.index;
-    let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+    let ranges = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| b.applied);
     session.in_force.update(Sources { slot, index, mirror, sizes: &mut session.sizes }, cx.views);
     let in_force = removed(&session.in_force, slot, &ranges, messages.len());
     let meter = &mut session.savings;

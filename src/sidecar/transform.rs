@@ -29,7 +29,7 @@ use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Origin;
 use crate::state::store::Slot;
 use crate::state::{PruneRecord, Strategy};
-use crate::strategies::prunable;
+use crate::strategies::{compress, prunable};
 use crate::texts;
 
 /// Who is handed a transform's answer as soon as it is decided (see
@@ -144,7 +144,8 @@ impl Server {
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
         let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
-        let replace = ranges::replacements(sid, messages, &slot.state.blocks);
+        let spans = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+        let replace = ranges::replacements(sid, messages, &slot.state.blocks, spans);
         Ok(Transformed {
             seq: None,
             edits: Edits::Full(edits),
@@ -218,7 +219,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
-    let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
+    let spans = cx.session.spans.spans(cx.mirror, (&cx.slot.state.blocks, cx.slot.resets()), cx.views, |b| b.applied);
+    let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks, spans);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
@@ -346,7 +348,8 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
             Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
-    let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
+    let waiting = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
+    let blocks = ranges::pending(waiting, &slot.state.blocks, &tails);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
