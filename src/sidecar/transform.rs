@@ -70,6 +70,7 @@ impl Server {
         let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.ledger.last_request = Some(now);
         session.requests += 1;
+        session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.

@@ -3,10 +3,14 @@
 //! history it replaced gives, request by request, over generated sessions whose requests
 //! append, resend an edited tail, revert and resend everything.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use crate::support::Sandbox;
+use dcp::host::paths::Env;
 use dcp::session::{Message, Node};
 use dcp::sidecar::mirror::Mirror;
+use dcp::sidecar::Server;
+use dcp::state::saver::Saver;
 use dcp::strategies::compress;
 
 /// One request of a scenario: how many leading messages the mirror keeps, and the history.
@@ -69,4 +73,60 @@ fn the_tag_sites_the_mirror_reads_once_per_message_are_those_of_the_whole_histor
         });
     }
     assert!(seen > 10_000, "the sessions have tag sites to count ({seen})");
+}
+
+/// Drives a server in `sandbox` through `requests` (a request every two seconds of the
+/// request clock), shuts it down, and returns its session's state file without its time.
+fn state_file_after(sandbox: &Sandbox, requests: &[Request], saver: bool) -> String {
+    let home = sandbox.dir.path().join("home");
+    let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
+    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let saver = saver.then(|| {
+        let _context = runtime.enter();
+        Saver::spawn()
+    });
+    let mut server = Server::new(options, saver.clone()).unwrap();
+    let line = |id: usize, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+    let mut sid = String::new();
+    for (i, r) in requests.iter().enumerate() {
+        sid = r.history[0]["info"]["sessionID"].as_str().unwrap().to_string();
+        let now = 1_790_000_000_000i64 + 2_000 * i as i64;
+        let params = json!({"sessionID": sid, "now": now, "base": r.base, "messages": r.history[r.base..]});
+        server.handle_line(&line(i + 1, "transform", params)).unwrap();
+        server.precount(|| true);
+        if server.save_is_due() {
+            server.save_waiting();
+        }
+    }
+    server.handle_line(&line(9_999, "shutdown", json!({})));
+    if let Some(saver) = saver {
+        runtime.block_on(saver.flush());
+    }
+    let file = std::fs::read_to_string(sandbox.state_dir().join(format!("{sid}.json"))).unwrap();
+    // The clock's: when the file was written, and when a finished turn's range was made.
+    let timed = |l: &&str| l.starts_with("  \"lastUpdated\"") || l.trim_start().starts_with("\"createdAt\"");
+    file.lines().filter(|l| !timed(l)).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_large_session_saved_every_few_requests_ends_with_the_file_saved_after_every_request() {
+    // A base that is never past the mirror: the scenario's requests as the plugin sends them.
+    let requests = scenario(1_000, 30, 7);
+    let (every, amortised) = (Sandbox::new(), Sandbox::new());
+    let saved_every_time = state_file_after(&every, &requests, false);
+    let saved_in_turn = state_file_after(&amortised, &requests, true);
+    let records = saved_every_time.matches("\"strategy\"").count();
+    assert!(records > 2 * dcp::state::saver::RECORDS_PER_REQUEST, "{records} records: saves wait for requests");
+    let first_difference = saved_in_turn.lines().zip(saved_every_time.lines()).position(|(a, b)| a != b);
+    assert_eq!(
+        first_difference,
+        None,
+        "{:?}",
+        first_difference.map(|i| (saved_in_turn.lines().nth(i), saved_every_time.lines().nth(i)))
+    );
+    assert_eq!(saved_in_turn.len(), saved_every_time.len());
 }
