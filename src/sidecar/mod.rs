@@ -75,7 +75,7 @@ pub struct Options {
 /// The `<prunable-tools>` lists sent to a session and what the agent did with them.
 #[derive(Debug, Default, Clone, Copy)]
 struct ListsSent {
-    /// The agent's own prunes when they were last counted (`transform`'s `agent_prunes`).
+    /// The agent's own prunes when they were last counted ([`in_force::AgentPrunes`]).
     answered: usize,
     /// Lists sent since the agent last pruned.
     unanswered: u32,
@@ -122,6 +122,8 @@ struct LiveSession {
     in_force: in_force::InForce,
     /// Where the ranges stand in the mirror's history (see [`ranges::SpanCache`]).
     spans: ranges::SpanCache,
+    /// The agent's own prunes, counted as they come (see [`in_force::AgentPrunes`]).
+    agent_prunes: in_force::AgentPrunes,
 }
 
 impl LiveSession {

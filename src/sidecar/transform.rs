@@ -26,7 +26,6 @@ use super::{internal, masking_candidates, now_ms, savings, validate_session_id, 
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
-use crate::state::blocks::Origin;
 use crate::state::store::Slot;
 use crate::state::{PruneRecord, Strategy};
 use crate::strategies::{compress, prunable};
@@ -285,7 +284,7 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     // (`policy::list_pays`). What an earlier list named, the agent has seen (and can name
     // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
     let (fresh, last) = index.listed_after(session.list_shown);
-    let answered = agent_prunes(&cx.slot.state);
+    let answered = session.agent_prunes.count(cx.slot, cx.views);
     if answered > session.lists.answered {
         session.lists = ListsSent { answered, unanswered: 0 };
     }
@@ -310,15 +309,6 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         text.push_str(&texts::nudge(listed, tokens));
     }
     vec![synthetic_message(cx.sid, messages, text)]
-}
-
-/// The agent's own prunes so far: its discards and extracts, and its compressed ranges.
-fn agent_prunes(state: &crate::state::SessionState) -> usize {
-    let manual = state
-        .pruned
-        .values()
-        .filter(|r| matches!(r.strategy, crate::state::Strategy::Discard | crate::state::Strategy::Extract));
-    manual.count() + state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.
