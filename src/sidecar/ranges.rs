@@ -80,6 +80,13 @@ pub(super) fn tag_edits(messages: &[Message], from: usize) -> Vec<Edit> {
         .collect()
 }
 
+/// The applied ranges of a request: each replaces its messages with its summary.
+pub(super) fn applied(cx: &mut RequestContext) -> Vec<Replace> {
+    let (blocks, resets) = (&cx.slot.state.blocks, cx.slot.resets());
+    let spans = cx.session.spans.spans(cx.mirror, (blocks, resets), cx.views, |b| b.applied);
+    replacements(cx.sid, cx.mirror.messages(), blocks, spans)
+}
+
 /// The applied ranges, at `spans` in `messages`: each replaces its messages with its summary.
 pub(super) fn replacements(sid: &str, messages: &[Message], blocks: &Blocks, spans: Vec<Span>) -> Vec<Replace> {
     spans
@@ -94,12 +101,12 @@ pub(super) fn replacements(sid: &str, messages: &[Message], blocks: &Blocks, spa
 
 /// The ranges waiting for the policy, at `spans`, with where each starts and what it costs and
 /// saves: applying one rewrites the history from its first message on.
-pub(super) fn pending(spans: Vec<Span>, blocks: &Blocks, tails: &[u64]) -> Vec<(usize, u32, policy::Pending)> {
+pub(super) fn pending(spans: Vec<Span>, blocks: &Blocks, mirror: &Mirror) -> Vec<(usize, u32, policy::Pending)> {
     spans
         .into_iter()
         .map(|span| {
             let tokens = blocks.by_id[&span.block].net_tokens();
-            (span.from, span.block, policy::Pending { tokens, tail: tails[span.from], ..Default::default() })
+            (span.from, span.block, policy::Pending { tokens, tail: mirror.tail(span.from), ..Default::default() })
         })
         .collect()
 }

@@ -219,8 +219,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
-    let spans = cx.session.spans.spans(cx.mirror, (&cx.slot.state.blocks, cx.slot.resets()), cx.views, |b| b.applied);
-    let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks, spans);
+    let replace = ranges::applied(cx);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
@@ -251,7 +250,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
-    let unpruned = mirror.sizes().iter().sum();
+    let unpruned = mirror.total();
     session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
@@ -323,10 +322,9 @@ enum Target {
 /// calls and ranges whose rewrites it applied, or `None` when it waits.
 fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let mirror = cx.mirror;
-    let tails = tails(mirror.sizes());
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
-    let masking = masking_candidates::mask_pending(cx, &tails);
+    let masking = masking_candidates::mask_pending(cx);
     let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
     let (index, sizes) = (&session.index, &mut session.sizes);
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
@@ -335,17 +333,17 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         .filter_map(|id| {
             let (at, record) = (index.position(id)?, slot.state.pruned.get(id)?);
             let tokens = sizes.approx_saving(mirror, id, at, &record.action);
-            let pending = policy::Pending { tokens, tail: tails[at.0], ..Default::default() };
+            let pending = policy::Pending { tokens, tail: mirror.tail(at.0), ..Default::default() };
             Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
     let waiting = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
-    let blocks = ranges::pending(waiting, &slot.state.blocks, &tails);
+    let blocks = ranges::pending(waiting, &slot.state.blocks, mirror);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
     let base = policy::Inputs {
-        context: tails[0],
+        context: mirror.total(),
         tail: 0,
         pending: 0,
         warm: request.warm,
@@ -400,15 +398,6 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
         }
     }
     slot.mark_rewrites_added();
-}
-
-/// The size of the history from each message on to its end, and 0 after the last.
-fn tails(sizes: &[u64]) -> Vec<u64> {
-    let mut tails = vec![0u64; sizes.len() + 1];
-    for i in (0..sizes.len()).rev() {
-        tails[i] = tails[i + 1] + sizes[i];
-    }
-    tails
 }
 
 /// The rewrites a request applied, and why.

@@ -64,6 +64,23 @@ fn tag_sites_read_again(messages: &[Message]) -> (usize, Option<usize>) {
 }
 
 #[test]
+fn the_sizes_of_the_tails_the_mirror_sums_once_per_message_are_those_summed_again() {
+    let mut checked = 0;
+    for (messages, steps, seed) in sessions() {
+        through_mirror(&scenario(messages, steps, seed), |i, mirror| {
+            let sizes = mirror.sizes();
+            assert_eq!(mirror.total(), sizes.iter().sum::<u64>(), "seed {seed}, request {i}");
+            for from in 0..=sizes.len() + 1 {
+                let again: u64 = sizes.get(from..).map_or(0, |s| s.iter().sum());
+                assert_eq!(mirror.tail(from), again, "seed {seed}, request {i}, from message {from}");
+            }
+            checked += sizes.len();
+        });
+    }
+    assert!(checked > 10_000, "{checked}");
+}
+
+#[test]
 fn the_tag_sites_the_mirror_reads_once_per_message_are_those_of_the_whole_history() {
     let mut seen = 0;
     for (messages, steps, seed) in sessions() {
