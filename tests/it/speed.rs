@@ -147,3 +147,62 @@ fn a_large_session_saved_every_few_requests_ends_with_the_file_saved_after_every
     );
     assert_eq!(saved_in_turn.len(), saved_every_time.len());
 }
+
+/// The wire messages `plugin/encode.js` sends for each of `requests` (histories), one request
+/// after the other through one sent cache, as `[base, messages]` pairs.
+fn encoded_by_the_plugin(requests: &[Vec<Value>]) -> Vec<(usize, Vec<Value>)> {
+    let encode = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin/encode.js");
+    let script = format!(
+        "import {{ SentCache, encode }} from {:?};
+        let input = '';
+        process.stdin.on('data', (d) => (input += d)).on('end', () => {{
+          const cache = new SentCache().session('ses', 0);
+          const out = JSON.parse(input).map((h) => {{ const e = encode(h, cache); return [e.base, e.messages]; }});
+          process.stdout.write(JSON.stringify(out));
+        }});",
+        encode.to_str().unwrap()
+    );
+    let mut child = std::process::Command::new("node")
+        .args(["--input-type=module", "-e", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let input = serde_json::to_vec(requests).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_messages_the_plugin_strips_give_the_mirror_the_whole_messages_give() {
+    let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 300, steps: 20, seed: 9 });
+    let values = |m: &[Message]| -> Vec<Value> { m.iter().map(|m| serde_json::to_value(m).unwrap()).collect() };
+    let mut history = values(&session.messages);
+    // A compaction summary keeps its parent and finish.
+    let summary = &mut history[150]["info"];
+    summary["summary"] = json!(true);
+    summary["finish"] = json!("stop");
+    let mut requests = vec![history.clone()];
+    for step in &session.steps {
+        history.extend(values(step));
+        requests.push(history.clone());
+    }
+    let (mut whole, mut stripped) = (Mirror::default(), Mirror::default());
+    for (i, (request, (base, wire))) in requests.iter().zip(encoded_by_the_plugin(&requests)).enumerate() {
+        let held = whole.messages().len();
+        whole.resolve(held, request[held..].iter().cloned().map(Node::from).collect()).unwrap();
+        stripped.resolve(base, wire.into_iter().map(Node::from).collect()).unwrap();
+        let differs = stripped.messages().iter().zip(whole.messages()).position(|(a, b)| a != b);
+        assert_eq!(differs.map(|m| whole.messages()[m].id()), None, "request {i}: the first message that differs");
+        assert_eq!(stripped.messages().len(), whole.messages().len(), "request {i}");
+        assert_eq!((stripped.sizes(), stripped.tag_sites()), (whole.sizes(), whole.tag_sites()), "request {i}");
+    }
+    let bytes = |v: &Value| serde_json::to_vec(v).unwrap().len();
+    let (sent, full) = (encoded_by_the_plugin(&requests[..1]), bytes(&json!(requests[0])));
+    let ratio = bytes(&json!(sent[0].1)) as f64 / full as f64;
+    assert!(ratio < 0.6, "the plugin sends {ratio:.2} of the history");
+}
