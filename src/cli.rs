@@ -90,9 +90,20 @@ pub enum Command {
     /// Run a local HTTP gateway that prunes what any client sends (Anthropic Messages, OpenAI
     /// Chat Completions and Responses) and forwards it to the upstream.
     Proxy {
-        /// The address to listen on, `HOST:PORT`.
+        /// The address to listen on, `HOST:PORT`: a loopback address unless --allow-remote.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788", value_parser = parse_listen)]
         listen: std::net::SocketAddr,
+        /// Let --listen be an address other machines reach. Every client must then send the
+        /// proxy's token (DCP_PROXY_TOKEN, else one made and printed at start).
+        #[arg(long)]
+        allow_remote: bool,
+        /// The most connections served at once [default: 256, fewer if `ulimit -n` is low]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: Option<u32>,
+        /// How long a request's head, or a pause in its body, may take before its connection
+        /// is closed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+        read_timeout: u64,
         /// The API's upstream, `http(s)://host[:port][/path]` (the request's path is kept after
         /// it); else dcp.jsonc's `proxy.upstream`, and `proxy.upstreams.<api>` per API.
         #[arg(long, value_name = "URL")]
@@ -145,7 +156,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    tracing::debug!(command = ?cli.command, config = ?loaded.sources, "dcp {}", env!("CARGO_PKG_VERSION"));
+    tracing::debug!(command = logged(&cli.command), config = ?loaded.sources, "dcp {}", env!("CARGO_PKG_VERSION"));
     let ctx = Ctx { data_dir: cli.data_dir.unwrap_or_else(|| env.data_dir()), config: loaded.config, json: cli.json };
     match cli.command {
         Command::Sessions => sessions(&ctx, out),
@@ -159,10 +170,26 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
-        Command::Proxy { listen, upstream } => {
+        Command::Proxy { listen, allow_remote, max_connections, read_timeout, upstream } => {
             let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
-            crate::proxy::run(crate::proxy::Options { listen, upstream, sidecar })
+            let reach =
+                if allow_remote { crate::proxy::access::Reach::Remote } else { crate::proxy::access::Reach::Local };
+            let connections = max_connections.map(|n| n as usize);
+            let read_timeout = std::time::Duration::from_secs(read_timeout);
+            crate::proxy::run(crate::proxy::Options { listen, reach, connections, read_timeout, upstream, sidecar })
         }
+    }
+}
+
+/// The command as the debug log shows it: `dcp proxy`'s upstream masked, as an error shows it
+/// (a URL may hold a secret).
+fn logged(command: &Command) -> String {
+    match command {
+        Command::Proxy { listen, upstream, .. } => {
+            let upstream = upstream.as_deref().map(crate::proxy::forward::masked);
+            format!("Proxy {{ listen: {listen}, upstream: {upstream:?} }}")
+        }
+        other => format!("{other:?}"),
     }
 }
 

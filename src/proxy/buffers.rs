@@ -9,13 +9,19 @@
 //! come takes the first one nothing else refers to any more (the pieces sent upstream, a
 //! speculative request's layout) that is big enough. A buffer is given room to grow, so
 //! that a conversation's next bodies, a little longer each time, still fit it. At most
-//! [`KEPT`] buffers are kept, and only big ones: a small allocation is cheap.
+//! [`KEPT`] buffers are kept, and only big ones: a small allocation is cheap. A body past
+//! [`KEPT_MAX`] is not kept at all, nor is its conversation, and once it is gone the
+//! memory the allocator holds free is handed back to the system ([`hand_back`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use bytes::{Bytes, BytesMut};
 
+/// Bodies over this size are pruned but not kept, by the proxy or its engine: the memory
+/// they took goes back to the system once they are sent ([`hand_back`]), and their next
+/// request is read whole. A 2,000-message conversation's body is about 7 MB.
+pub const KEPT_MAX: usize = 16 << 20;
 /// How many replaced bodies are kept for reuse.
 const KEPT: usize = 2;
 /// Bodies smaller than this are not kept.
@@ -53,7 +59,7 @@ impl Buffers {
 
     /// Keeps `body`, which a conversation no longer holds, for a body to come.
     pub fn retire(&self, body: &Bytes) {
-        if body.len() < SMALLEST {
+        if body.len() < SMALLEST || body.len() > KEPT_MAX {
             return;
         }
         let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -61,6 +67,17 @@ impl Buffers {
             kept.remove(0);
         }
         kept.push(body.clone());
+    }
+}
+
+/// Hands the memory the allocator holds free back to the system: glibc's keeps what a big
+/// body and its parsed history freed, for allocations to come, which after a conversation
+/// too big to keep would be tens of megabytes resident for nothing.
+pub fn hand_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

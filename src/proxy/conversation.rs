@@ -285,6 +285,14 @@ impl Conversations {
         layout
     }
 
+    /// Forgets `sid`'s last request (`held` is its slot, locked): its next request is read
+    /// whole.
+    pub fn forget(&self, sid: &str, held: &mut Option<Conversation>) {
+        self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(sid);
+        self.layouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(sid);
+        *held = None;
+    }
+
     /// The kept body that `body` continues (starts with every byte of, up to its last
     /// item), the longest if several do; `checked` when the caller has compared them
     /// already (any body it continues reads it alike, [`Raw::read_after`]).

@@ -11,7 +11,9 @@
 //! requests it counts tokens ahead and hands out the saves that fall due, as the sidecar's
 //! line loop does. An error of the
 //! server drops what the engine remembers of that conversation; the caller then sends its
-//! next request whole.
+//! next request whole. A request is counted (its savings, and what it adds to the policy's
+//! ledger) only once its upstream has answered it: the caller settles the [`Ticket`] each
+//! transform hands back with the answer's status (`crate::sidecar::Count::Later`).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -21,7 +23,7 @@ use serde_json::{json, Value};
 
 use crate::session::Node;
 use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
-use crate::sidecar::{transform_params, Server};
+use crate::sidecar::{transform_params, Count, Outcome, Server};
 
 /// Why a request's conversation was not run through the engine.
 #[derive(Debug, thiserror::Error)]
@@ -38,17 +40,75 @@ struct Job {
     sid: String,
     base: usize,
     messages: Vec<Value>,
+    /// The request's number, which its [`Ticket`] settles.
+    number: u64,
     reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
     /// When the job was sent, for the debug log's stages.
     sent: Instant,
+}
+
+/// What the engine's thread is sent: a request to transform, or how one it transformed ended.
+enum Work {
+    Transform(Job),
+    Settle {
+        sid: String,
+        number: u64,
+        outcome: Outcome,
+    },
+    /// Drop what the engine holds of a conversation in memory (see [`Engine::forget`]).
+    Forget {
+        sid: String,
+    },
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
 /// handle is dropped or [`Engine::stop`] is called.
 #[derive(Clone)]
 pub struct Engine {
-    jobs: Sender<Job>,
+    jobs: Sender<Work>,
     done: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The next request's number.
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A request the engine transformed, counted once it is settled with the status its client
+/// got: answered (a `2xx` from the upstream), or not (an error status, or the proxy's own
+/// `502`). One dropped unsettled (its client went away first, say) is taken as not answered.
+pub struct Ticket {
+    sid: String,
+    number: u64,
+    jobs: Option<Sender<Work>>,
+    /// Whether the conversation is forgotten once the request is settled.
+    forget: bool,
+}
+
+impl Ticket {
+    /// Settles the request by the status of the answer its client got.
+    pub fn settle(mut self, status: hyper::StatusCode) {
+        let outcome = if status.is_success() { Outcome::Answered } else { Outcome::Failed };
+        self.send(outcome);
+    }
+
+    /// Has the engine forget the conversation once the request is settled ([`Engine::forget`]).
+    pub fn forget_after(&mut self) {
+        self.forget = true;
+    }
+
+    fn send(&mut self, outcome: Outcome) {
+        if let Some(jobs) = self.jobs.take() {
+            let sid = std::mem::take(&mut self.sid);
+            let _ = jobs.send(Work::Settle { sid: sid.clone(), number: self.number, outcome });
+            if self.forget {
+                let _ = jobs.send(Work::Forget { sid });
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.send(Outcome::Failed);
+    }
 }
 
 impl Engine {
@@ -58,31 +118,52 @@ impl Engine {
             .name("dcp-proxy-engine".into())
             .spawn(move || run(server, &rx))
             .expect("a thread can be started");
-        Engine { jobs, done: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) }
+        let done = std::sync::Arc::new(std::sync::Mutex::new(Some(thread)));
+        Engine { jobs, done, next: std::sync::Arc::default() }
     }
 
     /// The engine's edits for conversation `sid` (the same list as last time's, not a copy,
     /// when they did not change), whose messages from index `base` on are
-    /// `messages` (those before are the ones of its last transform).
+    /// `messages` (those before are the ones of its last transform), and the ticket that
+    /// counts the request once its answer is known.
     pub async fn transform(
         &self,
         sid: String,
         base: usize,
         messages: Vec<Value>,
         timeout: Duration,
-    ) -> Result<Edits, EngineError> {
+    ) -> Result<(Edits, Ticket), EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs.send(Job { sid, base, messages, reply, sent: Instant::now() }).map_err(|_| EngineError::Stopped)?;
-        match tokio::time::timeout(timeout, answer).await {
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ticket = Ticket { sid: sid.clone(), number, jobs: Some(self.jobs.clone()), forget: false };
+        let job = Job { sid, base, messages, number, reply, sent: Instant::now() };
+        self.jobs.send(Work::Transform(job)).map_err(|_| EngineError::Stopped)?;
+        let edits = match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EngineError::Stopped),
             Err(_) => Err(EngineError::Timeout(timeout)),
+        };
+        // Without edits there is nothing to settle: the engine settled the request itself.
+        match edits {
+            Ok(edits) => Ok((edits, ticket)),
+            Err(e) => {
+                let mut ticket = ticket;
+                ticket.jobs = None;
+                Err(e)
+            }
         }
+    }
+
+    /// Drops what the engine holds of conversation `sid` in memory, once the jobs sent before
+    /// are done, and hands the memory freed back to the system: its next request is read
+    /// whole (see `Server::forget`).
+    pub fn forget(&self, sid: String) {
+        let _ = self.jobs.send(Work::Forget { sid });
     }
 
     /// Stops the engine once the jobs sent are done, and waits for its saves to be handed out.
     pub fn stop(self) {
-        let Engine { jobs, done } = self;
+        let Engine { jobs, done, .. } = self;
         drop(jobs);
         let thread = done.lock().ok().and_then(|mut t| t.take());
         if let Some(thread) = thread {
@@ -91,12 +172,25 @@ impl Engine {
     }
 }
 
-fn run(mut server: Server, jobs: &Receiver<Job>) {
+fn run(mut server: Server, jobs: &Receiver<Work>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
-    while let Some(job) = next_job(&mut server, jobs) {
-        let Job { sid, base, messages, reply, sent: at } = job;
+    while let Some(work) = next_job(&mut server, jobs) {
+        let job = match work {
+            Work::Transform(job) => job,
+            Work::Settle { sid, number, outcome } => {
+                server.settle(&sid, number, outcome);
+                continue;
+            }
+            Work::Forget { sid } => {
+                sent.remove(&sid);
+                server.forget(&sid);
+                super::buffers::hand_back();
+                continue;
+            }
+        };
+        let Job { sid, base, messages, number, reply, sent: at } = job;
         let queued = at.elapsed();
-        transform(&mut server, &mut sent, &sid, Tail { base, messages }, reply);
+        transform(&mut server, &mut sent, &sid, Tail { base, messages, number }, reply);
         tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
@@ -104,7 +198,7 @@ fn run(mut server: Server, jobs: &Receiver<Job>) {
 }
 
 /// The next job, counting ahead while none waits and handing out the saves that fall due.
-fn next_job(server: &mut Server, jobs: &Receiver<Job>) -> Option<Job> {
+fn next_job(server: &mut Server, jobs: &Receiver<Work>) -> Option<Work> {
     let mut early = None;
     loop {
         if early.is_none() && !server.save_is_due() && server.has_precount() {
@@ -166,10 +260,12 @@ impl Sent {
 /// out the same list.
 pub type Edits = std::sync::Arc<Vec<Edit>>;
 
-/// The messages of a request from index `base` on (those before are the last transform's).
+/// The messages of a request from index `base` on (those before are the last transform's),
+/// and the request's number.
 struct Tail {
     base: usize,
     messages: Vec<Value>,
+    number: u64,
 }
 
 type Reply = tokio::sync::oneshot::Sender<Result<Edits, EngineError>>;
@@ -189,13 +285,27 @@ fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, t
         }
     };
     let mut reply = Some(reply);
-    let result = server.transform_answering(params, &mut |result| {
-        if let Some(reply) = reply.take() {
-            let _ = reply.send(answered(&mut before, result));
-        }
-    });
+    let mut delivered = false;
+    let count = Count::Later(tail.number);
+    let result = server.transform_answering(
+        params,
+        &mut |result| {
+            if let Some(reply) = reply.take() {
+                delivered = reply.send(answered(&mut before, result)).is_ok();
+            }
+        },
+        count,
+    );
     if let Some(reply) = reply.take() {
-        let _ = reply.send(answered(&mut before, &result));
+        delivered = reply.send(answered(&mut before, &result)).is_ok();
+    }
+    // A request that got no edits settles here: one whose caller gave up waiting went
+    // upstream unpruned, so what the engine counted for it never reached the model; one
+    // the server refused is counted as it was (it holds no savings).
+    if result.is_err() {
+        server.settle(sid, tail.number, Outcome::Answered);
+    } else if !delivered {
+        server.settle(sid, tail.number, Outcome::Failed);
     }
     if result.is_ok() {
         sent.insert(sid.to_string(), before);

@@ -7,8 +7,10 @@
 //! rustls, trusting Mozilla's roots, the system's (or `SSL_CERT_FILE`'s) and the CA file
 //! `proxy.upstreamCa` names. Only `Host` is set to the upstream's (a server routes by it) and,
 //! when the body was pruned, `Content-Length` to the new body's. The answer's status, headers
-//! and body bytes reach the client as the upstream sent them; an upstream that cannot be
-//! reached is a `502` whose body names it.
+//! and body bytes reach the client as the upstream sent them; a request the upstream did not
+//! answer is a `502` whose body names the upstream and says what happened, in words
+//! ([`unanswered`]). An upstream URL holds no secret: one with a user name or password, or a
+//! query, is refused at start, and the error shows it with those parts masked.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,13 +41,28 @@ pub struct Upstream {
 
 impl Upstream {
     /// Parses an upstream URL; `what` names where it was given (`--upstream`, a config key).
+    /// A user name or password in it, or a query, is refused: the proxy would print it, and
+    /// sends no credential of its own (each client sends its key).
     pub fn parse(url: &str, what: &str) -> anyhow::Result<Upstream> {
-        let uri: Uri = url.parse().map_err(|e| anyhow::anyhow!("{what} {url:?} is not a URL: {e}"))?;
+        let shown = masked(url);
+        let uri: Uri = url.parse().map_err(|e| anyhow::anyhow!("{what} {shown:?} is not a URL: {e}"))?;
         let scheme = match uri.scheme_str() {
             Some("http" | "https") => uri.scheme().cloned().unwrap_or(hyper::http::uri::Scheme::HTTP),
-            _ => anyhow::bail!("{what} {url:?} must start with http:// or https://"),
+            _ => anyhow::bail!("{what} {shown:?} must start with http:// or https://"),
         };
-        let authority = uri.authority().cloned().ok_or_else(|| anyhow::anyhow!("{what} {url:?} has no host"))?;
+        let authority = uri.authority().cloned().ok_or_else(|| anyhow::anyhow!("{what} {shown:?} has no host"))?;
+        if authority.as_str().contains('@') {
+            anyhow::bail!(
+                "{what} {shown:?} has a user name or password in it: dcp proxy sends no credential of its own (each \
+                 client sends its key) and would print the URL; give it without them"
+            );
+        }
+        if uri.query().is_some() {
+            anyhow::bail!(
+                "{what} {shown:?} has a query: the client's own path and query are sent after the upstream's path; \
+                 give it without one"
+            );
+        }
         let prefix = uri.path().trim_end_matches('/').to_string();
         Ok(Upstream { scheme, authority, prefix })
     }
@@ -58,6 +75,20 @@ impl Upstream {
             .path_and_query(format!("{}{path}", self.prefix))
             .build()?)
     }
+}
+
+/// `url` as an error may show it: a user name and password, and a query, masked (`***`).
+pub fn masked(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    let mut shown = match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    };
+    if let Some(query) = shown.find('?') {
+        shown.replace_range(query + 1.., "***");
+    }
+    shown
 }
 
 impl std::fmt::Display for Upstream {
@@ -174,7 +205,7 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
 /// layout gives: the client's bytes when it rewrites no item, else the pruned body in
 /// pieces (those of the client's bytes not copied).
 pub enum Outgoing {
-    Stream(Incoming),
+    Stream(super::client_body::ClientBody),
     Bytes(Bytes),
     Laid(std::sync::Arc<super::conversation::Layout>),
 }
@@ -287,16 +318,77 @@ pub async fn forward(
                 Pieces(frames(pieces), length as u64).boxed_unsync()
             }
         },
-        Outgoing::Stream(incoming) => boxed_incoming(incoming),
+        Outgoing::Stream(incoming) => incoming.boxed_unsync(),
         Outgoing::Bytes(bytes) => boxed_bytes(bytes),
     };
     match client.request(Request::from_parts(parts, body)).await {
         Ok(answer) => answer.map(boxed_incoming),
-        Err(e) => {
-            tracing::warn!("upstream {upstream} failed: {}", crate::error_chain(&e));
-            failure(StatusCode::BAD_GATEWAY, &format!("dcp proxy: the upstream {upstream} could not be reached"))
-        }
+        Err(e) => unanswered(upstream, &e),
     }
+}
+
+/// The answer for a request `upstream` did not answer (`e` says why), in words: logged with
+/// the error's own chain, and a `502` that names the upstream and what happened; a `408`
+/// when it was the client that stopped sending its body.
+pub fn unanswered(upstream: &Upstream, e: &(dyn std::error::Error + 'static)) -> Response<Body> {
+    let chain = crate::error_chain(e);
+    if let Some(stalled) = find::<super::client_body::Stalled>(e) {
+        let message = format!("dcp proxy: the request's body could not be read: {stalled}");
+        return failure(StatusCode::REQUEST_TIMEOUT, &message);
+    }
+    let what = unanswered_because(e);
+    tracing::warn!("the upstream {upstream} {what} ({chain})");
+    failure(StatusCode::BAD_GATEWAY, &format!("dcp proxy: the upstream {upstream} {what}"))
+}
+
+/// What happened to a request its upstream did not answer, in words, after "the upstream".
+fn unanswered_because(e: &(dyn std::error::Error + 'static)) -> String {
+    let io = find::<std::io::Error>(e);
+    let tls = find::<rustls::Error>(e);
+    let connecting = find::<hyper_util::client::legacy::Error>(e).is_some_and(|e| e.is_connect());
+    if connecting {
+        use std::io::ErrorKind;
+        let why = match (tls, io.map(std::io::Error::kind)) {
+            (Some(rustls::Error::InvalidCertificate(c)), _) => format!(
+                "its certificate is not trusted ({c:?}): set proxy.upstreamCa or SSL_CERT_FILE to the CA that signed it"
+            ),
+            (Some(tls), _) => format!("the TLS handshake failed ({tls})"),
+            (None, Some(ErrorKind::ConnectionRefused)) => "nothing listens at that address (connection refused)".into(),
+            (None, Some(ErrorKind::TimedOut)) => "connecting timed out".into(),
+            _ if crate::error_chain(e).contains("dns error") => "its host name could not be resolved".into(),
+            _ => crate::error_chain(e),
+        };
+        return format!("could not be reached: {why}");
+    }
+    let http = find::<hyper::Error>(e);
+    match (http, io.map(std::io::Error::kind)) {
+        (Some(h), _) if h.is_incomplete_message() => {
+            "closed the connection after reading the request, without answering it".into()
+        }
+        (_, Some(std::io::ErrorKind::ConnectionReset)) => {
+            "reset the connection after reading the request, without answering it".into()
+        }
+        (_, Some(std::io::ErrorKind::BrokenPipe)) => "closed the connection before it had read the request".into(),
+        (Some(h), _) if h.is_parse() => "answered with something that is not HTTP/1.1".into(),
+        _ => format!("failed: {}", crate::error_chain(e)),
+    }
+}
+
+/// The first error of type `T` in `e`'s chain of causes, looking inside the I/O errors that
+/// wrap another (whose `source` skips the one they wrap: a TLS error comes wrapped twice).
+fn find<'e, T: std::error::Error + 'static>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e T> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        let wrapped = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
+        next = match wrapped {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 /// Points the request at `upstream`: its URI, and `Host`; or the answer that says why not.
@@ -337,5 +429,20 @@ mod tests {
         assert_eq!(frames.len(), 3, "the small pieces before the big one, the big one, those after it");
         assert_eq!(frames[1].as_ptr(), big.as_ptr(), "a big piece is not copied");
         assert!(frames.iter().all(|f| !f.is_empty()));
+    }
+
+    #[test]
+    fn an_upstream_url_is_shown_with_its_user_password_and_query_masked() {
+        let cases = [
+            ("http://user:pw@host:8080/v1", "http://***@host:8080/v1"),
+            ("https://tok@host", "https://***@host"),
+            ("http://host/x?key=pw&a=b", "http://host/x?***"),
+            ("u:pw@host:1", "***@host:1"),
+            ("http://a@b@host/p@q", "http://***@host/p@q"),
+            ("https://api.example/v1", "https://api.example/v1"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(masked(url), shown, "{url}");
+        }
     }
 }

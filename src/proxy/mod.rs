@@ -10,14 +10,20 @@
 //! the upstream sends it. Whatever goes wrong on dcp's side (a body that is too big, not JSON
 //! or compressed, an engine error or timeout) sends the client's own bytes on unchanged, with
 //! one warning that names the reason and never the content; no header, key or message text is
-//! logged or stored.
+//! logged or stored. Who may connect, and how much one connection may hold, are
+//! [`access`]'s and [`listen`]'s: loopback unless `--allow-remote` (and then a token), a cap
+//! on connections, read timeouts. A request counts in the session's figures only once the
+//! upstream answered it: the engine's [`Ticket`] is settled with the answer's status.
 
+pub mod access;
 pub mod buffers;
+pub mod client_body;
 pub mod conversation;
 pub mod convert;
 mod engine;
 pub mod forward;
 pub mod identity;
+pub mod listen;
 mod pipeline;
 pub mod raw;
 mod rest;
@@ -29,21 +35,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::http::request::Parts;
-use hyper::server::conn::http1;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
 
+use self::access::{Access, Admitted};
+use self::client_body::ClientBody;
 use self::convert::Api;
-pub use self::engine::{Edits, Engine};
+pub use self::engine::{Edits, Engine, Ticket};
 use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
+use self::listen::Limits;
 use crate::config::{self};
 use crate::sidecar::Server;
 use crate::state::saver::Saver;
 
 /// Bodies over this size are sent on as they came, unread by the engine.
 pub const MAX_BODY: usize = 64 << 20;
+pub use self::buffers::KEPT_MAX;
 /// How long a request waits for the engine before it is sent on unpruned.
 pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -51,6 +58,12 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Options {
     pub listen: SocketAddr,
+    /// `--allow-remote`: whether an address other machines reach may be listened on.
+    pub reach: access::Reach,
+    /// `--max-connections`, when given.
+    pub connections: Option<usize>,
+    /// `--read-timeout`.
+    pub read_timeout: Duration,
     /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
     pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
@@ -63,6 +76,8 @@ pub struct Shared {
     pub conversations: conversation::Conversations,
     pub upstreams: Upstreams,
     pub client: UpstreamClient,
+    /// Who may use the proxy.
+    pub access: Access,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
@@ -93,33 +108,18 @@ fn server_with(
     Server::with_config(options.clone(), config, saver)
 }
 
-/// Why the proxy could not listen on `addr`, and what to do: a port another program holds,
-/// one that needs privileges, an address not of this machine.
-fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
-    use std::io::ErrorKind;
-    let what = match e.kind() {
-        ErrorKind::AddrInUse => {
-            "; another program listens there (another dcp proxy?): stop it, or pass \
-             --listen 127.0.0.1:PORT with a free port and give the client that port"
-        }
-        ErrorKind::PermissionDenied => {
-            "; this user may not listen on that port: pass --listen 127.0.0.1:PORT with a port above 1023"
-        }
-        ErrorKind::AddrNotAvailable => "; that is not an address of this machine: pass --listen 127.0.0.1:PORT",
-        _ => "",
-    };
-    anyhow::anyhow!("cannot listen on {addr}: {e}{what}")
-}
-
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
 pub fn run(options: Options) -> anyhow::Result<()> {
+    let given = std::env::var(access::TOKEN_ENV).ok();
+    let (access, made) = access::access(options.listen, options.reach, given.as_deref())?;
     let config = load_config(&options.sidecar)?;
     let upstreams = Upstreams::new(options.upstream.as_deref(), &config.proxy)?;
     let client = forward::client(config.proxy.upstream_ca.as_deref().map(std::path::Path::new))?;
+    let limits = limits(&options);
     crate::tokens::preload();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener = listen(options.listen).map_err(|e| listen_error(options.listen, &e))?;
+        let listener = listen(options.listen).map_err(|e| listen::listen_error(options.listen, &e))?;
         let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
@@ -128,10 +128,14 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             conversations: conversation::Conversations::default(),
             upstreams,
             client,
+            access,
         });
         println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
+        if let Access::Token(..) = shared.access {
+            println!("{}", token_line(made.as_ref()));
+        }
         tokio::select! {
-            result = accept_loop(&listener, &shared) => result?,
+            result = serve(&listener, &shared, limits) => result?,
             () = interrupted => {}
         }
         drop(shared);
@@ -139,6 +143,41 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         saver.flush().await;
         Ok(())
     })
+}
+
+/// The bounds `options` set: `--max-connections` (warned about when the open-file limit
+/// cannot hold that many), else what that limit allows; `--read-timeout`.
+fn limits(options: &Options) -> Limits {
+    let files = listen::open_file_limit();
+    let fits = listen::default_connections(files);
+    let connections = options.connections.unwrap_or(fits);
+    if connections > fits {
+        let limit = files.map(|n| format!(" (ulimit -n is {n})")).unwrap_or_default();
+        tracing::warn!(
+            "--max-connections {connections}: the open-file limit{limit} holds about {fits}; accepts past it fail \
+             and are retried"
+        );
+    }
+    Limits { connections, read_timeout: options.read_timeout }
+}
+
+/// What the user is told of the token clients must send: the token itself when it was made
+/// here (printed this once), else where it came from.
+fn token_line(made: Option<&access::Token>) -> String {
+    let how =
+        format!("in the {} header, or in the base URL as http://HOST:PORT{}TOKEN", "X-Dcp-Token", access::TOKEN_PATH);
+    match made {
+        Some(token) => format!(
+            "dcp proxy: other machines may connect; every client must send the token {} ({how}); set {} to keep \
+             one across restarts",
+            token.as_str(),
+            access::TOKEN_ENV
+        ),
+        None => format!(
+            "dcp proxy: other machines may connect; every client must send the token in {} ({how})",
+            access::TOKEN_ENV
+        ),
+    }
 }
 
 /// The kernel's buffer for each connection's request, given by the listening socket to the
@@ -170,7 +209,7 @@ pub fn socket_buffer(which: Buffer) -> Option<u32> {
 }
 
 /// The listening socket at `addr`, its connections' receive buffers [`socket_buffer`].
-fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     if let Some(size) = socket_buffer(Buffer::Receive) {
@@ -178,6 +217,12 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     }
     socket.bind(addr)?;
     socket.listen(1024)
+}
+
+/// Serves the proxy's connections on `listener`, within `limits`, until it fails.
+pub async fn serve(listener: &tokio::net::TcpListener, shared: &Arc<Shared>, limits: Limits) -> anyhow::Result<()> {
+    let shared = Arc::clone(shared);
+    listen::accept_loop(listener, limits, move |req| handle(req, Arc::clone(&shared))).await
 }
 
 /// Ctrl-C and SIGTERM, listened for from the moment this is called, not from the first poll:
@@ -209,30 +254,12 @@ fn interrupts() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// Accepts connections and serves each on its own task.
-pub async fn accept_loop(listener: &tokio::net::TcpListener, shared: &Arc<Shared>) -> anyhow::Result<()> {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(shared);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(req, Arc::clone(&shared)));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!("connection: {e}");
-            }
-        });
-    }
-}
-
 /// Serves one request: prunes it when it is one of the APIs', and forwards it.
-pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
-    let (parts, body) = req.into_parts();
+pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+    let (mut parts, body) = req.into_parts();
+    if shared.access.admit(&mut parts) == Admitted::No {
+        return Ok(forward::failure(hyper::StatusCode::UNAUTHORIZED, &access::refusal()));
+    }
     let api = if parts.method == Method::POST { Api::of_path(parts.uri.path()) } else { None };
     let Some(upstream) = shared.upstreams.route(api) else {
         let message = format!("dcp proxy: no upstream for {}: set --upstream or proxy.upstream", parts.uri.path());
@@ -241,18 +268,61 @@ pub async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Respo
     let Some(api) = api else {
         return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
     };
-    if shared.conversations.pipelining() == conversation::Pipelining::On {
+    let declared = declared_length(&parts);
+    if let Some(length) = declared.filter(|&n| n > MAX_BODY) {
+        let what = format!("the body is {length} bytes, over the {MAX_BODY}-byte limit");
+        tracing::warn!("{} {}: sent on unpruned, unread: {what}", parts.method, parts.uri.path());
+        return Ok(forward::forward(&shared.client, upstream, parts, Outgoing::Stream(body)).await);
+    }
+    if declared.is_some() && shared.conversations.pipelining() == conversation::Pipelining::On {
         return Ok(pipeline::handle(&shared, api, upstream, parts, body).await);
     }
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            let message = format!("dcp proxy: the request's body could not be read: {e}");
-            return Ok(forward::failure(hyper::StatusCode::BAD_REQUEST, &message));
-        }
+    let bytes = match collect(body).await {
+        Ok(bytes) => bytes,
+        Err(answer) => return Ok(answer),
     };
-    let outgoing = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
-    Ok(forward::forward(&shared.client, upstream, parts, outgoing).await)
+    let (outgoing, ticket) = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
+    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await))
+}
+
+/// `answer`, the request's ticket settled by its status: the request counts only when the
+/// upstream answered it.
+fn settled(ticket: Option<Ticket>, answer: Response<Body>) -> Response<Body> {
+    if let Some(ticket) = ticket {
+        ticket.settle(answer.status());
+    }
+    answer
+}
+
+/// The body's length as the request's `Content-Length` declares it.
+fn declared_length(parts: &Parts) -> Option<usize> {
+    parts.headers.get(hyper::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// A body of no declared length, read whole up to [`MAX_BODY`]; else the answer that says why
+/// it was not.
+async fn collect(mut body: ClientBody) -> Result<Bytes, Response<Body>> {
+    let mut joined = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| unread(&e))?;
+        if let Ok(data) = frame.into_data() {
+            if joined.len() + data.len() > MAX_BODY {
+                let message = format!("dcp proxy: the request's body is over the {MAX_BODY}-byte limit");
+                return Err(forward::failure(hyper::StatusCode::PAYLOAD_TOO_LARGE, &message));
+            }
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(joined.freeze())
+}
+
+/// What a client whose body could not be read is told: that it stalled (`408`), or why else.
+fn unread(e: &forward::BoxError) -> Response<Body> {
+    let status = match e.downcast_ref::<client_body::Stalled>() {
+        Some(_) => hyper::StatusCode::REQUEST_TIMEOUT,
+        None => hyper::StatusCode::BAD_REQUEST,
+    };
+    forward::failure(status, &format!("dcp proxy: the request's body could not be read: {e}"))
 }
 
 /// A request whose whole body has arrived, as pruning reads it.
@@ -267,30 +337,40 @@ struct Whole<'a> {
 }
 
 /// The pruned body of a request (in pieces that share `bytes`' buffer), `None` when nothing
-/// in it changes, or why it is not pruned.
+/// in it changes, or why it is not pruned; the request counted as answered.
 pub async fn prune(shared: &Shared, api: Api, parts: &Parts, bytes: &Bytes) -> Result<Option<Vec<Bytes>>, String> {
-    let laid = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
-    Ok(laid.and_then(|layout| layout.rewritten()))
+    let pruned = Whole { shared, api, parts, bytes: bytes.clone(), checked: None }.prune().await?;
+    if let Some(ticket) = pruned.ticket {
+        ticket.settle(hyper::StatusCode::OK);
+    }
+    Ok(pruned.layout.and_then(|layout| layout.rewritten()))
+}
+
+/// What pruning a body gave: the layout it goes upstream under (the items the engine's
+/// edits rewrite in it, none when nothing changes; `None` when the engine did not read it),
+/// and the ticket that counts the request once its answer is known.
+struct Pruned {
+    layout: Option<Arc<conversation::Layout>>,
+    ticket: Option<Ticket>,
 }
 
 impl Whole<'_> {
     /// What goes upstream: the pruned pieces, or the client's bytes (with a warning that
-    /// names why, when the engine could not read them).
-    async fn outgoing(self) -> Outgoing {
+    /// names why, when the engine could not read them); and the request's ticket.
+    async fn outgoing(self) -> (Outgoing, Option<Ticket>) {
         match self.prune().await {
-            Ok(Some(layout)) => Outgoing::Laid(layout),
-            Ok(None) => Outgoing::Bytes(self.bytes),
+            Ok(Pruned { layout: Some(layout), ticket }) => (Outgoing::Laid(layout), ticket),
+            Ok(Pruned { layout: None, ticket }) => (Outgoing::Bytes(self.bytes), ticket),
             Err(reason) => {
                 tracing::warn!("{} {}: sent on unpruned: {reason}", self.parts.method, self.parts.uri.path());
-                Outgoing::Bytes(self.bytes)
+                (Outgoing::Bytes(self.bytes), None)
             }
         }
     }
 
-    /// The layout the body goes upstream under (the items the engine's edits rewrite in
-    /// it, none when nothing changes), `None` when the engine did not read it, or why it is
-    /// not pruned; not looking again for a kept body the caller has found this one to continue.
-    async fn prune(&self) -> Result<Option<Arc<conversation::Layout>>, String> {
+    /// How the body goes upstream ([`Pruned`]), or why it is not pruned; not looking again
+    /// for a kept body the caller has found this one to continue.
+    async fn prune(&self) -> Result<Pruned, String> {
         let Whole { shared, api, parts, bytes, .. } = self;
         let (api, headers) = (*api, &parts.headers);
         let encoding = headers.get(hyper::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
@@ -309,7 +389,7 @@ impl Whole<'_> {
             Some((raw, head)) => (raw, conversation::Read::After(head)),
             None => match raw::Raw::read(api, bytes)? {
                 Some(raw) => (raw, conversation::Read::Whole),
-                None => return Ok(None),
+                None => return Ok(Pruned { layout: None, ticket: None }),
             },
         };
         let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
@@ -321,17 +401,26 @@ impl Whole<'_> {
         let tail = builder.messages()[base..].to_vec();
         let was_mapped = started.elapsed();
         // On an error the conversation is not kept: its next request is mapped and sent whole.
-        let edits = shared
-            .engine
-            .transform(sid.clone(), base, tail, ENGINE_TIMEOUT)
-            .await
-            .map_err(|e| format!("{sid}: {e}"))?;
+        let too_big = bytes.len() > KEPT_MAX;
+        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                if too_big {
+                    shared.engine.forget(sid.clone());
+                }
+                return Err(format!("{sid}: {e}"));
+            }
+        };
         builder.mark_sent();
         let engine = started.elapsed();
         conversation::rewrite(bytes, &raw, &builder, &edits, &mut memory);
         let spliced = started.elapsed() - engine;
         let head = Arc::new(raw::Head { api, body: bytes.clone(), raw });
         let layout = shared.conversations.keep(&sid, &mut held, conversation::Conversation::new(head, builder, memory));
+        if too_big {
+            shared.conversations.forget(&sid, &mut held);
+            ticket.forget_after();
+        }
         let (parse, map, engine_us, write) =
             (parsed, was_mapped - parsed, engine - was_mapped, started.elapsed() - engine);
         let resumed = matches!(read, conversation::Read::After(_));
@@ -339,7 +428,7 @@ impl Whole<'_> {
             shared.conversations.count_resumed();
         }
         tracing::debug!(session = sid, edits = edits.len(), base, resumed, bytes = bytes.len(), ?parse, ?matched, ?map, engine = ?engine_us, ?write, ?spliced, "pruned");
-        Ok(layout)
+        Ok(Pruned { layout, ticket: Some(ticket) })
     }
 }
 

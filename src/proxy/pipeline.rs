@@ -24,10 +24,11 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use tokio::sync::mpsc;
 
 use super::buffers::Buffers;
+use super::client_body::ClientBody;
 use super::conversation::Layout;
 use super::convert::Api;
 use super::forward::{self, Body, BoxError, Outgoing, Upstream};
@@ -49,7 +50,7 @@ pub async fn handle(
     api: Api,
     upstream: &Upstream,
     parts: Parts,
-    body: Incoming,
+    body: ClientBody,
 ) -> Response<Body> {
     let entered = std::time::Instant::now();
     let mut advancing = std::time::Duration::ZERO;
@@ -83,20 +84,20 @@ pub async fn handle(
     let whole = arrived.whole();
     let joined = ended.elapsed();
     let checked = speculation.as_ref().and_then(Speculation::checked);
-    let outgoing = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
+    let (outgoing, ticket) = super::Whole { shared, api, parts: &parts, bytes: whole, checked }.outgoing().await;
+    let end = BodyEnd { ended, joined, received, frames, advancing };
     let outgoing = match speculation {
-        Some(s) => match s.finish(shared, outgoing, BodyEnd { ended, joined, received, frames, advancing }).await {
-            Finished::Answered(answer) => return answer,
+        Some(s) => match s.finish(shared, upstream, outgoing, end).await {
+            Finished::Answered(answer) => return super::settled(ticket, answer),
             Finished::Aborted(outgoing) => outgoing,
         },
         None => outgoing,
     };
-    forward::forward(&shared.client, upstream, parts, outgoing).await
+    super::settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await)
 }
 
-fn unread(e: &hyper::Error) -> Response<Body> {
-    let message = format!("dcp proxy: the request's body could not be read: {e}");
-    forward::failure(StatusCode::BAD_REQUEST, &message)
+fn unread(e: &BoxError) -> Response<Body> {
+    super::unread(e)
 }
 
 /// The last layout the body continues: the only one whose known part its first bytes
@@ -106,7 +107,7 @@ async fn choose(
     api: Api,
     parts: &Parts,
     arrived: &mut Arrived,
-) -> Result<Option<Arc<Layout>>, hyper::Error> {
+) -> Result<Option<Arc<Layout>>, BoxError> {
     let encoding = parts.headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     if encoding.is_some_and(|e| !e.eq_ignore_ascii_case("identity")) {
         return Ok(None);
@@ -131,7 +132,7 @@ async fn choose(
 /// is let go once nothing more is read or sent from it, so that the server's read buffer is
 /// reused for the frames to come rather than allocated anew.
 struct Arrived {
-    body: Incoming,
+    body: ClientBody,
     frames: std::collections::VecDeque<(usize, Bytes)>,
     /// How many frames arrived.
     count: usize,
@@ -143,14 +144,14 @@ struct Arrived {
 impl Arrived {
     /// The body to come, its buffer (a spare one where one fits) sized for the length the
     /// request declares, up to the most the engine reads.
-    fn new(body: Incoming, parts: &Parts, spare: &Buffers) -> Arrived {
+    fn new(body: ClientBody, parts: &Parts, spare: &Buffers) -> Arrived {
         let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
         let joined = spare.take(declared.unwrap_or(0).min(super::MAX_BODY));
         Arrived { body, frames: std::collections::VecDeque::new(), count: 0, joined, len: 0, ended: false }
     }
 
     /// Reads the next data frame; `None` at the end.
-    async fn next(&mut self) -> Result<Option<()>, hyper::Error> {
+    async fn next(&mut self) -> Result<Option<()>, BoxError> {
         while !self.ended {
             let Some(frame) = self.body.frame().await else {
                 self.ended = true;
@@ -386,7 +387,7 @@ impl Speculation {
 
     /// Sends the rest of `outgoing` when it starts with what was sent, and hands back the
     /// answer; else aborts the request.
-    async fn finish(mut self, shared: &Shared, outgoing: Outgoing, tail: BodyEnd) -> Finished {
+    async fn finish(mut self, shared: &Shared, upstream: &Upstream, outgoing: Outgoing, tail: BodyEnd) -> Finished {
         let pruned = tail.ended.elapsed();
         let ahead: usize = self.sent.iter().map(Bytes::len).sum();
         let sent_ahead = rest::Ahead { layout: &self.layout, produced: self.produced, sent: &self.sent };
@@ -426,14 +427,8 @@ impl Speculation {
         );
         match answer {
             Ok(Ok(answer)) => Finished::Answered(answer.map(forward::boxed_incoming)),
-            Ok(Err(e)) => {
-                tracing::warn!("upstream failed: {}", crate::error_chain(&e));
-                let message = "dcp proxy: the upstream could not be reached";
-                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, message))
-            }
-            Err(_) => {
-                Finished::Answered(forward::failure(StatusCode::BAD_GATEWAY, "dcp proxy: the upstream request failed"))
-            }
+            Ok(Err(e)) => Finished::Answered(forward::unanswered(upstream, &e)),
+            Err(e) => Finished::Answered(forward::unanswered(upstream, &e)),
         }
     }
 

@@ -25,6 +25,7 @@ mod in_force;
 mod laps;
 mod masking_candidates;
 pub mod mirror;
+mod pending;
 pub mod protocol;
 mod ranges;
 mod request;
@@ -60,6 +61,7 @@ use crate::texts;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
+pub use self::pending::{Count, Outcome};
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
@@ -124,6 +126,11 @@ struct LiveSession {
     spans: ranges::SpanCache,
     /// The agent's own prunes, counted as they come (see [`in_force::AgentPrunes`]).
     agent_prunes: in_force::AgentPrunes,
+    /// The last request, when it is counted once its answer is known (see [`pending`]).
+    pending: Option<pending::Pending>,
+    /// What the last request's rewrite would cost the next one if it never reached the model
+    /// (`crate::policy::carried`).
+    carried: f64,
 }
 
 impl LiveSession {

@@ -402,7 +402,7 @@ pub struct Replace {
 }
 
 /// A message the sidecar appends after the history (the prunable list and nudges).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Synthetic {
     pub info: SyntheticInfo,
     pub parts: Vec<SyntheticPart>,
@@ -410,7 +410,7 @@ pub struct Synthetic {
 
 /// The info of a [`Synthetic`] message: a user message, with the agent and model of the
 /// last real one.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct SyntheticInfo {
     pub id: &'static str,
     #[serde(rename = "sessionID")]
@@ -424,13 +424,13 @@ pub struct SyntheticInfo {
 }
 
 /// `{created}`, in milliseconds since the epoch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Created {
     pub created: i64,
 }
 
 /// The one text part of a [`Synthetic`] message.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct SyntheticPart {
     pub id: &'static str,
     #[serde(rename = "sessionID")]

@@ -43,6 +43,14 @@ pub(super) struct Meter {
     compaction: i64,
 }
 
+impl Meter {
+    /// Forgets the counts of the messages past the first `kept`: a request that was never
+    /// counted may have changed them.
+    pub(super) fn forget_after(&mut self, kept: usize) {
+        self.messages.truncate(kept);
+    }
+}
+
 /// Adds the request `answer` answered to the session's savings.
 pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let offered = cx.offered();
@@ -83,6 +91,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         cold: cx.facts.gap_went_cold,
         rewritten,
         mark,
+        rates: cx.facts.rates,
     };
     (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
     slot.state.savings.add(&request);

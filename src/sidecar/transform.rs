@@ -17,12 +17,13 @@ use super::edits::{answer_edits, edits_for};
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
+use super::pending::{After, Count, Figures, Outcome};
 use super::protocol::{
     Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::ranges;
 use super::request::{RequestContext, RequestFacts};
-use super::{internal, masking_candidates, now_ms, savings, validate_session_id, ListsSent, LiveSession, Server};
+use super::{internal, masking_candidates, now_ms, validate_session_id, ListsSent, LiveSession, Server};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
@@ -37,26 +38,34 @@ pub type Answered<'a> = &'a mut dyn FnMut(&Result<Transformed, RpcError>);
 
 impl Server {
     pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
-        self.transform_answering(p, &mut |_| {})
+        self.transform_answering(p, &mut |_| {}, Count::Now)
     }
 
     /// A `transform` for a caller in this process (the proxy's engine): `answered` is handed
     /// the answer as soon as it is decided, and the request's savings (which tokenize its new
-    /// messages) are counted after it, off the caller's path. The answer is returned too; an
-    /// error before the decision, or a compaction, is only returned.
-    pub fn transform_answering(&mut self, p: TransformParams, answered: Answered<'_>) -> Result<Transformed, RpcError> {
+    /// messages) are counted after it, off the caller's path, now or when `count` says (see
+    /// [`super::pending`]). The answer is returned too; an error before the decision, or a
+    /// compaction, is only returned.
+    pub fn transform_answering(
+        &mut self,
+        p: TransformParams,
+        answered: Answered<'_>,
+        count: Count,
+    ) -> Result<Transformed, RpcError> {
         let sid = p.session_id.clone();
         validate_session_id(&sid)?;
-        self.with_session(&sid, |server, session| server.transform_session(session, p, answered))
+        self.with_session(&sid, |server, session| server.transform_session(session, p, (answered, count)))
     }
 
     fn transform_session(
         &mut self,
         session: &mut LiveSession,
         p: TransformParams,
-        answered: Answered<'_>,
+        (answered, count): (Answered<'_>, Count),
     ) -> Result<Transformed, RpcError> {
         let sid = p.session_id;
+        // The last request, still uncounted, is counted before this one changes the history.
+        self.settle_pending(session, &sid, Outcome::Answered);
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
             session.parent = Some(parent.is_some());
@@ -66,6 +75,7 @@ impl Server {
             return self.compaction(session, &sid, p.messages);
         }
         self.resume_ledger(session, &sid);
+        let before = Figures::of(session);
         let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.ledger.last_request = Some(now);
         session.requests += 1;
@@ -98,36 +108,11 @@ impl Server {
         };
         answered(&result);
         laps.lap("answered");
-        self.after_answer(session, &sid, &mirror, facts, (&result, changed), &mut laps);
+        let after = After { result: &result, changed: changed == Changed::Yes, facts, count, before };
+        self.after_answer(session, &sid, &mirror, after, &mut laps);
         session.precounted = session.precounted.min(mirror.kept());
         session.mirror = mirror;
         result
-    }
-
-    /// What follows a request's answer, off the caller's path: the save of what it changed,
-    /// and the request's savings.
-    fn after_answer(
-        &mut self,
-        session: &mut LiveSession,
-        sid: &str,
-        mirror: &Mirror,
-        facts: RequestFacts,
-        (result, changed): (&Result<Transformed, RpcError>, Changed),
-        laps: &mut Laps,
-    ) {
-        if changed == Changed::Yes {
-            self.save(session, sid);
-        }
-        laps.lap("save");
-        if let Some(answer) = result.as_ref().ok().filter(|a| a.seq.is_some()) {
-            if let Ok(mut cx) = self.request_context(session, sid, mirror, facts) {
-                savings::record(&mut cx, answer);
-            }
-        }
-        laps.lap("savings");
-        if laps.on() {
-            tracing::debug!(session = sid, "transform {laps}");
-        }
     }
 
     /// The summariser sees the history as the model does, but this is no request: no
@@ -224,12 +209,12 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
     let balance = policy::Request {
-        cold: cx.facts.gap_went_cold,
         in_force,
         applied: applied_now.as_ref().map_or(0, |a| a.tokens),
         tail: applied_now.as_ref().map_or(0, |a| a.tail),
         head: if offered { cx.head_tokens() } else { 0 },
         appended: append.iter().flat_map(|m| &m.parts).map(|p| cx.slot.tokens.count(&p.text)).sum(),
+        ..cx.facts.request()
     };
     charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
@@ -251,7 +236,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
     let unpruned = mirror.total();
-    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
+    session.baseline += policy::unpruned_cost(facts.rates, session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
 
@@ -260,6 +245,7 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 fn charge(session: &mut LiveSession, request: &policy::Request) {
     session.ledger.banked += policy::balance(request);
     session.added += policy::additions(request);
+    session.carried = policy::carried(request);
 }
 
 /// The synthetic message appended after the history of a session offered dcp's head: the
@@ -288,7 +274,8 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         session.lists = ListsSent { answered, unanswered: 0 };
     }
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64, session.lists.unanswered) {
+    let (list, unanswered) = (text.len().div_ceil(4) as u64, session.lists.unanswered);
+    if !small_too && !policy::list_pays(cx.facts.rates, fresh, list, unanswered) {
         return Vec::new();
     }
     session.list_shown = last;
@@ -344,14 +331,10 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     pending.sort_by_key(|(at, _, _)| *at);
     let base = policy::Inputs {
         context: mirror.total(),
-        tail: 0,
-        pending: 0,
-        warm: request.warm,
-        idle_seconds: request.idle_seconds,
-        context_limit: request.context_limit,
         banked: session.ledger.banked,
         baseline: session.baseline,
         added: session.added,
+        ..request.inputs()
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;

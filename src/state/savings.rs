@@ -6,7 +6,8 @@
 //! what it removed from that request net of what it added (its instructions and tools at the
 //! head, the prunable list and the message id tags), and what the request would have cost
 //! with and without dcp under the prompt-cache model `dcp replay` bills with (the prefix shared
-//! with the last request read at 0.1x the input price, the rest written at 1.25x). Sizes are
+//! with the last request read at the session's cache-read price, the rest written at its
+//! cache-write price: 0.1x and 1.25x the input price on Anthropic's 5-minute cache). Sizes are
 //! tokens, costs tokens at the base input price. The policy's ledger weighs the same things
 //! to decide, but in the mirror's unit (characters / 4) for what is in force, which for dense
 //! outputs (code, CSV) runs well under their tokens: its balance is the policy's, not a
@@ -14,7 +15,7 @@
 //! keys, so the all-time report reads them from a file's head) and each request's context
 //! size with and without dcp in `dcp.trail`.
 
-use crate::policy::{CACHE_READ, CACHE_WRITE};
+use crate::prices::Rates;
 
 /// A session's running savings.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -121,6 +122,8 @@ pub struct RequestFigures {
     /// prompt in front of the first part it changed, which the provider still has cached.
     pub rewritten: Option<u64>,
     pub mark: Mark,
+    /// The session's cache prices.
+    pub rates: Rates,
 }
 
 impl Savings {
@@ -145,8 +148,8 @@ impl Savings {
                 r.rewritten.unwrap_or(history).min(history).min(with)
             }
         };
-        let cost =
-            |size: u64, cached: u64| CACHE_READ * cached as f64 + CACHE_WRITE * size.saturating_sub(cached) as f64;
+        let p = r.rates;
+        let cost = |size: u64, cached: u64| p.read * cached as f64 + p.write * size.saturating_sub(cached) as f64;
         let (without_cost, with_cost) = (cost(r.without, shared_without), cost(with, shared_with));
         self.cost_without += without_cost;
         self.cost_saved += without_cost - with_cost;
@@ -230,6 +233,7 @@ mod tests {
             cold: false,
             rewritten: None,
             mark: Mark::None,
+            rates: Rates::default(),
         };
         s.add(&r);
         assert_eq!((s.requests, s.kept_out_tokens, s.last_context, s.last_sent), (1, -50, 1_000, 1_050));

@@ -33,7 +33,7 @@ fn serve(runtime: &tokio::runtime::Runtime, config: &str, pipelining: Pipelining
     });
     let port = listener.local_addr().unwrap().port();
     let serving = Arc::clone(&shared);
-    runtime.spawn(async move { dcp::proxy::accept_loop(&listener, &serving).await });
+    runtime.spawn(async move { dcp::proxy::serve(&listener, &serving, Default::default()).await });
     Served { shared, recorder, port, _sandbox: sandbox }
 }
 

@@ -29,6 +29,7 @@ pub fn shared_with(sandbox: &Sandbox, config: &str, conversations: Conversations
         conversations,
         upstreams,
         client: forward::client(None).unwrap(),
+        access: dcp::proxy::access::Access::Local,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `dcp proxy`'s upstreams: each API's own from dcp.jsonc, and an https upstream (a local
-//! TLS fake with a self-signed certificate, trusted through `proxy.upstreamCa`).
+//! TLS fake with a certificate a private CA signed, trusted through `proxy.upstreamCa` or
+//! `SSL_CERT_FILE`, as real upstreams are https).
 
 use std::io::{BufReader, Write};
 use std::process::Stdio;
@@ -69,24 +70,41 @@ fn an_upstream_that_is_not_http_or_https_is_refused_naming_its_config_key() {
     assert!(err.contains("proxy.upstreamCa /no/such/ca.pem: not a PEM certificate file"), "{err}");
 }
 
-/// A fake upstream speaking TLS with a self-signed certificate for 127.0.0.1, written as PEM
-/// to `ca`; keeps the bodies it receives and answers `{}`.
+/// A private CA and a certificate it signed for `name`, as the upstream serves it.
+struct Issued {
+    ca_pem: String,
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+fn issued(name: &str) -> Issued {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "dcp test private CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    Issued { ca_pem: ca.pem(), chain: vec![leaf.der().clone()], key }
+}
+
+/// A fake upstream speaking TLS with `issued`'s certificate; keeps the bodies it receives and
+/// answers `{}`.
 struct TlsRecorder {
     port: u16,
     bodies: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 impl TlsRecorder {
-    fn start(ca: &std::path::Path) -> TlsRecorder {
-        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-        std::fs::write(ca, certified.cert.pem()).unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
+    fn start(issued: Issued) -> TlsRecorder {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
-            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .with_single_cert(issued.chain, issued.key)
             .unwrap();
         let config = Arc::new(config);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -110,26 +128,52 @@ impl TlsRecorder {
     }
 }
 
+/// A proxy in front of `url` in its own dirs, with `config` and `SSL_CERT_FILE` set to
+/// `cert_file`; sends it a conversation and returns the answer.
+fn through_tls(url: &str, config: &str, cert_file: &std::path::Path) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("config/opencode")).unwrap();
+    std::fs::write(dir.path().join("config/opencode/dcp.jsonc"), config).unwrap();
+    let env = [
+        ("HOME", dir.path().join("home")),
+        ("XDG_CONFIG_HOME", dir.path().join("config")),
+        ("XDG_DATA_HOME", dir.path().join("data")),
+        ("SSL_CERT_FILE", cert_file.to_path_buf()),
+    ];
+    let stderr = Stdio::from(std::fs::File::create(dir.path().join("stderr")).unwrap());
+    let proxy = ProxyProcess::spawn(&["--upstream", url], env, stderr);
+    let answer = post_bytes(proxy.port, "/v1/chat/completions", as_chat(&reads(9)).to_string().as_bytes());
+    assert!(proxy.stop());
+    answer
+}
+
 #[test]
-fn an_https_upstream_is_reached_with_the_ca_dcp_jsonc_names_and_refused_without_it() {
+fn an_https_upstream_signed_by_a_private_ca_is_reached_through_upstream_ca_or_ssl_cert_file_and_refused_without() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    let upstream = TlsRecorder::start(&ca);
+    let certified = issued("127.0.0.1");
+    std::fs::write(&ca, &certified.ca_pem).unwrap();
+    let upstream = TlsRecorder::start(certified);
     let url = format!("https://127.0.0.1:{}", upstream.port);
-    let config = format!(r#"{{"proxy": {{"upstreamCa": {}}}}}"#, Value::from(ca.to_str().unwrap()));
-    let proxy = proxy_with(dir.path(), &config, &["--upstream", &url]);
-    let body = as_chat(&reads(9)).to_string();
-    let answer = post_bytes(proxy.port, "/v1/chat/completions", body.as_bytes());
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let got = upstream.bodies.lock().unwrap().last().cloned().expect("the upstream got the request");
-    let outputs = proxied_outputs(&serde_json::from_slice(&got).unwrap());
-    assert_eq!(outputs.len(), 9, "the whole conversation reached the upstream over TLS");
-    assert!(proxy.stop());
-
-    let other = tempfile::tempdir().unwrap();
-    let untrusting = proxy_with(other.path(), "{}", &["--upstream", &url]);
-    let answer = post_bytes(untrusting.port, "/v1/chat/completions", body.as_bytes());
+    let none = dir.path().join("no-such-file");
+    let named = format!(r#"{{"proxy": {{"upstreamCa": {}}}}}"#, Value::from(ca.to_str().unwrap()));
+    for (config, cert_file) in [(named.as_str(), none.as_path()), ("{}", ca.as_path())] {
+        let answer = through_tls(&url, config, cert_file);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{config} {}: {answer}", cert_file.display());
+        let got = upstream.bodies.lock().unwrap().last().cloned().expect("the upstream got the request");
+        let outputs = proxied_outputs(&serde_json::from_slice(&got).unwrap());
+        assert_eq!(outputs.len(), 9, "the whole conversation reached the upstream over TLS");
+    }
+    let answer = through_tls(&url, "{}", &none);
     assert!(answer.starts_with("HTTP/1.1 502"), "a certificate no root vouches for is not trusted: {answer}");
-    assert!(answer.contains(&format!("the upstream {url} could not be reached")), "{answer}");
-    assert_eq!(upstream.bodies.lock().unwrap().len(), 1, "nothing reached the upstream without the CA");
+    let words = format!("the upstream {url} could not be reached: its certificate is not trusted (UnknownIssuer)");
+    assert!(answer.contains(&words) && answer.contains("proxy.upstreamCa or SSL_CERT_FILE"), "{answer}");
+    assert_eq!(upstream.bodies.lock().unwrap().len(), 2, "nothing reached the upstream without the CA");
+
+    let other = issued("api.example");
+    std::fs::write(&ca, &other.ca_pem).unwrap();
+    let misnamed = TlsRecorder::start(other);
+    let url = format!("https://127.0.0.1:{}", misnamed.port);
+    let answer = through_tls(&url, &named, &none);
+    assert!(answer.contains("its certificate is not trusted (NotValidForName"), "a wrong name: {answer}");
 }

@@ -5,7 +5,8 @@
 //! where it is installed with npm on first use (`.ci/run` installs it up front). Each test
 //! gets its own XDG dirs, project and fake model; the `@opencode-ai/plugin` package OpenCode
 //! installs into its config dir is cached in `target/e2e/plugin-deps` so later runs stay on
-//! loopback.
+//! loopback. The machine's programs they drive (tmux, Chromium, ripgrep) are found on `PATH`,
+//! or installed from Debian's packages on first use ([`system`]).
 
 mod compress;
 mod fake_llm;
@@ -15,6 +16,7 @@ mod proxy_upstream;
 mod registry;
 mod savings;
 mod scenarios;
+mod system;
 mod tui;
 mod tui_corrupt;
 mod tui_discard;
@@ -41,6 +43,8 @@ pub(crate) fn e2e_dir() -> PathBuf {
 pub fn opencode() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        // OpenCode's grep and glob tools run ripgrep, which it cannot download offline.
+        system::program(system::Program::Ripgrep);
         if let Some(p) = std::env::var_os("DCP_E2E_OPENCODE") {
             return PathBuf::from(p);
         }

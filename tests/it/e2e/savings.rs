@@ -176,13 +176,13 @@ fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() 
 /// one); returns whether it succeeded, and its stdout (or stderr when it failed).
 fn chromium(args: &[String], page: &Path) -> (bool, String) {
     let url = format!("file://{}", page.display());
-    let out = Command::new("chromium")
+    let out = Command::new(super::system::program(super::system::Program::Chromium))
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
         .args(args.iter().all(|a| !a.starts_with("--window-size=")).then_some("--window-size=900,2200"))
         .args(args)
         .arg(&url)
         .output()
-        .expect("Debian's chromium is needed (apt-get install chromium; .ci/run installs it)");
+        .expect("chromium could not be run");
     let text = if out.status.success() { &out.stdout } else { &out.stderr };
     (out.status.success(), String::from_utf8_lossy(text).into_owned())
 }

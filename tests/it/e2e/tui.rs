@@ -75,13 +75,13 @@ impl Screen {
     }
 
     fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
+        let out = Command::new(super::system::program(super::system::Program::Tmux))
             .arg("-L")
             .arg(&self.socket)
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .expect("tmux is needed for the TUI tests (Debian: apt-get install tmux)");
+            .expect("tmux could not be run");
         assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
