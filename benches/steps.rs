@@ -26,6 +26,7 @@ use std::io::BufReader;
 
 use dcp::sidecar::stream::{read_rest, Streamed};
 use dcp::sidecar::Server;
+use dcp::state::saver::Saver;
 use serde_json::{json, Value};
 
 /// The request clock's start, and the gap between two requests (a warm cache).
@@ -101,30 +102,39 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let size = numbers.first().copied().unwrap_or(2_000);
-    let steps = numbers.get(1).copied().unwrap_or(if size <= 5_000 { 200 } else { 50 });
-    let dir = tempfile::tempdir()?;
-    let home = dir.path().join("home");
+/// A `dcp serve` in this process, in a private HOME under `dir`, with its saver thread on
+/// `runtime`, initialised.
+fn serve(
+    dir: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(Server, Saver), Box<dyn std::error::Error>> {
+    let home = dir.join("home");
     let env = dcp::host::paths::Env {
         home: Some(home.clone()),
         xdg_config_home: Some(home.join(".config")),
         xdg_cache_home: Some(home.join(".cache")),
         ..Default::default()
     };
-    let project = dir.path().join("project");
+    let project = dir.join("project");
     std::fs::create_dir_all(&project)?;
-    let options = dcp::sidecar::Options { data_dir: dir.path().join("data"), env, project: None };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let options = dcp::sidecar::Options { data_dir: dir.join("data"), env, project: None };
     let saver = {
         let _context = runtime.enter();
-        dcp::state::saver::Saver::spawn()
+        Saver::spawn()
     };
     let mut server = Server::new(options, Some(saver.clone()))?;
     let init = json!({"protocol": 1, "directory": project});
     server.handle_line(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).to_string());
+    Ok((server, saver))
+}
 
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let size = numbers.first().copied().unwrap_or(2_000);
+    let steps = numbers.get(1).copied().unwrap_or(if size <= 5_000 { 200 } else { 50 });
+    let dir = tempfile::tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let (mut server, saver) = serve(dir.path(), &runtime)?;
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: size, steps, seed: 1 });
     let sid = session.session_id.clone();
     let mut history: Vec<Value> = session.messages.iter().map(serde_json::to_value).collect::<Result<_, _>>()?;

@@ -122,14 +122,12 @@ struct LiveSession {
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,
-    /// Where the ranges stand in the mirror's history (see [`ranges::SpanCache`]).
+    /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
     spans: ranges::SpanCache,
-    /// The agent's own prunes, counted as they come (see [`in_force::AgentPrunes`]).
     agent_prunes: in_force::AgentPrunes,
     /// The last request, when it is counted once its answer is known (see [`pending`]).
     pending: Option<pending::Pending>,
-    /// What the last request's rewrite would cost the next one if it never reached the model
-    /// (`crate::policy::carried`).
+    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
     carried: f64,
 }
 
