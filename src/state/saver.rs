@@ -71,9 +71,10 @@ impl SaveTiming {
     }
 
     /// How long after the last hand-out a save may wait: [`SAVE_EVERY`], once a request came
-    /// for every [`RECORDS_PER_REQUEST`] records the last one held; else [`WAIT_AT_MOST`].
+    /// for every whole [`RECORDS_PER_REQUEST`] records the last one held (none for a smaller
+    /// session); else [`WAIT_AT_MOST`].
     fn wait(&self) -> Duration {
-        if self.requests.saturating_mul(RECORDS_PER_REQUEST) >= self.records {
+        if self.requests >= self.records / RECORDS_PER_REQUEST {
             SAVE_EVERY
         } else {
             WAIT_AT_MOST
@@ -316,8 +317,11 @@ mod tests {
     #[test]
     fn a_large_session_s_save_waits_for_a_request_per_records_per_request_of_its_records() {
         let handed = |records: usize| SaveTiming { handed: Some(Instant::now()), records, ..SaveTiming::default() };
-        // Below RECORDS_PER_REQUEST records, a save waits SAVE_EVERY after the last, as ever.
+        // Below RECORDS_PER_REQUEST records, a save waits SAVE_EVERY after the last, as ever,
+        // with no request since (what the request's savings changed after its save).
         let mut small = handed(RECORDS_PER_REQUEST - 1);
+        assert!(small.defer());
+        assert!(small.due().is_some_and(|due| due <= Instant::now() + SAVE_EVERY));
         small.request();
         assert!(small.defer());
         assert!(small.due().is_some_and(|due| due <= Instant::now() + SAVE_EVERY));
