@@ -64,6 +64,6 @@ fn a_rewrite_counted_as_removing_more_than_its_tail_gains_nothing_under_a_local_
     let banked = Inputs { banked: 5_000.0, context: 10_000, ..base };
     assert_eq!(choose(&batched(), &on("local", banked), &over), None);
     assert_eq!(choose(&batched(), &on("anthropic-5m", base), &over), Some((0, Trigger::Pays)));
-    let rewrite = Request { applied: 4_783, tail: 4_412, rates: family("local").unwrap().rates, ..Request::default() };
+    let rewrite = Charges { applied: 4_783, tail: 4_412, rates: family("local").unwrap().rates, ..Charges::default() };
     assert_eq!(balance(&rewrite), 0.0);
 }

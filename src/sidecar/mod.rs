@@ -79,7 +79,7 @@ pub struct ServeOptions {
 /// The `<prunable-tools>` lists sent to a session and what the agent did with them.
 #[derive(Debug, Default, Clone, Copy)]
 struct ListsSent {
-    /// The agent's own prunes when they were last counted (`transform`'s `agent_prunes`).
+    /// The agent's own prunes when they were last counted ([`in_force::AgentPrunes`]).
     answered: usize,
     /// Lists sent since the agent last pruned.
     unanswered: u32,
@@ -132,10 +132,12 @@ struct LiveSession {
     /// descriptions name (see [`describe`]).
     present: describe::Tags,
     described: Option<describe::Tags>,
+    /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
+    spans: ranges::SpanCache,
+    agent_prunes: in_force::AgentPrunes,
     /// The last request, when it is counted once its answer is known (see [`pending`]).
     pending: Option<pending::Pending>,
-    /// What the last request's rewrite would cost the next one if it never reached the model
-    /// (`crate::policy::carried`).
+    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
     carried: f64,
 }
 

@@ -46,6 +46,7 @@ mod savings;
 mod sidecar;
 mod sidecar_compress;
 mod slim;
+mod speed;
 mod spend;
 mod state_store;
 mod storage_failures;
