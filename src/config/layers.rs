@@ -67,6 +67,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.keepQuoted", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
+    ("holdout", Kind::Ratio),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
     ("rewrite.expectedRequests", Kind::Count),
     ("rewrite.maxHorizon", Kind::Count),

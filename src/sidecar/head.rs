@@ -17,6 +17,7 @@ use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
 use super::{now_ms, validate_session_id, LiveSession, Server};
 use crate::config::Offer;
 use crate::policy;
+use crate::state::trial::Arm;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
@@ -28,7 +29,7 @@ pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
     let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
-    any && (always || session.ledger.offered)
+    any && (always || session.ledger.offered) && !super::holdout::unpruned(session)
 }
 
 impl Server {
@@ -57,7 +58,7 @@ impl Server {
             }
             // No look-up in `opencode.db` here: the session is being titled as its first
             // message is created, and the state file keeps the title the first look-up finds.
-            if server.skips(Some(session)) {
+            if server.skips(Some(session)) || server.arm(session, &sid) == Some(Arm::Unpruned) {
                 return false;
             }
             server.resume_ledger(session, &sid);

@@ -21,6 +21,7 @@
 mod commands;
 mod edits;
 mod head;
+mod holdout;
 mod in_force;
 mod laps;
 mod masking_candidates;
@@ -127,6 +128,8 @@ struct LiveSession {
     /// What the last request's rewrite would cost the next one if it never reached the model
     /// (`crate::policy::carried`).
     carried: f64,
+    /// Its arm of the control group, once looked up: `Some(None)` outside it (see [`holdout`]).
+    arm: Option<Option<crate::state::trial::Arm>>,
 }
 
 impl LiveSession {

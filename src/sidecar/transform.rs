@@ -14,6 +14,7 @@ use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
 use super::edits::{answer_edits, edits_for};
+use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
@@ -29,6 +30,7 @@ use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::blocks::Origin;
 use crate::state::store::Slot;
+use crate::state::trial::Arm;
 use crate::state::{PruneRecord, Strategy};
 use crate::strategies::prunable;
 use crate::texts;
@@ -155,7 +157,14 @@ impl Server {
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
+        let arm = self.arm(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
+        holdout::note_prompts(&mut cx);
+        if arm == Some(Arm::Unpruned) {
+            // Its first request saves the arm it was just given.
+            let first = cx.slot.state.savings.requests == 0;
+            return Ok((holdout::answer(&mut cx), if first { Changed::Yes } else { Changed::No }));
+        }
         Ok(answer_request(&mut cx, observed.compacted))
     }
 }
@@ -437,6 +446,7 @@ fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_
     if level == Notification::Detailed {
         notice.keys = agent_keys(cx, &notice);
     }
+    notice.so_far = crate::stats::money::so_far(&slot.state, cx.rules.config());
     Some(texts::notification(level, &notice))
 }
 

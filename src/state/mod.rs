@@ -12,6 +12,7 @@ pub mod persist;
 pub mod saver;
 pub mod savings;
 pub mod store;
+pub mod trial;
 
 use std::collections::BTreeMap;
 
@@ -249,6 +250,8 @@ pub struct SessionState {
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
     pub savings: savings::Savings,
+    /// Its arm of the control group, when it was assigned one (see [`trial`]).
+    pub trial: Option<trial::Trial>,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
     /// The records of `pruned` that hold what this version does not know (a field, an

@@ -65,6 +65,9 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
     for (key, value) in savings_own(state) {
         dcp.push((key, Out::Owned(value)));
     }
+    if let Some(trial) = state.trial {
+        dcp.push(("holdout", Out::Owned(trial.to_value())));
+    }
     // What a newer dcp added to the section follows, as it was read.
     if let Some(Value::Object(kept)) = state.raw.get("dcp") {
         dcp.extend(
@@ -453,6 +456,7 @@ mod tests {
         let mut state = SessionState::default();
         state.record("c", rec(Strategy::Sweep, 3, true));
         state.savings.requests = 1;
+        state.trial = Some(crate::state::trial::Trial { arm: crate::state::trial::Arm::Unpruned, prompts: 1 });
         let written: Value = serde_json::from_slice(&render(&state, "t")).unwrap();
         let keys: Vec<&String> = written["dcp"].as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), super::OWN_KEYS.len(), "{keys:?}");
