@@ -56,13 +56,23 @@ fn figure(id: &str, m: &Money, f: &Figures) -> String {
             r#"<span class="big" id="{id}" data-value="{}" data-currency="{}">{}</span>"#,
             (saved * 1_000_000.0).round() / 1_000_000.0,
             esc(c),
-            esc(&amount(saved, c))
+            esc(&signed(m, f))
         ),
         _ => format!(
-            r#"<span class="big" id="{id}" data-value="" data-tokens="{}">{} tokens' worth</span>"#,
+            r#"<span class="big" id="{id}" data-value="" data-tokens="{}">{}</span>"#,
             (f.cost_saved * 10.0).round() / 10.0,
-            esc(&format::thousands(f.cost_saved.round().max(0.0) as u64))
+            esc(&signed(m, f))
         ),
+    }
+}
+
+/// A saving as its magnitude, `added` in front when dcp cost more than it saved: no surface
+/// shows a negative saving (`crate::stats::Net`).
+fn signed(m: &Money, f: &Figures) -> String {
+    let added = if f.cost_saved < 0.0 { "added " } else { "" };
+    match (&m.currency, m.money_saved) {
+        (Some(c), Some(s)) => format!("{added}{}", amount(s.abs(), c)),
+        _ => format!("{added}{} tokens' worth", format::thousands(f.cost_saved.abs().round() as u64)),
     }
 }
 
@@ -82,11 +92,7 @@ fn saved_text(m: &Money, f: &Figures) -> String {
             format::thousands(c.estimate_without.round() as u64)
         ));
     }
-    let text = match (&m.currency, m.money_saved) {
-        (Some(c), Some(s)) => amount(s, c),
-        _ => format!("{} tokens' worth", format::thousands(f.cost_saved.round().max(0.0) as u64)),
-    };
-    esc(&text)
+    esc(&signed(m, f))
 }
 
 /// The control group's section.

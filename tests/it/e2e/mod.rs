@@ -10,6 +10,7 @@
 
 mod compress;
 mod fake_llm;
+mod money;
 mod offer;
 mod proxy;
 mod proxy_upstream;
