@@ -42,7 +42,8 @@ fn follow_up_session() -> Vec<Message> {
 /// What the first request after the follow-up prompt carried of each read, with `config`.
 fn after_the_follow_up(config: Config) -> (Option<String>, Option<String>) {
     let messages = follow_up_session();
-    let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+    let session =
+        RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages, totals: None };
     let sent = replay::requests(&session, Mode::Dcp, &replay_options(config)).unwrap();
     let last = &sent.last().unwrap().messages;
     (sent_output(last, "r_parser"), sent_output(last, "r_storage"))

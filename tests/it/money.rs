@@ -28,6 +28,17 @@ fn session(extra_steps: usize) -> Vec<Value> {
     b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
 }
 
+/// A session that read each of `n + 1` files twice: each request has a new duplicate.
+fn duplicates(n: usize) -> Vec<Value> {
+    let mut b = SessionBuilder::new().user("look around");
+    for k in 0..=n {
+        let path = json!({"filePath": format!("/p/f{k}.py")});
+        let text = format!("def f{k}():\n    return {k}\n").repeat(200);
+        b = b.tool(&format!("r{k}a"), "read", path.clone(), &text).tool(&format!("r{k}b"), "read", path, &text);
+    }
+    b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
+}
+
 /// Sends `requests` requests of the growing session `sid` (a duplicate read and a big one), a
 /// second apart; returns the answers.
 fn drive(sidecar: &mut Sidecar, sid: &str, requests: usize) -> Vec<Value> {
@@ -108,7 +119,8 @@ fn without_money_prices_the_saving_is_told_in_tokens() {
 fn stats_show_the_money_saved_at_the_session_s_sheet() {
     let s = sandbox_with(&format!(r#"{{{PRUNING}, "prices": {{"sheet": "claude-opus-4-5"}}}}"#), 4);
     let out = dcp(&s, &["stats", "--session", SID]);
-    insta::assert_snapshot!(rendered(&out));
+    let root = s.dir.path().display().to_string();
+    insta::assert_snapshot!(rendered(&out).replace(&root, "[SANDBOX]"));
 }
 
 /// `/dcp stats` in the session says the same, and the notice of a prune says what the session
@@ -120,12 +132,19 @@ fn the_notice_and_slash_stats_say_the_money_saved() {
         &s,
         &format!(r#"{{{PRUNING}, "pruneNotification": "minimal", "prices": {{"sheet": "gpt-5"}}}}"#),
     );
-    let answers = drive(&mut sidecar, SID, 3);
+    let t0 = 1_800_000_000_000i64;
+    let answers: Vec<Value> = (0..3)
+        .map(|i| {
+            let params = json!({"sessionID": SID, "now": t0 + 1000 * i as i64, "messages": duplicates(i)});
+            sidecar.result("transform", params)
+        })
+        .collect();
     let text = sidecar.result("command", json!({"sessionID": SID, "arguments": "stats"}))["text"].clone();
     sidecar.shutdown();
     let text = text.as_str().unwrap();
     assert!(text.contains("  Money saved:     $") && text.contains("without dcp (gpt-5 prices)"), "{text}");
-    // The first notice comes before any request was counted; the next ones say the saving.
+    // Each request prunes a new duplicate. The first notice comes before any request was
+    // counted; the next ones say the saving.
     let notices: Vec<&str> = answers.iter().filter_map(|a| a["notify"].as_str()).collect();
     assert!(notices.iter().skip(1).any(|n| n.contains(" · saved so far: $")), "{notices:?}");
 }
@@ -133,9 +152,8 @@ fn the_notice_and_slash_stats_say_the_money_saved() {
 fn edits_none(answer: &Value) -> bool {
     let edits = &answer["edits"];
     let empty = edits.as_array().is_some_and(Vec::is_empty) || edits.is_string();
-    empty
-        && answer["append"].as_array().is_some_and(Vec::is_empty)
-        && answer["replace"].as_array().is_some_and(Vec::is_empty)
+    let replaced = answer.get("replace").and_then(Value::as_array).is_some_and(|r| !r.is_empty());
+    empty && answer["append"].as_array().is_some_and(Vec::is_empty) && !replaced
 }
 
 fn arm(s: &Sandbox, sid: &str) -> Value {
@@ -157,7 +175,13 @@ fn a_held_out_session_stays_unpruned_across_a_restart() {
     assert_eq!(arm(&s, SID)["arm"], json!("unpruned"));
 
     let mut sidecar = Sidecar::spawn(&s, &format!("{{{PRUNING}}}"));
-    let answers = drive(&mut sidecar, SID, 4);
+    let t0 = 1_800_000_000_000i64;
+    let answers: Vec<Value> = (2..6)
+        .map(|i| {
+            let params = json!({"sessionID": SID, "now": t0 + 1000 * i as i64, "messages": session(i)});
+            sidecar.result("transform", params)
+        })
+        .collect();
     let fresh = drive(&mut sidecar, "ses_after", 4);
     sidecar.shutdown();
     assert!(answers.iter().all(edits_none), "the restart pruned a held-out session: {answers:?}");
@@ -165,7 +189,9 @@ fn a_held_out_session_stays_unpruned_across_a_restart() {
     assert_eq!(arm(&s, SID), json!({"arm": "unpruned", "prompts": 1}));
     assert_eq!(arm(&s, "ses_after"), Value::Null);
     let session = &stats_json(&s, &["--session", SID])["session"];
-    assert_eq!((&session["requests"], &session["kept_out_tokens"]), (&json!(4), &json!(0)), "{session}");
+    // Every request counted, nothing kept out or saved.
+    let counted = (&session["requests"], &session["kept_out_tokens"], &session["cost_saved"]);
+    assert_eq!(counted, (&json!(6), &json!(0), &json!(0.0)), "{session}");
 }
 
 /// Writes a state file of session `sid` in arm `arm`, with `requests` requests over `prompts`
