@@ -19,11 +19,11 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::session::Node;
-use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
-use crate::sidecar::{transform_params, Count, Outcome, Server};
+use crate::sidecar::protocol::{self, code, Edit, RpcError, TransformParams, Transformed};
+use crate::sidecar::{Count, Outcome, Server};
 
 /// Why a request's conversation was not run through the engine.
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +194,7 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
         tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
-    server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
+    server.shutdown();
 }
 
 /// The next job, counting ahead while none waits and handing out the saves that fall due.
@@ -276,13 +276,15 @@ type Reply = tokio::sync::oneshot::Sender<Result<Edits, EngineError>>;
 fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, tail: Tail, reply: Reply) {
     let mut before = sent.remove(sid).unwrap_or_default();
     let messages: Vec<Node> = tail.messages.into_iter().map(Node::from).collect();
-    let params = json!({ "sessionID": sid, "parentID": null, "base": tail.base, "have": before.seq, "messages": [] });
-    let params = match transform_params(params, Some(messages)) {
-        Ok(params) => params,
-        Err(e) => {
-            let _ = reply.send(Err(EngineError::Refused(e.message)));
-            return;
-        }
+    let params = TransformParams {
+        session_id: sid.to_string(),
+        parent_id: Some(None),
+        context_limit: None,
+        now: None,
+        compaction: false,
+        base: tail.base,
+        have: before.seq,
+        messages,
     };
     let mut reply = Some(reply);
     let mut delivered = false;
@@ -338,6 +340,7 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn edit(n: usize) -> Edit {
         Edit {

@@ -56,7 +56,7 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `dcp proxy` is told.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ProxyOptions {
     pub listen: SocketAddr,
     /// `--allow-remote`: whether an address other machines reach may be listened on.
     pub reach: access::Reach,
@@ -67,7 +67,7 @@ pub struct Options {
     /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
     pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
-    pub sidecar: crate::sidecar::Options,
+    pub sidecar: crate::sidecar::ServeOptions,
 }
 
 /// What every connection shares.
@@ -82,12 +82,12 @@ pub struct Shared {
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
 /// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
-pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
+pub fn server(options: &crate::sidecar::ServeOptions, saver: Option<Saver>) -> anyhow::Result<Server> {
     server_with(options, load_config(options)?, saver)
 }
 
 /// The config `dcp serve` would read (its warnings logged).
-fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Config> {
+fn load_config(options: &crate::sidecar::ServeOptions) -> anyhow::Result<config::Config> {
     let locations = config::Locations::standard(&options.env, options.project.as_deref());
     let loaded = config::load(&locations)?;
     for w in &loaded.warnings {
@@ -97,7 +97,7 @@ fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Conf
 }
 
 fn server_with(
-    options: &crate::sidecar::Options,
+    options: &crate::sidecar::ServeOptions,
     config: config::Config,
     saver: Option<Saver>,
 ) -> anyhow::Result<Server> {
@@ -109,7 +109,7 @@ fn server_with(
 }
 
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
-pub fn run(options: Options) -> anyhow::Result<()> {
+pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
     let given = std::env::var(access::TOKEN_ENV).ok();
     let (access, made) = access::access(options.listen, options.reach, given.as_deref())?;
     let config = load_config(&options.sidecar)?;
@@ -147,7 +147,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
 
 /// The bounds `options` set: `--max-connections` (warned about when the open-file limit
 /// cannot hold that many), else what that limit allows; `--read-timeout`.
-fn limits(options: &Options) -> Limits {
+fn limits(options: &ProxyOptions) -> Limits {
     let files = listen::open_file_limit();
     let fits = listen::default_connections(files);
     let connections = options.connections.unwrap_or(fits);

@@ -68,7 +68,7 @@ pub use self::transform::Answered;
 
 /// Where the sidecar finds things.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ServeOptions {
     pub data_dir: PathBuf,
     pub env: Env,
     /// The project dir whose `.opencode/dcp.jsonc` applies, until `initialize` says otherwise.
@@ -141,7 +141,7 @@ impl LiveSession {
 
 /// The sidecar's state: config, sessions, and where saves go.
 pub struct Server {
-    options: Options,
+    options: ServeOptions,
     rules: Rules,
     store: SessionStore,
     sessions: HashMap<String, LiveSession>,
@@ -183,7 +183,7 @@ fn validate_session_id(sid: &str) -> Result<(), RpcError> {
 }
 
 impl Server {
-    pub fn new(options: Options, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+    pub fn new(options: ServeOptions, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let loaded = config::load(&config::Locations::standard(&options.env, options.project.as_deref()))?;
         for w in &loaded.warnings {
             tracing::warn!("{w}");
@@ -195,7 +195,7 @@ impl Server {
 
     /// A server with the given config instead of the one in the config files (`dcp replay`
     /// runs one per mode). An `initialize` that names a project dir still reloads the files.
-    pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+    pub fn with_config(options: ServeOptions, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server {
@@ -214,6 +214,13 @@ impl Server {
 
     pub fn shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// `shutdown`: saves every session that waits for its save; the server answers nothing
+    /// after it but the line loop's end.
+    pub fn shutdown(&mut self) {
+        self.shutting_down = true;
+        self.save_dirty();
     }
 
     /// Brings the sessions' views of their prunes up to date from every prune on each request
@@ -273,8 +280,7 @@ impl Server {
                 Ok(Answer::Empty(Empty {}))
             }
             "shutdown" => {
-                self.shutting_down = true;
-                self.save_dirty();
+                self.shutdown();
                 Ok(Answer::Empty(Empty {}))
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),

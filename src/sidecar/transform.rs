@@ -216,7 +216,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
-    let balance = policy::Request {
+    let balance = policy::Charges {
         in_force,
         applied: applied_now.as_ref().map_or(0, |a| a.tokens),
         tail: applied_now.as_ref().map_or(0, |a| a.tail),
@@ -250,7 +250,7 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
-fn charge(session: &mut LiveSession, request: &policy::Request) {
+fn charge(session: &mut LiveSession, request: &policy::Charges) {
     session.ledger.banked += policy::balance(request);
     session.added += policy::additions(request);
     session.carried = policy::carried(request);
