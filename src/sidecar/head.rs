@@ -29,7 +29,7 @@ pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
     let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
-    any && (always || session.ledger.offered) && !super::holdout::unpruned(session)
+    any && (always || session.ledger.offered) && session.arm != Some(Some(Arm::Unpruned))
 }
 
 impl Server {

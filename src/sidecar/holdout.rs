@@ -33,11 +33,6 @@ impl Server {
     }
 }
 
-/// Whether `session` is in the unpruned arm, as far as this process knows.
-pub(super) fn unpruned(session: &LiveSession) -> bool {
-    session.arm == Some(Some(Arm::Unpruned))
-}
-
 /// Notes the user prompts the history has, for the comparison's requests per prompt.
 pub(super) fn note_prompts(cx: &mut RequestContext) {
     let Some(trial) = cx.slot.state.trial.as_mut() else { return };

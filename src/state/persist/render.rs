@@ -62,11 +62,8 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
         ("ledger", Out::Owned(ledger(&state.ledger, own_added(state, "ledger")))),
     ];
-    for (key, value) in savings_own(state) {
+    for (key, value) in savings_own(state).into_iter().chain(state.trial.map(|t| ("holdout", t.to_value()))) {
         dcp.push((key, Out::Owned(value)));
-    }
-    if let Some(trial) = state.trial {
-        dcp.push(("holdout", Out::Owned(trial.to_value())));
     }
     // What a newer dcp added to the section follows, as it was read.
     if let Some(Value::Object(kept)) = state.raw.get("dcp") {
