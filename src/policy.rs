@@ -478,5 +478,8 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     pays(config, inputs.pending as f64, inputs.tail as f64, inputs).map(|_| Trigger::Pays)
 }
 
+mod backoff;
+pub use backoff::{backed_off, backoff_level, MAX_LEVEL as MAX_BACKOFF};
+
 #[cfg(test)]
 mod tests;

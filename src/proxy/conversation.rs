@@ -102,6 +102,12 @@ pub fn fold(
 }
 
 impl Conversation {
+    /// The builder that read the conversation's last request: its messages as the session
+    /// model holds them, every output whole (what `dcp restore` answers from).
+    pub fn builder(&self) -> &Builder {
+        &self.builder
+    }
+
     pub fn new(head: Arc<Head>, builder: Builder, memory: Memory) -> Conversation {
         Conversation { head, builder, memory }
     }
@@ -226,6 +232,11 @@ impl Conversations {
 
     pub fn pipelining(&self) -> Pipelining {
         self.pipelining
+    }
+
+    /// The ids of the conversations kept.
+    pub fn sids(&self) -> Vec<String> {
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
     }
 
     /// The last layouts of `api`'s conversations whose client body's known part starts as

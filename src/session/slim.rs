@@ -81,6 +81,15 @@ fn identity(text: &str) -> String {
     format!("{:032x}:{}", digest(text), text.len())
 }
 
+/// Whether `kept`, a string as the mirror keeps it (itself, or its marker), stands for
+/// `original`: how a text read back from OpenCode's store is checked against what was sent.
+pub fn same(kept: &str, original: &str) -> bool {
+    match marker(kept) {
+        Some(m) => m.identity == identity(original),
+        None => kept == original,
+    }
+}
+
 /// The marker that stands for `text`, with `tokens` as its count.
 pub fn make_marker(text: &str, tokens: u64) -> String {
     format!("{}{}:{}:{tokens}", tag(), identity(text), text.chars().count())

@@ -235,6 +235,7 @@ pub enum Answer {
     Turn(TurnAnswer),
     Tool(ToolOutput),
     Command(CommandOutput),
+    Described(Described),
     /// `{}`: for `event` and `shutdown`.
     Empty(Empty),
 }
@@ -266,6 +267,7 @@ pub struct ToolsOffered {
     pub discard: bool,
     pub extract: bool,
     pub compress: bool,
+    pub restore: bool,
 }
 
 /// The descriptions of the agent tools and of `/dcp`.
@@ -274,6 +276,7 @@ pub struct Descriptions {
     pub discard: &'static str,
     pub extract: &'static str,
     pub compress: &'static str,
+    pub restore: &'static str,
     pub command: &'static str,
 }
 
@@ -453,6 +456,12 @@ pub struct System {
 #[derive(Debug, Serialize)]
 pub struct TurnAnswer {
     pub offer: bool,
+}
+
+/// The answer to `describe`: `compress`'s description for the session's next request.
+#[derive(Debug, Serialize)]
+pub struct Described {
+    pub compress: &'static str,
 }
 
 /// The answer to `tool`: what the agent reads.

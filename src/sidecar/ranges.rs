@@ -12,8 +12,11 @@ use super::request::RequestContext;
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
+use crate::state::SessionState;
 use crate::strategies::compress::TurnTag;
-use crate::strategies::{compress, turns, Rules};
+use crate::strategies::{compress, masking, turns, Rules};
+use crate::texts;
+use crate::texts::restore::Via;
 
 /// Makes the turn right before the latest prompt a range of dcp's own when its steps may
 /// become one line (`crate::strategies::turns`), with `strategies.masking.collapseTurns` on.
@@ -33,13 +36,30 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     let named = |c: &crate::session::ToolCall<'_>| index.keeps_named(c.call_id, rules);
     let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, rules, &named);
     for turn in &runs {
-        let (range, line) = ((turn.from, turn.to), (turn.summary.as_str(), tag));
+        let restorable = cx.restore.map(|via| restorable_line(&messages[turn.from..=turn.to], &mut slot.state, via));
+        let summary = restorable.as_deref().unwrap_or(&turn.summary);
+        let (range, line) = ((turn.from, turn.to), (summary, tag));
         let id = compress::turn_block(messages, &mut slot.state, range, line, super::now_ms(), &mut slot.tokens);
         let block = &slot.state.blocks.by_id[&id];
         let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
         slot.record_block(id, &tools, tokens);
     }
     !runs.is_empty()
+}
+
+/// The line of a finished turn's `steps` whose outputs the agent can restore `via` this:
+/// each call with its agent-facing id (assigned now), the first [`turns::NAMED`] with their
+/// tool and key argument.
+fn restorable_line(steps: &[Message], state: &mut SessionState, via: Via) -> String {
+    let calls = crate::session::tool_calls(steps);
+    let mut ids = calls.iter().map(|c| state.id_for(c.call_id));
+    let named: Vec<(u32, String)> = calls
+        .iter()
+        .take(turns::NAMED)
+        .filter_map(|c| Some((ids.next()?, masking::call_label(c, turns::KEY_CHARS))))
+        .collect();
+    let rest: Vec<u32> = ids.collect();
+    texts::restore::collapsed_turn(&named, &rest, via)
 }
 
 /// The first message that carries an id tag on a request whose messages weigh `sizes`, if

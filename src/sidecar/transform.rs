@@ -13,7 +13,7 @@
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
-use super::edits::{answer_edits, edits_for};
+use super::edits::{answer_edits, edits_for, Handles};
 use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
@@ -126,11 +126,13 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
+        let via = self.restore_via(session);
         let slot = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
+        let handles = Handles { state: &slot.state, via };
+        let edits = edits_for(messages, position, slot.state.pruned.iter(), handles, &mut HashSet::default());
         let replace = ranges::replacements(sid, messages, &slot.state.blocks);
         Ok(Transformed {
             seq: None,
@@ -157,6 +159,7 @@ impl Server {
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
+        self.back_off(session, sid);
         let arm = self.arm(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
         holdout::note_prompts(&mut cx);
@@ -189,13 +192,12 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
         tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
     }
-    let mut recorded_now = Vec::new();
-    for d in index.decisions(messages, &slot.state, rules, &mut slot.tokens) {
-        if slot.record(&d.call_id, d.record) {
-            recorded_now.push(d.call_id);
-        }
-    }
+    let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
+    let recorded_now: Vec<String> =
+        decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
+    let refetched =
+        super::refetch::observe(&mut cx.session.refetches, &cx.session.index, cx.slot, cx.mirror.messages()) > 0;
     let session = &mut *cx.session;
     let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
     session.in_force.update(sources, cx.views);
@@ -206,7 +208,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     laps.lap("apply");
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
-    let changed = corrupt || compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
+    let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();

@@ -8,6 +8,7 @@
 
 pub mod blocks;
 pub mod foreign;
+pub mod misses;
 pub mod persist;
 pub mod saver;
 pub mod savings;
@@ -252,6 +253,8 @@ pub struct SessionState {
     pub savings: savings::Savings,
     /// Its arm of the control group, when it was assigned one (see [`trial`]).
     pub trial: Option<trial::Trial>,
+    /// The misses seen live: re-fetches and restores (see [`misses`]).
+    pub misses: misses::Misses,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
     /// The records of `pruned` that hold what this version does not know (a field, an

@@ -102,10 +102,12 @@ impl Slot {
         self.changes.clear();
     }
 
-    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
+    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite. The call
+    /// gets its agent-facing id, the handle its placeholder names (`crate::texts::restore`).
     pub fn apply(&mut self, call_id: &str) {
         if let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) {
             record.applied = true;
+            self.state.id_for(call_id);
             self.changes.push(call_id.to_string());
         }
     }
@@ -117,6 +119,7 @@ impl Slot {
             return false;
         }
         if applied {
+            self.state.id_for(call_id);
             self.mark_rewrites_added();
         }
         self.journal.push((call_id.to_string(), record));

@@ -27,11 +27,11 @@ use crate::state::blocks::Blocks;
 use crate::texts::placeholders;
 
 /// Calls the line names; the rest it counts.
-const NAMED: usize = 12;
+pub const NAMED: usize = 12;
 
 /// Longest key argument the line quotes, in characters: a command or a path whole, as the
 /// agent may write it again.
-const KEY_CHARS: usize = 2_000;
+pub const KEY_CHARS: usize = 2_000;
 
 /// A finished turn's steps, `messages[from..=to]`, and the line that replaces them.
 #[derive(Debug, Clone, PartialEq, Eq)]

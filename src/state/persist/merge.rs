@@ -24,6 +24,7 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
         out.savings.clone_from(&mine.savings);
     }
     out.trial = crate::state::trial::Trial::merged(out.trial, mine.trial);
+    out.misses = out.misses.merged(mine.misses);
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
         out.foreign_records.clear();

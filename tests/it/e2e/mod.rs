@@ -13,8 +13,10 @@ mod fake_llm;
 mod money;
 mod offer;
 mod proxy;
+mod proxy_restore;
 mod proxy_upstream;
 mod registry;
+mod restore;
 mod savings;
 mod scenarios;
 mod system;
@@ -22,6 +24,7 @@ mod tui;
 mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
+mod tui_refetch;
 mod tui_state_dir;
 mod tui_turns;
 

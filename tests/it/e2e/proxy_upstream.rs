@@ -4,7 +4,8 @@
 //!
 //! Every request that carries tools takes the next scripted step: a tool call or a final
 //! text. Other requests (a client's title and topic checks) get a canned text. Every request
-//! is logged with its headers and its body.
+//! is logged with its headers and its body. A tool call's input may hold `{{restore}}`: the
+//! handle the request's first placeholder names (`dcp restore N`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -107,7 +108,13 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         if let Some(i) = index {
             s.next = i + 1;
         }
-        let step = index.map_or(Step::Text("ok"), |i| s.steps[i].clone());
+        let step = match index.map_or(Step::Text("ok"), |i| s.steps[i].clone()) {
+            Step::Tool(name, input) => {
+                let handle = super::fake_llm::restore_handle(&body.to_string());
+                Step::Tool(name, serde_json::from_str(&input.to_string().replace("{{restore}}", &handle)).unwrap())
+            }
+            text => text,
+        };
         s.log.push(Logged { path, headers, body: body.clone(), step: index });
         (step, index)
     };
