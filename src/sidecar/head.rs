@@ -20,8 +20,8 @@ use super::protocol::{
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
 use crate::config::{self, Offer};
 use crate::policy;
-use crate::strategies::incremental::Index;
 use crate::state::trial::Arm;
+use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
