@@ -137,7 +137,8 @@ pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
         let published = restore::Access::publish(&url, restore::access_file(&options.sidecar.env.cache_dir()));
         let shared = Arc::new(Shared {
             engine: engine.clone(),
-            conversations: conversation::Conversations::default(),
+            conversations: conversation::Conversations::default()
+                .remembering(crate::host::paths::state_dir(&options.sidecar.data_dir)),
             upstreams,
             client,
             access,
@@ -411,7 +412,7 @@ impl Whole<'_> {
                 None => return Ok(Pruned { layout: None, ticket: None }),
             },
         };
-        let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
+        let sid = shared.conversations.session_id(api, headers, bytes, &raw, head.as_ref());
         let parsed = started.elapsed();
         let slot = shared.conversations.slot(&sid);
         let mut held = slot.lock().await;

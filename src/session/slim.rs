@@ -132,13 +132,17 @@ fn push_identity(identity: &str, out: &mut String) {
 }
 
 /// Slims a message's info in place: keeps what the session model and the synthetic messages
-/// read (id, session, role, agent, model, creation time) and, of a compaction summary, its
-/// flag, parent and finish.
+/// read (id, session, role, agent, model, creation time, whether the step ended in an error,
+/// `crate::session::starts_turn`) and, of a compaction summary, its flag, parent and finish.
 pub fn slim_info(info: &mut Node) {
     let Some(map) = info.as_object_mut() else { return };
     let summary = map.get("summary").and_then(Node::as_bool) == Some(true);
     map.retain(|k, v| match k {
         "id" | "sessionID" | "role" | "agent" | "model" => true,
+        "error" if !v.is_null() => {
+            *v = Node::from(true);
+            true
+        }
         "summary" | "parentID" | "finish" => summary,
         "time" => {
             if let Some(time) = v.as_object_mut() {
@@ -376,5 +380,9 @@ mod tests {
         let kept = summary.clone();
         slim_info(&mut summary);
         assert_eq!(summary, kept);
+        let mut stopped = node(json!({"id": "msg_3", "role": "assistant",
+            "error": {"name": "MessageAbortedError", "data": {"message": "The operation was aborted."}}}));
+        slim_info(&mut stopped);
+        assert_eq!(stopped, json!({"id": "msg_3", "role": "assistant", "error": true}), "a stopped step stays one");
     }
 }

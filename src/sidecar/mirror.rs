@@ -12,10 +12,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::protocol::{code, RpcError};
 use crate::session::{slim, str_field, Kind, Message, Node, Object};
+use crate::strategies::compress;
 
 /// The previous request's messages, and what was read from each of them once: its
-/// approximate size and whether it is a compaction summary. The side tables are aligned with
-/// `messages`; entries of the unchanged prefix are reused. (The tool calls are the
+/// approximate size (and the sum of those before it), whether it is a compaction summary and whether it has a field for its id
+/// tag. The side tables are aligned with `messages`; entries of the unchanged prefix are
+/// reused. (The tool calls are the
 /// [`super::index::Index`]'s business.)
 #[derive(Debug, Default)]
 pub struct Mirror {
@@ -23,8 +25,15 @@ pub struct Mirror {
     /// How many leading messages the last request kept from the one before.
     kept: usize,
     sizes: Vec<u64>,
+    /// The sizes of the messages before each one, and of them all at the end: `sizes.len() + 1`
+    /// sums, so that the size of any tail of the history is one subtraction.
+    before: Vec<u64>,
     /// The newest compaction summary's `time.created` up to each message, or 0.
     compactions: Vec<i64>,
+    /// Whether each message has a field its id tag goes to ([`compress::tag_site`]), and how
+    /// many do.
+    tag_sites: Vec<bool>,
+    tagged: usize,
     /// How many resolves (and clears) the mirror has been through: what was read from it at
     /// generation `g` holds at `g + 1` for the first [`Mirror::kept`] messages only.
     generation: u64,
@@ -59,9 +68,27 @@ impl Mirror {
         &self.sizes
     }
 
+    /// The approximate tokens of the whole history of the last resolved request.
+    pub fn total(&self) -> u64 {
+        self.before.last().copied().unwrap_or(0)
+    }
+
+    /// The approximate tokens of the history from message `from` on (0 past its end): what a
+    /// rewrite from there re-bills.
+    pub fn tail(&self, from: usize) -> u64 {
+        self.total() - self.before.get(from).copied().unwrap_or(self.total())
+    }
+
     /// The `time.created` of the newest compaction summary of the last request, or 0.
     pub fn newest_compaction(&self) -> i64 {
         self.compactions.last().copied().unwrap_or(0)
+    }
+
+    /// How many messages of the last resolved request have a field their id tag goes to
+    /// ([`compress::tag_site`]), and the last of them: what `compress::tag_sites(messages, 0)`
+    /// finds, read once per message.
+    pub fn tag_sites(&self) -> (usize, Option<usize>) {
+        (self.tagged, self.tag_sites.iter().rposition(|s| *s))
     }
 
     /// Slims part `pi` of message `mi` (see [`slim::slim_part`]), counting its big strings
@@ -87,7 +114,12 @@ impl Mirror {
     /// Reads the messages from `from` on, which are new or changed, into the side tables.
     fn index_from(&mut self, from: usize) {
         self.sizes.truncate(from);
+        self.before.truncate(from + 1);
+        if self.before.is_empty() {
+            self.before.push(0);
+        }
         self.compactions.truncate(from);
+        self.tagged -= self.tag_sites.drain(from.min(self.tag_sites.len())..).filter(|s| *s).count();
         let mut newest = self.compactions.last().copied().unwrap_or(0);
         for m in &mut self.messages[from..] {
             // Nothing reads a tool's metadata, where OpenCode often keeps a second copy of the
@@ -103,8 +135,14 @@ impl Mirror {
             if m.is_compaction_summary() {
                 newest = newest.max(m.time_created());
             }
-            self.sizes.push(m.parts.iter().map(approx_tokens).sum());
+            let size: u64 = m.parts.iter().map(approx_tokens).sum();
+            self.sizes.push(size);
+            let before = self.before.last().copied().unwrap_or(0);
+            self.before.push(before + size);
             self.compactions.push(newest);
+            let site = compress::tag_site(m, self.tag_sites.len()).is_some();
+            self.tag_sites.push(site);
+            self.tagged += usize::from(site);
         }
     }
 

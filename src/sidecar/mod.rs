@@ -33,6 +33,7 @@ mod ranges;
 mod refetch;
 mod request;
 pub mod restore;
+mod rewind;
 mod saving_cache;
 mod savings;
 mod stdio;
@@ -79,7 +80,7 @@ pub struct ServeOptions {
 /// The `<prunable-tools>` lists sent to a session and what the agent did with them.
 #[derive(Debug, Default, Clone, Copy)]
 struct ListsSent {
-    /// The agent's own prunes when they were last counted (`transform`'s `agent_prunes`).
+    /// The agent's own prunes when they were last counted ([`in_force::AgentPrunes`]).
     answered: usize,
     /// Lists sent since the agent last pruned.
     unanswered: u32,
@@ -132,10 +133,12 @@ struct LiveSession {
     /// descriptions name (see [`describe`]).
     present: describe::Tags,
     described: Option<describe::Tags>,
+    /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
+    spans: ranges::SpanCache,
+    agent_prunes: in_force::AgentPrunes,
     /// The last request, when it is counted once its answer is known (see [`pending`]).
     pending: Option<pending::Pending>,
-    /// What the last request's rewrite would cost the next one if it never reached the model
-    /// (`crate::policy::carried`).
+    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
     carried: f64,
     /// Its arm of the control group, once looked up: `Some(None)` outside it (see [`holdout`]).
     arm: Option<Option<crate::state::trial::Arm>>,
@@ -180,17 +183,6 @@ fn now_ms() -> i64 {
 fn internal(e: impl std::fmt::Display) -> RpcError {
     // The plugin shows the message to the user: it may quote a path or a title.
     RpcError::new(code::INTERNAL, crate::format::terminal(&e.to_string(), crate::format::Lines::Keep).into_owned())
-}
-
-/// The params of a `transform`. The messages, which the request holds apart from its params,
-/// are moved in as they are: decoding them again would rebuild every node of a long history.
-pub(crate) fn transform_params(
-    params: Value,
-    messages: Option<Vec<Node>>,
-) -> Result<protocol::TransformParams, RpcError> {
-    let mut p: protocol::TransformParams = protocol::params("transform", params)?;
-    p.messages = messages.unwrap_or_default();
-    Ok(p)
 }
 
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
@@ -288,7 +280,7 @@ impl Server {
     fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform_params(params, messages)?).map(Answer::Transformed),
+            "transform" => self.transform(transform::params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
             "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),

@@ -59,9 +59,9 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let messages = mirror.messages();
     let appended: u64 =
         answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
-    let added = appended + head + if offered { tags(rules, slot, messages) } else { 0 };
+    let added = appended + head + if offered { tags(rules, slot, mirror) } else { 0 };
     let index = &session.index;
-    let ranges = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+    let ranges = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| b.applied);
     session.in_force.update(Sources { slot, index, mirror, sizes: &mut session.sizes }, cx.views);
     let in_force = removed(&session.in_force, slot, &ranges, messages.len());
     let meter = &mut session.savings;
@@ -172,12 +172,14 @@ fn message_tokens(message: &Message, counter: &mut TokenCounter) -> u64 {
 }
 
 /// Tokens of the message id tags a request carries when the agent may compress ranges: one
-/// per message that has a field the model sees, each the same few tokens.
-fn tags(rules: &Rules, slot: &Slot, messages: &[crate::session::Message]) -> u64 {
+/// per message that has a field the model sees, each the same few tokens (the mirror finds
+/// them once per message).
+fn tags(rules: &Rules, slot: &Slot, mirror: &Mirror) -> u64 {
     if !rules.config().tools.compress.enabled {
         return 0;
     }
-    let sites = compress::tag_sites(messages, 0);
-    let each = sites.last().map_or(0, |s| slot.tokens.count(&s.text));
-    sites.len() as u64 * each
+    let (sites, last) = mirror.tag_sites();
+    let last = last.and_then(|at| compress::tag_site(&mirror.messages()[at], at));
+    let each = last.map_or(0, |s| slot.tokens.count(&s.text));
+    sites as u64 * each
 }

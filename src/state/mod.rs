@@ -220,6 +220,11 @@ impl Stats {
 /// takes its tokens back out of the stats instead of adding them.
 pub const UNBLOCK: &str = "unblock:";
 
+/// The journal key prefix of a prune dropped because its reason left a rewound history
+/// (`crate::strategies::rewind`): a merge takes it out of the file's prunes and its tokens
+/// back out of the stats.
+pub const UNPRUNE: &str = "unprune:";
+
 /// The rewrite policy's running figures for a session, kept in the state file so that a
 /// restarted sidecar (or `dcp replay`) goes on where the last one stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -15,6 +15,7 @@ pub mod manual;
 pub mod masking;
 pub mod prunable;
 pub mod purge_errors;
+pub mod rewind;
 pub mod supersede_writes;
 pub mod sweep;
 pub mod turns;

@@ -124,6 +124,7 @@ fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
         .tool("s", "bash", json!({"command": "true"}), "ok")
         .tool("g", "glob", json!({"pattern": "**/*.rs"}), &long("src/a.rs"))
         .tool("w", "webfetch", json!({"url": "https://x"}), &long("<html>"))
+        .text("Done.")
         .user("new task")
         .build();
     let mut config = Config::default();

@@ -8,15 +8,19 @@
 //! loopback. The machine's programs they drive (tmux, Chromium, ripgrep) are found on `PATH`,
 //! or installed from Debian's packages on first use ([`system`]).
 
+mod clients;
 mod compress;
 mod fake_llm;
 mod money;
 mod offer;
+mod opencode_queued;
 mod proxy;
 mod proxy_restore;
+mod proxy_sessions;
 mod proxy_upstream;
 mod registry;
 mod restore;
+mod rewind;
 mod savings;
 mod scenarios;
 mod system;

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::proxy::{claude, tool_results};
+use super::proxy::{claude, tool_results, Release};
 use super::proxy_upstream::{FakeUpstream, Step};
 use super::tail;
 use crate::proxy::ProxyProcess;
@@ -38,7 +38,7 @@ fn dirs(root: &std::path::Path) -> Vec<(&'static str, std::ffi::OsString)> {
 
 /// `claude -p PROMPT` through the proxy at `port`, in `root`'s dirs.
 fn run_claude(root: &std::path::Path, env: &[(&'static str, std::ffi::OsString)], port: u16) -> std::process::Output {
-    Command::new(claude())
+    Command::new(claude(Release::Pinned))
         .args([
             "-p",
             "Read config.txt, then restore it.",

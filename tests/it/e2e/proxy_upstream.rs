@@ -14,11 +14,26 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// One scripted answer: a call of `tool` with `input`, or a text.
+/// One scripted answer: a call of `tool` with `input`, several calls at once (a model calling
+/// tools in parallel), or a text.
 #[derive(Debug, Clone)]
 pub enum Step {
     Tool(&'static str, Value),
+    Tools(Vec<(&'static str, Value)>),
     Text(&'static str),
+}
+
+impl Step {
+    /// The calls of the step, each with its id: `id`, or `id_k` for the k-th of several.
+    fn calls(&self, id: &str) -> Vec<(String, &'static str, Value)> {
+        match self {
+            Step::Tool(name, input) => vec![(id.to_string(), *name, input.clone())],
+            Step::Tools(calls) => {
+                calls.iter().enumerate().map(|(k, (name, input))| (format!("{id}_{k}"), *name, input.clone())).collect()
+            }
+            Step::Text(_) => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -144,8 +159,13 @@ fn usage() -> Value {
 
 fn whole(step: &Step, id: &str) -> Value {
     let (content, stop) = match step {
-        Step::Tool(name, input) => (json!([{"type": "tool_use", "id": id, "name": name, "input": input}]), "tool_use"),
         Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        _ => {
+            let calls = step.calls(id).into_iter();
+            let uses =
+                calls.map(|(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            (Value::Array(uses.collect()), "tool_use")
+        }
     };
     json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
            "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage()})
@@ -156,47 +176,62 @@ fn events(step: &Step, id: &str) -> String {
     let mut start = whole(step, id);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
-    let (block, delta, stop) = match step {
-        Step::Tool(name, input) => (
-            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-            json!({"type": "input_json_delta", "partial_json": input.to_string()}),
-            "tool_use",
-        ),
+    let (blocks, stop) = match step {
         Step::Text(text) => {
-            (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}), "end_turn")
+            (vec![(json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}))], "end_turn")
+        }
+        _ => {
+            let calls = step.calls(id).into_iter().map(|(id, name, input)| {
+                let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                (block, json!({"type": "input_json_delta", "partial_json": input.to_string()}))
+            });
+            (calls.collect(), "tool_use")
         }
     };
-    let events = [
-        ("message_start", json!({"type": "message_start", "message": start})),
-        ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": block})),
-        ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": delta})),
-        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+    let mut events = vec![("message_start", json!({"type": "message_start", "message": start}))];
+    for (index, (block, delta)) in blocks.into_iter().enumerate() {
+        events.extend([
+            ("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": index})),
+        ]);
+    }
+    events.extend([
         (
             "message_delta",
             json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
-    ];
+    ]);
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
 
 /// The answer as the Responses API's server-sent events.
 fn response_events(step: &Step, id: &str) -> String {
-    let item = match step {
-        Step::Tool(name, input) => json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
-            "name": name, "arguments": input.to_string(), "status": "completed"}),
+    let items: Vec<Value> = match step {
         Step::Text(text) => {
-            json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+            vec![json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]})]
         }
+        _ => step
+            .calls(id)
+            .into_iter()
+            .map(|(id, name, input)| {
+                json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+                    "name": name, "arguments": input.to_string(), "status": "completed"})
+            })
+            .collect(),
     };
     let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110});
     let response = |status: &str, output: Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
-    let events = [
-        ("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))})),
-        ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
-        ("response.completed", json!({"type": "response.completed", "response": response("completed", json!([item]))})),
-    ];
+    let mut events =
+        vec![("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))}))];
+    for (index, item) in items.iter().enumerate() {
+        let done = json!({"type": "response.output_item.done", "output_index": index, "item": item});
+        events.push(("response.output_item.done", done));
+    }
+    let completed = response("completed", Value::Array(items));
+    events.push(("response.completed", json!({"type": "response.completed", "response": completed})));
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
