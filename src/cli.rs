@@ -420,6 +420,9 @@ struct StatsJson<'a> {
     session: Option<stats::SessionStats>,
     all_time: &'a stats::AllTime,
     state_dir: &'a Path,
+    /// The control group's comparison, while `holdout` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holdout: Option<stats::trial::Comparison>,
 }
 
 fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()> {
@@ -429,19 +432,24 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
             known_session(ctx, id)?;
             let mut store = ctx.store();
             let slot = store.slot(id)?;
-            Some(stats::session(id, &slot.state))
+            Some(stats::session(id, &slot.state).priced(&slot.state, &ctx.config))
         }
         None => None,
     };
     let cache = Env::from_process().cache_dir();
     let all = stats::AllTimeCache::default()
         .all_time(&dir, Some(&cache))
-        .with_context(|| format!("cannot list state files in {}", dir.display()))?;
+        .with_context(|| format!("cannot list state files in {}", dir.display()))?
+        .priced(&stats::money::all_time_sheet(&ctx.config));
     for c in &all.corrupt {
         tracing::warn!("{}: {}; counted as nothing", c.file.display(), c.reason);
     }
     if ctx.json {
-        return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir });
+        let holdout = match ctx.config.holdout > 0.0 {
+            true => Some(crate::html_report::trial(&dir, &ctx.config).context("cannot compare the control group")?),
+            false => None,
+        };
+        return print_json(out, &StatsJson { session: session_stats, all_time: &all, state_dir: &dir, holdout });
     }
     out.write_all(report::stats(session_stats.as_ref(), &all).as_bytes())?;
     Ok(())

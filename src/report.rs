@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use crate::context::{Analysis, Pruned, Range, RangeStatus, Status};
 use crate::format::{self, Keep, PANE_WIDTH};
 use crate::state::blocks::Origin;
+use crate::stats::money::{self, Money};
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
 /// The by-category context report: what the model is sent without pruning, what it is sent
@@ -192,6 +193,7 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
             },
         }
         figures(&mut out, &s.figures, Some((s.in_force_prunes, s.waiting_prunes)));
+        money(&mut out, &s.figures, &s.money);
         let _ = writeln!(
             out,
             "  Pruned (DCP):    {}, {}",
@@ -211,6 +213,7 @@ pub fn stats(session: Option<&SessionStats>, all: &AllTime) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "All-time ({}, {}):", format::count(all.files, "state file"), format::bytes(all.bytes));
     figures(&mut out, &all.figures, None);
+    money(&mut out, &all.figures, &all.money);
     let _ = writeln!(
         out,
         "  Pruned (DCP):    {}, {}",
@@ -252,6 +255,46 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
         let restores = format::count(f.restores, "restore");
         let _ = writeln!(out, "  Misses seen:     {refetches}, {restores} of what dcp hid");
     }
+}
+
+/// The money row: what dcp saved (or added) in money where the sheet has money prices, else
+/// the cost saved in tokens at the input price; and, where the provider's reported bill
+/// contradicts a saving, that instead of a claim.
+fn money(out: &mut String, f: &Figures, m: &Money) {
+    if f.requests == 0 {
+        return;
+    }
+    if let Some(check) = m.reported_check.filter(|c| c.contradicted) {
+        let _ = writeln!(out, "  Money saved:     none claimed: the provider's bill is not below dcp's estimate");
+        let _ = writeln!(
+            out,
+            "                   without pruning ({} against {}, {})",
+            tokens_worth(check.reported),
+            tokens_worth(check.estimate_without),
+            format::count(check.requests, "request"),
+        );
+        return;
+    }
+    let net = Net::of(f);
+    let label = match net.cost {
+        crate::stats::Direction::Saved => "Money saved:",
+        crate::stats::Direction::Added => "Money added:",
+    };
+    let line = match (&m.currency, m.money_saved, m.money_without) {
+        (Some(currency), Some(saved), Some(without)) => format!(
+            "{} of {} without dcp ({} prices)",
+            money::amount(saved.abs(), currency),
+            money::amount(without, currency),
+            format::field(&m.sheet, 30)
+        ),
+        _ => format!("{}; {} has no money prices", tokens_worth(f.cost_saved.abs()), format::field(&m.sheet, 30)),
+    };
+    let _ = writeln!(out, "  {label:<16} {line}");
+}
+
+/// A cost in tokens at the input price: `~1,234 tokens' worth`.
+fn tokens_worth(cost: f64) -> String {
+    format!("{} tokens' worth", format::approx(cost.round().max(0.0) as u64))
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.protectedTools", Kind::Strings),
     ("strategies.masking.backoff", Kind::Bool),
     ("pruneSubagents", Kind::Bool),
+    ("holdout", Kind::Ratio),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
     ("rewrite.expectedRequests", Kind::Count),
     ("rewrite.maxHorizon", Kind::Count),

@@ -59,6 +59,8 @@ pub struct Config {
     /// dcp's own: the price sheet, over the one the model's id gives (`crate::prices`).
     #[serde(skip_serializing_if = "crate::prices::Override::is_unset")]
     pub prices: crate::prices::Override,
+    /// dcp's own: the share of new sessions sent unpruned, as a control group (0: none).
+    pub holdout: f64,
 }
 
 /// Where `dcp proxy` forwards: one upstream for every API, one per API, and a CA to trust
@@ -285,6 +287,7 @@ impl Default for Config {
             rewrite: Rewrite::default(),
             proxy: Proxy::default(),
             prices: crate::prices::Override::default(),
+            holdout: 0.0,
         }
     }
 }

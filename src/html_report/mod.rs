@@ -9,6 +9,7 @@
 //! hands the file to the desktop's opener where there is a desktop.
 
 mod charts;
+mod money;
 mod page;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +53,8 @@ pub struct Report {
     pub strategies: Vec<StrategyRow>,
     /// The sessions that saved most, most first.
     pub sessions: Vec<SessionView>,
+    /// The control group's comparison (see `crate::stats::trial`).
+    pub trial: stats::trial::Comparison,
 }
 
 /// One strategy's figures: DCP's one-time pruned size, and what of it is in force now.
@@ -86,6 +89,8 @@ pub enum Source {
 pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
     let cache = inputs.env.cache_dir();
     let all = stats::AllTimeCache::default().all_time(inputs.state_dir, Some(&cache))?;
+    let all = all.priced(&stats::money::all_time_sheet(inputs.config));
+    let mut measured = Vec::new();
     let mut sessions: Vec<SessionView> = Vec::new();
     // Every strategy a newer dcp recorded is one row, "other".
     let mut strategies: Vec<StrategyRow> =
@@ -106,7 +111,10 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
         }
         let source = if state.savings.trail.is_empty() { Source::Missing } else { Source::State };
         let points = state.savings.trail.clone();
-        sessions.push(SessionView { stats: stats::session(&id, &state), points, source });
+        let sheet = stats::money::sheet_of(&state, inputs.config);
+        measured.extend(stats::trial::measured(&state, &sheet));
+        let stats = stats::session(&id, &state).priced(&state, inputs.config);
+        sessions.push(SessionView { stats, points, source });
     }
     strategies.retain(|s| s.pruned > 0 || s.tools > 0 || s.in_force > 0);
     let over_time = over_time(&sessions);
@@ -124,7 +132,18 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
         }
     }
     let generated = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    Ok(Report { all, state_dir: inputs.state_dir.to_path_buf(), generated, over_time, strategies, sessions })
+    let trial = stats::trial::compare(&measured);
+    Ok(Report { all, state_dir: inputs.state_dir.to_path_buf(), generated, over_time, strategies, sessions, trial })
+}
+
+/// The control group's comparison over the state files of `state_dir` (`dcp stats --json`).
+pub fn trial(state_dir: &Path, config: &Config) -> std::io::Result<stats::trial::Comparison> {
+    let mut measured = Vec::new();
+    for (_, path) in state_files(state_dir)? {
+        let LoadOutcome::Loaded(state) = persist::load_path(&path) else { continue };
+        measured.extend(stats::trial::measured(&state, &stats::money::sheet_of(&state, config)));
+    }
+    Ok(stats::trial::compare(&measured))
 }
 
 /// The state files of `dir` and its proxied conversations' folders, by session id, in name

@@ -71,6 +71,8 @@ pub fn page(r: &Report) -> String {
         );
     }
     all_time(&mut out, r);
+    super::money::money(&mut out, r);
+    super::money::trial(&mut out, &r.trial);
     over_time(&mut out, r);
     strategies(&mut out, r);
     top(&mut out, r);

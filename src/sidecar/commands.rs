@@ -73,12 +73,13 @@ impl Server {
         self.save_unsaved();
         self.store.refresh(sid).map_err(internal)?;
         let slot = self.store.slot(sid).map_err(internal)?;
-        let mut session = crate::stats::session(sid, &slot.state);
+        let mut session = crate::stats::session(sid, &slot.state).priced(&slot.state, self.rules.config());
         session.title = session.title.or(title);
         let cache_dir = self.options.env.cache_dir();
         let dir = self.store.dir();
         let all = self.all_time.all_time(dir, Some(&cache_dir));
         let all = all.map_err(|e| internal(format!("cannot read the state files in {}: {e}", dir.display())))?;
+        let all = all.priced(&crate::stats::money::all_time_sheet(self.rules.config()));
         Ok(crate::report::stats(Some(&session), &all))
     }
 

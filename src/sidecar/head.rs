@@ -20,6 +20,7 @@ use super::protocol::{
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
 use crate::config::{self, Offer};
 use crate::policy;
+use crate::state::trial::Arm;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
@@ -32,7 +33,7 @@ pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
     let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
-    any && (always || session.ledger.offered)
+    any && (always || session.ledger.offered) && session.arm != Some(Some(Arm::Unpruned))
 }
 
 impl Server {
@@ -120,7 +121,7 @@ impl Server {
             }
             // No look-up in `opencode.db` here: the session is being titled as its first
             // message is created, and the state file keeps the title the first look-up finds.
-            if server.skips(Some(session)) {
+            if server.skips(Some(session)) || server.arm(session, &sid) == Some(Arm::Unpruned) {
                 return false;
             }
             server.resume_ledger(session, &sid);

@@ -22,6 +22,7 @@ mod commands;
 mod describe;
 mod edits;
 mod head;
+mod holdout;
 mod in_force;
 mod laps;
 mod masking_candidates;
@@ -139,6 +140,8 @@ struct LiveSession {
     pending: Option<pending::Pending>,
     /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
     carried: f64,
+    /// Its arm of the control group, once looked up: `Some(None)` outside it (see [`holdout`]).
+    arm: Option<Option<crate::state::trial::Arm>>,
 }
 
 impl LiveSession {

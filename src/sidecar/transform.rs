@@ -14,6 +14,7 @@ use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
 use super::edits::{answer_edits, edits_for, Handles};
+use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
@@ -28,6 +29,7 @@ use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::store::Slot;
+use crate::state::trial::Arm;
 use crate::state::{PruneRecord, Strategy};
 use crate::strategies::{compress, prunable};
 use crate::texts;
@@ -159,7 +161,14 @@ impl Server {
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
         self.back_off(session, sid);
+        let arm = self.arm(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
+        holdout::note_prompts(&mut cx);
+        if arm == Some(Arm::Unpruned) {
+            // Its first request saves the arm it was just given.
+            let first = cx.slot.state.savings.requests == 0;
+            return Ok((holdout::answer(&mut cx), if first { Changed::Yes } else { Changed::No }));
+        }
         Ok(answer_request(&mut cx, observed.compacted))
     }
 }
@@ -428,6 +437,7 @@ fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_
     if level == Notification::Detailed {
         notice.keys = agent_keys(cx, &notice);
     }
+    notice.so_far = crate::stats::money::so_far(&slot.state, cx.rules.config());
     Some(texts::notification(level, &notice))
 }
 

@@ -13,6 +13,7 @@ pub mod persist;
 pub mod saver;
 pub mod savings;
 pub mod store;
+pub mod trial;
 
 use std::collections::BTreeMap;
 
@@ -255,6 +256,8 @@ pub struct SessionState {
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
     pub savings: savings::Savings,
+    /// Its arm of the control group, when it was assigned one (see [`trial`]).
+    pub trial: Option<trial::Trial>,
     /// The misses seen live: re-fetches and restores (see [`misses`]).
     pub misses: misses::Misses,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.

@@ -12,7 +12,9 @@
 //! The all-time report must stay fast over thousands of files: [`AllTimeCache`] says how.
 
 mod all_time;
+pub mod money;
 mod net;
+pub mod trial;
 mod watch;
 
 pub use all_time::AllTimeCache;
@@ -40,11 +42,21 @@ pub struct SessionStats {
     #[serde(flatten)]
     pub figures: Figures,
     pub by_strategy: Vec<StrategyTally>,
+    /// What dcp saved in money, where the session's sheet has money prices (see [`money`]).
+    #[serde(flatten)]
+    pub money: money::Money,
 }
 
 impl SessionStats {
     /// The client of a conversation through `dcp proxy` (`claude-code`), as its state file's
     /// folder names it; `None` for an OpenCode session.
+    /// The same with its money priced at the sheet `config` gives `state`, the session's state
+    /// (see [`money::sheet_of`]).
+    pub fn priced(mut self, state: &SessionState, config: &crate::config::Config) -> SessionStats {
+        self.money = money::of_session(state, &self.figures, &money::sheet_of(state, config));
+        self
+    }
+
     pub fn proxy_client(&self) -> Option<String> {
         let folder = crate::state::persist::folder_of(&self.session_id)?;
         Some(folder.trim_start_matches("proxy/").to_string())
@@ -147,6 +159,17 @@ pub struct AllTime {
     /// The state files of conversations through `dcp proxy`, by client (their folders).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub proxied: std::collections::BTreeMap<String, u64>,
+    /// What dcp saved in money, priced at the sheet `prices` gives (see [`money`]).
+    #[serde(flatten)]
+    pub money: money::Money,
+}
+
+impl AllTime {
+    /// The same with its money priced at `sheet`.
+    pub fn priced(mut self, sheet: &crate::prices::Sheet) -> AllTime {
+        self.money = money::Money::priced(&self.figures, sheet);
+        self
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -165,6 +188,8 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         .collect();
     let all: Vec<bool> = state.cuts().map(|c| c.applied).collect();
     let in_force_prunes = all.iter().filter(|a| **a).count() as u64;
+    let figures = Figures::of(state);
+    let money = money::of_session(state, &figures, &crate::prices::Sheet::default());
     SessionStats {
         session_id: session_id.to_string(),
         title: state.session_name.clone(),
@@ -172,8 +197,9 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         tools_pruned: tools_of(state),
         in_force_prunes,
         waiting_prunes: all.len() as u64 - in_force_prunes,
-        figures: Figures::of(state),
+        figures,
         by_strategy,
+        money,
     }
 }
 

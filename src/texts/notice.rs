@@ -37,6 +37,9 @@ pub struct Notice<'a> {
     pub older_waiting: usize,
     /// The key argument (a path, a command) of the calls the agent pruned, by call id.
     pub keys: HashMap<&'a str, &'a str>,
+    /// What the session has saved so far, in money where its prices are known
+    /// (`crate::stats::money::so_far`).
+    pub so_far: Option<String>,
 }
 
 /// The notification for `notice`'s prunes, of which at least one is applied or waiting.
@@ -66,6 +69,9 @@ pub fn notification(level: Notification, notice: &Notice<'_>) -> String {
     }
     if !now {
         let _ = write!(text, ", {LATER}");
+    }
+    if let Some(so_far) = &notice.so_far {
+        let _ = write!(text, " · {so_far}");
     }
     if level != Notification::Detailed {
         return text;
@@ -229,6 +235,18 @@ mod tests {
     }
 
     /// The bug: a summary whose first 99 characters end with a whole word lost that word too.
+    #[test]
+    fn a_notice_says_what_the_session_saved_so_far_when_it_saved_something() {
+        let dedup = record(Strategy::Deduplication, 1_700);
+        let one = vec![("call_1", &dedup)];
+        let so_far = Some("saved so far: $0.012".to_string());
+        let notice = Notice { applied: one, so_far, ..Notice::default() };
+        assert_eq!(
+            notification(Notification::Minimal, &notice),
+            "▣ DCP | in force: -1.7K tokens, 1 tool · saved so far: $0.012"
+        );
+    }
+
     #[test]
     fn a_summary_cut_where_a_word_ends_keeps_that_word() {
         let long = format!("{} {}", "x".repeat(MAX_SUMMARY_CHARS - 6), "tail next words");

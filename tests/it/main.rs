@@ -22,6 +22,7 @@ mod import;
 mod index;
 mod keep;
 mod masking;
+mod money;
 mod newer_state;
 mod node;
 mod offer;

@@ -25,6 +25,7 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     if mine.savings.requests >= out.savings.requests {
         out.savings.clone_from(&mine.savings);
     }
+    out.trial = crate::state::trial::Trial::merged(out.trial, mine.trial);
     out.misses = out.misses.merged(mine.misses);
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();

@@ -308,6 +308,13 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
         state.last_compaction = v.as_i64().ok_or_else(|| type_error("dcp.lastCompaction", "a number", v))?;
     }
     parse_trail(own, state)?;
+    if let Some(v) = own.get("holdout") {
+        let trial = crate::state::trial::Trial::from_value(v);
+        state.trial =
+            Some(trial.ok_or_else(|| {
+                type_error("dcp.holdout", "{\"arm\": \"pruned\" or \"unpruned\", \"prompts\": N}", v)
+            })?);
+    }
     parse_ledger(own, state)
 }
 

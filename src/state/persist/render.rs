@@ -62,7 +62,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
         ("ledger", Out::Owned(ledger(&state.ledger, own_added(state, "ledger")))),
     ];
-    for (key, value) in savings_own(state) {
+    for (key, value) in savings_own(state).into_iter().chain(state.trial.map(|t| ("holdout", t.to_value()))) {
         dcp.push((key, Out::Owned(value)));
     }
     // What a newer dcp added to the section follows, as it was read.
@@ -454,6 +454,7 @@ mod tests {
         let mut state = SessionState::default();
         state.record("c", rec(Strategy::Sweep, 3, true));
         state.savings.requests = 1;
+        state.trial = Some(crate::state::trial::Trial { arm: crate::state::trial::Arm::Unpruned, prompts: 1 });
         let written: Value = serde_json::from_slice(&render(&state, "t")).unwrap();
         let keys: Vec<&String> = written["dcp"].as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), super::OWN_KEYS.len(), "{keys:?}");

@@ -11,6 +11,7 @@
 mod clients;
 mod compress;
 mod fake_llm;
+mod money;
 mod offer;
 mod opencode_queued;
 mod proxy;

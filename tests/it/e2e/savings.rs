@@ -174,7 +174,7 @@ fn a_saving_an_unpaid_and_a_proxied_session_read_clearly_on_the_rendered_page() 
 
 /// Runs headless Chromium on `page` with `args` (a window of 900 by 2200 unless they give
 /// one); returns whether it succeeded, and its stdout (or stderr when it failed).
-fn chromium(args: &[String], page: &Path) -> (bool, String) {
+pub(super) fn chromium(args: &[String], page: &Path) -> (bool, String) {
     let url = format!("file://{}", page.display());
     let out = Command::new(super::system::program(super::system::Program::Chromium))
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
@@ -188,7 +188,7 @@ fn chromium(args: &[String], page: &Path) -> (bool, String) {
 }
 
 /// The `data-value` and the text of the element with `id` in `dom`.
-fn figure(dom: &str, id: &str) -> Option<(String, String)> {
+pub(super) fn figure(dom: &str, id: &str) -> Option<(String, String)> {
     let at = dom.find(&format!("id=\"{id}\""))?;
     let rest = &dom[at..];
     let value = rest.split("data-value=\"").nth(1)?.split('"').next()?.to_string();

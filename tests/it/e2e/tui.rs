@@ -290,7 +290,7 @@ pub(super) fn wait_answer(screen: &Screen, command: &str, needle: &str) -> Strin
 
 #[test]
 fn tui_shows_dcp_answers_and_prune_notices_without_a_model_request() {
-    let lab = Lab::new(r#"{"pruneNotification": "detailed"}"#);
+    let lab = Lab::new(r#"{"pruneNotification": "detailed", "prices": {"sheet": "claude-sonnet-4"}}"#); // money in /dcp stats
     lab.llm.push(vec![
         read("p1.parser", "src/parser.py"),
         read("p1.records", "data/records.csv"),
@@ -430,6 +430,8 @@ fn nothing_waiting_is_counted_as_saved(command: &str, pane: &str) {
     if command == "/dcp stats" {
         let kept_out_nothing = pane.contains("Kept out:        ~0 tokens") || pane.contains("Added:           ~");
         assert!(kept_out_nothing && pane.contains("In force:        ~0"), "{pane}");
+        let money = pane.contains("Money added:     $") || pane.contains("Money saved:     $");
+        assert!(money && pane.contains("(claude-sonnet-4 prices)"), "{pane}");
     }
 }
 
