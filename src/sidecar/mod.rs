@@ -13,7 +13,8 @@
 //! This module is the server and its dispatch; each method lives in its own module:
 //! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
 //! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
-//! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop, which
+//! `extract` and `compress`), [`commands`] (`/dcp`), [`usage`] (what the provider reported
+//! it billed, kept beside what dcp counted, [`savings`]), and [`stdio`] (the line loop, which
 //! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
 //! the session, its slot, the mirror, the rules and the request's facts. What a request reads
 //! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
@@ -35,6 +36,7 @@ mod stdio;
 pub mod stream;
 mod tools;
 mod transform;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -269,6 +271,7 @@ impl Server {
                 self.event(&params);
                 Ok(Answer::Empty(Empty {}))
             }
+            "usage" => self.usage(protocol::params(method, params)?).map(|()| Answer::Empty(Empty {})),
             "shutdown" => {
                 self.shutting_down = true;
                 self.save_dirty();

@@ -172,6 +172,8 @@ enum Changed {
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
     let mut laps = Laps::start();
+    // Before a process's first request of the session: what was in force before it.
+    cx.session.savings.seed(cx.slot);
     cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.

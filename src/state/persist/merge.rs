@@ -19,9 +19,19 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     if mine.ledger.last_request >= out.ledger.last_request {
         out.ledger = mine.ledger;
     }
-    // So do the savings of the process that answered more requests.
-    if mine.savings.requests >= out.savings.requests {
+    // So do the savings of the process that answered more requests, with what the provider
+    // reported that either process learned.
+    let (other, models) = if mine.savings.requests >= out.savings.requests {
+        let disk = (std::mem::take(&mut out.savings.reported), std::mem::take(&mut out.savings.models));
         out.savings.clone_from(&mine.savings);
+        disk
+    } else {
+        (mine.savings.reported.clone(), mine.savings.models.clone())
+    };
+    for r in other {
+        if out.savings.reported.binary_search_by_key(&r.request, |x| x.request).is_err() {
+            out.savings.report(r.request, r.usage, r.model.and_then(|m| models.get(m as usize)));
+        }
     }
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();

@@ -47,7 +47,7 @@ const LEDGER_KEYS: [&str; 4] = ["banked", "warm", "lastRequest", "offered"];
 
 /// The keys of the `dcp` section that [`render`] writes from the state; others, a newer
 /// dcp's, are kept as read.
-const OWN_KEYS: [&str; 10] = [
+const OWN_KEYS: [&str; 13] = [
     "version",
     "pruned",
     "byStrategy",
@@ -57,7 +57,10 @@ const OWN_KEYS: [&str; 10] = [
     "ledger",
     "lastContext",
     "lastSent",
+    "lastAppended",
     "trail",
+    "reported",
+    "models",
 ];
 
 #[derive(Debug, thiserror::Error)]
