@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::session::Node;
+use crate::state::savings::{Model, Usage};
 use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
 use crate::sidecar::{transform_params, Count, Outcome, Server};
 
@@ -59,6 +60,9 @@ enum Work {
     Forget {
         sid: String,
     },
+    /// What the upstream reported it billed for a conversation's last request, and the model
+    /// its answer named (see [`Billing`]).
+    Usage(String, Usage, Option<Model>),
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -74,6 +78,19 @@ pub struct Engine {
 /// A request the engine transformed, counted once it is settled with the status its client
 /// got: answered (a `2xx` from the upstream), or not (an error status, or the proxy's own
 /// `502`). One dropped unsettled (its client went away first, say) is taken as not answered.
+/// What the upstream reported it billed for a request, sent to the engine's thread to be kept
+/// for the request's conversation, after the request was settled (`super::usage`).
+pub struct Billing {
+    sid: String,
+    jobs: Sender<Work>,
+}
+
+impl Billing {
+    pub fn report(self, usage: Usage, model: Option<Model>) {
+        let _ = self.jobs.send(Work::Usage(self.sid, usage, model));
+    }
+}
+
 pub struct Ticket {
     sid: String,
     number: u64,
@@ -92,6 +109,11 @@ impl Ticket {
     /// Has the engine forget the conversation once the request is settled ([`Engine::forget`]).
     pub fn forget_after(&mut self) {
         self.forget = true;
+    }
+
+    /// Where the request's answer reports what the upstream billed, if the engine runs.
+    pub fn billing(&self) -> Option<Billing> {
+        Some(Billing { sid: self.sid.clone(), jobs: self.jobs.clone()? })
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -185,6 +207,10 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
                 sent.remove(&sid);
                 server.forget(&sid);
                 super::buffers::hand_back();
+                continue;
+            }
+            Work::Usage(sid, usage, model) => {
+                server.record_usage(&sid, None, usage, model);
                 continue;
             }
         };

@@ -27,6 +27,7 @@ pub mod listen;
 mod pipeline;
 pub mod raw;
 mod rest;
+pub mod usage;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -42,7 +43,7 @@ use self::access::{Access, Admitted};
 use self::client_body::ClientBody;
 use self::convert::Api;
 pub use self::engine::{Edits, Engine, Ticket};
-use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
+use self::forward::{Body, Outgoing, Upstream, UpstreamClient, Upstreams};
 use self::listen::Limits;
 use crate::config::{self};
 use crate::sidecar::Server;
@@ -282,16 +283,17 @@ pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Res
         Err(answer) => return Ok(answer),
     };
     let (outgoing, ticket) = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
-    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await))
+    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await, api, upstream))
 }
 
 /// `answer`, the request's ticket settled by its status: the request counts only when the
-/// upstream answered it.
-fn settled(ticket: Option<Ticket>, answer: Response<Body>) -> Response<Body> {
-    if let Some(ticket) = ticket {
-        ticket.settle(answer.status());
-    }
-    answer
+/// upstream answered it; and what the answer says the upstream billed goes to its conversation
+/// ([`usage`]).
+fn settled(ticket: Option<Ticket>, answer: Response<Body>, api: Api, upstream: &Upstream) -> Response<Body> {
+    let Some(ticket) = ticket else { return answer };
+    let billing = ticket.billing();
+    ticket.settle(answer.status());
+    usage::record(answer, api, billing, upstream)
 }
 
 /// The body's length as the request's `Content-Length` declares it.

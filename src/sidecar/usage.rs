@@ -102,20 +102,28 @@ impl Server {
     pub fn usage(&mut self, p: UsageParams) -> Result<(), RpcError> {
         validate_session_id(&p.session_id)?;
         let (usage, model) = (p.usage.usage(), p.model.as_ref().map(ModelWire::model));
-        let sid = p.session_id;
-        self.with_session(&sid, |server, session| {
-            let Ok(slot) = server.store.slot(&sid) else { return };
+        self.record_usage(&p.session_id, p.created, usage, model);
+        Ok(())
+    }
+
+    /// Records `usage` for the request of session `sid` that a step created at `created`
+    /// produced, or (no time) for its last request; with the model it went to.
+    pub fn record_usage(&mut self, sid: &str, created: Option<i64>, usage: Usage, model: Option<Model>) {
+        if validate_session_id(sid).is_err() {
+            return;
+        }
+        self.with_session(sid, |server, session| {
+            let Ok(slot) = server.store.slot(sid) else { return };
             let savings = &mut slot.state.savings;
-            let request = match p.created {
+            let request = match created {
                 Some(created) => savings.request_at(created),
                 None => Some(savings.requests),
             };
             if request.is_some_and(|r| savings.report(r, usage, model.as_ref())) {
                 slot.mark_changed();
-                server.save(session, &sid);
+                server.save(session, sid);
             }
         });
-        Ok(())
     }
 }
 

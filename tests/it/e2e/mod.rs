@@ -11,6 +11,7 @@
 mod compress;
 mod fake_llm;
 mod offer;
+mod prompt_cache;
 mod proxy;
 mod proxy_upstream;
 mod registry;
