@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::session::Node;
-use crate::state::savings::{Model, Usage};
 use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
 use crate::sidecar::{transform_params, Count, Outcome, Server};
+use crate::state::savings::{Model, Usage};
 
 /// Why a request's conversation was not run through the engine.
 #[derive(Debug, thiserror::Error)]

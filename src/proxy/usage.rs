@@ -153,7 +153,8 @@ impl Scanner {
         }
         let Ok(event) = serde_json::from_slice::<Value>(data) else { return };
         let kind = event["type"].as_str().unwrap_or("");
-        let named = event.get("model").or_else(|| event.pointer("/message/model")).or_else(|| event.pointer("/response/model"));
+        let named =
+            event.get("model").or_else(|| event.pointer("/message/model")).or_else(|| event.pointer("/response/model"));
         self.note_model(named);
         match self.api {
             Api::Anthropic => match kind {
@@ -210,7 +211,8 @@ impl Scanner {
             Api::Chat | Api::Responses => {
                 let chat = self.api == Api::Chat;
                 let (prompt, completion) = if chat { ("prompt", "completion") } else { ("input", "output") };
-                let cached = n(&format!("/{prompt}_tokens_details/cached_tokens")).or_else(|| n("/prompt_cache_hit_tokens"));
+                let cached =
+                    n(&format!("/{prompt}_tokens_details/cached_tokens")).or_else(|| n("/prompt_cache_hit_tokens"));
                 let reasoning = n(&format!("/{completion}_tokens_details/reasoning_tokens")).unwrap_or(0);
                 let (prompt, completion) = (n(&format!("/{prompt}_tokens")), n(&format!("/{completion}_tokens")));
                 let cached = cached.unwrap_or(0).min(prompt.unwrap_or(0));

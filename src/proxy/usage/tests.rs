@@ -116,7 +116,8 @@ fn an_answer_cut_short_anywhere_or_garbled_reads_without_a_panic() {
 
 #[test]
 fn an_event_longer_than_the_bound_is_skipped_and_the_rest_still_read() {
-    let big = format!("data: {{\"type\":\"content_block_delta\",\"delta\":{{\"text\":\"{}\"}}}}\n\n", "x".repeat(MAX_HELD));
+    let big =
+        format!("data: {{\"type\":\"content_block_delta\",\"delta\":{{\"text\":\"{}\"}}}}\n\n", "x".repeat(MAX_HELD));
     let body = format!("{big}{ANTHROPIC_EVENTS}");
     let mut scanner = Scanner::new(Api::Anthropic, true, None);
     for c in body.as_bytes().chunks(1 << 16) {

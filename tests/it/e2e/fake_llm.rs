@@ -274,7 +274,8 @@ fn next_turn(script: &Mutex<Script>, body: &Value) -> (Turn, u64, Value) {
         Turn::text("side", "Summary: the user explored a demo project; files were read and edited. (fake side answer)")
     };
     let billed = s.cache.bill(&super::prompt_cache::chat_pieces(body));
-    let answered: usize = turn.text.as_deref().map_or(0, str::len) + turn.tool_calls.iter().map(|c| c.1.to_string().len()).sum::<usize>();
+    let answered: usize =
+        turn.text.as_deref().map_or(0, str::len) + turn.tool_calls.iter().map(|c| c.1.to_string().len()).sum::<usize>();
     let output = (answered as u64 / 4).max(1);
     s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone(), billed, output });
     (turn, seq, billed.chat(output))

@@ -10,6 +10,7 @@
 
 mod compress;
 mod fake_llm;
+mod meter;
 mod offer;
 mod prompt_cache;
 mod proxy;

@@ -19,7 +19,7 @@ use dcp::strategies::OUTPUT_PLACEHOLDER;
 const IMMEDIATE: &str = r#"{ "rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}} }"#;
 
 /// Points the lab's OpenCode at `port` instead of the fake model, and loads no plugin.
-fn through_proxy(lab: &Lab, port: u16) {
+pub(super) fn through_proxy(lab: &Lab, port: u16) {
     let path = lab.root().join("xdg/config/opencode/opencode.json");
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     config.as_object_mut().unwrap().remove("plugin");
@@ -179,9 +179,11 @@ fn claude_code_is_pruned_through_the_proxy() {
     let state_dir = root.join("xdg/data/opencode/storage/plugin/dcp");
     let states = proxied_states(&state_dir);
     let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
-    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
+    let (sid, state) =
+        states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
     assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+    super::meter::upstream_usage_recorded(state, &log, |b| (b.last, b.cached, b.written - b.last));
 }
 
 /// The `tool_result`s of an Anthropic request, in order: tool use id and text.
@@ -250,10 +252,11 @@ fn codex_is_pruned_through_the_proxy() {
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
     let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));
     let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
-    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-codex-")).unwrap_or_else(|| panic!("{names:?}"));
+    let (sid, state) = states.iter().find(|s| s.0.starts_with("proxy-codex-")).unwrap_or_else(|| panic!("{names:?}"));
     let session_header = last.headers.iter().find(|(k, _)| k == "session-id").map(|(_, v)| v.as_str());
     let named = session_header.is_some_and(|h| sid.starts_with(&format!("proxy-codex-{h}-")));
     assert!(named, "named by Codex's own session id: {sid} {session_header:?}");
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
     assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+    super::meter::upstream_usage_recorded(state, &log, |b| (b.prompt - b.cached, b.cached, 0));
 }

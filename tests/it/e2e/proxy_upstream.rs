@@ -4,7 +4,8 @@
 //!
 //! Every request that carries tools takes the next scripted step: a tool call or a final
 //! text. Other requests (a client's title and topic checks) get a canned text. Every request
-//! is logged with its headers and its body.
+//! is logged with its headers, its body and what it was billed: the usage of a provider with a
+//! prompt cache (five minutes, [`super::prompt_cache`]), in each API's fields.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use super::prompt_cache::{anthropic_pieces, responses_pieces, Billed, PromptCache};
 
 /// One scripted answer: a call of `tool` with `input`, or a text.
 #[derive(Debug, Clone)]
@@ -27,13 +30,18 @@ pub struct Logged {
     pub body: Value,
     /// The scripted step this request was answered with, if any.
     pub step: Option<usize>,
+    /// What it was billed (a request for no model answer, none), and its output tokens.
+    pub billed: Option<Billed>,
 }
 
-#[derive(Default)]
+/// Output tokens every answer is billed.
+pub const OUTPUT: u64 = 10;
+
 struct Script {
     steps: Vec<Step>,
     next: usize,
     log: Vec<Logged>,
+    cache: PromptCache,
 }
 
 pub struct FakeUpstream {
@@ -45,7 +53,8 @@ impl FakeUpstream {
     pub fn start(steps: Vec<Step>) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let port = listener.local_addr().unwrap().port();
-        let script = Arc::new(Mutex::new(Script { steps, ..Script::default() }));
+        let cache = PromptCache::new(super::fake_llm::CACHE_TTL);
+        let script = Arc::new(Mutex::new(Script { steps, next: 0, log: Vec::new(), cache }));
         let s = script.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -97,28 +106,29 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
     let responses = path.starts_with("/v1/responses");
     if !(path.starts_with("/v1/messages") || responses) || path.contains("count_tokens") {
         let mut s = script.lock().unwrap();
-        s.log.push(Logged { path, headers, body, step: None });
+        s.log.push(Logged { path, headers, body, step: None, billed: None });
         return respond(&mut out, "application/json", &json!({"input_tokens": 10}).to_string());
     }
     let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let (step, index) = {
+    let (step, index, billed) = {
         let mut s = script.lock().unwrap();
         let index = (scripted && s.next < s.steps.len()).then_some(s.next);
         if let Some(i) = index {
             s.next = i + 1;
         }
         let step = index.map_or(Step::Text("ok"), |i| s.steps[i].clone());
-        s.log.push(Logged { path, headers, body: body.clone(), step: index });
-        (step, index)
+        let billed = s.cache.bill(&if responses { responses_pieces(&body) } else { anthropic_pieces(&body) });
+        s.log.push(Logged { path, headers, body: body.clone(), step: index, billed: Some(billed) });
+        (step, index, billed)
     };
     let id = format!("toolu_{:02}", index.unwrap_or(99));
     if responses {
-        return respond(&mut out, "text/event-stream", &response_events(&step, &id));
+        return respond(&mut out, "text/event-stream", &response_events(&step, &id, &billed));
     }
     if body["stream"].as_bool() == Some(true) {
-        respond(&mut out, "text/event-stream", &events(&step, &id))
+        respond(&mut out, "text/event-stream", &events(&step, &id, &billed))
     } else {
-        respond(&mut out, "application/json", &whole(&step, &id).to_string())
+        respond(&mut out, "application/json", &whole(&step, &id, &billed).to_string())
     }
 }
 
@@ -131,22 +141,20 @@ fn respond(out: &mut TcpStream, kind: &str, body: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-fn usage() -> Value {
-    json!({"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
-}
-
-fn whole(step: &Step, id: &str) -> Value {
+fn whole(step: &Step, id: &str, billed: &Billed) -> Value {
     let (content, stop) = match step {
         Step::Tool(name, input) => (json!([{"type": "tool_use", "id": id, "name": name, "input": input}]), "tool_use"),
         Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
     };
     json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage()})
+           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": billed.anthropic(OUTPUT)})
 }
 
-/// The answer as the API's server-sent events.
-fn events(step: &Step, id: &str) -> String {
-    let mut start = whole(step, id);
+/// The answer as the API's server-sent events: the prompt's usage in `message_start`, the
+/// output's in `message_delta`.
+fn events(step: &Step, id: &str, billed: &Billed) -> String {
+    let mut start = whole(step, id, billed);
+    start["usage"]["output_tokens"] = json!(1);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     let (block, delta, stop) = match step {
@@ -166,7 +174,7 @@ fn events(step: &Step, id: &str) -> String {
         ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
         (
             "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": OUTPUT}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
     ];
@@ -174,7 +182,7 @@ fn events(step: &Step, id: &str) -> String {
 }
 
 /// The answer as the Responses API's server-sent events.
-fn response_events(step: &Step, id: &str) -> String {
+fn response_events(step: &Step, id: &str, billed: &Billed) -> String {
     let item = match step {
         Step::Tool(name, input) => json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
             "name": name, "arguments": input.to_string(), "status": "completed"}),
@@ -183,13 +191,18 @@ fn response_events(step: &Step, id: &str) -> String {
             "content": [{"type": "output_text", "text": text, "annotations": []}]})
         }
     };
-    let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
-        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110});
-    let response = |status: &str, output: Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
+    let usage = billed.responses(OUTPUT);
+    let response = |status: &str, output: Value, usage: &Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
     let events = [
-        ("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))})),
+        (
+            "response.created",
+            json!({"type": "response.created", "response": response("in_progress", json!([]), &Value::Null)}),
+        ),
         ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
-        ("response.completed", json!({"type": "response.completed", "response": response("completed", json!([item]))})),
+        (
+            "response.completed",
+            json!({"type": "response.completed", "response": response("completed", json!([item]), &usage)}),
+        ),
     ];
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
