@@ -156,6 +156,7 @@ impl Server {
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
+        cx.session.savings.seed(cx.slot);
         Ok(answer_request(&mut cx, observed.compacted))
     }
 }
@@ -172,8 +173,6 @@ enum Changed {
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
     let mut laps = Laps::start();
-    // Before a process's first request of the session: what was in force before it.
-    cx.session.savings.seed(cx.slot);
     cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.

@@ -2,7 +2,8 @@
 //!
 //! What reached the model comes first: the prunes in force and those waiting apart (a waiting
 //! prune has saved nothing), the tokens kept out of the requests so far and the cost saved as
-//! a share, from the figures the sidecar records request by request (`crate::state::savings`).
+//! a share, from the figures the sidecar records request by request (`crate::state::savings`),
+//! and beside them what the provider reported it billed ([`reported`]).
 //!
 //! DCP's figures are kept beside them: pruned tokens is the sum of `totalPruneTokens`, tools pruned
 //! counts the pruned ids of every layout (or dcp's own per-strategy tally when that is
@@ -13,6 +14,7 @@
 
 mod all_time;
 mod net;
+pub mod reported;
 mod watch;
 
 pub use all_time::AllTimeCache;
@@ -40,6 +42,12 @@ pub struct SessionStats {
     #[serde(flatten)]
     pub figures: Figures,
     pub by_strategy: Vec<StrategyTally>,
+    /// What the provider reported it billed, summed over the requests dcp learned it for, and
+    /// each request's figures beside it (see [`reported`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported: Option<reported::ReportedTotals>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_request: Vec<reported::RequestRow>,
 }
 
 impl SessionStats {
@@ -166,6 +174,8 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         waiting_prunes: all.len() as u64 - in_force_prunes,
         figures: Figures::of(state),
         by_strategy,
+        reported: reported::totals(&state.savings),
+        per_request: reported::rows(&state.savings),
     }
 }
 

@@ -47,4 +47,5 @@ mod stream;
 mod stripped;
 mod support;
 mod tokens;
+mod usage;
 mod views;
