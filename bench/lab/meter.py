@@ -7,9 +7,12 @@ request: the live trail point (context without and with dcp) beside replay's non
 requests, matched by time, to find where they part.
 
 usage: meter.py [--dcp BIN] [--requests] LAB [LAB ...]
+       meter.py [--dcp BIN] --proxy LAB [LAB ...]
 
 LAB is a lab root as bench/lab/run.sh leaves it ($LAB/out/plugin/raw-data, its session_id,
 and the config dir of the run under $LAB/work/plugin/xdg/config, whose dcp.jsonc replay takes).
+With --proxy, as bench/lab/proxy-meter.sh leaves it: the run in mode base, the proxy's data and
+config under $LAB/proxy; the proxied conversation is the one with the most requests.
 """
 import json
 import os
@@ -46,6 +49,41 @@ def compare(binary, lab, per_request):
     return gap
 
 
+def compare_proxy(binary, lab):
+    """The proxied conversation's live figures against replay of the recorded session."""
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(lab, "proxy/config"),
+               XDG_CACHE_HOME=os.path.join(lab, "meter-cache"))
+    def run(data, args):
+        out = subprocess.run([binary, "--data-dir", data, "--json", *args], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"dcp {args}: {out.stderr}")
+        return json.loads(out.stdout)
+    proxy_data = os.path.join(lab, "proxy/data/opencode")
+    states = os.path.join(proxy_data, "storage/plugin/dcp/proxy")
+    best = None
+    for client in os.listdir(states):
+        for name in os.listdir(os.path.join(states, client)):
+            state = json.load(open(os.path.join(states, client, name)))
+            requests = state.get("stats", {}).get("requests", 0)
+            if best is None or requests > best[0]:
+                best = (requests, name[:-len(".json")])
+    live = run(proxy_data, ["stats", "--session", best[1]])["session"]
+    sid = open(os.path.join(lab, "out/base/session_id")).read().strip()
+    replay = run(os.path.join(lab, "out/base/raw-data"), ["replay", "--session", sid, "--context-limit", "128000"])
+    replay = replay["sessions"][0]
+    none, dcp = replay["modes"]["none"], replay["modes"]["dcp"]
+    kept = none["tokens_sent"] - dcp["tokens_sent"]
+    share = 1 - dcp["cost"] / none["cost"]
+    gap = (live["kept_out_tokens"] - kept) / kept if kept else float("nan")
+    reported = live.get("reported") or {}
+    name = os.path.basename(lab.rstrip("/")) + " (proxy)"
+    print(f"{name:<22} requests live {live['requests']:>3} replay {replay['requests']:>3} | "
+          f"kept out live {live['kept_out_tokens']:>8,} replay {kept:>8,} gap {100 * gap:+6.2f}% | "
+          f"cost share live {live['cost_saved_share']:.4f} replay {share:.4f} gap {live['cost_saved_share'] - share:+.4f} | "
+          f"usage reported for {reported.get('requests', 0)} requests")
+    return gap
+
+
 def rows(lab, sid, none, dcp):
     state = json.load(open(os.path.join(lab, "out/plugin/raw-data/storage/plugin/dcp", sid + ".json")))
     trail = [line.split() for line in state["dcp"].get("trail", [])]
@@ -62,15 +100,20 @@ def rows(lab, sid, none, dcp):
 def main():
     args = sys.argv[1:]
     binary = os.path.join(REPO, "target/release/dcp")
-    per_request = False
+    per_request = proxy = False
     while args and args[0].startswith("--"):
         flag = args.pop(0)
         if flag == "--dcp":
             binary = args.pop(0)
         elif flag == "--requests":
             per_request = True
+        elif flag == "--proxy":
+            proxy = True
     for lab in args:
-        compare(binary, lab, per_request)
+        if proxy:
+            compare_proxy(binary, lab)
+        else:
+            compare(binary, lab, per_request)
 
 
 if __name__ == "__main__":
