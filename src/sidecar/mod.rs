@@ -11,13 +11,12 @@
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
 //!
 //! This module is the server and its dispatch; each method lives in its own module:
-//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
-//! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
-//! `extract` and `compress`), [`commands`] (`/dcp`), [`usage`] (what the provider reported
-//! it billed, kept beside what dcp counted, [`savings`]), and [`stdio`] (the line loop, which
-//! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
-//! the session, its slot, the mirror, the rules and the request's facts. What a request reads
-//! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
+//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and the
+//! agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`, `extract`
+//! and `compress`), [`commands`] (`/dcp`), [`usage`] (what the provider billed), and [`stdio`]
+//! (the line loop, which [`stream`] reads the lines for). A `transform`'s functions share one
+//! [`request`] context: the session, its slot, the mirror, the rules and the request's facts.
+//! What a request reads of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
 mod edits;

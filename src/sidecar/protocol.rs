@@ -279,7 +279,7 @@ pub struct Descriptions {
 
 /// The answer to `transform`: the edits to apply, the messages to append, and a notification
 /// to show once the turn ends.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Transformed {
     /// The number of this answer's edits, for the plugin's next `have`; `None` when the
     /// answer's edits are not to be kept (a skipped session, a compaction).
@@ -342,7 +342,7 @@ impl Serialize for Transformed {
 }
 
 /// What an answer says about edits, relative to the last answer the plugin holds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Edits {
     /// The plugin's edits still hold (`sameEdits: true`).
     Same,
@@ -394,7 +394,7 @@ impl Edit {
 }
 
 /// A compressed range: messages `from..=to` of the history become `message`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Replace {
     pub from: usize,
     pub to: usize,

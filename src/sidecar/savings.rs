@@ -101,10 +101,17 @@ impl Meter {
 }
 
 impl Meter {
-    /// Forgets the counts of the messages past the first `kept`: a request that was never
-    /// counted may have changed them.
-    pub(super) fn forget_after(&mut self, kept: usize) {
-        self.messages.truncate(kept);
+    /// A request that never reached the model (its upstream failed): nothing of it counts, but
+    /// the edits its `answer` gave for a history of `messages` are held, as the client holds
+    /// them, and every message is counted anew with the next request (this one may have
+    /// changed any).
+    pub(super) fn unsent(&mut self, answer: Option<&Transformed>, messages: usize) {
+        if let Some(answer) = answer {
+            self.hold_edits(&answer.edits, messages);
+        }
+        self.whole.clear();
+        self.without.clear();
+        self.sent.clear();
     }
 }
 
