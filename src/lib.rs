@@ -2,7 +2,8 @@
 //!
 //! The modules form layers, and data flows up through them:
 //!
-//! * [`format`], [`tokens`] and [`logging`] serve every other module;
+//! * [`format`], [`tokens`] and [`logging`] serve every other module, and [`prices`] holds
+//!   the price sheets every cost is priced by;
 //! * [`session`] is the message model, which [`host`] reads OpenCode's sessions (SQLite or the
 //!   old JSON tree) into; [`config`] reads the `dcp.jsonc` layers;
 //! * [`policy`] decides, in pure functions, when a recorded prune's rewrite reaches the model;
@@ -20,7 +21,7 @@
 //!   sidecar's server, [`html_report`] (`dcp report`) and [`doctor`] (checks an install), and
 //!   [`cli`] (the terminal) over them all.
 //!
-//! Layers, lowest first: `format` `tokens` `logging` → `session` → `host` → `config` →
+//! Layers, lowest first: `format` `tokens` `logging` `prices` → `session` → `host` → `config` →
 //! `policy` → `state` → `measure` → `texts` → `strategies` → `context` `stats` → `report` →
 //! `sidecar` → `replay` `proxy` → `html_report` `doctor` → `cli`.
 //! A module imports only from its own layer (never in a cycle) and from the layers before it;
@@ -37,6 +38,7 @@ pub mod html_report;
 pub mod logging;
 pub mod measure;
 pub mod policy;
+pub mod prices;
 pub mod proxy;
 pub mod replay;
 pub mod report;

@@ -2,13 +2,18 @@
 //!
 //! Providers cache exact prompt prefixes. Rewriting an old tool output changes the prompt
 //! from that point on, and everything after it is billed again at the cache-write price
-//! (1.25x) instead of the cache-read price (0.1x). So a prune is recorded at once (stats,
-//! state file) but its rewrite waits until it pays. The cost model, per unit of input price:
+//! instead of the cache-read price. So a prune is recorded at once (stats, state file) but its
+//! rewrite waits until it pays. Every price is the session's price sheet's ([`Rates`], from
+//! `crate::prices`: a write `w` and a read `r` as shares of the input price; Anthropic's
+//! 5-minute cache, `w = 1.25` and `r = 0.1`, in the figures below), and the cache goes cold
+//! after the sheet's TTL unless `rewrite.coldCacheSeconds` says otherwise. Under a sheet with
+//! no write premium (OpenAI's, `w = 1`) a rewrite costs less and pays sooner; without a cache
+//! (`r = w = 1`) it costs nothing. The cost model, per unit of input price:
 //!
-//! * applying now costs `1.15 x tail - 1.25 x saved` extra on this request, where `tail` is
-//!   everything from the first changed part to the end of the previous request (re-billed at
-//!   1.25 instead of 0.1; the saved tokens are not sent at all);
-//! * it then saves `0.1 x saved` on each later request while the cache stays warm;
+//! * applying now costs `(w - r) x tail - w x saved` extra on this request (`1.15 x tail -
+//!   1.25 x saved`), where `tail` is everything from the first changed part to the end of the
+//!   previous request (re-billed at the write price; the saved tokens are not sent at all);
+//! * it then saves `r x saved` on each later request while the cache stays warm;
 //! * once the cache has gone cold (an idle gap past the provider's TTL, a restart), the whole
 //!   prompt is written again anyway: a rewrite applied then costs nothing extra, and one
 //!   applied earlier has stopped paying back.
@@ -17,7 +22,9 @@
 //! it cost nothing):
 //!
 //! * when the cache is cold after an idle gap (`coldCacheSeconds`): free;
-//! * when the context passes `pressureRatio` of the model's window;
+//! * when the context passes `pressureRatio` of the model's window, and the batch removes at
+//!   least `spendMinShare` of it (a smaller one would re-bill the tail for little, and again
+//!   on the next request past the mark);
 //! * when `saved x (0.1 x horizon + 1.25) >= 1.15 x tail` and the rewrite is affordable: near
 //!   the tail (little to re-bill) this holds on the request itself; deep in the prompt only
 //!   for a cut big enough to pay back within the horizon.
@@ -125,14 +132,10 @@
 //! bank-starting rewrites and costs more (docs/design.md, BENCHMARKS.md).
 
 use crate::config::{Rewrite, RewriteMode};
-
-/// Cache-read price, as a share of the base input price.
-pub const CACHE_READ: f64 = 0.1;
-/// Cache-write price, as a share of the base input price.
-pub const CACHE_WRITE: f64 = 1.25;
+pub use crate::prices::Rates;
 
 /// What the policy looks at, in approximate tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Inputs {
     /// Size of the whole request.
     pub context: u64,
@@ -154,6 +157,17 @@ pub struct Inputs {
     /// What dcp's own additions have cost so far ([`additions`], summed): the price of the
     /// agent tools, which the loss bound on rewrites does not take from.
     pub added: f64,
+    /// The session's cache prices, and the idle seconds after which its cache is cold.
+    pub rates: Rates,
+    pub cold_after: u64,
+}
+
+impl Default for Inputs {
+    fn default() -> Inputs {
+        let (context, tail, pending, warm, idle_seconds, context_limit) = (0, 0, 0, 0, None, None);
+        let (banked, baseline, added, rates, cold_after) = (0.0, 0.0, 0.0, Rates::default(), 300);
+        Inputs { context, tail, pending, warm, idle_seconds, context_limit, banked, baseline, added, rates, cold_after }
+    }
 }
 
 /// What one request cost or saved against no pruning, by the cost model, in tokens at the
@@ -171,22 +185,24 @@ pub struct Request {
     pub head: u64,
     /// Tokens dcp appends after the history (the prunable list), never cached.
     pub appended: u64,
+    /// The session's cache prices.
+    pub rates: Rates,
 }
 
 /// The request's balance against no pruning: what the prunes in force saved, minus the
 /// rewrite's extra (see the module header) and dcp's own additions.
 pub fn balance(r: &Request) -> f64 {
-    let (in_force, applied, tail) = (r.in_force as f64, r.applied as f64, r.tail as f64);
+    let (in_force, applied, tail, p) = (r.in_force as f64, r.applied as f64, r.tail as f64, r.rates);
     let saved =
-        if r.cold { CACHE_WRITE * (in_force + applied) } else { CACHE_READ * in_force - rewrite_extra(applied, tail) };
+        if r.cold { p.write * (in_force + applied) } else { p.read * in_force - rewrite_extra(p, applied, tail) };
     saved - additions(r)
 }
 
 /// What dcp's own additions cost on the request: its head (written on a cold cache, read
 /// from it on a warm one) and the appended list (never cached).
 pub fn additions(r: &Request) -> f64 {
-    let head = if r.cold { CACHE_WRITE } else { CACHE_READ } * r.head as f64;
-    head + CACHE_WRITE * r.appended as f64
+    let head = if r.cold { r.rates.write } else { r.rates.read } * r.head as f64;
+    head + r.rates.write * r.appended as f64
 }
 
 /// What a request's rewrite costs the request after it when the request itself never reached
@@ -200,16 +216,16 @@ pub fn carried(r: &Request) -> f64 {
         return 0.0;
     }
     let applied = r.applied as f64;
-    -(rewrite_extra(applied, r.tail as f64) + CACHE_READ * applied)
+    -(rewrite_extra(r.rates, applied, r.tail as f64) + r.rates.read * applied)
 }
 
 /// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
-/// on a warm cache.
-fn rewrite_extra(saved: f64, tail: f64) -> f64 {
+/// on a warm cache priced `p`.
+fn rewrite_extra(p: Rates, saved: f64, tail: f64) -> f64 {
     if saved == 0.0 {
         return 0.0;
     }
-    (CACHE_WRITE - CACHE_READ) * tail - CACHE_WRITE * saved
+    (p.write - p.read) * tail - p.write * saved
 }
 
 /// Why pending rewrites are applied now.
@@ -287,10 +303,10 @@ fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize,
     let start = pending.iter().position(|p| !p.rider && takes(Trigger::Spends, p))?;
     let gain: f64 = pending[start..].iter().filter(|p| takes(Trigger::Spends, p)).map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let extra = rewrite_extra(gain, pending[start].tail as f64);
+    let extra = rewrite_extra(base.rates, gain, pending[start].tail as f64);
     let within = extra <= config.spend_banked * pruning_balance(base).max(0.0);
     // What the bank buys is time: the rewrite must pay back within `maxHorizon` requests.
-    let pays_back = CACHE_READ * gain * f64::from(config.max_horizon) >= extra;
+    let pays_back = base.rates.read * gain * f64::from(config.max_horizon) >= extra;
     (big_enough && within && pays_back).then_some((start, Trigger::Spends))
 }
 
@@ -320,8 +336,8 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
 /// beyond its cost, when it pays now: when that is not negative, its bet is covered
 /// ([`bet_covered`]) and it is affordable ([`affordable`]). `None` when it waits.
 fn pays(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> Option<f64> {
-    let remaining = horizon(config, inputs);
-    let net = saved * (CACHE_READ * remaining + CACHE_WRITE) - (CACHE_WRITE - CACHE_READ) * tail;
+    let (remaining, p) = (horizon(config, inputs), inputs.rates);
+    let net = saved * (p.read * remaining + p.write) - (p.write - p.read) * tail;
     (net >= 0.0 && bet_covered(config, saved, tail, inputs) && affordable(config, saved, tail, inputs)).then_some(net)
 }
 
@@ -329,8 +345,8 @@ fn pays(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> Option<f64>
 /// does not cover of its extra (the bet, which the loss bound pays for) within
 /// [`bet_horizon`] requests (see the module header, "Bets"). One the bank covers always does.
 fn bet_covered(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    let bet = rewrite_extra(saved, tail) - pruning_balance(inputs).max(0.0);
-    bet <= 0.0 || CACHE_READ * saved * bet_horizon(config, inputs) >= bet
+    let bet = rewrite_extra(inputs.rates, saved, tail) - pruning_balance(inputs).max(0.0);
+    bet <= 0.0 || inputs.rates.read * saved * bet_horizon(config, inputs) >= bet
 }
 
 /// Later requests a bet is counted on to pay back over: the horizon, at most
@@ -344,7 +360,7 @@ pub fn bet_horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
 /// loss bound ([`allowance`]), or it is a quick bet ([`quick`]). A rewrite that costs nothing
 /// extra always is.
 fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool {
-    let extra = rewrite_extra(saved, tail);
+    let extra = rewrite_extra(inputs.rates, saved, tail);
     extra <= 0.0 || extra <= allowance(config, inputs) || quick(config, saved, extra, inputs)
 }
 
@@ -354,7 +370,7 @@ fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool 
 /// (see the module header, "Quick bets").
 fn quick(config: &Rewrite, saved: f64, extra: f64, inputs: &Inputs) -> bool {
     let wider = pruning_balance(inputs) + QUICK_BOUND * config.loss_bound * inputs.baseline.max(0.0);
-    CACHE_READ * saved * bet_horizon(config, inputs) / 2.0 >= extra && extra <= wider
+    inputs.rates.read * saved * bet_horizon(config, inputs) / 2.0 >= extra && extra <= wider
 }
 
 /// How many times `lossBound` a quick bet ([`quick`]) may put at stake.
@@ -374,12 +390,12 @@ fn pruning_balance(inputs: &Inputs) -> f64 {
     inputs.banked + inputs.added
 }
 
-/// What one request costs without pruning, by the same model: the part of `context` the
-/// previous request (`previous` tokens) cached at the cache-read price, the rest at the
-/// cache-write price; all of it at the write price on a cold cache or a first request.
-pub fn unpruned_cost(previous: Option<u64>, context: u64, cold: bool) -> f64 {
+/// What one request costs without pruning, by the same model priced `p`: the part of
+/// `context` the previous request (`previous` tokens) cached at the cache-read price, the rest
+/// at the cache-write price; all of it at the write price on a cold cache or a first request.
+pub fn unpruned_cost(p: Rates, previous: Option<u64>, context: u64, cold: bool) -> f64 {
     let cached = if cold { 0 } else { previous.unwrap_or(0).min(context) };
-    CACHE_READ * cached as f64 + CACHE_WRITE * (context - cached) as f64
+    p.read * cached as f64 + p.write * (context - cached) as f64
 }
 
 /// What the start of a user turn looks like to [`offer`], in approximate tokens.
@@ -391,19 +407,33 @@ pub struct Turn {
     pub cold: bool,
     /// What dcp has gained on no pruning in this session so far.
     pub banked: f64,
+    /// The session's cache prices.
+    pub rates: Rates,
 }
 
 /// What offering dcp's head from a cold turn on costs beyond not offering it: [`offer_charge`],
 /// and its cached reads over the horizon of `expectedRequests` (charged request by request
 /// by [`balance`]).
 pub fn offer_cost(config: &Rewrite, turn: &Turn) -> f64 {
-    offer_charge(turn) + CACHE_READ * turn.head as f64 * f64::from(config.expected_requests)
+    offer_charge(turn) + turn.rates.read * turn.head as f64 * f64::from(config.expected_requests)
 }
 
 /// What the turn that starts offering dcp's head costs at once: the head's first write.
 pub fn offer_charge(turn: &Turn) -> f64 {
-    CACHE_WRITE * turn.head as f64
+    turn.rates.write * turn.head as f64
 }
+
+/// Whether dcp's head is cheap enough to carry on every request from the first (`offer =
+/// "always"`): a cache reads it at a fraction of the input price. Without a cache it costs its
+/// full price on every request, whether or not the agent prunes, and is offered only once paid
+/// for ([`offer`]).
+pub fn head_is_cheap(p: Rates) -> bool {
+    p.read <= CHEAP_READ
+}
+
+/// The highest cache-read price ([`head_is_cheap`]) at which the head rides from the first
+/// request: OpenAI's older models read at half the input price.
+pub const CHEAP_READ: f64 = 0.5;
 
 /// Whether a session not yet offered dcp's tools gets them from this turn on: on a cold cache,
 /// once what it has banked covers their cost ([`offer_cost`]), so no session pays for them
@@ -412,16 +442,16 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
-/// Whether a `<prunable-tools>` list of `list` tokens is worth sending, when what it names
-/// that the last list sent did not weighs `listed` tokens: it is written uncached, and pruning
+/// Whether a `<prunable-tools>` list of `list` tokens is worth sending under prices `p`, when
+/// what it names that the last list sent did not weighs `listed` tokens: it is written uncached, and pruning
 /// those outputs saves a cached read of them on every later request. What an earlier list
 /// named, the agent has seen already. That saving comes only if the agent acts on the list:
 /// each list sent since the agent last discarded, extracted or compressed (`unanswered`)
 /// doubles what the next must name, so an agent that ignores the lists gets them ever more
 /// rarely, and one that uses them keeps them.
-pub fn list_pays(listed: u64, list: u64, unanswered: u32) -> bool {
+pub fn list_pays(p: Rates, listed: u64, list: u64, unanswered: u32) -> bool {
     let margin = f64::from(1u32 << unanswered.min(MAX_UNANSWERED));
-    CACHE_READ * listed as f64 >= margin * CACHE_WRITE * list as f64
+    p.read * listed as f64 >= margin * p.write * list as f64
 }
 
 /// Unanswered lists beyond this many raise the bar no further ([`list_pays`]).
@@ -436,11 +466,12 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     if config.mode == RewriteMode::Immediate {
         return Some(Trigger::Immediate);
     }
-    if inputs.idle_seconds.is_some_and(|s| s >= config.cold_cache_seconds) {
+    if inputs.idle_seconds.is_some_and(|s| s >= inputs.cold_after) {
         return Some(Trigger::ColdCache);
     }
     if let Some(limit) = inputs.context_limit.filter(|l| *l > 0) {
-        if inputs.context as f64 >= config.pressure_ratio * limit as f64 {
+        let worth = inputs.pending as f64 >= config.spend_min_share * inputs.context as f64;
+        if inputs.context as f64 >= config.pressure_ratio * limit as f64 && worth {
             return Some(Trigger::Pressure);
         }
     }

@@ -18,8 +18,9 @@
 # Knobs: DCP_BIN (default target/release/dcp), TESTKIT_BIN (default
 # target/release/dcp-testkit), OUT (default target/effect: the data dirs and the replay JSON
 # documents, <group>-<ttl>.json), MODES (default all), TTLS (default "300 never"), EFFECT_GROUPS
-# (default "real generated generated-real lab"; also "holdout"), TABLES=1 also prints dcp replay's own
-# per-session tables.
+# (default "real generated generated-real lab"; also "holdout"), PRICES (default auto: each session's
+# own price sheet; a family such as anthropic-5m prices every session alike), TABLES=1 also prints
+# dcp replay's own per-session tables.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
@@ -51,12 +52,13 @@ for group in ${EFFECT_GROUPS:-real generated generated-real lab}; do
   for ttl in ${TTLS:-300 never}; do
     json="$OUT/$group-$ttl.json"
     SECONDS=0
-    "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl" --json >"$json"
+    "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl" \
+      --prices "${PRICES:-auto}" --json >"$json"
     echo
-    echo "== $group: dcp replay --all --data-dir $OUT/$group --mode ${MODES:-all} --cache-ttl $ttl (${SECONDS} s)"
+    echo "== $group: dcp replay --all --data-dir $OUT/$group --mode ${MODES:-all} --cache-ttl $ttl --prices ${PRICES:-auto} (${SECONDS} s)"
     python3 bench/suite/summary.py "$json" --group "$group" "${extra[@]}"
     if [ "${TABLES:-0}" = 1 ]; then
-      "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl"
+      "$DCP_BIN" replay --all --data-dir "$OUT/$group" --mode "${MODES:-all}" --cache-ttl "$ttl" --prices "${PRICES:-auto}"
     fi
   done
 done

@@ -107,8 +107,10 @@ def main():
         if long_runs:
             parts.append(("continuous %d+" % LONG_RUN, long_runs))
     ttl = doc.get("cache_ttl")
-    print("%s: %d sessions, %s; ratios to no pruning, median / worst / total; misses: share of steps"
-          % (group, len(doc["sessions"]), "a %s s cache" % ttl if ttl else "a cache that never expires"))
+    cache = {None: "a cache that never expires", "sheet": "each session's own cache TTL"}.get(ttl, "a %s s cache" % ttl)
+    prices = doc.get("prices", "anthropic-5m")
+    print("%s: %d sessions, %s, %s prices; ratios to no pruning, median / worst / total; misses: share of steps"
+          % (group, len(doc["sessions"]), cache, "each session's own" if prices == "auto" else prices))
     heads = [h for _, h in FIGURES] + ["misses"]
     if markdown:
         print("| sessions | mode | sessions / steps | %s |" % " | ".join(heads))

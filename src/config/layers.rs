@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 
 use super::Config;
 
+#[cfg(test)]
+mod prices_tests;
 mod suggest;
 
 /// What a value of the schema must be.
@@ -18,6 +20,10 @@ enum Kind {
     Text,
     Strings,
     OneOf(&'static [&'static str]),
+    /// A price per million tokens: a number >= 0.
+    Price,
+    /// A price sheet: a family or a model of `crate::prices`' table.
+    Sheet,
 }
 
 /// Every key dcp understands, as a dotted path, with its kind.
@@ -57,6 +63,8 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("strategies.masking.collapseTurns", Kind::Bool),
     ("strategies.masking.workingCalls", Kind::Count),
     ("strategies.masking.workingFiles", Kind::Count),
+    ("strategies.masking.keepNamed", Kind::Count),
+    ("strategies.masking.keepQuoted", Kind::Count),
     ("strategies.masking.protectedTools", Kind::Strings),
     ("pruneSubagents", Kind::Bool),
     ("rewrite.mode", Kind::OneOf(&["immediate", "batched"])),
@@ -72,6 +80,13 @@ const SCHEMA: &[(&str, Kind)] = &[
     ("proxy.upstreams.chat", Kind::Text),
     ("proxy.upstreams.responses", Kind::Text),
     ("proxy.upstreamCa", Kind::Text),
+    ("prices.sheet", Kind::Sheet),
+    ("prices.input", Kind::Price),
+    ("prices.output", Kind::Price),
+    ("prices.cacheRead", Kind::Price),
+    ("prices.cacheWrite", Kind::Price),
+    ("prices.currency", Kind::Text),
+    ("prices.ttlSeconds", Kind::Count),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -175,18 +190,24 @@ pub fn load(locations: &Locations) -> Result<Loaded, ConfigError> {
     let mut merged = Value::Object(Map::new());
     let mut warnings = Vec::new();
     let sources = locations.files()?;
+    // The last layer that sets `prices`, which a bad combination of its keys is named by.
+    let mut prices_from = None;
     for path in &sources {
         let text = read_file(path)?;
         let text = String::from_utf8(text)
             .map_err(|_| ConfigError::Syntax { path: path.clone(), message: "not UTF-8".to_string() })?;
         let layer = parse_layer(&text, path, &mut warnings)?;
+        if layer.get("prices").is_some() {
+            prices_from = Some(path.clone());
+        }
         merge(&mut merged, layer, "");
     }
-    let config = serde_json::from_value(merged).map_err(|e| ConfigError::Value {
+    let config: Config = serde_json::from_value(merged).map_err(|e| ConfigError::Value {
         path: sources.last().cloned().unwrap_or_default(),
         key: String::new(),
         message: e.to_string(),
     })?;
+    config.check_prices(prices_from)?;
     Ok(Loaded { config, sources, warnings })
 }
 
@@ -279,6 +300,8 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::Text => value.is_string(),
         Kind::Strings => value.as_array().is_some_and(|items| items.iter().all(Value::is_string)),
         Kind::OneOf(options) => value.as_str().is_some_and(|s| options.contains(&s)),
+        Kind::Price => value.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0),
+        Kind::Sheet => value.as_str().is_some_and(|s| crate::prices::named(s).is_some()),
     };
     if ok {
         return Ok(());
@@ -290,6 +313,8 @@ fn check_value(value: &Value, kind: Kind) -> Result<(), String> {
         Kind::Text => "a string".to_string(),
         Kind::Strings => "a list of strings".to_string(),
         Kind::OneOf(options) => format!("one of {}", options.join(", ")),
+        Kind::Price => "a price per million tokens, a number >= 0".to_string(),
+        Kind::Sheet => format!("a price sheet ({}) or a known model's id", crate::prices::FAMILIES.join(", ")),
     };
     Err(format!("must be {expected}, not {}", crate::format::excerpt(value)))
 }

@@ -56,6 +56,9 @@ pub struct Config {
     /// `dcp proxy`'s upstreams (`crate::proxy`); unused by the plugin.
     #[serde(skip_serializing_if = "Proxy::is_unset")]
     pub proxy: Proxy,
+    /// dcp's own: the price sheet, over the one the model's id gives (`crate::prices`).
+    #[serde(skip_serializing_if = "crate::prices::Override::is_unset")]
+    pub prices: crate::prices::Override,
 }
 
 /// Where `dcp proxy` forwards: one upstream for every API, one per API, and a CA to trust
@@ -191,6 +194,14 @@ pub struct Masking {
     /// wrote is the agent's working material too: a file it is still reading around is one it
     /// may edit next (0: off; see `crate::strategies::masking`, "The working set").
     pub working_files: u32,
+    /// For this many steps after a follow-up prompt, the latest views of the files it names (by
+    /// path, name, or a directory of two or more components) stay whole (0: off; see
+    /// `crate::strategies::keep`, "Named by the person").
+    pub keep_named: u32,
+    /// A listing, search or written file that one of the agent's last this many steps quoted
+    /// stays whole: it is what the agent works from (0: off; see `crate::strategies::keep`,
+    /// "In use").
+    pub keep_quoted: u32,
     /// Whether the text arguments of `edit` and `write` calls beyond the window are masked too
     /// (their effect is on disk; see `crate::strategies::masking`).
     pub inputs: bool,
@@ -239,8 +250,10 @@ pub struct Rewrite {
     pub max_horizon: u32,
     /// Apply everything pending once the context passes this share of the window.
     pub pressure_ratio: f64,
-    /// After this many idle seconds the provider's cache is cold: rewriting is free.
-    pub cold_cache_seconds: u64,
+    /// After this many idle seconds the provider's cache is cold: rewriting is free. Unset, the
+    /// price sheet's TTL ([`Rewrite::cold_after`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold_cache_seconds: Option<u64>,
     /// The most of what the session has banked that a rewrite which does not pay back may
     /// spend on a smaller context (0: never; see `crate::policy`, "Spending the bank").
     pub spend_banked: f64,
@@ -265,6 +278,7 @@ impl Default for Config {
             prune_subagents: true,
             rewrite: Rewrite::default(),
             proxy: Proxy::default(),
+            prices: crate::prices::Override::default(),
         }
     }
 }
@@ -331,6 +345,16 @@ pub const WORKING_FILES: u32 = 0;
 /// tokens on the corpus's long runs at the same cost (BENCHMARKS.md, "Issue 24, stop 33").
 pub const KEEP_LAST: u32 = 6;
 
+/// Masking's default window of steps an output stays whole for after it was quoted
+/// (`strategies.masking.keepQuoted`): three, chosen on the corpus's interactive and long runs
+/// together (docs/results/keep.md).
+pub const KEEP_QUOTED: u32 = 3;
+
+/// Masking's default window of steps after a follow-up prompt in which the views of the files
+/// it names stay whole (`strategies.masking.keepNamed`): eight, the middle of the six to ten
+/// that miss least on the corpus's interactive sessions (docs/results/keep.md).
+pub const KEEP_NAMED: u32 = 8;
+
 impl Default for Masking {
     fn default() -> Self {
         Masking {
@@ -341,6 +365,8 @@ impl Default for Masking {
             on_rewrite: Window::default(),
             working_calls: 10,
             working_files: WORKING_FILES,
+            keep_named: KEEP_NAMED,
+            keep_quoted: KEEP_QUOTED,
             inputs: true,
             collapse_turns: true,
             protected_tools: Vec::new(),
@@ -361,7 +387,7 @@ impl Default for Rewrite {
             expected_requests: 8,
             max_horizon: 30,
             pressure_ratio: 0.6,
-            cold_cache_seconds: 300,
+            cold_cache_seconds: None,
             spend_banked: 0.5,
             spend_min_share: 0.02,
             loss_bound: 0.05,
@@ -369,7 +395,37 @@ impl Default for Rewrite {
     }
 }
 
+impl Rewrite {
+    /// Idle seconds after which the provider's cache is cold: `coldCacheSeconds` when set,
+    /// else the TTL of the session's price sheet (at once for a provider without a cache).
+    pub fn cold_after(&self, sheet: &crate::prices::Sheet) -> u64 {
+        self.cold_cache_seconds.unwrap_or_else(|| sheet.cold_after())
+    }
+}
+
 impl Config {
+    /// The price sheet of a session whose model gives `base`: `prices` over it.
+    pub fn sheet(&self, base: crate::prices::Sheet) -> Result<crate::prices::Sheet, crate::prices::PriceError> {
+        self.prices.apply(base)
+    }
+
+    /// The `prices` section as a whole, over any sheet: a cache price set without an input price
+    /// to be a share of is an error naming its key and the layer that set `prices` last.
+    pub(crate) fn check_prices(&self, from: Option<std::path::PathBuf>) -> Result<(), ConfigError> {
+        let Err(e) = self.prices.apply(crate::prices::family("none").unwrap_or_default()) else { return Ok(()) };
+        let (key, message) = match e {
+            crate::prices::PriceError::Needs { key, needs } => (
+                key,
+                format!(
+                    "is a price per million tokens, which needs `prices.{needs}` (the input price it is a share of)"
+                ),
+            ),
+            other => (String::new(), other.to_string()),
+        };
+        let key = format!("prices.{key}");
+        Err(ConfigError::Value { path: from.unwrap_or_default(), key, message })
+    }
+
     fn protected(&self, extra: &[String], tool: &str) -> bool {
         DEFAULT_PROTECTED_TOOLS.contains(&tool) || extra.iter().any(|t| t == tool)
     }

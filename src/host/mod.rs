@@ -45,6 +45,18 @@ pub struct SessionInfo {
     pub source: Source,
 }
 
+/// The usage a session's own row holds (`tokens_*`, `cost`): the sums of its messages' in
+/// OpenCode, the run's totals in a database `dcp-testkit import` wrote from a log that records
+/// only those.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub cost: f64,
+}
+
 /// A session read from a store, with the rows that could not be read.
 #[derive(Debug, Clone)]
 pub struct LoadedSession {
@@ -140,6 +152,15 @@ impl DataDir {
             }
         }
         Err(HostError::SessionNotFound { id: id.to_string(), root: self.root.clone() })
+    }
+
+    /// The usage session `id`'s row holds (in `opencode.db` only); `None` when it holds none
+    /// or the database has no such columns.
+    pub fn usage(&self, id: &str) -> Result<Option<Usage>, HostError> {
+        if !self.has_db() {
+            return Ok(None);
+        }
+        Ok(sqlite::Db::open(&self.db)?.usage(id))
     }
 
     /// The most recently updated top-level session, if any.

@@ -169,11 +169,16 @@ fn replayed(data: &DataDir, config: &Config, id: &str) -> Option<Vec<Point>> {
     let loaded = data.load(id).ok()?;
     let info = &loaded.info;
     let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
-    let session =
-        replay::RecordedSession { id, parent_id: info.parent_id.as_deref(), directory, messages: &loaded.messages };
+    let session = replay::RecordedSession {
+        id,
+        parent_id: info.parent_id.as_deref(),
+        directory,
+        messages: &loaded.messages,
+        totals: None,
+    };
     let options = Options {
         modes: Vec::new(),
-        ttl: replay::cost::Ttl::Seconds(300),
+        prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
         context_limit: None,
         overhead: replay::OPENCODE_OVERHEAD,
         config: config.clone(),

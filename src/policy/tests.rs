@@ -63,7 +63,7 @@ fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
     // It would pay back within the horizon, but if the session ended right after it, it
     // would cost 6,000 more than it saved, and nothing is banked yet.
     let i = Inputs { context: 20_000, tail: 15_000, pending: 9_000, warm: 30, ..Inputs::default() };
-    assert!((rewrite_extra(9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
+    assert!((rewrite_extra(Rates::default(), 9_000.0, 15_000.0) - 6_000.0).abs() < 1e-9);
     assert_eq!(rewrite_trigger(&batched(), &i), None);
     let banked = Inputs { banked: 6_000.0, ..i };
     assert_eq!(rewrite_trigger(&batched(), &banked), Some(Trigger::Pays));
@@ -95,9 +95,11 @@ fn a_newer_prune_that_pays_goes_without_an_old_one_that_does_not() {
         Pending { tokens: 200, tail: 30_000, ..Pending::default() },
     ];
     assert_eq!(choose(&batched(), &base, &pending), None);
-    // Under pressure everything goes.
+    // Under pressure everything goes, once it is worth a re-bill (2% of the context).
     let pressed = Inputs { context: 100_000, context_limit: Some(128_000), ..base };
-    assert_eq!(choose(&batched(), &pressed, &pending), Some((0, Trigger::Pressure)));
+    assert_eq!(choose(&batched(), &pressed, &pending), None);
+    let more = [pending[0], pending[1], Pending { tokens: 1_500, tail: 20_000, ..Pending::default() }];
+    assert_eq!(choose(&batched(), &pressed, &more), Some((0, Trigger::Pressure)));
 }
 
 #[test]
@@ -147,7 +149,7 @@ fn a_rewrite_that_does_not_pay_back_yet_may_spend_half_the_bank_on_a_smaller_con
     // Deep in the prompt: 12,000 of a tail of 40,000 does not pay back within two requests,
     // but would within 30 (31,000 extra now, 1,200 a request after).
     let deep = Pending { tokens: 12_000, tail: 40_000, ..Pending::default() };
-    let extra = rewrite_extra(12_000.0, 40_000.0);
+    let extra = rewrite_extra(Rates::default(), 12_000.0, 40_000.0);
     assert!((extra - 31_000.0).abs() < 1e-9);
     assert_eq!(choose(&batched(), &Inputs { banked: 1e9, ..base }, &[deep]), Some((0, Trigger::Spends)));
     assert_eq!(choose(&batched(), &base, &[deep]), None, "the bank does not cover it");
@@ -211,7 +213,7 @@ fn a_small_batch_deep_in_the_prompt_spends_nothing_however_much_is_banked() {
 
 #[test]
 fn the_tools_are_offered_once_the_bank_covers_them() {
-    let turn = Turn { head: 600, cold: true, banked: 0.0 };
+    let turn = Turn { head: 600, cold: true, banked: 0.0, rates: Rates::default() };
     // Nothing banked: a session that never prunes never pays for the tools.
     assert!(!offer(&batched(), &turn));
     // The head's first write (750) and its cached reads over the horizon (8 x 60).
@@ -254,20 +256,32 @@ fn a_rewrite_that_costs_nothing_extra_goes_whatever_the_balance() {
 
 #[test]
 fn the_cost_without_pruning_reads_the_previous_request_from_the_cache() {
-    assert!((unpruned_cost(None, 1_000, false) - 1_250.0).abs() < 1e-9);
-    assert!((unpruned_cost(Some(800), 1_000, false) - (80.0 + 250.0)).abs() < 1e-9);
-    assert!((unpruned_cost(Some(800), 1_000, true) - 1_250.0).abs() < 1e-9);
+    assert!((unpruned_cost(Rates::default(), None, 1_000, false) - 1_250.0).abs() < 1e-9);
+    assert!((unpruned_cost(Rates::default(), Some(800), 1_000, false) - (80.0 + 250.0)).abs() < 1e-9);
+    assert!((unpruned_cost(Rates::default(), Some(800), 1_000, true) - 1_250.0).abs() < 1e-9);
     // A history that shrank (a compaction) is read from the cache up to its new size.
-    assert!((unpruned_cost(Some(2_000), 1_000, false) - 100.0).abs() < 1e-9);
+    assert!((unpruned_cost(Rates::default(), Some(2_000), 1_000, false) - 100.0).abs() < 1e-9);
 }
 
 #[test]
 fn no_run_loses_more_than_the_quick_bets_bound_whatever_its_outputs() {
-    // Simulated continuous runs: each request adds a step (an output of random size and
-    // some assistant text); outputs beyond the last five wait for the policy, which is
-    // asked every request. By the cost model, at the end of every request the run has
-    // cost at most (1 + QUICK_BOUND x lossBound) x what it would have without pruning: the
-    // loss bound, widened for quick bets only.
+    assert!(simulated_rewrites(Rates::default()) > 400);
+}
+
+#[test]
+fn no_run_loses_more_than_the_quick_bets_bound_under_any_price_sheet() {
+    for name in crate::prices::FAMILIES {
+        let rates = crate::prices::family(name).unwrap().rates;
+        simulated_rewrites(rates);
+    }
+}
+
+/// Simulated continuous runs priced `rates`: each request adds a step (an output of random
+/// size and some assistant text); outputs beyond the last five wait for the policy, which is
+/// asked every request. By the cost model, at the end of every request the run has cost at
+/// most (1 + QUICK_BOUND x lossBound) x what it would have without pruning: the loss bound,
+/// widened for quick bets only. Returns how many rewrites the runs made.
+fn simulated_rewrites(rates: Rates) -> u32 {
     let config = batched();
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = |n: u64| {
@@ -290,7 +304,7 @@ fn no_run_loses_more_than_the_quick_bets_bound_whatever_its_outputs() {
             items.push((size, true));
             items.push((text, false));
             unpruned += size + text;
-            baseline += unpruned_cost(previous, unpruned, false);
+            baseline += unpruned_cost(rates, previous, unpruned, false);
             previous = Some(unpruned);
             let tail = |from: usize, items: &[(u64, bool)]| items[from..].iter().map(|i| i.0).sum::<u64>();
             let outputs: Vec<usize> = (0..items.len()).filter(|&i| items[i].1).collect();
@@ -301,8 +315,8 @@ fn no_run_loses_more_than_the_quick_bets_bound_whatever_its_outputs() {
                 .map(|&i| Pending { tokens: items[i].0, tail: tail(i, &items), ..Pending::default() })
                 .collect();
             let context = tail(0, &items);
-            let base = Inputs { context, warm: step as u32, banked, baseline, ..Inputs::default() };
-            let mut request = Request { in_force, ..Request::default() };
+            let base = Inputs { context, warm: step as u32, banked, baseline, rates, ..Inputs::default() };
+            let mut request = Request { in_force, rates, ..Request::default() };
             if let Some((cut, _)) = choose(&config, &base, &pending) {
                 request.applied = pending[cut..].iter().map(|p| p.tokens).sum();
                 request.tail = pending[cut].tail;
@@ -314,32 +328,32 @@ fn no_run_loses_more_than_the_quick_bets_bound_whatever_its_outputs() {
             }
             banked += balance(&request);
             let bound = -QUICK_BOUND * config.loss_bound * baseline - 1e-6;
-            assert!(banked >= bound, "run lost {banked:.0} of {baseline:.0} at step {step}");
+            assert!(banked >= bound, "run lost {banked:.0} of {baseline:.0} at step {step} ({rates:?})");
         }
     }
-    assert!(rewrites > 400, "only {rewrites} rewrites in 200 runs");
+    rewrites
 }
 
 #[test]
 fn the_prunable_list_goes_only_when_what_it_names_is_worth_more_than_the_list() {
     // Written uncached with every request: 1.25 x 40 against a cached read of what it names.
-    assert!(!list_pays(400, 40, 0));
-    assert!(list_pays(500, 40, 0));
+    assert!(!list_pays(Rates::default(), 400, 40, 0));
+    assert!(list_pays(Rates::default(), 500, 40, 0));
 }
 
 #[test]
 fn every_list_the_agent_leaves_unanswered_doubles_what_the_next_must_name() {
-    assert!(!list_pays(500, 40, 1));
-    assert!(list_pays(1_000, 40, 1));
-    assert!(!list_pays(3_999, 40, 3));
-    assert!(list_pays(4_000, 40, 3));
+    assert!(!list_pays(Rates::default(), 500, 40, 1));
+    assert!(list_pays(Rates::default(), 1_000, 40, 1));
+    assert!(!list_pays(Rates::default(), 3_999, 40, 3));
+    assert!(list_pays(Rates::default(), 4_000, 40, 3));
     // The bar stops rising, and never overflows.
-    assert_eq!(list_pays(u64::MAX / 2, 40, 40), list_pays(u64::MAX / 2, 40, 16));
+    assert_eq!(list_pays(Rates::default(), u64::MAX / 2, 40, 40), list_pays(Rates::default(), u64::MAX / 2, 40, 16));
 }
 
 #[test]
 fn pressure_cold_cache_and_immediate_mode_apply() {
-    let i = Inputs { context: 90_000, tail: 80_000, pending: 100, context_limit: Some(128_000), ..Inputs::default() };
+    let i = Inputs { context: 90_000, tail: 80_000, pending: 2_000, context_limit: Some(128_000), ..Inputs::default() };
     assert_eq!(rewrite_trigger(&batched(), &i), Some(Trigger::Pressure));
     let cold = Inputs { context_limit: None, idle_seconds: Some(600), ..i };
     assert_eq!(rewrite_trigger(&batched(), &cold), Some(Trigger::ColdCache));
@@ -391,7 +405,7 @@ fn a_bet_earned_back_within_half_its_horizon_goes_beyond_the_loss_bound() {
     // within 4 of the 8 requests a bet counts on.
     let base = Inputs { context: 40_000, warm: 30, baseline: 40_000.0, ..Inputs::default() };
     let quick = [Pending { tokens: 10_000, tail: 13_000, ..Pending::default() }];
-    assert!(rewrite_extra(10_000.0, 13_000.0) > allowance(&batched(), &base));
+    assert!(rewrite_extra(Rates::default(), 10_000.0, 13_000.0) > allowance(&batched(), &base));
     assert_eq!(choose(&batched(), &base, &quick), Some((0, Trigger::Pays)));
     // One that needs 5 requests (2,850 at 600 a request) waits for the bank or the bound.
     let slower = [Pending { tokens: 6_000, tail: 9_000, ..Pending::default() }];
@@ -400,6 +414,76 @@ fn a_bet_earned_back_within_half_its_horizon_goes_beyond_the_loss_bound() {
     assert_eq!(choose(&batched(), &Inputs { warm: 6, ..base }, &quick), None);
     // And a quick bet stakes at most `QUICK_BOUND` times the loss bound: 2,250 here.
     assert_eq!(choose(&batched(), &Inputs { baseline: 15_000.0, ..base }, &quick), None);
+}
+
+/// A rewrite of 3,000 tokens re-billing a tail of 4,800, ten requests into a warm run that
+/// has banked 2,000 (too little to spend on it), under the family `name`.
+fn same_rewrite_under(name: &str) -> Option<(usize, Trigger)> {
+    let rates = crate::prices::family(name).unwrap().rates;
+    let base = Inputs { context: 50_000, warm: 10, banked: 2_000.0, rates, ..Inputs::default() };
+    choose(&batched(), &base, &[Pending { tokens: 3_000, tail: 4_800, ..Pending::default() }])
+}
+
+#[test]
+fn the_same_rewrite_goes_without_a_write_premium_and_waits_under_anthropics() {
+    // Five requests of horizon: 3,000 x (0.1 x 5 + 1.25) = 5,250 saved against 1.15 x 4,800 =
+    // 5,520 re-billed at Anthropic's prices; 3,000 x 1.5 = 4,500 against 0.9 x 4,800 = 4,320
+    // at OpenAI's.
+    assert_eq!(same_rewrite_under("anthropic-5m"), None);
+    assert_eq!(same_rewrite_under("anthropic-1h"), None);
+    assert_eq!(same_rewrite_under("openai"), Some((0, Trigger::Pays)));
+    assert_eq!(same_rewrite_under("deepseek"), Some((0, Trigger::Pays)));
+    // Without a cache a rewrite re-bills nothing: it goes at once.
+    assert_eq!(same_rewrite_under("none"), Some((0, Trigger::Pays)));
+    // A local model's KV cache makes the re-read free, so only what the request itself
+    // saves counts: 3,000 against 4,800 prefilled again.
+    assert_eq!(same_rewrite_under("local"), None);
+}
+
+#[test]
+fn under_a_one_hour_cache_no_rewrite_is_free_after_a_shorter_pause() {
+    let hour = crate::prices::family("anthropic-1h").unwrap();
+    let five = crate::prices::Sheet::default();
+    let pending =
+        Inputs { context: 50_000, tail: 40_000, pending: 2_000, warm: 3, idle_seconds: Some(600), ..Inputs::default() };
+    // Ten minutes idle: cold on a 5-minute cache, warm on a 1-hour one.
+    let on = |sheet: &crate::prices::Sheet| Inputs {
+        cold_after: batched().cold_after(sheet),
+        rates: sheet.rates,
+        ..pending
+    };
+    assert_eq!(rewrite_trigger(&batched(), &on(&five)), Some(Trigger::ColdCache));
+    assert_eq!(rewrite_trigger(&batched(), &on(&hour)), None);
+    let past = Inputs { idle_seconds: Some(3_600), ..on(&hour) };
+    assert_eq!(rewrite_trigger(&batched(), &past), Some(Trigger::ColdCache));
+    // And its extra is priced at the 1-hour write: (2 - 0.1) x tail, not 1.15 x tail.
+    let warm = Request { applied: 2_000, tail: 40_000, rates: hour.rates, ..Request::default() };
+    assert!((balance(&warm) - (-(1.9 * 40_000.0) + 2.0 * 2_000.0)).abs() < 1e-9);
+}
+
+#[test]
+fn without_a_cache_every_pruned_token_is_saved_at_full_price() {
+    let none = crate::prices::family("none").unwrap();
+    let warm = Request { in_force: 1_000, applied: 500, tail: 9_000, rates: none.rates, ..Request::default() };
+    // 1,000 in force at the full price, and the rewrite saves its 500 on its own request.
+    assert!((balance(&warm) - 1_500.0).abs() < 1e-9);
+    assert_eq!(batched().cold_after(&none), 0);
+}
+
+#[test]
+fn the_tools_ride_from_the_first_request_only_where_a_cache_reads_them() {
+    let cheap = |name: &str| head_is_cheap(crate::prices::family(name).unwrap().rates);
+    assert!(cheap("anthropic-5m") && cheap("anthropic-1h") && cheap("openai") && cheap("local"));
+    assert!(!cheap("none"));
+    assert!(head_is_cheap(crate::prices::for_model("gpt-4o").unwrap().rates));
+}
+
+#[test]
+fn under_pressure_a_batch_too_small_to_matter_waits_for_more() {
+    let base = Inputs { context: 130_000, tail: 60_000, warm: 3, context_limit: Some(200_000), ..Inputs::default() };
+    // 2% of 130,000 is 2,600 tokens.
+    assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_000, ..base }), None);
+    assert_eq!(rewrite_trigger(&batched(), &Inputs { pending: 2_600, ..base }), Some(Trigger::Pressure));
 }
 
 #[test]

@@ -13,10 +13,11 @@ use anyhow::{Context as _, Result};
 
 use super::cost::Ttl;
 use super::report::{self, Header, Row};
-use super::{Mode, Options, RecordedSession, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
+use super::{Mode, Options, Prices, RecordedSession, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::host::{DataDir, SessionInfo};
+use crate::prices::Override;
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -28,9 +29,17 @@ pub struct Args {
     /// Every session of the data dir (subagents included), with the total, median and worst.
     #[arg(long)]
     all: bool,
-    /// Seconds a provider keeps a cached prefix after its last use, or `never`.
-    #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = parse_ttl)]
-    cache_ttl: Ttl,
+    /// Seconds a provider keeps a cached prefix after its last use, or `never`, over every
+    /// session's price sheet [default: the sheet's TTL]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_ttl)]
+    cache_ttl: Option<Ttl>,
+    /// The price sheet every session is billed and decided with: a family (anthropic-5m,
+    /// anthropic-1h, openai, openai-24h, gemini, deepseek, none, local), a known model's id, or
+    /// a JSON file of `prices` keys (sheet, input, output, cacheRead, cacheWrite, currency,
+    /// ttlSeconds) over each session's own; `auto`: each session's own, from its model and the
+    /// usage it recorded.
+    #[arg(long, value_name = "SHEET|FILE", default_value = "auto", value_parser = parse_prices)]
+    prices: Given,
     /// More runs besides `none` and `dcp`, comma separated: immediate, deduplication,
     /// supersede-writes, purge-errors, masking, agent-tools, or all.
     #[arg(long, value_name = "MODES", value_delimiter = ',', value_parser = parse_mode)]
@@ -76,6 +85,36 @@ fn parse_ttl(s: &str) -> Result<Ttl, String> {
     }
 }
 
+/// What `--prices` said, and the override it gives.
+#[derive(Debug, Clone)]
+struct Given {
+    label: String,
+    /// Boxed: the command's arguments stay small beside the others'.
+    prices: Box<Override>,
+}
+
+fn parse_prices(s: &str) -> Result<Given, String> {
+    let label = s.to_string();
+    if s == "auto" {
+        return Ok(Given { label, prices: Box::default() });
+    }
+    if crate::prices::named(s).is_some() {
+        return Ok(Given { label, prices: Box::new(Override { sheet: Some(s.to_string()), ..Override::default() }) });
+    }
+    let path = Path::new(s);
+    if !path.is_file() {
+        let families = crate::prices::FAMILIES.join(", ");
+        return Err(format!("{s:?} is no price sheet ({families}, a known model's id, auto) and no file"));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {s}: {e}"))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{s} is not JSON: {e}"))?;
+    let prices = Override::from_json(&value).map_err(|e| format!("{s}: {e}"))?;
+    // Checked over a sheet without money: a cache price needs an input price to be a share of.
+    let none = crate::prices::family("none").unwrap_or_default();
+    prices.apply(none).map_err(|e| format!("{s}: {e}"))?;
+    Ok(Given { label: path.display().to_string(), prices: Box::new(prices) })
+}
+
 fn parse_mode(s: &str) -> Result<Vec<Mode>, String> {
     match s {
         "all" => Ok(Mode::EXTRA.to_vec()),
@@ -105,7 +144,7 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
     });
     let options = Options {
         modes: args.mode.iter().flatten().copied().collect(),
-        ttl: args.cache_ttl,
+        prices: Prices { given: (*args.prices.prices).clone(), ttl: args.cache_ttl },
         context_limit: Some(args.context_limit),
         overhead,
         config: config.clone(),
@@ -125,8 +164,8 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         .iter()
         .map(|(info, replay)| Row { title: &info.title, parent_id: info.parent_id.as_deref(), replay })
         .collect();
-    let header =
-        Header { estimator: TokenCounter::new(args.estimator).estimator().name(), ttl: args.cache_ttl, overhead };
+    let estimator = TokenCounter::new(args.estimator).estimator().name();
+    let header = Header { estimator, ttl: args.cache_ttl, overhead, prices: args.prices.label.clone() };
     if json {
         serde_json::to_writer_pretty(&mut *out, &report::json(&header, &rows))?;
         writeln!(out)?;
@@ -167,8 +206,16 @@ fn replay_one(job: &Job<'_>, info: &SessionInfo) -> Result<SessionReplay> {
     }
     let messages: Vec<Message> = loaded.messages;
     let directory = (!info.directory.is_empty()).then(|| Path::new(&info.directory));
-    let session =
-        RecordedSession { id: &info.id, parent_id: info.parent_id.as_deref(), directory, messages: &messages };
+    let totals = job.data.usage(&info.id).ok().flatten().map(|u| super::steps::Recorded {
+        input: u.input,
+        cache_read: u.cache_read,
+        cache_write: u.cache_write,
+        output: u.output,
+        cost: u.cost,
+        ..Default::default()
+    });
+    let (id, parent_id) = (info.id.as_str(), info.parent_id.as_deref());
+    let session = RecordedSession { id, parent_id, directory, messages: &messages, totals };
     let replayed = super::replay(&session, job.options)?;
     if let Some(dir) = job.requests {
         let sent = super::requests(&session, Mode::Dcp, job.options)?;

@@ -3,9 +3,10 @@
 //!
 //! A request is a sequence of [`Piece`]s in the order the provider reads them (the system
 //! prompt and tool definitions, then each message). The longest common prefix with the
-//! previous request is read from the provider's prompt cache at 0.1x the input price, unless
-//! the previous request was more than the cache TTL ago; the rest is written to the cache at
-//! 1.25x. `summarize.py` compares characters; here a piece either matches the previous
+//! previous request is read from the provider's prompt cache at the price sheet's cache-read
+//! price (0.1x the input price on Anthropic's 5-minute cache), unless the previous request was
+//! more than the cache TTL ago; the rest is written to the cache at its cache-write price
+//! (1.25x). Without a cache, every token is at the input price. `summarize.py` compares characters; here a piece either matches the previous
 //! request's piece at its position or it does not, so a piece that changed counts whole as
 //! uncached (within a changed message `summarize.py` still finds a few shared characters).
 //!
@@ -16,20 +17,14 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::policy::{CACHE_READ, CACHE_WRITE};
+pub use crate::prices::Ttl;
+use crate::prices::{Rates, Sheet};
 
 /// One chunk of a request. Equal ids mean equal content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     pub id: u64,
     pub tokens: u64,
-}
-
-/// How long the provider keeps a prefix after its last use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ttl {
-    Seconds(u64),
-    Never,
 }
 
 /// What one request cost.
@@ -44,6 +39,10 @@ pub struct Bill {
     pub rewrite: bool,
     /// The cache had expired: nothing was read from it.
     pub cold: bool,
+    /// Tokens of the prefix shared with the previous request, cached or not (what the cache
+    /// would have read had it been warm).
+    #[serde(skip)]
+    pub shared: u64,
 }
 
 /// Sums over a run: the figures `dcp replay` reports per mode.
@@ -93,8 +92,8 @@ impl Totals {
 
     /// Charges a miss on the request just added, billed `bill`, whose step quoted
     /// `hidden_tokens` of hidden text; returns the charge.
-    pub fn charge(&mut self, bill: &Bill, hidden_tokens: u64) -> f64 {
-        let charge = miss_charge(bill.tokens, hidden_tokens);
+    pub fn charge(&mut self, p: Rates, bill: &Bill, hidden_tokens: u64) -> f64 {
+        let charge = miss_charge(p, bill.tokens, hidden_tokens);
         self.misses += 1;
         self.cost_with_misses += charge;
         self.miss_share = self.misses as f64 / self.requests.max(1) as f64;
@@ -103,14 +102,14 @@ impl Totals {
 
     /// Charges, under the re-read model, the `tokens` of hidden texts earlier misses fetched,
     /// carried by the request just added: read from the cache as part of its context.
-    pub fn carry(&mut self, tokens: u64) {
-        self.cost_with_misses_reread += CACHE_READ * tokens as f64;
+    pub fn carry(&mut self, p: Rates, tokens: u64) {
+        self.cost_with_misses_reread += p.read * tokens as f64;
     }
 
     /// Charges a miss under the re-read model on the request just added, billed `bill`;
     /// returns the charge.
-    pub fn charge_reread(&mut self, bill: &Bill, hidden_tokens: u64) -> f64 {
-        let charge = miss_charge(bill.tokens, hidden_tokens);
+    pub fn charge_reread(&mut self, p: Rates, bill: &Bill, hidden_tokens: u64) -> f64 {
+        let charge = miss_charge(p, bill.tokens, hidden_tokens);
         self.misses_reread += 1;
         self.cost_with_misses_reread += charge;
         charge
@@ -136,8 +135,8 @@ impl Totals {
 
 /// What a miss costs: the request made again with its context read from the cache, and the
 /// hidden text brought back, written to it.
-pub fn miss_charge(context: u64, hidden_tokens: u64) -> f64 {
-    CACHE_READ * context as f64 + CACHE_WRITE * hidden_tokens as f64
+pub fn miss_charge(p: Rates, context: u64, hidden_tokens: u64) -> f64 {
+    p.read * context as f64 + p.write * hidden_tokens as f64
 }
 
 pub fn round4<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -151,7 +150,9 @@ pub fn round<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
 /// Bills the requests of one run, in order.
 #[derive(Debug)]
 pub struct Meter {
-    ttl: Ttl,
+    rates: Rates,
+    /// How long a prefix stays cached; `None` without a cache.
+    ttl: Option<Ttl>,
     previous: Vec<Piece>,
     /// How many of the previous request's pieces were its history (the rest was appended).
     previous_history: usize,
@@ -159,8 +160,10 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(ttl: Ttl) -> Meter {
-        Meter { ttl, previous: Vec::new(), previous_history: 0, previous_time: None }
+    /// A meter for one run priced by `sheet`.
+    pub fn new(sheet: &Sheet) -> Meter {
+        let ttl = sheet.caches.then_some(sheet.ttl);
+        Meter { rates: sheet.rates, ttl, previous: Vec::new(), previous_history: 0, previous_time: None }
     }
 
     /// Bills a request sent at `time` (ms) made of `pieces`, the first `history` of which
@@ -168,20 +171,19 @@ impl Meter {
     pub fn bill(&mut self, time: i64, pieces: Vec<Piece>, history: usize) -> Bill {
         let shared = pieces.iter().zip(&self.previous).take_while(|(a, b)| a == b).count();
         let tokens: u64 = pieces.iter().map(|p| p.tokens).sum();
-        let mut cached: u64 = pieces[..shared].iter().map(|p| p.tokens).sum();
+        let shared_tokens: u64 = pieces[..shared].iter().map(|p| p.tokens).sum();
         let expired = match (self.ttl, self.previous_time) {
-            (Ttl::Seconds(ttl), Some(t)) => (time - t) as f64 / 1000.0 > ttl as f64,
+            (None, Some(_)) => true,
+            (Some(Ttl::Seconds(ttl)), Some(t)) => (time - t) as f64 / 1000.0 > ttl as f64,
             _ => false,
         };
-        if expired {
-            cached = 0;
-        }
+        let cached = if expired { 0 } else { shared_tokens };
         let rewrite = !self.previous.is_empty() && shared < self.previous_history;
         self.previous = pieces;
         self.previous_history = history;
         self.previous_time = Some(time);
-        let cost = CACHE_READ * cached as f64 + CACHE_WRITE * (tokens - cached) as f64;
-        Bill { tokens, cached, cost, rewrite, cold: expired }
+        let cost = self.rates.read * cached as f64 + self.rates.write * (tokens - cached) as f64;
+        Bill { tokens, cached, cost, rewrite, cold: expired, shared: shared_tokens }
     }
 }
 
@@ -195,7 +197,7 @@ mod tests {
 
     #[test]
     fn the_shared_prefix_is_read_and_the_rest_written() {
-        let mut m = Meter::new(Ttl::Never);
+        let mut m = Meter::new(&Sheet { ttl: Ttl::Never, ..Sheet::default() });
         let first = m.bill(0, vec![p(1, 100), p(2, 50), p(9, 10)], 2);
         assert_eq!((first.tokens, first.cached, first.cost), (160, 0, 200.0));
         // The tail (9) is replaced by the next message: no rewrite.
@@ -209,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_request_after_the_ttl_reads_nothing_from_the_cache() {
-        let mut m = Meter::new(Ttl::Seconds(300));
+        let mut m = Meter::new(&Sheet::default());
         m.bill(0, vec![p(1, 100)], 1);
         let warm = m.bill(300_000, vec![p(1, 100), p(2, 10)], 2);
         assert_eq!((warm.cached, warm.cold), (100, false));

@@ -11,8 +11,52 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use serde::Serialize;
 
-use super::SentRequest;
+use super::engine::EngineError;
+use super::steps::{AgentTools, Timeline};
+use super::{drive, edits_by_message, priced, replaced, Mode, Options, RecordedSession};
+use crate::session::Message;
+
+/// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form
+/// after dcp's edits, compressed ranges and appended messages, before OpenCode converts it to
+/// the provider's format. The `dcp replay --requests` lines (README).
+#[derive(Debug, Clone, Serialize)]
+pub struct SentRequest {
+    pub index: usize,
+    /// The assistant message the request produced (as in [`super::Run::per_request`]).
+    pub message_id: String,
+    pub time: i64,
+    pub messages: Vec<Message>,
+}
+
+/// The requests of `session` in `mode` as the model would have received them: each
+/// request's history with the engine's edits applied, then what it appended.
+pub fn requests(session: &RecordedSession<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
+    let mut out = Vec::new();
+    let (_, sheet) = priced(session, &Timeline::new(session.messages, AgentTools::Offered), options);
+    drive(session, (mode, &sheet), options, |step| {
+        let mut by_message = edits_by_message(step.edits);
+        let mut messages: Vec<Message> = Vec::new();
+        for (m, i) in step.timeline.range(step.request).enumerate() {
+            if let Some(summary) = replaced(step, m) {
+                messages.extend(summary.cloned());
+                continue;
+            }
+            let mut message = step.timeline.message_at(i, step.request.time).into_owned();
+            for e in by_message.remove(&m).unwrap_or_default() {
+                if let Some(part) = message.parts.get_mut(e.p) {
+                    e.apply(part);
+                }
+            }
+            messages.push(message);
+        }
+        messages.extend(step.append.iter().cloned());
+        let message_id = step.timeline.messages()[step.request.message].id().to_string();
+        out.push(SentRequest { index: out.len(), message_id, time: step.request.time, messages });
+    })?;
+    Ok(out)
+}
 
 /// Writes `requests` of session `session_id` to `dir/<session_id>.jsonl`; returns its path.
 pub fn write(dir: &Path, session_id: &str, requests: &[SentRequest]) -> Result<PathBuf> {

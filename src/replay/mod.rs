@@ -4,16 +4,20 @@
 //! history OpenCode sent at that moment goes through the sidecar's own engine ([`engine`]:
 //! the same `Server`, policy and state as `dcp serve`, with the recorded timestamps as its
 //! clock), and what the model would have been sent is counted ([`pieces`]) and billed with
-//! the lab's prompt-cache model ([`cost`]). Each [`Mode`] is one run: no pruning, dcp as
-//! configured, and variants of its config. [`report`] prints and aggregates the runs.
-//! [`misses`] finds the steps that quoted text a run had hidden from their request, and the
-//! run's cost is also given with each such miss charged.
+//! the lab's prompt-cache model ([`cost`]) at the session's price sheet ([`Prices`]: its own,
+//! from its model and the usage it recorded, unless `--prices` says otherwise), which dcp's
+//! policy decides with too. Each [`Mode`] is one run: no pruning, dcp as configured, and
+//! variants of its config. [`report`] prints and aggregates the runs. [`misses`] finds the
+//! steps that quoted text a run had hidden from their request, and the run's cost is also
+//! given with each such miss charged. Where the session recorded the provider's usage,
+//! [`calibrate`] fits the model to it and bills both runs as the provider would have.
 //!
 //! What is estimated: the system prompt and the tool definitions are not stored with a
 //! session, so they count as a fixed number of tokens per request (OpenCode's, measured in
 //! the lab, see [`OPENCODE_OVERHEAD`]), plus what dcp adds to them in the modes that offer
 //! its tools (its system paragraph and tool descriptions, counted).
 
+pub mod calibrate;
 pub mod cli;
 pub mod cost;
 pub mod dump;
@@ -26,12 +30,15 @@ pub mod windows;
 
 use serde::Serialize;
 
+use self::calibrate::Calibration;
 use self::cost::{Bill, Meter, Piece, Totals, Ttl};
+pub use self::dump::{requests, SentRequest};
 use self::engine::{Engine, EngineError, Setup};
 use self::misses::{Checked, Index, Miss, Misses};
 use self::pieces::{Edit, Pieces};
 use self::steps::{AgentTools, Recorded, RecordedRequest, Timeline};
 use crate::config::{Config, RewriteMode};
+use crate::prices::{Override, Sheet};
 use crate::session::Message;
 use crate::state::Strategy;
 use crate::tokens::{EstimatorChoice, TokenCounter};
@@ -78,9 +85,10 @@ impl Mode {
         [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).find(|m| m.name() == name)
     }
 
-    /// The config of this run, from the user's.
-    pub fn config(self, base: &Config) -> Config {
+    /// The config of this run, from the user's, deciding with the session's price `sheet`.
+    pub fn config(self, base: &Config, sheet: &Sheet) -> Config {
         let mut c = base.clone();
+        c.prices = Override::exactly(sheet);
         let only = |c: &mut Config, keep: Option<Strategy>| {
             c.strategies.deduplication.enabled &= keep == Some(Strategy::Deduplication);
             c.strategies.supersede_writes.enabled &= keep == Some(Strategy::SupersedeWrites);
@@ -101,11 +109,42 @@ impl Mode {
     }
 }
 
+/// Which price sheet each session is billed and decided with: its own (from its model and
+/// the usage it recorded, [`calibrate::own_sheet`]), the user's `prices` over it, then these.
+#[derive(Debug, Clone, Default)]
+pub struct Prices {
+    /// `--prices`: a sheet or file, over the session's own.
+    pub given: Override,
+    /// `--cache-ttl`: every sheet's TTL.
+    pub ttl: Option<Ttl>,
+}
+
+impl Prices {
+    /// Anthropic's 5-minute sheet for every session, with `ttl`: how replay billed before
+    /// price sheets.
+    pub fn anthropic(ttl: Ttl) -> Prices {
+        Prices {
+            given: Override { sheet: Some(crate::prices::ANTHROPIC_5M.into()), ..Override::default() },
+            ttl: Some(ttl),
+        }
+    }
+
+    /// The sheet of a session whose own is `own`, under the user's `config`.
+    pub fn sheet(&self, config: &Config, own: Sheet) -> Sheet {
+        let sheet = config.sheet(own.clone()).unwrap_or(own);
+        let sheet = self.given.apply(sheet.clone()).unwrap_or(sheet);
+        match self.ttl {
+            Some(ttl) => sheet.with_ttl(ttl),
+            None => sheet,
+        }
+    }
+}
+
 /// How to replay.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub modes: Vec<Mode>,
-    pub ttl: Ttl,
+    pub prices: Prices,
     /// The model's context window, for the pressure rule.
     pub context_limit: Option<u64>,
     /// Tokens every request holds besides the history: system prompt and tool definitions.
@@ -124,6 +163,9 @@ pub struct RecordedSession<'a> {
     /// The session's project dir (`session.directory`), when known.
     pub directory: Option<&'a std::path::Path>,
     pub messages: &'a [Message],
+    /// The usage the session's own row holds, for logs that record only a run's totals
+    /// (`Recorded::of` reads each message's).
+    pub totals: Option<Recorded>,
 }
 
 /// One request of one run.
@@ -175,13 +217,20 @@ pub struct SessionReplay {
     pub session_id: String,
     pub requests: usize,
     pub recorded: Option<Recorded>,
+    /// The price sheet the runs were billed and decided with.
+    pub sheet: Sheet,
+    /// The model fitted to the provider's usage, and both runs billed by it (see
+    /// [`calibrate`]); `None` where the session recorded none.
+    pub calibration: Option<Calibration>,
     pub runs: Vec<(Mode, Run)>,
 }
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
 pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
     let pieces = Pieces::new(TokenCounter::new(options.estimator));
-    let mut shared = Shared { pieces, index: Index::new(session.messages) };
+    let plain = Timeline::new(session.messages, AgentTools::Offered);
+    let (recorded, sheet) = priced(session, &plain, options);
+    let mut shared = Shared { pieces, index: Index::new(session.messages), sheet };
     let mut modes = vec![Mode::None, Mode::Dcp];
     for m in &options.modes {
         if !modes.contains(m) {
@@ -192,15 +241,23 @@ pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<Sessio
     for mode in modes {
         runs.push((mode, run(session, mode, options, &mut shared)?));
     }
-    let plain = Timeline::new(session.messages, AgentTools::Offered);
-    let recorded = plain.requests().iter().filter_map(|r| r.recorded).fold(None, |acc: Option<Recorded>, r| {
-        let mut sum = acc.unwrap_or_default();
-        sum.input += r.input;
-        sum.cache_read += r.cache_read;
-        sum.cache_write += r.cache_write;
-        Some(sum)
-    });
-    Ok(SessionReplay { session_id: session.id.to_string(), requests: plain.requests().len(), recorded, runs })
+    let fit =
+        calibrate::Fit { timeline: &plain, overhead: options.overhead, sheet: &shared.sheet, totals: session.totals };
+    let bills = |mode: Mode| -> Vec<(&str, Bill)> {
+        let run = runs.iter().find(|(m, _)| *m == mode).map(|(_, r)| r.per_request.as_slice()).unwrap_or(&[]);
+        run.iter().map(|r| (r.message_id.as_str(), r.bill)).collect()
+    };
+    let calibration = calibrate::calibrate(&fit, session.messages, (&bills(Mode::None), &bills(Mode::Dcp)));
+    let (session_id, requests, sheet) = (session.id.to_string(), plain.requests().len(), shared.sheet);
+    Ok(SessionReplay { session_id, requests, recorded, sheet, calibration, runs })
+}
+
+/// The usage `session` recorded (its messages', else its row's totals), and the price sheet
+/// it is replayed with.
+fn priced(session: &RecordedSession<'_>, plain: &Timeline, options: &Options) -> (Option<Recorded>, Sheet) {
+    let recorded = plain.requests().iter().filter_map(|r| r.recorded).reduce(Recorded::sum).or(session.totals);
+    let own = calibrate::own_sheet(session.messages, recorded.as_ref());
+    (recorded, options.prices.sheet(&options.config, own))
 }
 
 /// What a run hands its visitor for each request.
@@ -225,11 +282,11 @@ pub struct Step<'a> {
 /// (replayed, answered as recorded).
 fn drive(
     session: &RecordedSession<'_>,
-    mode: Mode,
+    (mode, sheet): (Mode, &Sheet),
     options: &Options,
     mut visit: impl FnMut(&Step<'_>),
 ) -> Result<(Vec<String>, (u64, u64)), EngineError> {
-    let config = mode.config(&options.config);
+    let config = mode.config(&options.config, sheet);
     let offered =
         mode != Mode::None && config.enabled && (config.tools.discard.enabled || config.tools.extract.enabled);
     let timeline = Timeline::new(session.messages, if offered { AgentTools::Offered } else { AgentTools::Absent });
@@ -322,23 +379,24 @@ struct Counted {
 }
 
 /// One run: every request of the session in `mode`, counted and billed.
-/// What the runs of one session share: the pieces counted, and the index of quotes and texts
-/// that finds misses.
+/// What the runs of one session share: the pieces counted, the index of quotes and texts
+/// that finds misses, and the price sheet.
 struct Shared {
     pieces: Pieces,
     index: Index,
+    sheet: Sheet,
 }
 
 fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mut Shared) -> Result<Run, EngineError> {
-    let Shared { pieces, index } = shared;
-    let mut meter = Meter::new(options.ttl);
+    let Shared { pieces, index, sheet } = shared;
+    let (mut meter, rates) = (Meter::new(sheet), sheet.rates);
     let mut per_request = Vec::new();
     let mut totals = Totals::default();
     // The dcp share of the system prompt and tools is known once the engine has started,
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
     let mut misses = Misses::new(index);
-    let (additions, (agent_calls, agent_calls_same)) = drive(session, mode, options, |step| {
+    let (additions, (agent_calls, agent_calls_same)) = drive(session, (mode, sheet), options, |step| {
         let mut request = Vec::new();
         let history = count_history(step, pieces, &mut request);
         for m in step.append {
@@ -363,52 +421,14 @@ fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mu
         // A rewrite the engine did not make is OpenCode's: a compaction, or outputs it cleared.
         let rewrite = bill.rewrite.then(|| applied.clone().unwrap_or_else(|| "host".to_string()));
         totals.add(&bill, rewrite.as_deref());
-        totals.carry(carried);
-        let miss = checked.miss.map(|miss| ChargedMiss { charge: totals.charge(&bill, miss.hidden_tokens), miss });
-        let miss_reread =
-            checked.reread.map(|miss| ChargedMiss { charge: totals.charge_reread(&bill, miss.hidden_tokens), miss });
+        totals.carry(rates, carried);
+        let charge = |t: &mut Totals, m: &Miss| t.charge(rates, &bill, m.hidden_tokens);
+        let miss = checked.miss.map(|miss| ChargedMiss { charge: charge(&mut totals, &miss), miss });
+        let reread = |t: &mut Totals, m: &Miss| t.charge_reread(rates, &bill, m.hidden_tokens);
+        let miss_reread = checked.reread.map(|miss| ChargedMiss { charge: reread(&mut totals, &miss), miss });
         per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, miss_reread, carried });
     }
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
-}
-
-/// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form
-/// after dcp's edits, compressed ranges and appended messages, before OpenCode converts it to
-/// the provider's format. The `dcp replay --requests` lines (README).
-#[derive(Debug, Clone, Serialize)]
-pub struct SentRequest {
-    pub index: usize,
-    /// The assistant message the request produced (as in [`Run::per_request`]).
-    pub message_id: String,
-    pub time: i64,
-    pub messages: Vec<Message>,
-}
-
-/// The requests of `session` in `mode` as the model would have received them: each
-/// request's history with the engine's edits applied, then what it appended.
-pub fn requests(session: &RecordedSession<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
-    let mut out = Vec::new();
-    drive(session, mode, options, |step| {
-        let mut by_message = edits_by_message(step.edits);
-        let mut messages: Vec<Message> = Vec::new();
-        for (m, i) in step.timeline.range(step.request).enumerate() {
-            if let Some(summary) = replaced(step, m) {
-                messages.extend(summary.cloned());
-                continue;
-            }
-            let mut message = step.timeline.message_at(i, step.request.time).into_owned();
-            for e in by_message.remove(&m).unwrap_or_default() {
-                if let Some(part) = message.parts.get_mut(e.p) {
-                    e.apply(part);
-                }
-            }
-            messages.push(message);
-        }
-        messages.extend(step.append.iter().cloned());
-        let message_id = step.timeline.messages()[step.request.message].id().to_string();
-        out.push(SentRequest { index: out.len(), message_id, time: step.request.time, messages });
-    })?;
-    Ok(out)
 }
 
 /// Whether message `m` of the request is inside a compressed range: `Some(Some(summary))` at

@@ -1,8 +1,9 @@
 //! What `dcp replay` prints: per session, and over many sessions the ratios to no pruning
 //! with their median, worst and total.
 //!
-//! The JSON fields are stable (README): `{estimator, cache_ttl, overhead, sessions:
-//! [{session_id, title, parent_id, requests, recorded, modes: {none: M, dcp: M, …}}], total:
+//! The JSON fields are stable (README): `{estimator, cache_ttl, prices, overhead, sessions:
+//! [{session_id, title, parent_id, requests, recorded, sheet, calibration, modes: {none: M,
+//! dcp: M, …}}], total:
 //! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
 //! total}}, cost_with_misses: {…}, misses: {median, worst, total}}}}`, where `M` is
 //! `{requests, tokens_sent, cost, final_context, rewrites, misses, miss_share,
@@ -13,17 +14,23 @@
 //! hidden text is a miss, charged in full. The `_reread` fields and `carried` are the re-read
 //! model beside it: a hidden text is a miss once, then carried from the cache (see
 //! `replay::misses`). `cost_with_misses` is aggregated as a ratio to no pruning's cost,
-//! `misses` as the share of steps (the total is all misses over all steps).
+//! `misses` as the share of steps (the total is all misses over all steps). `sheet` is the
+//! price sheet the session was billed and decided with (`{name, unit, read, write, ttl,
+//! caches, money}`), `calibration` the bills by the model fitted to the usage the session
+//! recorded (`replay::calibrate`), or `null`; `cache_ttl` is `--cache-ttl` (`null`: never,
+//! `"sheet"`: each sheet's own), `prices` what `--prices` said (`auto`: each session's own).
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::calibrate::{Basis, Calibration};
 use super::cost::{Totals, Ttl};
 use super::steps::Recorded;
 use super::{Mode, SessionReplay};
 use crate::format::thousands;
+use crate::prices::Sheet;
 
 /// A replayed session with what the report says about it besides the runs.
 pub struct Row<'a> {
@@ -35,8 +42,11 @@ pub struct Row<'a> {
 /// What the report says about how it counted.
 pub struct Header {
     pub estimator: &'static str,
-    pub ttl: Ttl,
+    /// `--cache-ttl`, over every sheet's.
+    pub ttl: Option<Ttl>,
     pub overhead: u64,
+    /// What `--prices` said: `auto`, a sheet's name or a file.
+    pub prices: String,
 }
 
 /// One figure of a run.
@@ -149,7 +159,8 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
                 .collect();
             json!({
                 "session_id": row.replay.session_id, "title": row.title, "parent_id": row.parent_id,
-                "requests": row.replay.requests, "recorded": row.replay.recorded, "modes": runs,
+                "requests": row.replay.requests, "recorded": row.replay.recorded,
+                "sheet": sheet_json(&row.replay.sheet), "calibration": row.replay.calibration, "modes": runs,
             })
         })
         .collect();
@@ -170,7 +181,8 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
     }
     json!({
         "estimator": header.estimator,
-        "cache_ttl": match header.ttl { Ttl::Seconds(s) => json!(s), Ttl::Never => Value::Null },
+        "cache_ttl": match header.ttl { Some(Ttl::Seconds(s)) => json!(s), Some(Ttl::Never) => Value::Null, None => json!("sheet") },
+        "prices": header.prices,
         "overhead": header.overhead,
         "sessions": sessions,
         "total": total,
@@ -200,19 +212,40 @@ fn misses_table(rows: &[Row<'_>], modes: &[Mode]) -> String {
     out
 }
 
-fn how(header: &Header) -> String {
-    let ttl = match header.ttl {
+/// A sheet as `--json` gives it.
+fn sheet_json(s: &Sheet) -> Value {
+    let ttl = match s.ttl {
+        Ttl::Seconds(n) if s.caches => json!(n),
+        _ => Value::Null,
+    };
+    json!({"name": s.name, "unit": s.unit, "read": s.rates.read, "write": s.rates.write, "ttl": ttl,
+           "caches": s.caches, "money": s.money})
+}
+
+/// How the costs were priced: the one sheet of every session, or each its own.
+fn priced(sheets: &[&Sheet]) -> String {
+    let Some(first) = sheets.first().filter(|f| sheets.iter().all(|s| s.rates == f.rates && s.ttl == f.ttl)) else {
+        return "each session at its own price sheet (`sheet` in --json); a cached prefix expires after its TTL".into();
+    };
+    let ttl = match first.ttl {
+        _ if !first.caches => "nothing is cached".to_string(),
         Ttl::Seconds(s) => format!("a cached prefix expires after {s} s"),
         Ttl::Never => "the cache never expires".to_string(),
     };
+    let (r, w) = (first.rates.read, first.rates.write);
+    format!("{r} x the prefix shared with the previous request + {w} x the rest; {ttl}")
+}
+
+fn how(header: &Header, sheets: &[&Sheet]) -> String {
     format!(
-        "Tokens: {}; cost: 0.1 x the prefix shared with the previous request + 1.25 x the rest; {ttl}.\n\
+        "Tokens: {}; cost: {}.\n\
          System prompt and tool definitions: estimated as {} tokens per request (--overhead), plus\n\
          dcp's instructions and tool descriptions where it offers its tools (counted).\n\
          A miss: the step a request produced quotes 64+ characters (line numbers and whitespace\n\
          normalised) found only in text that request hid; charged as the request again at the\n\
          cache-read price plus the hidden text at the cache-write price.\n",
         header.estimator,
+        priced(sheets),
         thousands(header.overhead)
     )
 }
@@ -278,8 +311,9 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
     if !calls.is_empty() {
         let _ = writeln!(out, "\nAgent discard/extract calls replayed ({}).", calls.join("; "));
     }
+    out.push_str(&calibration_text(r.calibration.as_ref()));
     out.push('\n');
-    out.push_str(&how(header));
+    out.push_str(&how(header, &[&r.sheet]));
     out
 }
 
@@ -318,7 +352,89 @@ pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
         out.push('\n');
     }
     out.push_str(&misses_table(rows, &modes));
+    out.push_str(&calibration_table(rows));
     let _ = writeln!(out, "{} sessions.", rows.len());
-    out.push_str(&how(header));
+    let sheets: Vec<&Sheet> = rows.iter().map(|r| &r.replay.sheet).collect();
+    out.push_str(&how(header, &sheets));
     out
+}
+
+/// A session's calibration as `dcp replay --session` prints it: nothing without one.
+pub fn calibration_text(c: Option<&Calibration>) -> String {
+    let Some(c) = c else { return String::new() };
+    let basis = match c.basis {
+        Basis::Requests => format!("{} requests", c.requests),
+        Basis::Totals => "the run's totals only, so its error is 0 by construction".to_string(),
+    };
+    let t = |x: f64| thousands(x.round().max(0.0) as u64);
+    let mut out = format!(
+        "\nCalibrated on the provider's usage ({basis}): a fixed prefix of {} tokens, {:.2} provider tokens per o200k token, {} cold requests.\n",
+        c.fixed_prefix, c.token_ratio, c.cold
+    );
+    let _ = writeln!(
+        out,
+        "  reported {}, modelled without pruning {} ({:+.1}%), dcp {} ({:.2} of the reported bill)",
+        t(c.reported),
+        t(c.modelled),
+        100.0 * c.error,
+        t(c.dcp),
+        c.effect
+    );
+    if let Some(m) = &c.money {
+        let recorded = m.recorded.map(|r| format!("; the harness recorded {r:.2}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  in money, output included: {:.2} {} reported, {:.2} with dcp{recorded}",
+            m.reported, m.currency, m.dcp
+        );
+    }
+    out
+}
+
+/// The calibration of every session that has one, as `dcp replay --all` prints it: nothing
+/// when none has.
+pub fn calibration_table(rows: &[Row<'_>]) -> String {
+    let calibrated: Vec<(&str, &Calibration)> =
+        rows.iter().filter_map(|r| Some((r.replay.session_id.as_str(), r.replay.calibration.as_ref()?))).collect();
+    if calibrated.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("Calibrated on the provider's usage: bills in tokens at the input price.\n");
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>5} {:>12} {:>12} {:>7} {:>7}",
+        "session", "reqs", "reported", "modelled", "error", "dcp"
+    );
+    for (id, c) in &calibrated {
+        let t = |x: f64| thousands(x.round().max(0.0) as u64);
+        let (reported, modelled) = (t(c.reported), t(c.modelled));
+        let _ = writeln!(
+            out,
+            "  {id:<34} {:>5} {reported:>12} {modelled:>12} {:>+6.1}% {:>7.2}",
+            c.requests,
+            100.0 * c.error,
+            c.effect
+        );
+    }
+    let mut errors: Vec<f64> = calibrated.iter().map(|(_, c)| c.error.abs()).collect();
+    let mut effects: Vec<f64> = calibrated.iter().map(|(_, c)| c.effect).collect();
+    let (error, effect) = (median(&mut errors), median(&mut effects));
+    let worst = errors.last().copied().unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "  median error {:.1}%, worst {:.1}%; dcp's median {effect:.2} of the reported bill\n",
+        100.0 * error,
+        100.0 * worst
+    );
+    out
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }

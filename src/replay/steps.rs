@@ -27,12 +27,30 @@ pub use crate::measure::AGENT_TOOLS;
 use crate::measure::{agent_only, is_agent_call, is_unavailable_agent_call as unavailable};
 
 /// The provider's token counts stored on an assistant message (`tokens.input`,
-/// `tokens.cache.read`, `tokens.cache.write`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+/// `tokens.cache.read`, `tokens.cache.write`; `tokens.output`), as OpenCode keeps them
+/// whatever the API: `input` is the uncached input, cached reads apart. The part of the writes
+/// that went to Anthropic's 1-hour cache (`tokens.cache.write1h`, which `dcp-testkit import`
+/// keeps from Claude Code's `cache_creation`) and the money the message cost (`cost`, where
+/// the harness recorded it) are given only when known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Recorded {
     pub input: u64,
     pub cache_read: u64,
     pub cache_write: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_1h: u64,
+    #[serde(skip)]
+    pub output: u64,
+    #[serde(skip_serializing_if = "is_nothing")]
+    pub cost: f64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_nothing(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Recorded {
@@ -44,8 +62,23 @@ impl Recorded {
             input: n(tokens.get("input")),
             cache_read: n(cache.and_then(|c| c.get("read"))),
             cache_write: n(cache.and_then(|c| c.get("write"))),
+            cache_write_1h: n(cache.and_then(|c| c.get("write1h"))),
+            output: n(tokens.get("output")),
+            cost: info.get("cost").and_then(Node::as_f64).unwrap_or(0.0),
         };
-        (r != Recorded::default()).then_some(r)
+        (r.prompt() > 0).then_some(r)
+    }
+
+    /// The counts of two requests (or sessions) together.
+    pub fn sum(self, other: Recorded) -> Recorded {
+        Recorded {
+            input: self.input + other.input,
+            cache_read: self.cache_read + other.cache_read,
+            cache_write: self.cache_write + other.cache_write,
+            cache_write_1h: self.cache_write_1h + other.cache_write_1h,
+            output: self.output + other.output,
+            cost: self.cost + other.cost,
+        }
     }
 
     /// Every prompt token the provider counted.

@@ -21,11 +21,14 @@ use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
 
-/// Whether `session`'s requests carry dcp's head now.
+/// Whether `session`'s requests carry dcp's head now. `"always"` offers it from the first
+/// request only where the head is cheap to carry (`crate::policy::head_is_cheap`: a cache
+/// reads it); without a cache it is offered as `"paid"` is.
 pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
-    any && (tools.settings.offer == Offer::Always || session.ledger.offered)
+    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
+    any && (always || session.ledger.offered)
 }
 
 impl Server {
@@ -76,8 +79,9 @@ impl Server {
         let Ok(slot) = self.store.slot(sid) else { return false };
         let turn = policy::Turn {
             head: tokens(&mut self.head, &self.rules, &slot.tokens),
-            cold: idle.is_none_or(|s| s >= rewrite.cold_cache_seconds),
+            cold: idle.is_none_or(|s| s >= rewrite.cold_after(self.rules.sheet())),
             banked: session.ledger.banked,
+            rates: self.rules.sheet().rates,
         };
         if !policy::offer(rewrite, &turn) {
             return false;

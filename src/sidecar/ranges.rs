@@ -29,7 +29,9 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     // `compress` on; otherwise the tag would be tokens in every request for nothing.
     let tag = if cx.rules.config().tools.compress.enabled { TurnTag::Shown } else { TurnTag::Omitted };
     let (messages, slot) = (cx.mirror.messages(), &mut *cx.slot);
-    let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, cx.rules);
+    let (index, rules) = (&cx.session.index, cx.rules);
+    let named = |c: &crate::session::ToolCall<'_>| index.keeps_named(c.call_id, rules);
+    let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, rules, &named);
     for turn in &runs {
         let (range, line) = ((turn.from, turn.to), (turn.summary.as_str(), tag));
         let id = compress::turn_block(messages, &mut slot.state, range, line, super::now_ms(), &mut slot.tokens);

@@ -30,13 +30,33 @@ pub(super) struct RequestFacts {
     /// Whether an idle gap since a request dcp saw let the cache go cold (the first request
     /// has no gap, so it is not one).
     pub gap_went_cold: bool,
+    /// The session's cache prices, and the idle seconds after which its cache is cold (its
+    /// price sheet's TTL unless `rewrite.coldCacheSeconds` is set).
+    pub rates: crate::prices::Rates,
+    pub cold_after: u64,
 }
 
 impl RequestFacts {
+    /// What the policy weighs of this request before the session's balances: its warm run,
+    /// idle gap, window and prices.
+    pub fn inputs(&self) -> crate::policy::Inputs {
+        let (warm, idle_seconds, context_limit) = (self.warm, self.idle_seconds, self.context_limit);
+        let (rates, cold_after) = (self.rates, self.cold_after);
+        crate::policy::Inputs { warm, idle_seconds, context_limit, rates, cold_after, ..Default::default() }
+    }
+
+    /// The request's balance before what dcp did on it: whether the cache went cold, and the
+    /// prices.
+    pub fn request(&self) -> crate::policy::Request {
+        crate::policy::Request { cold: self.gap_went_cold, rates: self.rates, ..Default::default() }
+    }
+
     /// The facts of a request made `idle_seconds` after the session's last one.
     pub fn new(rules: &Rules, idle_seconds: Option<u64>) -> RequestFacts {
-        let cold_after = rules.config().rewrite.cold_cache_seconds;
+        let cold_after = rules.config().rewrite.cold_after(rules.sheet());
         RequestFacts {
+            rates: rules.sheet().rates,
+            cold_after,
             have: None,
             warm: 0,
             idle_seconds,

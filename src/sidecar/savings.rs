@@ -28,6 +28,7 @@ use super::in_force::Views;
 use super::protocol::{Edit, Edits, Replace, Transformed};
 use super::request::RequestContext;
 use crate::measure::{agent_only, is_agent_call, FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
+use crate::prices::Rates;
 use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node, Role};
 use crate::state::savings::{Mark, RequestFigures, Savings, Unmade};
@@ -147,6 +148,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         cold: cx.facts.gap_went_cold,
         compacted: seen && mirror.newest_compaction() != meter.compaction,
         time: session.ledger.last_request.unwrap_or_default(),
+        rates: cx.facts.rates,
     };
     let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host });
     let context_before = slot.state.savings.last_context;
@@ -181,6 +183,8 @@ struct Facts {
     cold: bool,
     compacted: bool,
     time: i64,
+    /// The session's cache prices.
+    rates: Rates,
 }
 
 impl Meter {
@@ -218,7 +222,8 @@ impl Meter {
             (false, true) => Mark::Rewrite,
             (false, false) => Mark::None,
         };
-        RequestFigures { time: f.time, without, with, appended: f.appended, cached_without, cached_with, mark }
+        let (time, appended, rates) = (f.time, f.appended, f.rates);
+        RequestFigures { time, without, with, appended, cached_without, cached_with, mark, rates }
     }
 
     /// Counts the messages from `kept` on, which are new or changed: whole, and without dcp's

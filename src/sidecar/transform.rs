@@ -209,12 +209,12 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
     let balance = policy::Request {
-        cold: cx.facts.gap_went_cold,
         in_force,
         applied: applied_now.as_ref().map_or(0, |a| a.tokens),
         tail: applied_now.as_ref().map_or(0, |a| a.tail),
         head: if offered { cx.head_tokens() } else { 0 },
         appended: append.iter().flat_map(|m| &m.parts).map(|p| cx.slot.tokens.count(&p.text)).sum(),
+        ..cx.facts.request()
     };
     charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
@@ -236,7 +236,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
     let unpruned = mirror.sizes().iter().sum();
-    session.baseline += policy::unpruned_cost(session.unpruned, unpruned, facts.cold_start);
+    session.baseline += policy::unpruned_cost(facts.rates, session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
 
@@ -274,7 +274,8 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         session.lists = ListsSent { answered, unanswered: 0 };
     }
     let small_too = tools.settings.min_tokens == 0;
-    if !small_too && !policy::list_pays(fresh, text.len().div_ceil(4) as u64, session.lists.unanswered) {
+    let (list, unanswered) = (text.len().div_ceil(4) as u64, session.lists.unanswered);
+    if !small_too && !policy::list_pays(cx.facts.rates, fresh, list, unanswered) {
         return Vec::new();
     }
     session.list_shown = last;
@@ -339,14 +340,10 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     pending.sort_by_key(|(at, _, _)| *at);
     let base = policy::Inputs {
         context: tails[0],
-        tail: 0,
-        pending: 0,
-        warm: request.warm,
-        idle_seconds: request.idle_seconds,
-        context_limit: request.context_limit,
         banked: session.ledger.banked,
         baseline: session.baseline,
         added: session.added,
+        ..request.inputs()
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;

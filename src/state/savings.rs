@@ -6,7 +6,8 @@
 //! what it sent (the history with its edits and ranges, its head, what it appended) beside
 //! what OpenCode would have sent without dcp, and what each would have cost under the
 //! prompt-cache model `dcp replay` bills with (the prefix the provider still has cached read at
-//! 0.1x the input price, the rest written at 1.25x); see `crate::sidecar::savings`. Sizes are
+//! the session's cache-read price, the rest written at its cache-write price: 0.1x and 1.25x
+//! the input price on Anthropic's 5-minute cache); see `crate::sidecar::savings`. Sizes are
 //! tokens, costs tokens at the base input price. The policy's ledger weighs the same things
 //! to decide, but in the mirror's unit (characters / 4) for what is in force, which for dense
 //! outputs (code, CSV) runs well under their tokens: its balance is the policy's, not a
@@ -19,7 +20,7 @@
 mod usage;
 
 pub use self::usage::{Model, Prices, Reported, Usage};
-use crate::policy::{CACHE_READ, CACHE_WRITE};
+use crate::prices::Rates;
 
 /// A session's running savings.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -126,6 +127,8 @@ pub struct RequestFigures {
     pub cached_without: u64,
     pub cached_with: u64,
     pub mark: Mark,
+    /// The session's cache prices.
+    pub rates: Rates,
 }
 
 /// What one request cost, without dcp and with it, in tokens at the base input price.
@@ -152,13 +155,13 @@ pub struct Unmade {
 impl Savings {
     /// Adds one answered request and returns what it cost. Its cost with and without dcp is
     /// the replay's prompt-cache model (`crate::replay::cost`): the prefix the provider still
-    /// has cached is read at 0.1x, the rest written at 1.25x.
+    /// has cached is read at the sheet's read price, the rest written at its write price.
     pub fn add(&mut self, r: &RequestFigures) -> Billed {
         self.requests += 1;
         self.kept_out_tokens += r.without as i64 - r.with as i64;
         let cost = |size: u64, cached: u64| {
             let cached = cached.min(size);
-            CACHE_READ * cached as f64 + CACHE_WRITE * (size - cached) as f64
+            r.rates.read * cached as f64 + r.rates.write * (size - cached) as f64
         };
         let billed = Billed { without: cost(r.without, r.cached_without), with: cost(r.with, r.cached_with) };
         self.cost_without += billed.without;
@@ -297,7 +300,16 @@ mod tests {
     }
 
     fn figures(without: u64, with: u64) -> RequestFigures {
-        RequestFigures { time: 0, without, with, appended: 20, cached_without: 0, cached_with: 0, mark: Mark::None }
+        RequestFigures {
+            time: 0,
+            without,
+            with,
+            appended: 20,
+            cached_without: 0,
+            cached_with: 0,
+            mark: Mark::None,
+            rates: Rates::default(),
+        }
     }
 
     #[test]

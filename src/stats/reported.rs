@@ -102,6 +102,7 @@ mod tests {
                 cached_without: 0,
                 cached_with: 0,
                 mark: Mark::None,
+                rates: crate::prices::Rates::default(),
             };
             s.add(&r);
         }

@@ -25,9 +25,11 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::session::{is_prompt, CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::strategies::prunable::{self, Listing};
-use crate::strategies::{dedup, masking, purge_errors, supersede_writes, Decision, Rules};
+use crate::strategies::{dedup, keep, masking, purge_errors, supersede_writes, Decision, Rules};
 use crate::texts;
 use crate::tokens::{Field, TokenCounter};
+
+mod working;
 
 /// One tool call of the history, as read when its message arrived.
 #[derive(Debug)]
@@ -120,6 +122,8 @@ pub struct Index {
     recent_files: Vec<String>,
     /// The latest completed call of each tool and key argument ([`masking::volatile`]).
     latest_view: HashMap<(String, String), usize>,
+    /// What the latest prompt names and which calls the latest steps quoted ([`keep`]).
+    signals: keep::Signals,
     /// The slot's `resets` the index was built against.
     resets: u64,
     /// The newest deduplication-eligible call of each signature.
@@ -151,12 +155,14 @@ impl Index {
                 self.current += 1;
             }
             self.prompts += u32::from(is_prompt(message));
+            self.signals.message(message);
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };
                 let at = self.calls.len();
                 let call = ToolCall::from_facts(mi, &facts, part, self.current);
                 self.add(at, &call, rules);
                 self.note_files(at, &call);
+                self.signals.call(call.key_argument(), masking::given_text(&call).as_deref());
                 let weight = masking::weight(&call, rules);
                 self.window.kept_weight += weight;
                 self.deep.kept_weight += weight;
@@ -166,45 +172,6 @@ impl Index {
         }
         self.messages = messages.len();
         stale
-    }
-
-    /// Notes the file call `at` read or changed, for the working set.
-    fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
-        if let Some(key) = call.key_argument().filter(|_| call.status == ToolStatus::Completed) {
-            self.latest_view.insert((call.tool.to_string(), key.to_string()), at);
-        }
-        let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
-        if call.tool == "read" {
-            let view = masking::FileView::after(self.file_views.get(path), at, call);
-            self.file_views.insert(path.to_string(), view);
-        } else if masking::EDIT_TOOLS.contains(&call.tool) {
-            self.last_edit.insert(path.to_string(), at);
-        } else {
-            return;
-        }
-        self.recent_files.retain(|f| f != path);
-        self.recent_files.insert(0, path.to_string());
-        self.recent_files.truncate(masking::MAX_WORKING_FILES);
-    }
-
-    /// Whether call `at` is the agent's working material now ([`masking::working`]).
-    fn working(&self, at: usize, rules: &Rules) -> bool {
-        let m = &rules.config().strategies.masking;
-        let recent = self.calls.len().saturating_sub(m.working_calls as usize);
-        let facts = &self.calls[at].facts;
-        let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
-        let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
-        self.file_views.get(path).is_some_and(|view| view.at == at)
-            && (self.last_edit.get(path).is_some_and(|&e| e >= recent && self.calls[e].prompts == self.prompts)
-                || self.recent_files[..files.min(self.recent_files.len())].iter().any(|f| f == path))
-    }
-
-    /// Whether a newer completed call of the same tool on the same key argument exists (a file
-    /// read again, a command run again): call `at`'s view is superseded.
-    fn superseded(&self, at: usize) -> bool {
-        let facts = &self.calls[at].facts;
-        let Some(key) = facts.key.as_ref() else { return false };
-        self.latest_view.get(&(facts.tool.clone(), key.clone())).is_some_and(|&latest| latest != at)
     }
 
     /// How many times the index was rebuilt because what it had read changed.

@@ -41,9 +41,16 @@
 //! file the agent was editing is its material again only if it reads or edits it again, and a
 //! view carried on into later turns leaves the window only after they have re-billed it.
 //! A read of part of a file (`offset`, `limit`) supersedes no read of the whole: the agent
-//! looks again at a few lines and goes on editing from the file it saw whole.
+//! looks again at a few lines and goes on editing from the file it saw whole; a write
+//! supersedes every read before it (the agent edits the file it wrote, not the one it read).
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
+//!
+//! **What the next steps need** ([`needed`], `crate::strategies::keep`). Two more signals keep
+//! an output whole whatever its age: for `strategies.masking.keepNamed` steps after a
+//! follow-up prompt, the latest views of the files it names (a file's latest whole read or
+//! write, and the edits after it); and a listing, search or written file that one of the
+//! agent's last `strategies.masking.keepQuoted` steps quoted.
 //!
 //! **What goes first.** The outputs the agent quotes again (an edit's `oldString`, a new
 //! file built from an old one) are overwhelmingly the latest view of a file; a command's
@@ -67,7 +74,7 @@
 //! `crate::policy`), so the rewrites come in batches that pay for the prompt tail they
 //! re-bill, and the state file holds no masking that the model never saw.
 
-use super::{open_in, pruned_ids, Decision, Rules};
+use super::{keep, open_in, pruned_ids, Decision, Rules};
 use crate::session::{is_prompt, slim, History, Message, Node, Object, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::texts::placeholders;
@@ -277,12 +284,11 @@ pub const MAX_WORKING_FILES: usize = 32;
 
 /// Which of `calls` are the agent's working material (see the module header, "The working
 /// set"): the view of each file edited or written within the last `workingCalls` calls of the
-/// current user turn, or among the last `workingFiles` distinct files read, edited or written.
-/// A file's view is its latest `read`, unless that read shows only part of it (`offset`,
-/// `limit`) and an earlier read showed it whole: then the latest whole read.
+/// current user turn, or among the last `workingFiles` distinct files read, edited or written,
+/// when that view is a read; and what the next steps need ([`needed`]).
 pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     let (m, calls) = (&rules.config().strategies.masking, &history.calls);
-    let mut out = vec![false; calls.len()];
+    let mut out = needed(history, rules);
     let recent = calls.len().saturating_sub(m.working_calls as usize);
     let touched = |c: &&ToolCall<'_>| c.status == ToolStatus::Completed && c.file_path().is_some();
     // Edits made before the person's latest prompt belong to a turn that is over.
@@ -304,31 +310,82 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
             latest_files.push(path);
         }
     }
-    let mut views: std::collections::HashMap<&str, FileView> = std::collections::HashMap::new();
-    for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.tool == "read" && c.status == ToolStatus::Completed) {
-        let Some(path) = call.file_path() else { continue };
-        views.insert(path, FileView::after(views.get(path), i, call));
-    }
-    for (path, view) in views {
-        out[view.at] = edited.contains(path) || latest_files.contains(&path);
+    for (path, view) in views(calls) {
+        let working = edited.contains(path) || latest_files.contains(&path);
+        out[view.at] |= calls[view.at].tool == "read" && working;
     }
     out
 }
 
-/// A file's view in the working set ([`working`]): the read of it the agent works from.
+/// Which of `history`'s calls the next steps need now (see the module header, "What the next
+/// steps need"): the views of files the latest follow-up prompt names, and the outputs in use.
+/// The sidecar's index keeps the same incrementally.
+pub fn needed(history: &History<'_>, rules: &Rules) -> Vec<bool> {
+    let m = &rules.config().strategies.masking;
+    let mut signals = keep::Signals::default();
+    let mut calls = history.calls.iter().peekable();
+    for (mi, message) in history.messages.iter().enumerate() {
+        signals.message(message);
+        while let Some(call) = calls.next_if(|c| c.message == mi) {
+            signals.call(call.key_argument(), given_text(call).as_deref());
+        }
+    }
+    let views = views(&history.calls);
+    let named = |c: &ToolCall<'_>, at| {
+        c.file_path().is_some_and(|p| signals.named(p, m.keep_named) && shows_file(views.get(p), at, c.tool))
+    };
+    let calls = history.calls.iter().enumerate();
+    calls.map(|(at, c)| named(c, at) || signals.in_use(at, c.tool, m.keep_quoted)).collect()
+}
+
+/// Each file's view among `calls` ([`FileView`]).
+pub fn views<'a>(calls: &[ToolCall<'a>]) -> std::collections::HashMap<&'a str, FileView> {
+    let mut views = std::collections::HashMap::new();
+    let done = calls.iter().enumerate().filter(|(_, c)| c.status == ToolStatus::Completed);
+    for (i, call) in done.filter(|(_, c)| c.tool == "read" || c.tool == "write") {
+        let Some(path) = call.file_path() else { continue };
+        views.insert(path, FileView::after(views.get(path), i, call));
+    }
+    views
+}
+
+/// Whether call `at`, of `tool`, shows its file as the agent knows it, given the file's
+/// `view`: it is the view, or an edit made after it.
+pub fn shows_file(view: Option<&FileView>, at: usize, tool: &str) -> bool {
+    let edit = EDIT_TOOLS.contains(&tool) && tool != "write";
+    view.is_some_and(|v| v.at == at) || (edit && view.is_none_or(|v| v.at < at))
+}
+
+/// The text `call` gave the agent: its output, or an edit's or write's text arguments; `None`
+/// when not completed or not known (a slimmed string stands for it).
+pub fn given_text(call: &ToolCall<'_>) -> Option<String> {
+    let known = |s: &&str| slim::marker(s).is_none();
+    if call.status != ToolStatus::Completed {
+        return None;
+    }
+    if !EDIT_TOOLS.contains(&call.tool) {
+        return call.output().filter(known).map(str::to_string);
+    }
+    let input = call.input().as_object()?;
+    let fields = ["content", "oldString", "newString"].iter().filter_map(|k| input.get(k)?.as_str());
+    Some(fields.filter(known).collect::<Vec<_>>().join("\n"))
+}
+
+/// A file's view in the working set ([`working`]): the read or write of it the agent works from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileView {
-    /// The read's place among the calls.
+    /// The call's place among the calls.
     pub at: usize,
-    /// Whether the read showed the whole file (no `offset` or `limit`).
+    /// Whether the call showed the whole file: a write, or a read without `offset` or `limit`.
     pub whole: bool,
 }
 
 impl FileView {
-    /// The file's view once `call`, at `at`, has read it, given its view `before`: the latest
-    /// read, but a read of part of the file leaves an earlier read of the whole.
+    /// The file's view once `call`, at `at`, has read or written it, given its view `before`:
+    /// the latest, but a read of part of the file leaves an earlier whole view.
     pub fn after(before: Option<&FileView>, at: usize, call: &ToolCall<'_>) -> FileView {
-        let whole = call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none());
+        let read_whole = call.tool == "read" && ["offset", "limit"].iter().all(|k| call.input().get(k).is_none());
+        let whole = call.tool == "write" || read_whole;
         match before {
             Some(&view) if view.whole && !whole => view,
             _ => FileView { at, whole },
@@ -380,89 +437,4 @@ pub fn decide_over_history(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{json, Value};
-
-    /// The placeholder of a part given as a `Value`.
-    fn placeholder(part: &Value) -> String {
-        super::placeholder(&Node::from(part))
-    }
-
-    /// A prompt, then one step per call, `(call id, tool, input)`, each with a 200-token output.
-    fn session(calls: &[(&str, &str, Value)]) -> Vec<Message> {
-        let user = json!({"id": "m0", "sessionID": "s", "role": "user", "time": {"created": 0}});
-        let mut out = vec![Message::from_values(user, vec![json!({"id": "p0", "type": "text", "text": "go"})])];
-        for (i, (call, tool, input)) in calls.iter().enumerate() {
-            let info =
-                json!({"id": format!("m{}", i + 1), "sessionID": "s", "role": "assistant", "time": {"created": i + 1}});
-            let state = json!({"status": "completed", "input": input, "output": "let x = 1;\n".repeat(80)});
-            let part =
-                json!({"id": format!("p{}", i + 1), "type": "tool", "callID": call, "tool": tool, "state": state});
-            out.push(Message::from_values(info, vec![part]));
-        }
-        out
-    }
-
-    /// The calls masking takes of `messages` at the defaults (`tests/it/index.rs` holds the
-    /// sidecar's index to the same).
-    fn taken(messages: &[Message]) -> Vec<String> {
-        let rules = Rules::new(crate::config::Config::default()).unwrap();
-        let (state, mut counter) = (SessionState::default(), TokenCounter::new(crate::tokens::EstimatorChoice::Auto));
-        let decided = decide_over_history(&History::new(messages), &state, &rules, &mut counter);
-        decided.into_iter().map(|d| d.call_id).collect()
-    }
-
-    #[test]
-    fn a_read_of_part_of_a_file_leaves_the_earlier_read_of_the_whole_file_in_the_working_set() {
-        let read = |path: &str| json!({"filePath": path});
-        let mut calls = vec![
-            ("whole", "read", read("/p/a.rs")),
-            ("part", "read", json!({"filePath": "/p/a.rs", "offset": 40, "limit": 20})),
-        ];
-        // One search more than the window keeps beside the edit: the two oldest leave it.
-        let searches = crate::config::KEEP_LAST as usize + 1;
-        let greps: Vec<String> = (0..searches).map(|i| format!("g{i}")).collect();
-        calls.extend(greps.iter().map(|g| (g.as_str(), "grep", json!({"pattern": g}))));
-        calls.push(("edit", "edit", json!({"filePath": "/p/a.rs", "oldString": "x = 1", "newString": "x = 2"})));
-        // a.rs is being edited: the agent edits from the whole file, not from the part it
-        // looked at again; the part and the old searches go.
-        assert_eq!(taken(&session(&calls)), ["part", "g0", "g1"]);
-        // A later read of the whole file is the file's view from then on.
-        calls.insert(2, ("again", "read", read("/p/a.rs")));
-        assert_eq!(taken(&session(&calls)), ["whole", "part", "g0", "g1"]);
-    }
-
-    #[test]
-    fn a_call_opencode_could_not_run_is_masked_whole_and_names_the_tool_it_asked_for() {
-        let error = "Model tried to call unavailable tool 'discard'. Available tools: bash, read.";
-        let part = json!({"type": "tool", "callID": "c5", "tool": "invalid", "state": {"status": "completed",
-            "input": {"tool": "discard", "error": error},
-            "output": format!("The arguments provided to the tool are invalid: {error}")}});
-        assert_eq!(placeholder(&part), "[Masked: `discard` was not an available tool]");
-        let edits = crate::strategies::field_edits(&Node::from(&part), &Action::Mask);
-        let paths: Vec<String> = edits.iter().map(|e| e.path.join(".")).collect();
-        assert_eq!(paths, ["state.output", "state.input.error"]);
-        assert_eq!(edits[1].value, INVALID_INPUT_PLACEHOLDER);
-        // Another tool's input named `error` stays.
-        let bash = json!({"type": "tool", "callID": "c6", "tool": "bash", "state": {"status": "completed",
-            "input": {"command": "true", "error": error}, "output": error}});
-        assert_eq!(crate::strategies::field_edits(&Node::from(&bash), &Action::Mask).len(), 1);
-    }
-
-    #[test]
-    fn the_placeholder_names_the_call_and_says_it_can_be_run_again() {
-        let part = json!({"type": "tool", "callID": "c1", "tool": "read",
-            "state": {"status": "completed", "input": {"filePath": "/p/src/a.rs"}, "output": "x"}});
-        assert_eq!(placeholder(&part), "[Output masked; run read `a.rs` again if needed]");
-        let long = json!({"type": "tool", "callID": "c2", "tool": "bash",
-            "state": {"status": "completed", "input": {"command": format!("echo {}\nls", "y".repeat(200))}}});
-        let text = placeholder(&long);
-        assert!(text.starts_with("[Output masked; run bash `echo yyy"), "{text}");
-        assert!(text.contains("…` again") && !text.contains('\n'), "{text}");
-        let dir = json!({"type": "tool", "callID": "c4", "tool": "list", "state": {"status": "completed", "input": {"path": "/p/src/"}}});
-        assert_eq!(placeholder(&dir), "[Output masked; run list `src` again if needed]");
-        let bare = json!({"type": "tool", "callID": "c3", "tool": "lsp", "state": {"status": "completed"}});
-        assert_eq!(placeholder(&bare), "[Output masked; run this lsp call again if needed]");
-    }
-}
+mod tests;

@@ -10,6 +10,7 @@
 pub mod compress;
 pub mod dedup;
 pub mod incremental;
+pub mod keep;
 pub mod manual;
 pub mod masking;
 pub mod prunable;
@@ -104,6 +105,9 @@ pub struct PatternError {
 #[derive(Debug, Clone)]
 pub struct Rules {
     config: Config,
+    /// The price sheet of the sessions these rules serve: `prices` over the default
+    /// (`crate::prices`).
+    sheet: crate::prices::Sheet,
     files: GlobSet,
     /// Calls younger than this many model steps are left alone (0: no turn protection).
     turns: u32,
@@ -118,11 +122,19 @@ impl Rules {
         }
         let files = builder.build().map_err(|source| PatternError { pattern: String::new(), source })?;
         let turns = if config.turn_protection.enabled { config.turn_protection.turns } else { 0 };
-        Ok(Rules { config, files, turns })
+        // The config was checked when it was read; one made in code with a bad `prices`
+        // keeps the default sheet.
+        let sheet = config.sheet(crate::prices::Sheet::default()).unwrap_or_default();
+        Ok(Rules { config, sheet, files, turns })
     }
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The sessions' price sheet.
+    pub fn sheet(&self) -> &crate::prices::Sheet {
+        &self.sheet
     }
 
     /// Whether the call's file matches a protected pattern.

@@ -17,7 +17,9 @@
 //! of a protected tool (edits and writes excepted: what they did is on disk and the line
 //! names them) or touches a protected file, when part of it is in a range already, or when
 //! the line would not be much smaller than what it replaces, or when the user restored a range
-//! of it.
+//! of it. A step that shows a file the new prompt names (its latest read or write, an edit
+//! after it) stays as it is, and the steps around it become lines of their own: the person
+//! is asking about that file (`crate::strategies::keep`, "Named by the person").
 
 use super::{masking, Rules};
 use crate::session::{is_prompt, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
@@ -41,16 +43,23 @@ pub struct Collapse {
 
 /// The runs of steps of the finished turn right before the latest prompt that may become one
 /// line each (see the module header). `sizes`: each message's size as sent, in the same unit
-/// as the line's characters / 4.
-pub fn finished_turn(messages: &[Message], sizes: &[u64], blocks: &Blocks, rules: &Rules) -> Vec<Collapse> {
+/// as the line's characters / 4. `named`: whether a call shows a file the latest prompt names
+/// (`crate::strategies::keep`); its step stays.
+pub fn finished_turn(
+    messages: &[Message],
+    sizes: &[u64],
+    blocks: &Blocks,
+    rules: &Rules,
+    named: &dyn Fn(&ToolCall<'_>) -> bool,
+) -> Vec<Collapse> {
     let mut prompts = (0..messages.len()).rev().filter(|&i| is_prompt(&messages[i]));
     let (Some(latest), Some(previous)) = (prompts.next(), prompts.next()) else { return Vec::new() };
     let Some(answer) = (previous + 1..latest).rev().find(|&i| is_answer(&messages[i])) else { return Vec::new() };
     let mut runs = Vec::new();
     let mut from = previous + 1;
     for i in previous + 1..=answer {
-        if i < answer && calls_only(&messages[i]) && tool_calls(&messages[i..=i]).iter().all(|c| collapsible(c, rules))
-        {
+        let collapsible = |c: &ToolCall<'_>| collapsible(c, rules) && !named(c);
+        if i < answer && calls_only(&messages[i]) && tool_calls(&messages[i..=i]).iter().all(collapsible) {
             continue;
         }
         runs.extend(run(messages, sizes, (from, i), blocks));

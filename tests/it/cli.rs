@@ -314,6 +314,17 @@ fn replay_refuses_a_bad_ttl_and_an_unknown_mode() {
 }
 
 #[test]
+fn replay_refuses_a_price_sheet_it_does_not_know_and_names_a_bad_price_files_key() {
+    let s = Sandbox::new();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--prices", "anthropic-2h"]));
+    let file = s.dir.path().join("prices.json");
+    std::fs::write(&file, r#"{"input": 3, "cacheRead": "cheap"}"#).unwrap();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--prices", file.to_str().unwrap()]));
+    std::fs::write(&file, r#"{"cacheWrite": 3.75}"#).unwrap();
+    insta::assert_snapshot!(dcp(&s, &["replay", "--prices", file.to_str().unwrap()]));
+}
+
+#[test]
 fn dcp_stats_warns_about_each_hostile_state_file_by_name() {
     let s = Sandbox::new();
     for bad in bad_states() {

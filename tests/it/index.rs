@@ -228,3 +228,62 @@ fn the_file_edited_in_an_earlier_user_turn_leaves_the_working_set_at_the_next_pr
     let next = edit_after_searches(11).text("done").user("next task");
     assert!(masked_by_both(&next.tool("n", "grep", serde_json::json!({"pattern": "fn n"}), "hit").build()));
 }
+
+/// `session` with quotes and names: every other edit's old text is a run of the latest search
+/// or write before it, and each prompt after the first names the latest file read. Returns it
+/// and how many edits quote.
+fn with_quotes_and_names(mut session: GeneratedSession) -> (GeneratedSession, usize) {
+    let (mut source, mut file, mut edits, mut quoting) = (String::new(), String::new(), 0usize, 0);
+    let mut change = |m: &mut Message| {
+        let mut v = serde_json::to_value(&*m).unwrap();
+        let user = v["info"]["role"] == "user";
+        for p in v["parts"].as_array_mut().into_iter().flatten() {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            match p["tool"].as_str().map(str::to_string).as_deref() {
+                Some("grep") => source = text(&p["state"]["output"]),
+                Some("write") => source = text(&p["state"]["input"]["content"]),
+                Some("read") => file = text(&p["state"]["input"]["filePath"]),
+                Some("edit") if source.chars().count() > 200 => {
+                    edits += 1;
+                    if edits % 2 == 0 {
+                        p["state"]["input"]["oldString"] = source.chars().skip(40).take(150).collect::<String>().into();
+                        quoting += 1;
+                    }
+                }
+                _ => {}
+            }
+            if user && p["type"] == "text" && !file.is_empty() {
+                let name = file.rsplit('/').next().unwrap_or_default().to_string();
+                p["text"] = format!("{} Then look at {name} again.", p["text"].as_str().unwrap_or_default()).into();
+            }
+        }
+        *m = serde_json::from_value(v).unwrap();
+    };
+    session.messages.iter_mut().chain(session.steps.iter_mut().flatten()).for_each(&mut change);
+    (session, quoting)
+}
+
+#[test]
+fn the_index_keeps_what_the_next_steps_need_as_the_batch_masking_does() {
+    let (session, quoting) = with_quotes_and_names(gen::session(&spec(200, 120, 11)));
+    assert!(quoting > 5, "only {quoting} edits quote a search or a write");
+    let all: Vec<Message> = session.messages.iter().chain(session.steps.iter().flatten()).cloned().collect();
+    let rules = Rules::new(Config::default()).unwrap();
+    let needed = masking::needed(&History::new(&all), &rules).iter().filter(|n| **n).count();
+    let history = History::new(&all);
+    let prompts = all.iter().filter(|m| dcp::session::is_prompt(m)).count();
+    assert!(prompts > 1 && history.calls.len() > 100, "{prompts} prompts");
+    let pruning = side_by_side_over(&session, &Config::default(), &[40]);
+    assert!(pruning > 10, "only {pruning} steps pruned anything");
+    // The session ends with something the next steps need, or an earlier step had: the
+    // signals are not vacuous over the run.
+    let ever: usize = (1..=session.steps.len())
+        .step_by(4)
+        .map(|k| {
+            let prefix: Vec<Message> =
+                session.messages.iter().chain(session.steps[..k].iter().flatten()).cloned().collect();
+            masking::needed(&History::new(&prefix), &rules).iter().filter(|n| **n).count()
+        })
+        .sum();
+    assert!(ever + needed > 5, "the rules kept almost nothing: {ever}");
+}

@@ -3,6 +3,7 @@
 //! `support` builds sessions and sandboxes; each other module covers one layer of the data
 //! flow, from the host adapters to the CLI.
 
+mod bill;
 mod cli;
 mod compress;
 mod concurrency;
@@ -19,6 +20,7 @@ mod host;
 mod hostile;
 mod import;
 mod index;
+mod keep;
 mod masking;
 mod newer_state;
 mod node;

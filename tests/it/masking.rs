@@ -33,7 +33,7 @@ fn paper_window_json(narrow: u32) -> String {
     )
 }
 
-fn masked(messages: &[Message], config: &Config) -> Vec<String> {
+pub(crate) fn masked(messages: &[Message], config: &Config) -> Vec<String> {
     let rules = Rules::new(config.clone()).unwrap();
     let mut counter = TokenCounter::new(EstimatorChoice::Auto);
     let history = History::new(messages);
@@ -372,7 +372,7 @@ pub(crate) fn generated_sessions() -> Vec<(u64, usize, u64, Vec<Message>)> {
 pub(crate) fn replay_options(config: Config) -> Options {
     Options {
         modes: vec![Mode::Dcp],
-        ttl: Ttl::Seconds(300),
+        prices: replay::Prices::anthropic(Ttl::Seconds(300)),
         context_limit: Some(200_000),
         overhead: replay::OPENCODE_OVERHEAD,
         config,
@@ -389,7 +389,8 @@ fn no_generated_session_loses_more_than_the_loss_bound() {
     let options = replay_options(config);
     let mut saved_somewhere = false;
     for (seed, i, steps, messages) in generated_sessions() {
-        let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+        let session =
+            RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages, totals: None };
         let replayed = replay::replay(&session, &options).unwrap();
         let cost = |mode: Mode| replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1.totals.cost;
         let ratio = cost(Mode::Dcp) / cost(Mode::None);

@@ -39,21 +39,28 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
         (m.keep_last, m.keep_tokens, m.working_calls, m.collapse_turns) = (10, 10_000, 0, false);
         (m.on_rewrite.keep_last, m.on_rewrite.keep_tokens) = (5, 5_000);
         (config.rewrite.loss_bound, config.rewrite.max_horizon) = (0.0, 8);
+        // The live sidecar took the cache as cold after 5 minutes, summarize.py never does.
+        config.rewrite.cold_cache_seconds = Some(300);
         config.tools.settings.offer =
             if name.ends_with("-always") { dcp::config::Offer::Always } else { dcp::config::Offer::Paid };
         // `extract` was a tool of its own then, and the scripted model called it.
         config.tools.extract.enabled = true;
         let options = Options {
             modes: Vec::new(),
-            ttl: replay::cost::Ttl::Never,
+            prices: replay::Prices::anthropic(replay::cost::Ttl::Never),
             context_limit: Some(128_000),
             overhead: replay::OPENCODE_OVERHEAD_CHARS,
             config,
             estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
         };
         let directory = std::path::Path::new(&info.directory);
-        let session =
-            RecordedSession { id: &info.id, parent_id: None, directory: Some(directory), messages: &messages };
+        let session = RecordedSession {
+            id: &info.id,
+            parent_id: None,
+            directory: Some(directory),
+            messages: &messages,
+            totals: None,
+        };
         let replayed = replay::replay(&session, &options).unwrap();
         let run = |mode: Mode| &replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1;
         let (none, dcp) = (&run(Mode::None).totals, &run(Mode::Dcp).totals);
@@ -81,7 +88,7 @@ fn options(config_text: &str) -> Options {
     let locations = dcp::config::Locations { global: Some(dir.path().to_path_buf()), config_dir: None, project: None };
     Options {
         modes: Vec::new(),
-        ttl: replay::cost::Ttl::Seconds(300),
+        prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
         context_limit: Some(200_000),
         overhead: replay::OPENCODE_OVERHEAD,
         config: dcp::config::load(&locations).unwrap().config,
@@ -138,7 +145,7 @@ fn served(
 /// Compares replay's requests with `dcp serve`'s, request by request; returns how many
 /// carried a rewrite.
 fn compare(sandbox: &Sandbox, config: &str, sid: &str, messages: &[dcp::session::Message]) -> usize {
-    let session = RecordedSession { id: sid, parent_id: None, directory: None, messages };
+    let session = RecordedSession { id: sid, parent_id: None, directory: None, messages, totals: None };
     let replayed = replay::requests(&session, Mode::Dcp, &options(config)).unwrap();
     let served = served(sandbox, config, sid, messages, None);
     assert_eq!(replayed.len(), served.len());

@@ -357,13 +357,14 @@ fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
             let config: dcp::config::Config = serde_json::from_str(config).unwrap();
             let options = Options {
                 modes: Vec::new(),
-                ttl: replay::cost::Ttl::Seconds(300),
+                prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
                 context_limit: Some(200_000),
                 overhead: replay::OPENCODE_OVERHEAD,
                 config,
                 estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
             };
-            let session = RecordedSession { id: &info.id, parent_id: None, directory: None, messages: &messages };
+            let session =
+                RecordedSession { id: &info.id, parent_id: None, directory: None, messages: &messages, totals: None };
             let replayed = replay::replay(&session, &options).unwrap();
             let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
             let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();

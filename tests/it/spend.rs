@@ -32,7 +32,8 @@ fn a_spend_masks_no_read_or_search_of_the_current_turn_and_still_masks_older_out
     let options = replay_options(Config::default());
     let (mut spends, mut taken) = (0, 0);
     for (seed, i, _, messages) in generated_sessions() {
-        let session = RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages };
+        let session =
+            RecordedSession { id: "ses_test", parent_id: None, directory: None, messages: &messages, totals: None };
         let replayed = replay::replay(&session, &options).unwrap();
         let run = &replayed.runs.iter().find(|(m, _)| *m == Mode::Dcp).unwrap().1;
         let sent = replay::requests(&session, Mode::Dcp, &options).unwrap();

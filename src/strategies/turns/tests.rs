@@ -41,7 +41,7 @@ fn session(steps: &[Step<'_>]) -> Vec<Message> {
 /// What the defaults collapse of `messages`, every message weighing `size`.
 fn collapsed(messages: &[Message], blocks: &Blocks, size: u64) -> Vec<Collapse> {
     let rules = Rules::new(Config::default()).unwrap();
-    finished_turn(messages, &vec![size; messages.len()], blocks, &rules)
+    finished_turn(messages, &vec![size; messages.len()], blocks, &rules, &|_| false)
 }
 
 fn read(path: &str) -> Value {

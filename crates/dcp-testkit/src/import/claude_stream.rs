@@ -5,7 +5,11 @@
 //! `tool_result` blocks, and a final `result` with the run's `duration_ms`. Lines with a
 //! `parent_tool_use_id` belong to the subagent that Task call started: they become a child
 //! session. The log has no per-step clock, so times are estimated: the run's duration is
-//! spread over the steps in proportion to their size.
+//! spread over the steps in proportion to their size. A `system/compact_boundary` (Claude Code
+//! compacted the conversation) and the summary the next user line carries become OpenCode's
+//! compaction: later requests carry the summary, not what it replaced. Each assistant line
+//! keeps the usage it reports, the 1-hour cache writes apart; the `result` line's
+//! `total_cost_usd` is the run's cost.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,7 +17,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::claude_tools::{claude_call, result_text, usage_tokens};
-use super::model::{Clock, Session, Step, Turn};
+use super::model::{Clock, Session, Step, Tokens, Totals, Trigger, Turn};
 use super::source::{str_at, ImportError, Record};
 use super::SourceMeta;
 
@@ -52,9 +56,14 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         let parent = v.get("parent_tool_use_id").and_then(Value::as_str).map(str::to_string);
         cx.chains.entry(parent).or_default().push(v);
     }
-    let steps = build(&cx, None);
-    let duration = result.and_then(|r| r["duration_ms"].as_i64()).filter(|d| *d > 0);
     let prompt = meta.prompt.clone().unwrap_or_default();
+    let turns = main_turns(&cx, prompt);
+    let duration = result.and_then(|r| r["duration_ms"].as_i64()).filter(|d| *d > 0);
+    let cost = result.and_then(|r| r["total_cost_usd"].as_f64()).filter(|c| *c > 0.0);
+    // Each assistant line carries the usage as streamed when the message started: its input
+    // and cache counts are whole, its output is not (1 to 25 tokens). The `result` line has the
+    // run's output.
+    let output = result.and_then(|r| r["usage"]["output_tokens"].as_u64()).unwrap_or(0);
     let version = str_at(init, "claude_code_version");
     Ok(Session {
         name: meta.name.clone(),
@@ -63,18 +72,74 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         provider: "anthropic".into(),
         model: cx.model.clone(),
         harness: format!("Claude Code {version}").trim().to_string(),
-        turns: vec![Turn { prompt, time_ms: None, steps, compaction: None }],
+        turns,
         start_ms: meta.end_ms - duration.unwrap_or(0) - 60_000,
         duration_ms: duration,
         clock: Clock::Estimated,
+        totals: Some(Totals { tokens: Tokens { output, ..Tokens::default() }, cost: cost.unwrap_or(0.0) }),
     })
 }
 
-/// The steps of the chain under `parent` (None: the main agent), subagents as children.
-fn build(cx: &Context<'_>, parent: Option<&str>) -> Vec<Step> {
+/// The main agent's turns: the prompt's, then one per compaction, opened by its summary.
+fn main_turns(cx: &Context<'_>, prompt: String) -> Vec<Turn> {
+    let mut turns = vec![Turn { prompt, ..Turn::default() }];
+    let mut lines: Vec<&Value> = Vec::new();
+    let mut summary_next = false;
+    for v in cx.chains.get(&None).into_iter().flatten().copied() {
+        if v["type"] == "system" && v["subtype"] == "compact_boundary" {
+            close_turn(cx, &mut turns, &mut lines);
+            let manual = v["compact_metadata"]["trigger"] == "manual";
+            turns.push(Turn {
+                compaction: Some(if manual { Trigger::Manual } else { Trigger::Auto }),
+                ..Turn::default()
+            });
+            summary_next = true;
+        } else if summary_next && v["type"] == "user" {
+            let text = summary_text(&v["message"]["content"]);
+            if let (Some(text), Some(turn)) = (text, turns.last_mut()) {
+                turn.steps.push(Step { text, ..Step::default() });
+                summary_next = false;
+            }
+        } else {
+            lines.push(v);
+        }
+    }
+    close_turn(cx, &mut turns, &mut lines);
+    turns
+}
+
+/// Adds the steps of `lines` to the last turn.
+fn close_turn<'a>(cx: &Context<'a>, turns: &mut [Turn], lines: &mut Vec<&'a Value>) {
+    if let Some(turn) = turns.last_mut() {
+        turn.steps.extend(steps_of(cx, lines));
+    }
+    lines.clear();
+}
+
+/// The text of a user line that carries a compaction's summary: text, not tool results.
+fn summary_text(content: &Value) -> Option<String> {
+    if let Some(s) = content.as_str() {
+        return Some(s.to_string());
+    }
+    let blocks = content.as_array()?;
+    if blocks.iter().any(|b| b["type"] == "tool_result") {
+        return None;
+    }
+    let text: Vec<&str> = blocks.iter().filter(|b| b["type"] == "text").map(|b| str_at(b, "text")).collect();
+    (!text.is_empty()).then(|| text.join("\n"))
+}
+
+/// The steps of the chain under `parent` (a subagent), its own subagents as children.
+fn build(cx: &Context<'_>, parent: &str) -> Vec<Step> {
+    let lines: Vec<&Value> = cx.chains.get(&Some(parent.to_string())).into_iter().flatten().copied().collect();
+    steps_of(cx, &lines)
+}
+
+/// The steps of `lines`: assistant lines grouped by message id, in order.
+fn steps_of(cx: &Context<'_>, lines: &[&Value]) -> Vec<Step> {
     let mut order: Vec<&str> = Vec::new();
     let mut by_id: HashMap<&str, Vec<&Value>> = HashMap::new();
-    for v in cx.chains.get(&parent.map(str::to_string)).into_iter().flatten() {
+    for v in lines.iter().copied() {
         if v["type"] != "assistant" || !v["message"].is_object() {
             continue;
         }
@@ -133,11 +198,12 @@ fn subagent(cx: &Context<'_>, block: &Value, id: &str) -> Option<Box<Session>> {
         turns: vec![Turn {
             prompt: str_at(input, "prompt").to_string(),
             time_ms: None,
-            steps: build(cx, Some(id)),
+            steps: build(cx, id),
             compaction: None,
         }],
         start_ms: 0,
         duration_ms: None,
         clock: Clock::Estimated,
+        totals: None,
     }))
 }

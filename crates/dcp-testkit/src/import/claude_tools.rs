@@ -109,5 +109,8 @@ pub fn usage_tokens(usage: Option<&Value>) -> super::model::Tokens {
         reasoning: 0,
         cache_read: n("cache_read_input_tokens"),
         cache_write: n("cache_creation_input_tokens"),
+        // Claude Code 2.1 says which cache the writes went to: `cache_creation` splits them
+        // into the 5-minute and the 1-hour one, priced 1.25x and 2x.
+        cache_write_1h: usage.and_then(|u| u["cache_creation"]["ephemeral_1h_input_tokens"].as_u64()).unwrap_or(0),
     }
 }

@@ -169,6 +169,7 @@ fn parse_chain(
         turns,
         duration_ms: None,
         clock: Clock::Recorded,
+        totals: None,
     })
 }
 

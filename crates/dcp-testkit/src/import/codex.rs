@@ -4,13 +4,16 @@
 //! output and exit code), `file_change` (edits and new files), `reasoning` and
 //! `agent_message`; `todo_list` updates. Each command is one step (a reasoning item before it
 //! joins that step); the agent's messages make the last step. The log has no clock: each
-//! step gets a model time from its size, each command a run time from its output size.
+//! step gets a model time from its size, each command a run time from its output size. Usage
+//! is recorded only per turn (`turn.completed`: `input_tokens`, cached ones included as
+//! OpenAI counts them, `cached_input_tokens`, `output_tokens`): the steps carry none, and the
+//! run's totals go on the session's row.
 
 use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::model::{chars, dumps_len, est_tokens, Call, Clock, Session, Step, Tokens, Turn};
+use super::model::{chars, dumps_len, Call, Clock, Session, Step, Tokens, Totals, Turn};
 use super::shell::{relative, shell_call, unwrap_bash_lc, ShellRun};
 use super::source::{str_at, ImportError, Record};
 use super::SourceMeta;
@@ -23,10 +26,14 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
     let root = meta.directory.clone().unwrap_or_else(|| "/workspace".to_string());
     let prompt = meta.prompt.clone().unwrap_or_default();
     let mut steps: Vec<Step> = Vec::new();
-    let mut ctx = chars(&prompt);
     let mut final_text = String::new();
+    let mut run = Tokens::default();
     for r in records {
         let (event, item) = (str_at(&r.value, "type"), &r.value["item"]);
+        if event == "turn.completed" {
+            run = add_usage(run, &r.value["usage"]);
+            continue;
+        }
         let call = match (event, str_at(item, "type")) {
             ("item.completed", "command_execution") => command(item, &root),
             ("item.completed", "file_change") => file_change(item, &root),
@@ -41,15 +48,11 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
             }
             _ => continue,
         };
-        ctx = attach(&mut steps, call, ctx);
+        attach(&mut steps, call);
     }
     if !final_text.is_empty() {
-        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(chars(&final_text)), ..Tokens::default() };
         let model_ms = Some(4000 + chars(&final_text) as i64 * 8);
-        steps.push(Step { text: final_text, tokens, model_ms, ..Step::default() });
-    }
-    for s in steps.iter_mut().filter(|s| s.model_ms.is_none()) {
-        s.tokens.output = est_tokens(chars(&s.reasoning));
+        steps.push(Step { text: final_text, model_ms, ..Step::default() });
     }
     let total: i64 =
         steps.iter().map(|s| s.model_ms.unwrap_or(3000) + s.calls.iter().map(|c| c.dur_ms).sum::<i64>()).sum();
@@ -64,24 +67,32 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         start_ms: meta.end_ms - total - 60_000,
         duration_ms: None,
         clock: Clock::Estimated,
+        totals: (run != Tokens::default()).then_some(Totals { tokens: run, cost: 0.0 }),
     })
 }
 
-/// Adds `call` as a step (or to the reasoning step before it); returns the context size after.
-fn attach(steps: &mut Vec<Step>, call: Call, ctx: usize) -> usize {
-    let out_chars = dumps_len(&call.input);
-    let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-    let after = ctx + out_chars + chars(call.result_text());
-    let model_ms = Some(3000 + out_chars as i64 * 8);
+/// `run` with a turn's usage added, in OpenCode's terms (uncached input apart).
+fn add_usage(run: Tokens, usage: &Value) -> Tokens {
+    let n = |k: &str| usage[k].as_u64().unwrap_or(0);
+    let cached = n("cached_input_tokens");
+    Tokens {
+        input: run.input + n("input_tokens").saturating_sub(cached),
+        cache_read: run.cache_read + cached,
+        output: run.output + n("output_tokens"),
+        ..run
+    }
+}
+
+/// Adds `call` as a step (or to the reasoning step before it).
+fn attach(steps: &mut Vec<Step>, call: Call) {
+    let model_ms = Some(3000 + dumps_len(&call.input) as i64 * 8);
     match steps.last_mut() {
         Some(s) if s.calls.is_empty() && s.model_ms.is_none() => {
             s.calls.push(call);
-            s.tokens = tokens;
             s.model_ms = model_ms;
         }
-        _ => steps.push(Step { calls: vec![call], tokens, model_ms, ..Step::default() }),
+        _ => steps.push(Step { calls: vec![call], model_ms, ..Step::default() }),
     }
-    after
 }
 
 fn command(item: &Value, root: &str) -> Call {

@@ -82,6 +82,7 @@ pub fn parse(records: &[Record], meta: &SourceMeta, file: &Path) -> Result<Sessi
         turns,
         duration_ms: None,
         clock: Clock::Recorded,
+        totals: None,
     })
 }
 
@@ -240,6 +241,7 @@ fn tokens_of(u: &Value) -> Tokens {
         reasoning: n("reasoning_output_tokens"),
         cache_read: n("cached_input_tokens"),
         cache_write: 0,
+        cache_write_1h: 0,
     }
 }
 

@@ -72,6 +72,7 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         start_ms,
         duration_ms: None,
         clock: Clock::Recorded,
+        totals: None,
     })
 }
 
@@ -138,7 +139,11 @@ fn step(cx: &Context<'_>, i: usize) -> (Step, usize) {
     let end = calls.iter().map(|c| c.time.map_or(done, |s| s.end)).max().unwrap_or(done + 1);
     let tokens = tokens_of(&m["extra"]["response"]["usage"]);
     let reasoning = str_at(m, "reasoning_content").to_string();
-    let step = Step { text, reasoning, calls, tokens, model_ms: None, time: Some(Span { start: done, end }) };
+    // The money the request cost: format 1.1 keeps it beside the response (`extra.cost`,
+    // litellm's figure), an OpenRouter response in its usage (`usage.cost`).
+    let cost = m["extra"]["cost"].as_f64().or_else(|| m["extra"]["response"]["usage"]["cost"].as_f64()).unwrap_or(0.0);
+    let time = Some(Span { start: done, end });
+    let step = Step { text, reasoning, calls, tokens, model_ms: None, time, cost };
     (step, next)
 }
 
@@ -209,5 +214,6 @@ fn tokens_of(u: &Value) -> Tokens {
         reasoning,
         cache_read: cached,
         cache_write: 0,
+        cache_write_1h: 0,
     }
 }

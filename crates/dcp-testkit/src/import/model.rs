@@ -32,6 +32,17 @@ pub struct Session {
     /// The run's total wall time, when the source says it (estimated clocks only).
     pub duration_ms: Option<i64>,
     pub clock: Clock,
+    /// What the log records for the whole run only (see [`Totals`]).
+    pub totals: Option<Totals>,
+}
+
+/// The usage a log records for the whole run: token totals where its steps carry none
+/// (`codex exec --json`'s `turn.completed`, SWE-agent's `model_stats`), and the money the
+/// harness says the run cost (Claude Code's `result`). The writer puts it on the session's row.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub tokens: Tokens,
+    pub cost: f64,
 }
 
 impl Session {
@@ -79,9 +90,15 @@ pub struct Step {
     pub model_ms: Option<i64>,
     /// When the model's output was recorded: first and last record of the step.
     pub time: Option<Span>,
+    /// The money the request cost, where the log records it (mini-swe-agent), else 0.
+    pub cost: f64,
 }
 
-/// Token counts of one step, as the provider reported them (or estimated).
+/// Token counts of one step, as the provider reported them, in OpenCode's terms: `input` is
+/// the uncached input (an OpenAI-style `prompt_tokens` less its cached part), `cache_read` and
+/// `cache_write` apart, `cache_write_1h` the part of the writes that went to Anthropic's
+/// 1-hour cache. All zero where the log records no usage for the step: the importer never
+/// makes one up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tokens {
     pub input: u64,
@@ -89,6 +106,7 @@ pub struct Tokens {
     pub reasoning: u64,
     pub cache_read: u64,
     pub cache_write: u64,
+    pub cache_write_1h: u64,
 }
 
 /// How a tool call ended.

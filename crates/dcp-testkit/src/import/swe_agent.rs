@@ -6,14 +6,16 @@
 //! `str_replace` and `insert` become `read`, `write` and `edit`; `bash` goes through the
 //! shell mapping; `submit` stays a command. Tool answers are matched by position (some models
 //! reuse call ids). There is no per-step clock: times are estimated from sizes and the
-//! recorded execution times.
+//! recorded execution times. Usage is recorded only for the run (`info.model_stats`:
+//! `tokens_sent`, `tokens_received`, `instance_cost`), and only by runs that called a paid API:
+//! the steps carry none, and the run's totals go on the session's row.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::model::{chars, dumps_len, est_tokens, Call, Clock, Session, Step, Tokens, Turn};
+use super::model::{chars, dumps_len, Call, Clock, Session, Step, Tokens, Totals, Turn};
 use super::shell::{bash_call, relative, shell_call, ShellRun, META_MAX};
 use super::source::{str_at, ImportError};
 use super::SourceMeta;
@@ -58,16 +60,13 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         exec_ms.entry(str_at(s, "action").to_string()).or_default().push(ms);
     }
     let prompt = history.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
-    let mut ctx = chars(&prompt) + history.first().map_or(0, |m| chars(&text_of(&m["content"])));
     let mut steps = Vec::new();
     for (i, m) in history.iter().enumerate().filter(|(_, m)| m["role"] == "assistant") {
         let dur = exec_ms.get(str_at(m, "action")).and_then(|v| v.first().copied()).unwrap_or(300);
         let calls = step_calls(m, &history[i + 1..], dur);
         let text = text_of(&m["content"]);
         let out_chars = chars(&text) + calls.iter().map(|c| dumps_len(&c.input)).sum::<usize>();
-        let tokens = Tokens { input: est_tokens(ctx), output: est_tokens(out_chars), ..Tokens::default() };
-        ctx += out_chars + calls.iter().map(|c| chars(c.result_text())).sum::<usize>();
-        steps.push(Step { text, calls, tokens, model_ms: Some(2500 + out_chars as i64 * 8), ..Step::default() });
+        steps.push(Step { text, calls, model_ms: Some(2500 + out_chars as i64 * 8), ..Step::default() });
     }
     if steps.is_empty() {
         return Err(ImportError::new(file, None, "no assistant messages in `history`"));
@@ -86,7 +85,17 @@ pub fn parse(text: &str, meta: &SourceMeta, file: &Path) -> Result<Session, Impo
         start_ms: meta.end_ms - total - 62_000,
         duration_ms: None,
         clock: Clock::Estimated,
+        totals: run_totals(&doc["info"]["model_stats"]),
     })
+}
+
+/// The run's usage from `model_stats`, when it called a paid API (the demonstrations and
+/// replays record zeros).
+fn run_totals(stats: &Value) -> Option<Totals> {
+    let n = |k: &str| stats[k].as_u64().unwrap_or(0);
+    let tokens = Tokens { input: n("tokens_sent"), output: n("tokens_received"), ..Tokens::default() };
+    let cost = stats["instance_cost"].as_f64().unwrap_or(0.0);
+    (tokens.input > 0).then_some(Totals { tokens, cost })
 }
 
 /// The calls of assistant message `m`: its function calls (1.x), or its one text action

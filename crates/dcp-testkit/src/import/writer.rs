@@ -126,9 +126,24 @@ fn model_ms_of(step: &Step) -> i64 {
     })
 }
 
+/// A message's cost as OpenCode stores it: `0` where the log records none.
+fn cost_json(cost: f64) -> Value {
+    if cost == 0.0 {
+        json!(0)
+    } else {
+        json!(cost)
+    }
+}
+
+/// A step's tokens as OpenCode stores them; the 1-hour part of the cache writes, which
+/// OpenCode does not keep apart, as `cache.write1h` where there is one.
 fn tokens_json(t: &Tokens) -> Value {
-    json!({"total": t.input + t.output + t.reasoning + t.cache_read + t.cache_write, "input": t.input, "output": t.output,
-           "reasoning": t.reasoning, "cache": {"write": t.cache_write, "read": t.cache_read}})
+    let mut v = json!({"total": t.input + t.output + t.reasoning + t.cache_read + t.cache_write, "input": t.input,
+           "output": t.output, "reasoning": t.reasoning, "cache": {"write": t.cache_write, "read": t.cache_read}});
+    if t.cache_write_1h > 0 {
+        v["cache"]["write1h"] = json!(t.cache_write_1h);
+    }
+    v
 }
 
 impl Writer<'_> {
@@ -162,7 +177,7 @@ impl Writer<'_> {
             }
         }
         let mut scope = Scope { session: s, sid, scale, user_id: String::new(), role: StepRole::Answer, steps: 0 };
-        let mut totals = Tokens::default();
+        let (mut totals, mut cost) = (Tokens::default(), 0.0);
         let mut t = start;
         for turn in &s.turns {
             let at = turn.time_ms.filter(|_| s.clock == Clock::Recorded).map_or(t, |u| u.max(t));
@@ -182,12 +197,21 @@ impl Writer<'_> {
                 }
                 totals.cache_read += step.tokens.cache_read;
                 totals.cache_write += step.tokens.cache_write;
+                cost += step.cost;
                 scope.role = if turn.compaction.is_some() && i == 0 { StepRole::Summary } else { StepRole::Answer };
                 t = self.step(&scope, step, i, t)?;
                 scope.steps += 1;
             }
         }
-        self.session_row(&scope, parent, &totals, (start, t))?;
+        // A log that records usage only for the whole run gives the row its totals.
+        if let Some(run) = s.totals {
+            if totals.input + totals.cache_read + totals.cache_write == 0 {
+                totals = run.tokens;
+            }
+            totals.output = totals.output.max(run.tokens.output);
+            cost = if run.cost > 0.0 { run.cost } else { cost };
+        }
+        self.session_row(&scope, parent, (&totals, cost), (start, t))?;
         Ok((scope.sid, t))
     }
 
@@ -195,7 +219,7 @@ impl Writer<'_> {
         &mut self,
         scope: &Scope<'_>,
         parent: Option<&str>,
-        k: &Tokens,
+        (k, cost): (&Tokens, f64),
         t: (i64, i64),
     ) -> rusqlite::Result<()> {
         let s = scope.session;
@@ -204,10 +228,11 @@ impl Writer<'_> {
             "INSERT INTO session (id, project_id, parent_id, slug, directory, path, title, version, summary_additions, \
              summary_deletions, summary_files, cost, tokens_input, tokens_output, tokens_reasoning, tokens_cache_read, \
              tokens_cache_write, permission, agent, model, time_created, time_updated) \
-             VALUES (?1, ?2, ?3, ?4, ?5, '', ?6, ?7, 0, 0, 0, 0.0, ?8, ?9, ?10, ?11, ?12, ?13, 'build', ?14, ?15, ?16)",
+             VALUES (?1, ?2, ?3, ?4, ?5, '', ?6, ?7, 0, 0, 0, ?17, ?8, ?9, ?10, ?11, ?12, ?13, 'build', ?14, ?15, ?16)",
             params![
                 scope.sid, self.project, parent, slug(&s.name), s.directory, s.title, VERSION, k.input as i64,
-                k.output as i64, k.reasoning as i64, k.cache_read as i64, k.cache_write as i64, PERMISSION, model, t.0 - 1, t.1
+                k.output as i64, k.reasoning as i64, k.cache_read as i64, k.cache_write as i64, PERMISSION, model, t.0 - 1, t.1,
+                cost
             ],
         )?;
         Ok(())
@@ -247,7 +272,7 @@ impl Writer<'_> {
             scope,
             &amid,
             (completed, completed + 1),
-            &json!({"reason": finish, "snapshot": snap, "type": "step-finish", "tokens": tokens, "cost": 0}),
+            &json!({"reason": finish, "snapshot": snap, "type": "step-finish", "tokens": tokens, "cost": cost_json(step.cost)}),
         )?;
         if !edited.is_empty() {
             edited.sort();
@@ -261,7 +286,7 @@ impl Writer<'_> {
         }
         let agent = if scope.role == StepRole::Summary { "compaction" } else { "build" };
         let mut data = json!({"parentID": scope.user_id, "role": "assistant", "mode": agent, "agent": agent,
-            "path": {"cwd": s.directory, "root": s.directory}, "cost": 0, "tokens": tokens, "modelID": s.model,
+            "path": {"cwd": s.directory, "root": s.directory}, "cost": cost_json(step.cost), "tokens": tokens, "modelID": s.model,
             "providerID": s.provider, "time": {"created": created, "completed": completed + 3}, "finish": finish});
         if scope.role == StepRole::Summary {
             data["summary"] = json!(true);

@@ -1,0 +1,405 @@
+//! What the next steps are likely to need, read from what dcp knows when a rewrite is decided:
+//! the files the person's latest prompt names, and the outputs the agent's latest steps quoted.
+//! Masking leaves both whole (`crate::strategies::masking`, "What the next steps need"), and a
+//! finished turn's line leaves the views of named files (`crate::strategies::turns`).
+//!
+//! **Named by the person.** A follow-up prompt (any prompt after the session's first) that
+//! names a file, by its path or its name, or a directory, by two or more components of its
+//! path, asks about those files: their latest views (a file's latest whole read or write, and
+//! the edits after it) stay whole for that turn ([`Names`]). A directory keeps the views of
+//! files at most [`DIR_DEPTH`] levels below it, so a prompt that names the project's root does
+//! not keep every file the agent ever read. The session's first prompt is left out: in a
+//! continuous run it is the whole task, which names most of what the agent will read, and
+//! keeping all of that costs more than the misses it saves (docs/results/keep.md).
+//!
+//! **In use.** An output that one of the agent's last `strategies.masking.keepQuoted` steps
+//! quoted (an edit's `oldString` taken from a read, a path taken from a listing, a file built
+//! from another) is what the agent is working from: it is likely quoted again, and masking it
+//! would make the agent fetch it back. Only the newest text that holds a quote counts as its
+//! source (a newer read of the same lines is what the agent copied from), and an argument an
+//! earlier call passed as its key argument (a path read again, a command run again) quotes no
+//! output: the request carries it in that call's arguments, which are never masked. A command's output (`masking::COMMAND_TOOLS`) is
+//! read once and acted on, and is run again for a fresh one, so it is never kept in use.
+//!
+//! How quotes are found. Each text is normalised as `dcp replay` does for its misses (no
+//! line-number prefixes, whitespace runs as one space), cut into [`WINDOW`]-character windows
+//! and hashed. An output is *winnowed* ([`Prints::of`]): of every [`WINNOW`] consecutive
+//! window hashes the smallest is kept, about `2 / (WINNOW + 1)` of them. A step's quotes keep
+//! every window, so a quote that shares a run of `WINDOW + WINNOW - 1` characters with an
+//! output holds a kept hash of it. The sidecar's mirror
+//! slims outputs once counted (`crate::session::slim`), so the hashes of a call are taken
+//! when it is first read and held only while it is among the last [`TRACK`] calls; a call
+//! first read already slimmed (a history that arrived as one long line) is never in use.
+
+use rustc_hash::FxHashSet;
+
+use crate::session::{is_prompt, slim, str_field, Message, Node, Role};
+
+/// How many characters a quote must share with a text (as `dcp replay` counts misses).
+pub const WINDOW: usize = 64;
+
+/// Window hashes winnowed together: a shared run of `WINDOW + WINNOW - 1` characters is found.
+pub const WINNOW: usize = 16;
+
+/// The calls whose hashes are held: a quote of an older output is not looked for.
+pub const TRACK: usize = 40;
+
+/// The most hashes held for one text (an output's smallest, a step's first): a long text is
+/// sampled.
+const MAX_PRINTS: usize = 1 << 15;
+
+/// How many levels below a named directory its files count as named.
+pub const DIR_DEPTH: usize = 2;
+
+/// The tools whose text masking keeps while it is in use: listings and searches (the agent
+/// walks through their paths and lines), and written files (the agent edits what it wrote).
+/// A read is left out: it is most often big, and kept while it is quoted it stays deep in the
+/// prompt, where taking it later re-bills all that follows (docs/results/keep.md); the file
+/// being edited keeps its read through the working set (`crate::strategies::masking`). A
+/// command's output is read once and acted on.
+pub const IN_USE_TOOLS: &[&str] = &["glob", "grep", "list", "write"];
+
+/// dcp's own tools: what the agent passes them quotes nothing it works from.
+const DCP_TOOLS: &[&str] = &["discard", "extract", "compress"];
+
+/// The files and directories a prompt names: words that look like a path or a file name, as
+/// written (`~/` and `./` dropped), lower-cased.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Names {
+    files: Vec<String>,
+    dirs: Vec<String>,
+}
+
+impl Names {
+    /// What `text` names: a word whose last component has an extension is a file; a word of
+    /// two or more path components without one is a directory.
+    pub fn of(text: &str) -> Names {
+        let mut names = Names::default();
+        for word in text.split(|c: char| c.is_whitespace() || "`'\"()[]{}<>,;:!?*|=".contains(c)) {
+            let word = word.trim_matches(|c: char| c == '.' || c == '-');
+            let word = word.strip_prefix("~/").or_else(|| word.strip_prefix("./")).unwrap_or(word);
+            if word.len() < 3 || word.contains("://") {
+                continue;
+            }
+            let lower = word.to_lowercase().replace('\\', "/");
+            let last = lower.rsplit('/').next().unwrap_or("");
+            let (list, name) = if has_extension(last) {
+                (&mut names.files, lower)
+            } else {
+                let dir = lower.trim_matches('/').to_string();
+                if !dir.contains('/') {
+                    continue;
+                }
+                (&mut names.dirs, dir)
+            };
+            if !list.contains(&name) {
+                list.push(name);
+            }
+        }
+        names
+    }
+
+    /// Whether `path` is named: a named file is the path or its last components (a file name
+    /// alone names a file of that name anywhere), a named directory holds it at most
+    /// [`DIR_DEPTH`] levels down.
+    pub fn names(&self, path: &str) -> bool {
+        let path = path.to_lowercase().replace('\\', "/");
+        let ends = |n: &str| path == n || path.ends_with(&format!("/{n}"));
+        self.files.iter().any(|n| ends(n)) || self.dirs.iter().any(|d| under(&path, d))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.dirs.is_empty()
+    }
+}
+
+/// Whether `path` lies in directory `dir` (whole components) at most [`DIR_DEPTH`] levels down.
+fn under(path: &str, dir: &str) -> bool {
+    let needle = format!("{dir}/");
+    let mut from = 0;
+    while let Some(found) = path[from..].find(&needle) {
+        let at = from + found;
+        if at == 0 || path[..at].ends_with('/') {
+            return path[at + needle.len()..].matches('/').count() < DIR_DEPTH;
+        }
+        from = at + 1;
+    }
+    false
+}
+
+/// Whether `name` ends with an extension: a dot, then one to eight letters or digits, one a
+/// letter (`v1.5` is no file).
+fn has_extension(name: &str) -> bool {
+    let Some((stem, ext)) = name.rsplit_once('.') else { return false };
+    !stem.is_empty()
+        && (1..=8).contains(&ext.len())
+        && ext.chars().all(|c| c.is_ascii_alphanumeric())
+        && ext.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// A text's winnowed window hashes, sorted (see the module header).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prints(Box<[u32]>);
+
+impl Prints {
+    /// The prints of `text`.
+    pub fn of(text: &str) -> Prints {
+        let mut out = Vec::new();
+        winnow(text, &mut out);
+        out.sort_unstable();
+        out.dedup();
+        out.truncate(MAX_PRINTS);
+        Prints(out.into_boxed_slice())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What one step quotes: every window of its quotes, in order, and which are not yet traced to
+/// the text they came from.
+#[derive(Debug, Default)]
+struct Quotes {
+    windows: Vec<u32>,
+    open: Vec<bool>,
+    left: usize,
+}
+
+impl Quotes {
+    /// The windows of `texts`, at most [`MAX_PRINTS`] of them.
+    fn of<'a>(texts: impl IntoIterator<Item = &'a str>) -> Quotes {
+        let mut windows: Vec<u32> = texts.into_iter().flat_map(all_windows).collect();
+        windows.truncate(MAX_PRINTS);
+        let left = windows.len();
+        Quotes { open: vec![true; left], windows, left }
+    }
+
+    /// Traces to the text of `prints` the open windows it holds, and closes them with the
+    /// windows around them, the rest of the run they share (a run's prints are at most
+    /// [`WINNOW`] windows apart); whether it held any.
+    fn trace(&mut self, prints: &Prints) -> bool {
+        let n = self.windows.len();
+        let held = |i: &usize| self.open[*i] && prints.0.binary_search(&self.windows[*i]).is_ok();
+        let hits: Vec<usize> = (0..n).filter(held).collect();
+        for &i in &hits {
+            for j in i.saturating_sub(WINNOW - 1)..(i + WINNOW).min(n) {
+                if std::mem::take(&mut self.open[j]) {
+                    self.left -= 1;
+                }
+            }
+        }
+        !hits.is_empty()
+    }
+}
+
+/// Every window hash of `text`.
+fn all_windows(text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    windows(&normalise(text), |h| out.push(h));
+    out
+}
+
+/// Adds the winnowed window hashes of `text` to `out`.
+fn winnow(text: &str, out: &mut Vec<u32>) {
+    let mut hashes = Vec::new();
+    windows(&normalise(text), |h| hashes.push(h));
+    if hashes.len() <= WINNOW {
+        out.extend(hashes.iter().min().copied());
+        return;
+    }
+    let mut last = None;
+    for (start, w) in hashes.windows(WINNOW).enumerate() {
+        // The rightmost smallest hash of the window; each position is kept once.
+        let Some((at, &h)) = w.iter().enumerate().rev().min_by_key(|(_, h)| **h) else { continue };
+        if last != Some(start + at) {
+            out.push(h);
+        }
+        last = Some(start + at);
+    }
+}
+
+/// `text` without line-number prefixes and with each run of whitespace made one space, as
+/// `dcp replay` compares quotes (`crate::replay` counts misses on the same text).
+fn normalise(text: &str) -> Vec<char> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut space = false;
+    for (n, line) in text.split('\n').enumerate() {
+        space |= n > 0;
+        for c in line[prefix_len(line)..].chars() {
+            if c.is_whitespace() {
+                space = true;
+                continue;
+            }
+            if space && !out.is_empty() {
+                out.push(' ');
+            }
+            space = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The length of a file view's line-number prefix (`12\t`, `12→`, `00012| `) at the start
+/// of `line`, if it has one.
+fn prefix_len(line: &str) -> usize {
+    let trimmed = line.trim_start_matches(' ');
+    let digits = trimmed.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &trimmed[digits..];
+    let sep = match () {
+        _ if digits == 0 => return 0,
+        _ if rest.starts_with('\t') => 1,
+        _ if rest.starts_with('→') => '→'.len_utf8(),
+        _ if rest.starts_with("| ") => 2,
+        _ => return 0,
+    };
+    line.len() - rest.len() + sep
+}
+
+const MODULUS: u64 = (1 << 61) - 1;
+const BASE: u64 = 0x1f3d_5b79_a2c4_e681 % MODULUS;
+
+fn mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    let folded = (p as u64 & MODULUS) + (p >> 61) as u64;
+    if folded >= MODULUS {
+        folded - MODULUS
+    } else {
+        folded
+    }
+}
+
+/// Calls `each` with a 32-bit hash of every [`WINDOW`]-character window of `chars`, in order
+/// (a rolling polynomial hash modulo 2^61 - 1, folded).
+fn windows(chars: &[char], mut each: impl FnMut(u32)) {
+    if chars.len() < WINDOW {
+        return;
+    }
+    let add = |a: u64, b: u64| (a + b) % MODULUS;
+    let fold = |h: u64| (h ^ (h >> 32)) as u32;
+    let top = (1..WINDOW).fold(1, |p, _| mul(p, BASE));
+    let mut h = chars[..WINDOW].iter().fold(0, |h, &c| add(mul(h, BASE), u64::from(c)));
+    each(fold(h));
+    for i in WINDOW..chars.len() {
+        let out = mul(u64::from(chars[i - WINDOW]), top);
+        h = add(mul(add(h, MODULUS - out), BASE), u64::from(chars[i]));
+        each(fold(h));
+    }
+}
+
+/// What one call says for the rules of this module.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// The latest step that quoted the call's text as its newest source (0: none).
+    used: u32,
+    /// Its output's prints (an edit's or write's text arguments), while among the last [`TRACK`].
+    prints: Option<Prints>,
+    /// A hash of its key argument (a path, a command): in every request, so a step that
+    /// passes it again uses no output.
+    key: Option<u64>,
+}
+
+/// The signals, read message by message (the sidecar's index keeps one per session; the batch
+/// masking builds one over a history): what the latest prompt names, and which calls the
+/// latest steps used.
+#[derive(Debug, Default)]
+pub struct Signals {
+    /// Assistant messages read: the current model step.
+    step: u32,
+    prompts: u32,
+    /// The step of the latest prompt.
+    prompt_step: u32,
+    named: Names,
+    calls: Vec<Tracked>,
+}
+
+impl Signals {
+    /// Reads `message`, before its calls ([`Signals::call`]): a prompt's names, or the calls
+    /// an agent's step quoted.
+    pub fn message(&mut self, message: &Message) {
+        if is_prompt(message) {
+            self.prompts += 1;
+            self.named = Names::of(&prompt_text(message));
+            self.prompt_step = self.step;
+        }
+        if message.role() == Role::Assistant {
+            self.step += 1;
+            self.attribute(message);
+        }
+    }
+
+    /// Reads the next call, in history order: its key argument, and the text it gave the agent
+    /// (`None` when it is not known: the call has not completed, or its text was slimmed).
+    pub fn call(&mut self, key: Option<&str>, text: Option<&str>) {
+        let at = self.calls.len();
+        if let Some(old) = at.checked_sub(TRACK).and_then(|old| self.calls.get_mut(old)) {
+            *old = Tracked { used: old.used, ..Tracked::default() };
+        }
+        let prints = text.map(Prints::of).filter(|p| !p.is_empty());
+        self.calls.push(Tracked { used: 0, prints, key: key.map(hash) });
+    }
+
+    /// Whether call `at`, of `tool`, is in use: one of the last `within` steps quoted it, and
+    /// it is of [`IN_USE_TOOLS`].
+    pub fn in_use(&self, at: usize, tool: &str, within: u32) -> bool {
+        let used = self.calls.get(at).map_or(0, |c| c.used);
+        used > 0 && self.step - used < within && IN_USE_TOOLS.contains(&tool)
+    }
+
+    /// Whether the latest prompt, a follow-up sent fewer than `within` steps ago, names `path`.
+    pub fn named(&self, path: &str, within: u32) -> bool {
+        self.prompts >= 2 && self.step - self.prompt_step < within && self.named.names(path)
+    }
+
+    /// Marks the calls the step `message` quoted, each quote going to its newest source.
+    fn attribute(&mut self, message: &Message) {
+        let from = self.calls.len().saturating_sub(TRACK);
+        let keys: FxHashSet<u64> = self.calls[from..].iter().filter_map(|c| c.key).collect();
+        let mut quotes = Quotes::of(quotes_of(message).into_iter().filter(|q| !keys.contains(&hash(q))));
+        for tracked in self.calls[from..].iter_mut().rev() {
+            if quotes.left == 0 {
+                break;
+            }
+            if tracked.prints.as_ref().is_some_and(|p| quotes.trace(p)) {
+                tracked.used = self.step;
+            }
+        }
+    }
+}
+
+/// A hash of a key argument ([`Tracked::key`]).
+fn hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// The text a prompt says: its typed text parts.
+fn prompt_text(message: &Message) -> String {
+    let flag = |p: &Node, k: &str| p.get(k).and_then(Node::as_bool) == Some(true);
+    let typed = |p: &&Node| str_field(*p, "type") == Some("text") && !flag(p, "synthetic") && !flag(p, "ignored");
+    message.parts.iter().filter(typed).filter_map(|p| str_field(p, "text")).collect::<Vec<_>>().join("\n")
+}
+
+/// What an agent's step quotes: its text, and the string arguments of its calls (dcp's own
+/// tools left out); slimmed strings are not known.
+fn quotes_of(message: &Message) -> Vec<&str> {
+    let mut out = Vec::new();
+    for part in &message.parts {
+        match str_field(part, "type") {
+            Some("text") => out.extend(str_field(part, "text")),
+            Some("tool") if !str_field(part, "tool").is_some_and(|t| DCP_TOOLS.contains(&t)) => {
+                let input = part.get("state").and_then(|s| s.get("input")).and_then(Node::as_object);
+                out.extend(input.into_iter().flat_map(|i| i.iter()).filter_map(|(_, v)| v.as_str()));
+            }
+            _ => {}
+        }
+    }
+    out.retain(|s| slim::marker(s).is_none());
+    out
+}
+
+#[cfg(test)]
+mod tests;
