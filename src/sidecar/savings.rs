@@ -327,10 +327,13 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     meter.revision = slot.revision();
     let mut first: Option<usize> = None;
     let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
+    // A prune inside a range the last request sent as its summary changes nothing sent.
+    let sent_as_summary: Vec<&Span> = ranges.iter().filter(|s| meter.blocks.contains(&s.block)).collect();
+    let summarised = |m: usize| sent_as_summary.iter().any(|s| (s.from..=s.to).contains(&m));
     let mut note = |id: &String| {
         if !meter.applied.contains(id.as_str()) {
             meter.applied.insert(id.clone());
-            if let Some(position) = index.position(id).filter(|_| seen) {
+            if let Some(position) = index.position(id).filter(|p| seen && !summarised(p.0)) {
                 at(position.0);
             }
         }
