@@ -31,6 +31,7 @@ mod ranges;
 mod request;
 mod saving_cache;
 mod savings;
+mod sheet;
 mod stdio;
 pub mod stream;
 mod tools;
@@ -128,6 +129,8 @@ struct LiveSession {
     /// What the last request's rewrite would cost the next one if it never reached the model
     /// (`crate::policy::carried`).
     carried: f64,
+    /// Its price sheet, once its client named its model (see [`sheet`]).
+    sheet: Option<crate::prices::Sheet>,
 }
 
 impl LiveSession {

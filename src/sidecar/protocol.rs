@@ -179,6 +179,13 @@ pub struct TransformParams {
     /// The `seq` of the last answer whose edits the plugin holds.
     #[serde(default)]
     pub have: Option<u64>,
+    /// The session's model, as OpenCode's model data gives it (the plugin's `usage` has the
+    /// same): its price sheet's source.
+    #[serde(default)]
+    pub model: Option<super::usage::ModelWire>,
+    /// The sheet an in-process caller read off the request (`dcp proxy`).
+    #[serde(skip)]
+    pub sheet: Option<crate::prices::Sheet>,
     pub messages: Vec<Node>,
 }
 

@@ -72,6 +72,7 @@ impl Server {
             session.parent = Some(parent.is_some());
         }
         self.look_up_session(session, &sid);
+        self.pick_sheet(session, p.model.as_ref(), p.sheet.clone());
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
@@ -80,7 +81,7 @@ impl Server {
         let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.ledger.last_request = Some(now);
         session.requests += 1;
-        let mut facts = RequestFacts::new(&self.rules, idle_seconds);
+        let mut facts = RequestFacts::new(&self.rules, super::sheet::of(&self.rules, session), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
         if facts.cold_start {
