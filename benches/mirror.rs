@@ -156,7 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         xdg_config_home: Some(home.join(".config")),
         ..Default::default()
     };
-    let options = dcp::sidecar::Options { data_dir: dir.path().join("data"), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: dir.path().join("data"), env, project: None };
     let mut server = dcp::sidecar::Server::new(options, None)?;
     let (sid, line) = {
         let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: size, steps: 0, seed: 1 });

@@ -169,14 +169,23 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Report { out: file, open } => report_cmd(&ctx, &env, file, open, out),
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
         Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
-        Command::Serve => crate::sidecar::serve(crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd }),
+        Command::Serve => {
+            crate::sidecar::serve(crate::sidecar::ServeOptions { data_dir: ctx.data_dir, env, project: cwd })
+        }
         Command::Proxy { listen, allow_remote, max_connections, read_timeout, upstream } => {
-            let sidecar = crate::sidecar::Options { data_dir: ctx.data_dir, env, project: cwd };
+            let sidecar = crate::sidecar::ServeOptions { data_dir: ctx.data_dir, env, project: cwd };
             let reach =
                 if allow_remote { crate::proxy::access::Reach::Remote } else { crate::proxy::access::Reach::Local };
             let connections = max_connections.map(|n| n as usize);
             let read_timeout = std::time::Duration::from_secs(read_timeout);
-            crate::proxy::run(crate::proxy::Options { listen, reach, connections, read_timeout, upstream, sidecar })
+            crate::proxy::run(crate::proxy::ProxyOptions {
+                listen,
+                reach,
+                connections,
+                read_timeout,
+                upstream,
+                sidecar,
+            })
         }
     }
 }

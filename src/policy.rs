@@ -173,7 +173,7 @@ impl Default for Inputs {
 /// What one request cost or saved against no pruning, by the cost model, in tokens at the
 /// base input price: the session's running balance is the sum.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Request {
+pub struct Charges {
     /// The cache was cold: everything is written at the cache-write price.
     pub cold: bool,
     /// Tokens of prunes in force before this request.
@@ -191,7 +191,7 @@ pub struct Request {
 
 /// The request's balance against no pruning: what the prunes in force saved, minus the
 /// rewrite's extra (see the module header) and dcp's own additions.
-pub fn balance(r: &Request) -> f64 {
+pub fn balance(r: &Charges) -> f64 {
     let (in_force, applied, tail, p) = (r.in_force as f64, r.applied as f64, r.tail as f64, r.rates);
     let saved =
         if r.cold { p.write * (in_force + applied) } else { p.read * in_force - rewrite_extra(p, applied, tail) };
@@ -200,7 +200,7 @@ pub fn balance(r: &Request) -> f64 {
 
 /// What dcp's own additions cost on the request: its head (written on a cold cache, read
 /// from it on a warm one) and the appended list (never cached).
-pub fn additions(r: &Request) -> f64 {
+pub fn additions(r: &Charges) -> f64 {
     let head = if r.cold { r.rates.write } else { r.rates.read } * r.head as f64;
     head + r.rates.write * r.appended as f64
 }
@@ -211,7 +211,7 @@ pub fn additions(r: &Request) -> f64 {
 /// tail then. Added to the session's balance with the failed request's figures taken back,
 /// the next request's balance is what the rewrite's own would have been. Nothing without a
 /// rewrite, or on a cold cache (everything is written then anyway).
-pub fn carried(r: &Request) -> f64 {
+pub fn carried(r: &Charges) -> f64 {
     if r.cold || r.applied == 0 {
         return 0.0;
     }

@@ -138,7 +138,7 @@ pub(crate) fn tools_rows(rows: &mut Vec<Row>) {
         xdg_config_home: Some(home.join(".config")),
         ..Default::default()
     };
-    let options = dcp::sidecar::Options { data_dir: root.join("data"), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: root.join("data"), env, project: None };
     let Ok(mut server) = dcp::sidecar::Server::new(options, None) else { return };
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 2_000, steps: 0, seed: SEED });
     let mut ask = |id: usize, method: &str, params: Value| {

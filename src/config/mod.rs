@@ -331,18 +331,19 @@ impl Default for PurgeErrors {
     }
 }
 
-/// Masking's default budget of kept outputs (`strategies.masking.keepTokens`), see BENCHMARKS.md
-/// "Choosing masking's defaults".
+/// Masking's default budget of kept outputs (`strategies.masking.keepTokens`), chosen on the
+/// corpus's long runs (docs/history/benchmarks-rounds.md).
 pub const KEEP_TOKENS: u32 = 10_000;
 
 /// Masking's default count of recent files whose latest read stays whole
 /// (`strategies.masking.workingFiles`): none, as keeping them re-bills them with every rewrite
-/// behind them (BENCHMARKS.md, "Issue 24, round 3").
+/// behind them (docs/history/benchmarks-rounds.md, "Issue 24, round 3").
 pub const WORKING_FILES: u32 = 0;
 
 /// Masking's default window of recent calls whose outputs stay whole
 /// (`strategies.masking.keepLast`): six, the middle of the five to seven that send the fewest
-/// tokens on the corpus's long runs at the same cost (BENCHMARKS.md, "Issue 24, stop 33").
+/// tokens on the corpus's long runs at the same cost (docs/history/benchmarks-rounds.md,
+/// "Issue 24, stop 33: masking keeps the last 6 calls").
 pub const KEEP_LAST: u32 = 6;
 
 /// Masking's default window of steps an output stays whole for after it was quoted

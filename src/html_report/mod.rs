@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::host::DataDir;
-use crate::replay::{self, Mode, Options};
+use crate::replay::{self, Mode, ReplayOptions};
 use crate::state::persist::{self, LoadOutcome};
 use crate::state::savings::{Mark, Point};
 use crate::state::Strategy;
@@ -176,7 +176,7 @@ fn replayed(data: &DataDir, config: &Config, id: &str) -> Option<Vec<Point>> {
         messages: &loaded.messages,
         totals: None,
     };
-    let options = Options {
+    let options = ReplayOptions {
         modes: Vec::new(),
         prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
         context_limit: None,

@@ -71,12 +71,12 @@ fn a_rewrite_that_pays_back_waits_until_the_session_can_afford_it() {
 
 #[test]
 fn the_balance_counts_savings_rewrites_and_dcps_own_additions() {
-    let warm = Request { in_force: 10_000, head: 400, appended: 100, ..Request::default() };
+    let warm = Charges { in_force: 10_000, head: 400, appended: 100, ..Charges::default() };
     assert!((balance(&warm) - (1_000.0 - 40.0 - 125.0)).abs() < 1e-9);
-    let rewrite = Request { applied: 2_000, tail: 3_000, ..warm };
+    let rewrite = Charges { applied: 2_000, tail: 3_000, ..warm };
     assert!((balance(&rewrite) - (1_000.0 - (3_450.0 - 2_500.0) - 40.0 - 125.0)).abs() < 1e-9);
     // On a cold cache everything is written again: what is pruned saves its full price.
-    let cold = Request { cold: true, ..rewrite };
+    let cold = Charges { cold: true, ..rewrite };
     assert!((balance(&cold) - (1.25 * 12_000.0 - 1.25 * 400.0 - 125.0)).abs() < 1e-9);
 }
 
@@ -316,7 +316,7 @@ fn simulated_rewrites(rates: Rates) -> u32 {
                 .collect();
             let context = tail(0, &items);
             let base = Inputs { context, warm: step as u32, banked, baseline, rates, ..Inputs::default() };
-            let mut request = Request { in_force, rates, ..Request::default() };
+            let mut request = Charges { in_force, rates, ..Charges::default() };
             if let Some((cut, _)) = choose(&config, &base, &pending) {
                 request.applied = pending[cut..].iter().map(|p| p.tokens).sum();
                 request.tail = pending[cut].tail;
@@ -457,14 +457,14 @@ fn under_a_one_hour_cache_no_rewrite_is_free_after_a_shorter_pause() {
     let past = Inputs { idle_seconds: Some(3_600), ..on(&hour) };
     assert_eq!(rewrite_trigger(&batched(), &past), Some(Trigger::ColdCache));
     // And its extra is priced at the 1-hour write: (2 - 0.1) x tail, not 1.15 x tail.
-    let warm = Request { applied: 2_000, tail: 40_000, rates: hour.rates, ..Request::default() };
+    let warm = Charges { applied: 2_000, tail: 40_000, rates: hour.rates, ..Charges::default() };
     assert!((balance(&warm) - (-(1.9 * 40_000.0) + 2.0 * 2_000.0)).abs() < 1e-9);
 }
 
 #[test]
 fn without_a_cache_every_pruned_token_is_saved_at_full_price() {
     let none = crate::prices::family("none").unwrap();
-    let warm = Request { in_force: 1_000, applied: 500, tail: 9_000, rates: none.rates, ..Request::default() };
+    let warm = Charges { in_force: 1_000, applied: 500, tail: 9_000, rates: none.rates, ..Charges::default() };
     // 1,000 in force at the full price, and the rewrite saves its 500 on its own request.
     assert!((balance(&warm) - 1_500.0).abs() < 1e-9);
     assert_eq!(batched().cold_after(&none), 0);
@@ -489,12 +489,12 @@ fn under_pressure_a_batch_too_small_to_matter_waits_for_more() {
 #[test]
 fn a_rewrite_a_failed_request_carried_costs_the_next_request_what_it_would_have_cost_itself() {
     for (in_force, applied, tail) in [(0, 2_000, 30_000), (5_000, 8_000, 9_000), (1_000, 500, 200)] {
-        let failed = Request { in_force, applied, tail, head: 300, ..Request::default() };
+        let failed = Charges { in_force, applied, tail, head: 300, ..Charges::default() };
         // The next request finds the prunes in force and applies nothing.
-        let next = Request { in_force: in_force + applied, head: 300, ..Request::default() };
+        let next = Charges { in_force: in_force + applied, head: 300, ..Charges::default() };
         let carried = carried(&failed);
         assert!((balance(&next) + carried - balance(&failed)).abs() < 1e-6, "{in_force} {applied} {tail}");
     }
-    assert_eq!(carried(&Request { in_force: 100, ..Request::default() }), 0.0, "no rewrite, nothing carried");
-    assert_eq!(carried(&Request { cold: true, applied: 100, tail: 900, ..Request::default() }), 0.0);
+    assert_eq!(carried(&Charges { in_force: 100, ..Charges::default() }), 0.0, "no rewrite, nothing carried");
+    assert_eq!(carried(&Charges { cold: true, applied: 100, tail: 900, ..Charges::default() }), 0.0);
 }

@@ -44,11 +44,14 @@ fn priced(mut base: Sheet, g: &Given) -> Sheet {
     base
 }
 
-/// The API a proxied request speaks, as far as its cache goes.
+/// The API a proxied request speaks, as far as its cache goes: Anthropic's Messages, OpenAI's
+/// Responses, or Chat Completions, which many providers serve (its sheet is the model's, else
+/// the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
     Anthropic,
     OpenAi,
+    Chat,
 }
 
 /// What a proxied request asks of the cache.
@@ -64,13 +67,14 @@ pub struct Asked {
 /// model's sheet (its money prices) with the TTL and write price the request's cache asks for.
 pub fn for_request(api: Api, model: Option<&str>, asked: Asked) -> Sheet {
     let api_family = match api {
-        Api::Anthropic => "anthropic-5m",
-        Api::OpenAi => "openai",
+        Api::Anthropic => family("anthropic-5m"),
+        Api::OpenAi => family("openai"),
+        Api::Chat => None,
     };
-    let base = model.and_then(for_model).or_else(|| family(api_family)).unwrap_or_default();
+    let base = model.and_then(for_model).or(api_family).unwrap_or_default();
     let longer = match api {
         Api::Anthropic if asked.one_hour => family("anthropic-1h"),
-        Api::OpenAi if asked.retention_24h => family("openai-24h"),
+        Api::OpenAi | Api::Chat if asked.retention_24h => family("openai-24h"),
         _ => None,
     };
     let Some(longer) = longer else { return base };
@@ -116,5 +120,8 @@ mod tests {
         // A retention asked of Anthropic, or a TTL of OpenAI, is no such cache.
         let wrong = for_request(Api::OpenAi, Some("gpt-5"), Asked { one_hour: true, ..Asked::default() });
         assert_eq!(wrong.ttl, Ttl::Seconds(300));
+        // Chat Completions, which many providers serve, takes the model's sheet, else the default.
+        assert_eq!(for_request(Api::Chat, Some("deepseek-chat"), Asked::default()).name, "deepseek-chat");
+        assert_eq!(for_request(Api::Chat, Some("fake-model"), Asked::default()), Sheet::default());
     }
 }

@@ -175,7 +175,7 @@ fn written_items(
 /// the one a new body continues.
 #[derive(Default)]
 pub struct Conversations {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<HashMap<String, ConversationSlot>>,
     heads: Mutex<HashMap<String, Arc<Head>>>,
     layouts: Mutex<HashMap<String, Arc<Layout>>>,
     reading: Reading,
@@ -208,7 +208,7 @@ pub enum Reading {
     Whole,
 }
 
-pub type Slot = Arc<tokio::sync::Mutex<Option<Conversation>>>;
+pub type ConversationSlot = Arc<tokio::sync::Mutex<Option<Conversation>>>;
 
 /// How many conversations are kept; past it, those not in use are dropped (their next
 /// request is read whole).
@@ -249,7 +249,7 @@ impl Conversations {
         self.resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub fn slot(&self, sid: &str) -> Slot {
+    pub fn slot(&self, sid: &str) -> ConversationSlot {
         let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if slots.len() >= KEPT && !slots.contains_key(sid) {
             slots.retain(|_, slot| Arc::strong_count(slot) > 1);

@@ -19,11 +19,12 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::prices::Sheet;
 use crate::session::Node;
-use crate::sidecar::protocol::{self, code, Edit, RpcError, Transformed};
-use crate::sidecar::{transform_params, Count, Outcome, Server};
+use crate::sidecar::protocol::{self, code, Edit, RpcError, TransformParams, Transformed};
+use crate::sidecar::{Count, Outcome, Server};
 use crate::state::savings::{Model, Usage};
 
 /// Why a request's conversation was not run through the engine.
@@ -41,6 +42,8 @@ struct Job {
     sid: String,
     base: usize,
     messages: Vec<Value>,
+    /// The price sheet the request asks for (`crate::proxy::priced`).
+    sheet: Option<Sheet>,
     /// The request's number, which its [`Ticket`] settles.
     number: u64,
     reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
@@ -153,12 +156,13 @@ impl Engine {
         sid: String,
         base: usize,
         messages: Vec<Value>,
+        sheet: Option<Sheet>,
         timeout: Duration,
     ) -> Result<(Edits, Ticket), EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ticket = Ticket { sid: sid.clone(), number, jobs: Some(self.jobs.clone()), forget: false };
-        let job = Job { sid, base, messages, number, reply, sent: Instant::now() };
+        let job = Job { sid, base, messages, sheet, number, reply, sent: Instant::now() };
         self.jobs.send(Work::Transform(job)).map_err(|_| EngineError::Stopped)?;
         let edits = match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
@@ -214,13 +218,13 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
                 continue;
             }
         };
-        let Job { sid, base, messages, number, reply, sent: at } = job;
+        let Job { sid, base, messages, sheet, number, reply, sent: at } = job;
         let queued = at.elapsed();
-        transform(&mut server, &mut sent, &sid, Tail { base, messages, number }, reply);
+        transform(&mut server, &mut sent, &sid, Tail { base, messages, sheet, number }, reply);
         tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
-    server.handle_line(r#"{"jsonrpc":"2.0","id":0,"method":"shutdown"}"#);
+    server.shutdown();
 }
 
 /// The next job, counting ahead while none waits and handing out the saves that fall due.
@@ -291,6 +295,7 @@ pub type Edits = std::sync::Arc<Vec<Edit>>;
 struct Tail {
     base: usize,
     messages: Vec<Value>,
+    sheet: Option<Sheet>,
     number: u64,
 }
 
@@ -302,13 +307,17 @@ type Reply = tokio::sync::oneshot::Sender<Result<Edits, EngineError>>;
 fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, tail: Tail, reply: Reply) {
     let mut before = sent.remove(sid).unwrap_or_default();
     let messages: Vec<Node> = tail.messages.into_iter().map(Node::from).collect();
-    let params = json!({ "sessionID": sid, "parentID": null, "base": tail.base, "have": before.seq, "messages": [] });
-    let params = match transform_params(params, Some(messages)) {
-        Ok(params) => params,
-        Err(e) => {
-            let _ = reply.send(Err(EngineError::Refused(e.message)));
-            return;
-        }
+    let params = TransformParams {
+        session_id: sid.to_string(),
+        parent_id: Some(None),
+        context_limit: None,
+        now: None,
+        compaction: false,
+        base: tail.base,
+        have: before.seq,
+        model: None,
+        sheet: tail.sheet,
+        messages,
     };
     let mut reply = Some(reply);
     let mut delivered = false;
@@ -364,6 +373,7 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn edit(n: usize) -> Edit {
         Edit {

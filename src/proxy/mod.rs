@@ -25,6 +25,7 @@ pub mod forward;
 pub mod identity;
 pub mod listen;
 mod pipeline;
+pub mod priced;
 pub mod raw;
 mod rest;
 pub mod usage;
@@ -57,7 +58,7 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `dcp proxy` is told.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ProxyOptions {
     pub listen: SocketAddr,
     /// `--allow-remote`: whether an address other machines reach may be listened on.
     pub reach: access::Reach,
@@ -68,7 +69,7 @@ pub struct Options {
     /// `--upstream`: every API's upstream unless dcp.jsonc names one for it.
     pub upstream: Option<String>,
     /// Where the state and the config are, as for `dcp serve`.
-    pub sidecar: crate::sidecar::Options,
+    pub sidecar: crate::sidecar::ServeOptions,
 }
 
 /// What every connection shares.
@@ -83,12 +84,12 @@ pub struct Shared {
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
 /// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
-pub fn server(options: &crate::sidecar::Options, saver: Option<Saver>) -> anyhow::Result<Server> {
+pub fn server(options: &crate::sidecar::ServeOptions, saver: Option<Saver>) -> anyhow::Result<Server> {
     server_with(options, load_config(options)?, saver)
 }
 
 /// The config `dcp serve` would read (its warnings logged).
-fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Config> {
+fn load_config(options: &crate::sidecar::ServeOptions) -> anyhow::Result<config::Config> {
     let locations = config::Locations::standard(&options.env, options.project.as_deref());
     let loaded = config::load(&locations)?;
     for w in &loaded.warnings {
@@ -98,7 +99,7 @@ fn load_config(options: &crate::sidecar::Options) -> anyhow::Result<config::Conf
 }
 
 fn server_with(
-    options: &crate::sidecar::Options,
+    options: &crate::sidecar::ServeOptions,
     config: config::Config,
     saver: Option<Saver>,
 ) -> anyhow::Result<Server> {
@@ -110,7 +111,7 @@ fn server_with(
 }
 
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
-pub fn run(options: Options) -> anyhow::Result<()> {
+pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
     let given = std::env::var(access::TOKEN_ENV).ok();
     let (access, made) = access::access(options.listen, options.reach, given.as_deref())?;
     let config = load_config(&options.sidecar)?;
@@ -148,7 +149,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
 
 /// The bounds `options` set: `--max-connections` (warned about when the open-file limit
 /// cannot hold that many), else what that limit allows; `--read-timeout`.
-fn limits(options: &Options) -> Limits {
+fn limits(options: &ProxyOptions) -> Limits {
     let files = listen::open_file_limit();
     let fits = listen::default_connections(files);
     let connections = options.connections.unwrap_or(fits);
@@ -400,11 +401,11 @@ impl Whole<'_> {
         let mut held = slot.lock().await;
         let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
         let base = builder.dirty_from();
-        let tail = builder.messages()[base..].to_vec();
+        let (tail, sheet) = (builder.messages()[base..].to_vec(), Some(priced::sheet_of(api, bytes, &raw)));
         let was_mapped = started.elapsed();
         // On an error the conversation is not kept: its next request is mapped and sent whole.
         let too_big = bytes.len() > KEPT_MAX;
-        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await {
+        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, sheet, ENGINE_TIMEOUT).await {
             Ok(answer) => answer,
             Err(e) => {
                 if too_big {

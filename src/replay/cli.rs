@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result};
 
 use super::cost::Ttl;
 use super::report::{self, Header, Row};
-use super::{Mode, Options, Prices, RecordedSession, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
+use super::{Mode, Prices, RecordedSession, ReplayOptions, SessionReplay, OPENCODE_OVERHEAD, OPENCODE_OVERHEAD_CHARS};
 use crate::config::Config;
 use crate::host::paths::Env;
 use crate::host::{DataDir, SessionInfo};
@@ -65,7 +65,7 @@ pub struct Args {
 /// What every session of one `dcp replay` is replayed with.
 struct Job<'a> {
     data: &'a DataDir,
-    options: &'a Options,
+    options: &'a ReplayOptions,
     /// Where to write the requests (`--requests`).
     requests: Option<&'a Path>,
 }
@@ -142,7 +142,7 @@ pub fn run(args: &Args, data_dir: &Path, config: &Config, json: bool, out: &mut 
         EstimatorChoice::Auto => OPENCODE_OVERHEAD,
         EstimatorChoice::CharsDiv4 => OPENCODE_OVERHEAD_CHARS,
     });
-    let options = Options {
+    let options = ReplayOptions {
         modes: args.mode.iter().flatten().copied().collect(),
         prices: Prices { given: (*args.prices.prices).clone(), ttl: args.cache_ttl },
         context_limit: Some(args.context_limit),

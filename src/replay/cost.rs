@@ -149,7 +149,7 @@ pub fn round<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
 
 /// Bills the requests of one run, in order.
 #[derive(Debug)]
-pub struct Meter {
+pub struct Biller {
     rates: Rates,
     /// How long a prefix stays cached; `None` without a cache.
     ttl: Option<Ttl>,
@@ -159,11 +159,11 @@ pub struct Meter {
     previous_time: Option<i64>,
 }
 
-impl Meter {
+impl Biller {
     /// A meter for one run priced by `sheet`.
-    pub fn new(sheet: &Sheet) -> Meter {
+    pub fn new(sheet: &Sheet) -> Biller {
         let ttl = sheet.caches.then_some(sheet.ttl);
-        Meter { rates: sheet.rates, ttl, previous: Vec::new(), previous_history: 0, previous_time: None }
+        Biller { rates: sheet.rates, ttl, previous: Vec::new(), previous_history: 0, previous_time: None }
     }
 
     /// Bills a request sent at `time` (ms) made of `pieces`, the first `history` of which
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn the_shared_prefix_is_read_and_the_rest_written() {
-        let mut m = Meter::new(&Sheet { ttl: Ttl::Never, ..Sheet::default() });
+        let mut m = Biller::new(&Sheet { ttl: Ttl::Never, ..Sheet::default() });
         let first = m.bill(0, vec![p(1, 100), p(2, 50), p(9, 10)], 2);
         assert_eq!((first.tokens, first.cached, first.cost), (160, 0, 200.0));
         // The tail (9) is replaced by the next message: no rewrite.
@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_request_after_the_ttl_reads_nothing_from_the_cache() {
-        let mut m = Meter::new(&Sheet::default());
+        let mut m = Biller::new(&Sheet::default());
         m.bill(0, vec![p(1, 100)], 1);
         let warm = m.bill(300_000, vec![p(1, 100), p(2, 10)], 2);
         assert_eq!((warm.cached, warm.cold), (100, false));

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::engine::EngineError;
 use super::steps::{AgentTools, Timeline};
-use super::{drive, edits_by_message, priced, replaced, Mode, Options, RecordedSession};
+use super::{drive, edits_by_message, priced, replaced, Mode, RecordedSession, ReplayOptions};
 use crate::session::Message;
 
 /// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form
@@ -32,7 +32,11 @@ pub struct SentRequest {
 
 /// The requests of `session` in `mode` as the model would have received them: each
 /// request's history with the engine's edits applied, then what it appended.
-pub fn requests(session: &RecordedSession<'_>, mode: Mode, options: &Options) -> Result<Vec<SentRequest>, EngineError> {
+pub fn requests(
+    session: &RecordedSession<'_>,
+    mode: Mode,
+    options: &ReplayOptions,
+) -> Result<Vec<SentRequest>, EngineError> {
     let mut out = Vec::new();
     let (_, sheet) = priced(session, &Timeline::new(session.messages, AgentTools::Offered), options);
     drive(session, (mode, &sheet), options, |step| {

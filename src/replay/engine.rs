@@ -20,7 +20,7 @@ use super::pieces::Edit;
 use super::steps::{AgentCall, RecordedRequest, Timeline};
 use crate::config::Config;
 use crate::host::paths::Env;
-use crate::sidecar::{Options, Server};
+use crate::sidecar::{ServeOptions, Server};
 
 /// A scratch dir, removed when dropped. In `/dev/shm` when there is one: state saves
 /// there cost no disk flush.
@@ -73,7 +73,7 @@ pub struct Answer<'a> {
 }
 
 /// One replayed run of a session through a [`Server`].
-pub struct Engine {
+pub struct ReplayRun {
     server: Server,
     session_id: String,
     parent_id: Option<String>,
@@ -99,8 +99,8 @@ pub struct Setup<'a> {
     pub project: Option<&'a Path>,
 }
 
-impl Engine {
-    pub fn start(setup: &Setup<'_>) -> Result<Engine, EngineError> {
+impl ReplayRun {
+    pub fn start(setup: &Setup<'_>) -> Result<ReplayRun, EngineError> {
         let scratch = Scratch::new().map_err(EngineError::Scratch)?;
         let home = scratch.path().join("home");
         let env = Env {
@@ -110,9 +110,9 @@ impl Engine {
             ..Env::default()
         };
         let project = setup.project.map(Path::to_path_buf);
-        let options = Options { data_dir: scratch.path().join("data"), env, project };
+        let options = ServeOptions { data_dir: scratch.path().join("data"), env, project };
         let server = Server::with_config(options, setup.config.clone(), None).map_err(EngineError::Start)?;
-        let mut engine = Engine {
+        let mut engine = ReplayRun {
             server,
             session_id: setup.session_id.to_string(),
             parent_id: setup.parent_id.map(str::to_string),
@@ -142,7 +142,7 @@ impl Engine {
     }
 
     /// What the engine adds to the system prompt, and the definitions of the tools it offers
-    /// (descriptions and arguments), on the requests that carry them ([`Engine::turn`]).
+    /// (descriptions and arguments), on the requests that carry them ([`ReplayRun::turn`]).
     pub fn additions(&mut self) -> Result<Vec<String>, EngineError> {
         // Asked for no session: the head a session gets once it is offered the tools.
         let system = self.call("system", json!({}))?;

@@ -20,7 +20,7 @@
 //! A different hidden text is still a miss there.
 //!
 //! How it stays fast. Every quote of the session is cut into windows once, up front, in an
-//! [`Index`] the runs (modes) of the session share. Each distinct text the requests carry is
+//! [`QuoteIndex`] the runs (modes) of the session share. Each distinct text the requests carry is
 //! normalised and scanned once per session, when first met, with a rolling hash; only windows
 //! that some quote holds are kept, as postings (window → texts). A request is then checked by
 //! looking up its step's windows, not by scanning its history.
@@ -72,7 +72,7 @@ type PartKey = (usize, usize, usize, u64);
 /// What the runs of one session share: the windows of every step's quotes, and every text
 /// the requests carried, scanned once for them.
 #[derive(Default)]
-pub struct Index {
+pub struct QuoteIndex {
     /// By assistant message id: the windows its quotes hold.
     quotes: FxHashMap<String, Vec<u64>>,
     /// Every window some quote holds, and a bit per window hash (low bits) to rule most
@@ -87,12 +87,12 @@ pub struct Index {
     texts: Vec<(Box<str>, Option<u64>)>,
 }
 
-/// Bits of [`Index::bits`]: 2^20, 128 KB.
+/// Bits of [`QuoteIndex::bits`]: 2^20, 128 KB.
 const BITS: u64 = 1 << 20;
 
 /// Finds the misses of one run, request by request (see the module header).
 pub struct Misses<'a> {
-    index: &'a mut Index,
+    index: &'a mut QuoteIndex,
     parts: FxHashMap<PartKey, PartTexts>,
     /// The hidden texts an earlier miss fetched again, and their tokens.
     restored: FxHashSet<TextId>,
@@ -148,10 +148,10 @@ fn quotes(m: &Message) -> Vec<&str> {
     out
 }
 
-impl Index {
+impl QuoteIndex {
     /// Cuts the quotes of every step of `messages` into windows.
-    pub fn new(messages: &[Message]) -> Index {
-        let mut index = Index { bits: vec![0; (BITS / 64) as usize], ..Index::default() };
+    pub fn new(messages: &[Message]) -> QuoteIndex {
+        let mut index = QuoteIndex { bits: vec![0; (BITS / 64) as usize], ..QuoteIndex::default() };
         for message in messages.iter().filter(|m| m.role() == Role::Assistant) {
             let mut mine = FxHashSet::default();
             for q in quotes(message) {
@@ -198,7 +198,7 @@ impl Index {
 }
 
 impl<'a> Misses<'a> {
-    pub fn new(index: &'a mut Index) -> Misses<'a> {
+    pub fn new(index: &'a mut QuoteIndex) -> Misses<'a> {
         Misses { index, parts: FxHashMap::default(), restored: FxHashSet::default(), restored_tokens: 0 }
     }
 

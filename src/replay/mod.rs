@@ -31,10 +31,10 @@ pub mod windows;
 use serde::Serialize;
 
 use self::calibrate::Calibration;
-use self::cost::{Bill, Meter, Piece, Totals, Ttl};
+use self::cost::{Bill, Biller, Piece, Totals, Ttl};
 pub use self::dump::{requests, SentRequest};
-use self::engine::{Engine, EngineError, Setup};
-use self::misses::{Checked, Index, Miss, Misses};
+use self::engine::{EngineError, ReplayRun, Setup};
+use self::misses::{Checked, Miss, Misses, QuoteIndex};
 use self::pieces::{Edit, Pieces};
 use self::steps::{AgentTools, Recorded, RecordedRequest, Timeline};
 use crate::config::{Config, RewriteMode};
@@ -142,7 +142,7 @@ impl Prices {
 
 /// How to replay.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ReplayOptions {
     pub modes: Vec<Mode>,
     pub prices: Prices,
     /// The model's context window, for the pressure rule.
@@ -226,11 +226,11 @@ pub struct SessionReplay {
 }
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
-pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<SessionReplay, EngineError> {
+pub fn replay(session: &RecordedSession<'_>, options: &ReplayOptions) -> Result<SessionReplay, EngineError> {
     let pieces = Pieces::new(TokenCounter::new(options.estimator));
     let plain = Timeline::new(session.messages, AgentTools::Offered);
     let (recorded, sheet) = priced(session, &plain, options);
-    let mut shared = Shared { pieces, index: Index::new(session.messages), sheet };
+    let mut shared = Shared { pieces, index: QuoteIndex::new(session.messages), sheet };
     let mut modes = vec![Mode::None, Mode::Dcp];
     for m in &options.modes {
         if !modes.contains(m) {
@@ -254,7 +254,7 @@ pub fn replay(session: &RecordedSession<'_>, options: &Options) -> Result<Sessio
 
 /// The usage `session` recorded (its messages', else its row's totals), and the price sheet
 /// it is replayed with.
-fn priced(session: &RecordedSession<'_>, plain: &Timeline, options: &Options) -> (Option<Recorded>, Sheet) {
+fn priced(session: &RecordedSession<'_>, plain: &Timeline, options: &ReplayOptions) -> (Option<Recorded>, Sheet) {
     let recorded = plain.requests().iter().filter_map(|r| r.recorded).reduce(Recorded::sum).or(session.totals);
     let own = calibrate::own_sheet(session.messages, recorded.as_ref());
     (recorded, options.prices.sheet(&options.config, own))
@@ -283,7 +283,7 @@ pub struct Step<'a> {
 fn drive(
     session: &RecordedSession<'_>,
     (mode, sheet): (Mode, &Sheet),
-    options: &Options,
+    options: &ReplayOptions,
     mut visit: impl FnMut(&Step<'_>),
 ) -> Result<(Vec<String>, (u64, u64)), EngineError> {
     let config = mode.config(&options.config, sheet);
@@ -294,7 +294,7 @@ fn drive(
         .then(|| {
             let (session_id, parent_id, project) = (session.id, session.parent_id, session.directory);
             let context_limit = options.context_limit;
-            Engine::start(&Setup { session_id, parent_id, context_limit, config: &config, project })
+            ReplayRun::start(&Setup { session_id, parent_id, context_limit, config: &config, project })
         })
         .transpose()?
     else {
@@ -348,7 +348,7 @@ fn visit_plain(timeline: &Timeline, mut visit: impl FnMut(&Step<'_>)) {
 }
 
 /// Whether `request` starts a user turn, after the request that produced message `after`:
-/// OpenCode decides a turn's tools when the user's message is created (see `Engine::turn`).
+/// OpenCode decides a turn's tools when the user's message is created (see `ReplayRun::turn`).
 fn turn_starts(timeline: &Timeline, after: Option<usize>, request: &RecordedRequest) -> bool {
     let since = after.map_or(0, |m| m + 1);
     after.is_none() || timeline.messages()[since..request.message].iter().any(crate::session::is_prompt)
@@ -383,13 +383,18 @@ struct Counted {
 /// that finds misses, and the price sheet.
 struct Shared {
     pieces: Pieces,
-    index: Index,
+    index: QuoteIndex,
     sheet: Sheet,
 }
 
-fn run(session: &RecordedSession<'_>, mode: Mode, options: &Options, shared: &mut Shared) -> Result<Run, EngineError> {
+fn run(
+    session: &RecordedSession<'_>,
+    mode: Mode,
+    options: &ReplayOptions,
+    shared: &mut Shared,
+) -> Result<Run, EngineError> {
     let Shared { pieces, index, sheet } = shared;
-    let (mut meter, rates) = (Meter::new(sheet), sheet.rates);
+    let (mut meter, rates) = (Biller::new(sheet), sheet.rates);
     let mut per_request = Vec::new();
     let mut totals = Totals::default();
     // The dcp share of the system prompt and tools is known once the engine has started,

@@ -23,16 +23,16 @@ use crate::strategies;
 use crate::texts;
 
 /// A session's history for a command: the mirror of the last request, or the stored one.
-enum History {
+enum CommandHistory {
     Mirrored(Mirror),
     Stored(Vec<Message>),
 }
 
-impl History {
+impl CommandHistory {
     fn messages(&self) -> &[Message] {
         match self {
-            History::Mirrored(mirror) => mirror.messages(),
-            History::Stored(messages) => messages,
+            CommandHistory::Mirrored(mirror) => mirror.messages(),
+            CommandHistory::Stored(messages) => messages,
         }
     }
 }
@@ -161,10 +161,10 @@ impl Server {
     /// [`Server::take_mirror`]); or, when nothing is mirrored yet, the stored history, with
     /// the state told of its newest compaction. A session OpenCode has not stored yet has no
     /// history.
-    fn history(&mut self, sid: &str) -> Result<History, RpcError> {
+    fn history(&mut self, sid: &str) -> Result<CommandHistory, RpcError> {
         let mirror = self.take_mirror(sid);
         if !mirror.messages().is_empty() {
-            return Ok(History::Mirrored(mirror));
+            return Ok(CommandHistory::Mirrored(mirror));
         }
         let data = DataDir::new(&self.options.data_dir, &self.options.env);
         let messages = match data.load(sid) {
@@ -178,11 +178,11 @@ impl Server {
             Err(e) => return Err(internal(crate::error_chain(&e))),
         };
         self.store.observe(sid, &messages).map_err(internal)?;
-        Ok(History::Stored(messages))
+        Ok(CommandHistory::Stored(messages))
     }
 
-    fn put_history(&mut self, sid: &str, history: History) {
-        if let History::Mirrored(mirror) = history {
+    fn put_history(&mut self, sid: &str, history: CommandHistory) {
+        if let CommandHistory::Mirrored(mirror) = history {
             self.put_mirror(sid, mirror);
         }
     }

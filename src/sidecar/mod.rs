@@ -25,6 +25,7 @@ mod in_force;
 mod laps;
 mod masking_candidates;
 pub mod mirror;
+pub mod model;
 mod pending;
 pub mod protocol;
 mod ranges;
@@ -69,7 +70,7 @@ pub use self::transform::Answered;
 
 /// Where the sidecar finds things.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ServeOptions {
     pub data_dir: PathBuf,
     pub env: Env,
     /// The project dir whose `.opencode/dcp.jsonc` applies, until `initialize` says otherwise.
@@ -142,7 +143,7 @@ impl LiveSession {
 
 /// The sidecar's state: config, sessions, and where saves go.
 pub struct Server {
-    options: Options,
+    options: ServeOptions,
     rules: Rules,
     store: SessionStore,
     sessions: HashMap<String, LiveSession>,
@@ -168,23 +169,12 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new(code::INTERNAL, crate::format::terminal(&e.to_string(), crate::format::Lines::Keep).into_owned())
 }
 
-/// The params of a `transform`. The messages, which the request holds apart from its params,
-/// are moved in as they are: decoding them again would rebuild every node of a long history.
-pub(crate) fn transform_params(
-    params: Value,
-    messages: Option<Vec<Node>>,
-) -> Result<protocol::TransformParams, RpcError> {
-    let mut p: protocol::TransformParams = protocol::params("transform", params)?;
-    p.messages = messages.unwrap_or_default();
-    Ok(p)
-}
-
 fn validate_session_id(sid: &str) -> Result<(), RpcError> {
     crate::state::persist::validate_session_id(sid).map_err(|e| RpcError::params(e.to_string()))
 }
 
 impl Server {
-    pub fn new(options: Options, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+    pub fn new(options: ServeOptions, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let loaded = config::load(&config::Locations::standard(&options.env, options.project.as_deref()))?;
         for w in &loaded.warnings {
             tracing::warn!("{w}");
@@ -196,7 +186,7 @@ impl Server {
 
     /// A server with the given config instead of the one in the config files (`dcp replay`
     /// runs one per mode). An `initialize` that names a project dir still reloads the files.
-    pub fn with_config(options: Options, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
+    pub fn with_config(options: ServeOptions, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server {
@@ -215,6 +205,13 @@ impl Server {
 
     pub fn shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// `shutdown`: saves every session that waits for its save; the server answers nothing
+    /// after it but the line loop's end.
+    pub fn shutdown(&mut self) {
+        self.shutting_down = true;
+        self.save_dirty();
     }
 
     /// Brings the sessions' views of their prunes up to date from every prune on each request
@@ -264,7 +261,7 @@ impl Server {
     fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform_params(params, messages)?).map(Answer::Transformed),
+            "transform" => self.transform(transform::transform_params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
@@ -275,8 +272,7 @@ impl Server {
             }
             "usage" => self.usage(protocol::params(method, params)?).map(|()| Answer::Empty(Empty {})),
             "shutdown" => {
-                self.shutting_down = true;
-                self.save_dirty();
+                self.shutdown();
                 Ok(Answer::Empty(Empty {}))
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),

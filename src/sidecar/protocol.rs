@@ -182,7 +182,7 @@ pub struct TransformParams {
     /// The session's model, as OpenCode's model data gives it (the plugin's `usage` has the
     /// same): its price sheet's source.
     #[serde(default)]
-    pub model: Option<super::usage::ModelWire>,
+    pub model: Option<super::model::ModelWire>,
     /// The sheet an in-process caller read off the request (`dcp proxy`).
     #[serde(skip)]
     pub sheet: Option<crate::prices::Sheet>,

@@ -47,8 +47,8 @@ impl RequestFacts {
 
     /// The request's balance before what dcp did on it: whether the cache went cold, and the
     /// prices.
-    pub fn request(&self) -> crate::policy::Request {
-        crate::policy::Request { cold: self.gap_went_cold, rates: self.rates, ..Default::default() }
+    pub fn request(&self) -> crate::policy::Charges {
+        crate::policy::Charges { cold: self.gap_went_cold, rates: self.rates, ..Default::default() }
     }
 
     /// The facts of a request made `idle_seconds` after the session's last one.

@@ -4,15 +4,17 @@
 //! policy's decisions, the cold cache's TTL and the savings are priced by it
 //! (`crate::prices::live`).
 
-use super::usage::ModelWire;
+use super::model::ModelWire;
 use super::{LiveSession, Server};
 use crate::prices::live::{for_client, Given};
 use crate::prices::Sheet;
 use crate::strategies::Rules;
 
-/// The sheet `session` is priced by.
-pub(super) fn of<'a>(rules: &'a Rules, session: &'a LiveSession) -> &'a Sheet {
-    session.sheet.as_ref().unwrap_or_else(|| rules.sheet())
+impl LiveSession {
+    /// The sheet the session is priced by.
+    pub(super) fn priced_by<'a>(&'a self, rules: &'a Rules) -> &'a Sheet {
+        self.sheet.as_ref().unwrap_or_else(|| rules.sheet())
+    }
 }
 
 impl Server {

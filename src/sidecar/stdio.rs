@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::protocol::{self, code, RpcError};
 use super::stream::{self, Line, LineLimits};
-use super::{Options, Server};
+use super::{ServeOptions, Server};
 use crate::state::saver::Saver;
 
 /// Reads `input`'s lines on their own thread, so that waiting for one can give way to a save
@@ -109,8 +109,8 @@ fn release_memory() {
 /// back when freed. glibc raises that threshold as big blocks are freed (up to 32 MB), after
 /// which a rewrite of thousands of calls builds its edits, its answer and the state file's
 /// save in the heap, where they leave holes no trim returns: at 20,000 messages such a
-/// rewrite took the peak from 90 to 102 MB; with the threshold fixed, 94 MB (BENCHMARKS.md,
-/// issue 17, part E).
+/// rewrite took the peak from 90 to 102 MB; with the threshold fixed, 94 MB (issue 17, part E;
+/// docs/history/benchmarks-rounds.md).
 fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation parameters.
@@ -140,14 +140,14 @@ fn answer(server: &mut Server, line: Line, max_line: usize) -> Option<String> {
 }
 
 /// Runs the sidecar on stdin and stdout until stdin closes or `shutdown` arrives.
-pub fn serve(options: Options) -> anyhow::Result<()> {
+pub fn serve(options: ServeOptions) -> anyhow::Result<()> {
     serve_on(options, std::io::stdin(), std::io::stdout().lock(), LineLimits::default())
 }
 
 /// Runs the sidecar on `input` and `output` until `input` ends or `shutdown` arrives,
 /// with `limits` on its lines. The saver's writes run on a one-worker tokio runtime.
 pub fn serve_on(
-    options: Options,
+    options: ServeOptions,
     input: impl Read + Send + 'static,
     mut output: impl Write,
     limits: LineLimits,

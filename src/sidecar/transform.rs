@@ -37,6 +37,17 @@ use crate::texts;
 /// [`Server::transform_answering`]).
 pub type Answered<'a> = &'a mut dyn FnMut(&Result<Transformed, RpcError>);
 
+/// The params of a `transform`. The messages, which the request holds apart from its params,
+/// are moved in as they are: decoding them again would rebuild every node of a long history.
+pub(super) fn transform_params(
+    params: serde_json::Value,
+    messages: Option<Vec<Node>>,
+) -> Result<TransformParams, RpcError> {
+    let mut p: TransformParams = super::protocol::params("transform", params)?;
+    p.messages = messages.unwrap_or_default();
+    Ok(p)
+}
+
 impl Server {
     pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
         self.transform_answering(p, &mut |_| {}, Count::Now)
@@ -81,7 +92,7 @@ impl Server {
         let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.ledger.last_request = Some(now);
         session.requests += 1;
-        let mut facts = RequestFacts::new(&self.rules, super::sheet::of(&self.rules, session), idle_seconds);
+        let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
         if facts.cold_start {
@@ -209,7 +220,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
-    let balance = policy::Request {
+    let balance = policy::Charges {
         in_force,
         applied: applied_now.as_ref().map_or(0, |a| a.tokens),
         tail: applied_now.as_ref().map_or(0, |a| a.tail),
@@ -243,7 +254,7 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
-fn charge(session: &mut LiveSession, request: &policy::Request) {
+fn charge(session: &mut LiveSession, request: &policy::Charges) {
     session.ledger.banked += policy::balance(request);
     session.added += policy::additions(request);
     session.carried = policy::carried(request);

@@ -13,10 +13,11 @@
 
 use serde::Deserialize;
 
+pub use super::model::{ModelWire, PricesWire};
 use super::protocol::RpcError;
 use super::{validate_session_id, Server};
 use crate::session::{str_field, Message, Node, Role};
-use crate::state::savings::{Model, Prices, Savings, Usage};
+use crate::state::savings::{Model, Savings, Usage};
 
 /// `usage`: what the provider reported for one request of a session.
 #[derive(Debug, Deserialize)]
@@ -50,28 +51,6 @@ pub struct UsageWire {
     pub cost: Option<f64>,
 }
 
-/// The model a request went to, and its prices per million tokens when the client knows them.
-#[derive(Debug, Default, Deserialize)]
-pub struct ModelWire {
-    pub provider: String,
-    pub id: String,
-    #[serde(default)]
-    pub cost: Option<PricesWire>,
-    #[serde(default)]
-    pub context: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PricesWire {
-    pub input: f64,
-    pub output: f64,
-    #[serde(default)]
-    pub cache_read: f64,
-    #[serde(default)]
-    pub cache_write: f64,
-}
-
 impl UsageWire {
     /// The usage as the state keeps it: a cost of 0 is none (a model without prices), and a
     /// cost that is not a number of 0 or more is dropped.
@@ -79,21 +58,6 @@ impl UsageWire {
         let cost = self.cost.filter(|c| c.is_finite() && *c > 0.0);
         let (input, output, reasoning) = (self.input, self.output, self.reasoning);
         Usage { input, output, reasoning, cache_read: self.cache_read, cache_write: self.cache_write, cost }
-    }
-}
-
-impl ModelWire {
-    pub fn model(&self) -> Model {
-        let valid = |p: f64| p.is_finite() && p >= 0.0;
-        let prices =
-            self.cost.as_ref().filter(|c| [c.input, c.output, c.cache_read, c.cache_write].into_iter().all(valid));
-        let prices = prices.map(|c| Prices {
-            input: c.input,
-            output: c.output,
-            cache_read: c.cache_read,
-            cache_write: c.cache_write,
-        });
-        Model { provider: self.provider.clone(), id: self.id.clone(), prices, context: self.context }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use dcp::config::Config;
 use dcp::context::measure;
-use dcp::replay::{self, cost::Ttl, Mode, Options, RecordedSession};
+use dcp::replay::{self, cost::Ttl, Mode, RecordedSession, ReplayOptions};
 use dcp::session::{History, Message};
 use dcp::state::{Action, SessionState, Strategy};
 use dcp::strategies::{self, masking, Rules, ERROR_INPUT_PLACEHOLDER};
@@ -369,8 +369,8 @@ pub(crate) fn generated_sessions() -> Vec<(u64, usize, u64, Vec<Message>)> {
 }
 
 /// `dcp replay`'s options for the `dcp` mode beside no pruning, at a 5-minute cache, with `config`.
-pub(crate) fn replay_options(config: Config) -> Options {
-    Options {
+pub(crate) fn replay_options(config: Config) -> ReplayOptions {
+    ReplayOptions {
         modes: vec![Mode::Dcp],
         prices: replay::Prices::anthropic(Ttl::Seconds(300)),
         context_limit: Some(200_000),

@@ -179,7 +179,7 @@ fn an_oversized_line_is_skipped_and_the_sidecar_goes_on() {
         xdg_config_home: Some(home.join(".config")),
         ..Default::default()
     };
-    let options = dcp::sidecar::Options { data_dir: s.data(), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: s.data(), env, project: None };
     let mut input = br#"{"jsonrpc":"2.0","id":1,"method":"system","params":{"pad":""#.to_vec();
     input.extend(std::iter::repeat_n(b'x', 10_000));
     input.extend(b"\"}}\n");

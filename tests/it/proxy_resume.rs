@@ -22,7 +22,7 @@ pub fn shared_with(sandbox: &Sandbox, config: &str, conversations: Conversations
     std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
     std::fs::write(home.join(".config/opencode/dcp.jsonc"), config).unwrap();
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
-    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let upstreams = forward::Upstreams::new(Some(upstream), &Default::default()).unwrap();
     Shared {
         engine: Engine::start(dcp::proxy::server(&options, None).unwrap()),

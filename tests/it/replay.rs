@@ -4,7 +4,7 @@
 use dcp::host::paths::Env;
 use dcp::host::DataDir;
 use dcp::replay::steps::{AgentTools, Timeline};
-use dcp::replay::{self, Mode, Options, RecordedSession};
+use dcp::replay::{self, Mode, RecordedSession, ReplayOptions};
 use serde_json::{json, Value};
 
 use crate::sidecar::{apply, IMMEDIATE};
@@ -45,7 +45,7 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             if name.ends_with("-always") { dcp::config::Offer::Always } else { dcp::config::Offer::Paid };
         // `extract` was a tool of its own then, and the scripted model called it.
         config.tools.extract.enabled = true;
-        let options = Options {
+        let options = ReplayOptions {
             modes: Vec::new(),
             prices: replay::Prices::anthropic(replay::cost::Ttl::Never),
             context_limit: Some(128_000),
@@ -82,11 +82,11 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
     }
 }
 
-fn options(config_text: &str) -> Options {
+fn options(config_text: &str) -> ReplayOptions {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("dcp.jsonc"), config_text).unwrap();
     let locations = dcp::config::Locations { global: Some(dir.path().to_path_buf()), config_dir: None, project: None };
-    Options {
+    ReplayOptions {
         modes: Vec::new(),
         prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
         context_limit: Some(200_000),

@@ -346,7 +346,7 @@ fn in_ranges(messages: &[dcp::session::Message], sent: &[Value], step: usize) ->
 
 #[test]
 fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
-    use dcp::replay::{self, Mode, Options, RecordedSession};
+    use dcp::replay::{self, Mode, RecordedSession, ReplayOptions};
     let mut compared = 0;
     let mut found = 0;
     for name in ["long", "own-steps", "shared", "compress"] {
@@ -355,7 +355,7 @@ fn the_windowed_index_finds_the_misses_a_plain_substring_search_finds() {
         let messages = data.load(&info.id).unwrap().messages;
         for config in ["{}", MASK_ALL_BUT_LAST] {
             let config: dcp::config::Config = serde_json::from_str(config).unwrap();
-            let options = Options {
+            let options = ReplayOptions {
                 modes: Vec::new(),
                 prices: replay::Prices::anthropic(replay::cost::Ttl::Seconds(300)),
                 context_limit: Some(200_000),

@@ -424,7 +424,7 @@ fn run_in_process(ahead: bool) -> (Vec<Value>, Value) {
     let sandbox = Sandbox::new();
     let home = sandbox.dir.path().join("home");
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
-    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let mut server = dcp::sidecar::Server::new(options, None).unwrap();
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 200, steps: 30, seed: 7 });
     let ask = |server: &mut dcp::sidecar::Server, id: usize, method: &str, params: Value| -> Value {

@@ -9,10 +9,10 @@ use dcp::host::paths::Env;
 
 const NOW: i64 = 1_790_000_000_000;
 
-fn options(sandbox: &Sandbox) -> dcp::sidecar::Options {
+fn options(sandbox: &Sandbox) -> dcp::sidecar::ServeOptions {
     let home = sandbox.dir.path().join("home");
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
-    dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None }
+    dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None }
 }
 
 fn line(id: usize, method: &str, params: Value) -> String {

@@ -105,7 +105,7 @@ fn sidecar(sandbox: &Sandbox, sid: &str, visible: &[Message], steps: &[Vec<Messa
         xdg_config_home: Some(home.join(".config")),
         ..Default::default()
     };
-    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let server = &mut dcp::sidecar::Server::new(options, None).unwrap();
     ask(server, &line(0, "initialize", json!({"protocol": 1})));
     let mut last =

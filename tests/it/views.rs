@@ -15,7 +15,7 @@ const NOW: i64 = 1_790_000_000_000;
 fn server(sandbox: &Sandbox, views: Views) -> Server {
     let home = sandbox.dir.path().join("home");
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
-    let options = dcp::sidecar::Options { data_dir: sandbox.data(), env, project: None };
+    let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let mut server = Server::new(options, None).unwrap();
     server.set_views(views);
     server
