@@ -63,6 +63,8 @@ def compare_proxy(binary, lab):
     best = None
     for client in os.listdir(states):
         for name in os.listdir(os.path.join(states, client)):
+            if not name.endswith(".json"):
+                continue
             state = json.load(open(os.path.join(states, client, name)))
             requests = state.get("stats", {}).get("requests", 0)
             if best is None or requests > best[0]:
