@@ -88,6 +88,9 @@ function messagesTransform(ctx) {
       const compaction = ctx.compacting.delete(sessionID);
       if (!ctx.sidecar.child && !ctx.sidecar.start()) return;
       const params = { sessionID, contextLimit: ctx.contextLimits.get(sessionID), compaction };
+      // The model OpenCode last named for the session: the price sheet its requests are priced by.
+      const model = ctx.models.get(sessionID);
+      if (model) params.model = model;
       const parentID = await ctx.parentOf(sessionID);
       if (parentID !== undefined) params.parentID = parentID;
       const result = await transformRequest(ctx, sessionID, messages, params);
