@@ -1,6 +1,7 @@
 // The delta encoder: the history in wire form, with what the sidecar already holds left out
 // (leading messages unchanged since the last request) or sent by reference (unchanged infos
-// and parts). See PROTOCOL.md for the wire form.
+// and parts), and what it sends of a message only what the sidecar reads of it (`wireInfo`,
+// `wirePart`). See PROTOCOL.md for the wire form.
 
 /** What was last sent of each session, so unchanged messages and parts are not re-sent. */
 export class SentCache {
@@ -148,6 +149,75 @@ function sweepWindow(settledCount) {
   return 32 + (settledCount >> 6);
 }
 
+/** The parts nothing reads but by their place and id: a step's start and finish, a patch. */
+const OPAQUE = new Set(["step-start", "step-finish", "patch", "snapshot"]);
+
+/** The info fields the sidecar reads (`session::slim::slim_info`); a compaction summary's
+ * flag, parent and finish too, and a model step's billing (its tokens, cost and model). */
+const INFO_KEPT = new Set(["id", "sessionID", "role", "agent", "model"]);
+const SUMMARY_KEPT = new Set(["summary", "parentID", "finish"]);
+const STEP_KEPT = new Set(["tokens", "cost", "modelID", "providerID"]);
+
+/** What the sidecar reads of a message's info, in its order: the rest (paths, times but
+ * creation, an error's details) it drops as it arrives, and need not be sent. */
+export function wireInfo(info) {
+  if (!info || typeof info !== "object" || Array.isArray(info)) return info;
+  const summary = info.summary === true;
+  const step = info.role === "assistant";
+  const out = {};
+  for (const key in info) {
+    if (!Object.hasOwn(info, key)) continue;
+    const v = info[key];
+    if (INFO_KEPT.has(key) || (summary && SUMMARY_KEPT.has(key)) || (step && STEP_KEPT.has(key))) out[key] = v;
+    else if (key === "error" && v != null) out[key] = true;
+    else if (key === "time") out[key] = v && typeof v === "object" && !Array.isArray(v) ? only(v, "created") : v;
+  }
+  return out;
+}
+
+/** `object` with only `key`, if it has it. */
+function only(object, key) {
+  return Object.hasOwn(object, key) ? { [key]: object[key] } : {};
+}
+
+/** What the sidecar reads of a part, in its order (`session::slim::strip_part`): never the
+ * session and message ids every part repeats; of a step or a patch, its id and type; of a
+ * text, not its times and metadata; of a tool call's state, its status, input, output, error
+ * and whether it was compacted (not its title, metadata, where OpenCode keeps a second copy
+ * of the output, or times). */
+export function wirePart(part) {
+  if (!part || typeof part !== "object" || Array.isArray(part)) return part;
+  const type = part.type;
+  const out = {};
+  for (const key in part) {
+    if (!Object.hasOwn(part, key) || key === "sessionID" || key === "messageID") continue;
+    const v = part[key];
+    if (OPAQUE.has(type)) {
+      if (key === "id" || key === "type") out[key] = v;
+    } else if (type === "text" || type === "reasoning") {
+      if (key !== "time" && key !== "metadata") out[key] = v;
+    } else if (type === "tool" && key === "state" && v && typeof v === "object" && !Array.isArray(v)) {
+      out[key] = wireState(v);
+    } else out[key] = v;
+  }
+  return out;
+}
+
+/** A tool call's state as the sidecar keeps it (`session::slim::strip_state`). */
+function wireState(state) {
+  const out = {};
+  for (const key in state) {
+    if (!Object.hasOwn(state, key)) continue;
+    const v = state[key];
+    if (key === "status" || key === "input" || key === "output" || key === "error") out[key] = v;
+    else if (key === "time") {
+      if (!v || typeof v !== "object" || Array.isArray(v)) out[key] = v;
+      else if (Object.hasOwn(v, "compacted")) out[key] = only(v, "compacted");
+    }
+  }
+  return out;
+}
+
 /** The history in wire form: `base` leading messages unchanged since the last request are
  * not sent at all; of the rest, unchanged infos and parts go by reference. */
 export function encode(messages, cache) {
@@ -183,7 +253,7 @@ export function encode(messages, cache) {
   for (let i = base; i < messages.length; i++) {
     const m = messages[i];
     if (!cache) {
-      wire.push({ id: m.info?.id, parts: [...(m.parts ?? [])], info: m.info ?? {} });
+      wire.push({ id: m.info?.id, parts: (m.parts ?? []).map(wirePart), info: wireInfo(m.info ?? {}) });
       continue;
     }
     const v = version(m);
@@ -201,20 +271,20 @@ function delta(m, v, cache) {
   const sent = info.id ? cache.infos.get(info.id) : undefined;
   // Sent before and unchanged, the info is left out.
   if (!sent || !sameSlots(sent, 0, v, 0, INFO)) {
-    entry.info = info;
+    entry.info = wireInfo(info);
     if (info.id) cache.infos.set(info.id, v);
   }
   const parts = m.parts ?? [];
   for (let k = 0, at = INFO; k < parts.length; k++, at += PART) {
     const part = parts[k];
     if (v[at] === null) {
-      entry.parts.push(part);
+      entry.parts.push(wirePart(part));
       continue;
     }
     const before = cache.parts.get(part.id);
     if (before && sameSlots(before.v, before.at, v, at, PART)) entry.parts.push({ ref: part.id });
     else {
-      entry.parts.push(part);
+      entry.parts.push(wirePart(part));
       cache.parts.set(part.id, { v, at });
     }
   }

@@ -80,6 +80,7 @@ function messagesTransform(ctx) {
       if (!Array.isArray(messages) || messages.length === 0) return;
       const sessionID = messages.find((m) => m?.info?.sessionID)?.info?.sessionID;
       if (!sessionID) return;
+      ctx.lastSession = sessionID;
       if (ctx.abortNext.delete(sessionID)) {
         // A /dcp command ran: it needs no model request.
         await ctx.client.session.abort({ path: { id: sessionID } }).catch?.(() => {});
@@ -126,6 +127,7 @@ function chatMessage(ctx, names) {
   return async (input, output) => {
     try {
       const sessionID = input?.sessionID;
+      if (sessionID) ctx.lastSession = sessionID;
       if (!sessionID || !output?.message || !names.length) return;
       const params = { sessionID };
       const parentID = await ctx.parentOf(sessionID);
@@ -165,7 +167,7 @@ function eventHook(ctx) {
   };
 }
 
-/** The agent tools the sidecar enabled: `discard`, `extract` and `compress`, with the
+/** The agent tools the sidecar enabled: `discard`, `extract`, `compress` and `restore`, with the
  * descriptions and arguments it gives (`initialize`). Arguments are in JSON-Schema form (a
  * plugin loaded from a folder cannot import `@opencode-ai/plugin`, so no zod); OpenCode marks
  * every listed key required (`toolDefinition` says which are) and does not validate, so the
@@ -173,7 +175,7 @@ function eventHook(ctx) {
  * does not get it registered. */
 function agentTools(ctx, init) {
   const tools = {};
-  for (const name of ["discard", "extract", "compress"]) {
+  for (const name of ["discard", "extract", "compress", "restore"]) {
     const args = init?.args?.[name];
     if (!init?.tools?.[name] || !args || typeof args !== "object") continue;
     tools[name] = {
@@ -199,9 +201,19 @@ function agentTools(ctx, init) {
 /** `tool.definition`: OpenCode makes every argument of a JSON-Schema plugin tool required;
  * the sidecar's `required` lists (`initialize`) leave the others optional (`discard`'s
  * `distillation`) in the definition sent to the model. A replaced `jsonSchema` is the one
- * OpenCode sends. Without a list (an older binary), every argument stays required. */
-function toolDefinition(tools, init) {
+ * OpenCode sends. Without a list (an older binary), every argument stays required.
+ * `compress`'s description names only the id tags the session's requests carry: OpenCode
+ * resolves a request's tools before it transforms the messages, and the hook is not told the
+ * session, so the sidecar is asked (`describe`) for the session of the latest hook that named
+ * one. */
+function toolDefinition(tools, init, ctx) {
   return async (input, output) => {
+    try {
+      if (input?.toolID === "compress" && ctx.lastSession && Object.hasOwn(tools, "compress")) {
+        const described = await ctx.sidecar.call("describe", { sessionID: ctx.lastSession, now: Date.now() });
+        if (typeof described?.compress === "string") output.description = described.compress;
+      }
+    } catch {}
     try {
       const required = init?.required?.[input?.toolID];
       const schema = output?.jsonSchema;
@@ -280,7 +292,11 @@ export const DcpPlugin = async ({ client, directory }) => {
   const tools = agentTools(ctx, init);
   if (Object.keys(tools).length) {
     hooks.tool = tools;
-    hooks["tool.definition"] = toolDefinition(tools, init);
+    hooks["tool.definition"] = toolDefinition(tools, init, ctx);
+    // The session a tool ran in goes on next: its next request's tools are resolved now.
+    hooks["tool.execute.after"] = async (input) => {
+      if (typeof input?.sessionID === "string") ctx.lastSession = input.sessionID;
+    };
     hooks["chat.message"] = chatMessage(ctx, Object.keys(tools));
   }
   // `/dcp` stays registered while the sidecar is down, and answers with the reason.

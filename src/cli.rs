@@ -87,6 +87,13 @@ pub enum Command {
     Replay(crate::replay::cli::Args),
     /// Run the sidecar the OpenCode plugin talks to: JSON-RPC on stdin/stdout (PROTOCOL.md).
     Serve,
+    /// Print the exact text dcp hid behind a placeholder that says `dcp restore N`, from the
+    /// running `dcp proxy` (for agents it serves, in their own shell).
+    Restore {
+        /// The number the placeholder names (or a tool call id, or a range's bN).
+        #[arg(value_name = "N")]
+        handle: String,
+    },
     /// Run a local HTTP gateway that prunes what any client sends (Anthropic Messages, OpenAI
     /// Chat Completions and Responses) and forwards it to the upstream.
     Proxy {
@@ -150,6 +157,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         let data_dir = cli.data_dir.unwrap_or_else(|| env.data_dir());
         return doctor(&crate::doctor::Inputs::from_process(env, data_dir), cli.json, out);
     }
+    if let Command::Restore { handle } = &cli.command {
+        return restore(&env, handle, out);
+    }
     let cwd = std::env::current_dir().ok();
     let loaded = config::load(&config::Locations::standard(&env, cwd.as_deref()))?;
     let _guard = crate::logging::init(loaded.config.debug.then(|| paths::log_dir(&env.config_dir())).as_deref());
@@ -172,6 +182,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Serve => {
             crate::sidecar::serve(crate::sidecar::ServeOptions { data_dir: ctx.data_dir, env, project: cwd })
         }
+        Command::Restore { .. } => Ok(()),
         Command::Proxy { listen, allow_remote, max_connections, read_timeout, upstream } => {
             let sidecar = crate::sidecar::ServeOptions { data_dir: ctx.data_dir, env, project: cwd };
             let reach =
@@ -188,6 +199,18 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             })
         }
     }
+}
+
+/// `dcp restore N`: the text as it was, byte for byte, to a pipe (the agent's shell reads it
+/// so); to a terminal with its control characters escaped, through `out`.
+fn restore(env: &Env, handle: &str, out: &mut dyn Write) -> Result<()> {
+    let text = crate::proxy::restore::fetch(&env.cache_dir(), handle).map_err(|e| anyhow::anyhow!(e))?;
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        out.write_all(&text)?;
+    } else {
+        std::io::Write::write_all(&mut std::io::stdout().lock(), &text)?;
+    }
+    Ok(())
 }
 
 /// The command as the debug log shows it: `dcp proxy`'s upstream masked, as an error shows it

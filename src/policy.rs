@@ -24,10 +24,12 @@
 //! * when the cache is cold after an idle gap (`coldCacheSeconds`): free;
 //! * when the context passes `pressureRatio` of the model's window, and the batch removes at
 //!   least `spendMinShare` of it (a smaller one would re-bill the tail for little, and again
-//!   on the next request past the mark);
-//! * when `saved x (0.1 x horizon + 1.25) >= 1.15 x tail` and the rewrite is affordable: near
+//!   on the next request past the mark) and ever pays back (`payback`: under a local model's
+//!   sheet, whose cached reads are free, none that re-prefills anything does);
+//! * when `saved x (0.1 x horizon + 1.25) > 1.15 x tail` and the rewrite is affordable: near
 //!   the tail (little to re-bill) this holds on the request itself; deep in the prompt only
-//!   for a cut big enough to pay back within the horizon.
+//!   for a cut big enough to pay back within the horizon. One that only breaks even waits: it
+//!   would lose the placeholders it sends, which `saved` counts out.
 //!
 //! The horizon is conservative: the requests that will still find this cache warm are not
 //! known, and "as many remain as were made" allowed a deep rewrite at request 42 of 43. The
@@ -131,6 +133,7 @@
 //! rewrite again in tokens instead (the tail counted, frames included) blocks exactly those
 //! bank-starting rewrites and costs more (docs/design.md, BENCHMARKS.md).
 
+use self::payback::{ever_pays, pays_back, rewrite_extra};
 use crate::config::{Rewrite, RewriteMode};
 pub use crate::prices::Rates;
 
@@ -219,15 +222,6 @@ pub fn carried(r: &Charges) -> f64 {
     -(rewrite_extra(r.rates, applied, r.tail as f64) + r.rates.read * applied)
 }
 
-/// What a rewrite that removes `saved` tokens and re-bills `tail` costs beyond not making it,
-/// on a warm cache priced `p`.
-fn rewrite_extra(p: Rates, saved: f64, tail: f64) -> f64 {
-    if saved == 0.0 {
-        return 0.0;
-    }
-    (p.write - p.read) * tail - p.write * saved
-}
-
 /// Why pending rewrites are applied now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -303,11 +297,10 @@ fn spend(config: &Rewrite, base: &Inputs, pending: &[Pending]) -> Option<(usize,
     let start = pending.iter().position(|p| !p.rider && takes(Trigger::Spends, p))?;
     let gain: f64 = pending[start..].iter().filter(|p| takes(Trigger::Spends, p)).map(counted).sum();
     let big_enough = gain > 0.0 && gain >= config.spend_min_share * base.context as f64;
-    let extra = rewrite_extra(base.rates, gain, pending[start].tail as f64);
-    let within = extra <= config.spend_banked * pruning_balance(base).max(0.0);
+    let (tail, p) = (pending[start].tail as f64, base.rates);
+    let within = rewrite_extra(p, gain, tail) <= config.spend_banked * pruning_balance(base).max(0.0);
     // What the bank buys is time: the rewrite must pay back within `maxHorizon` requests.
-    let pays_back = base.rates.read * gain * f64::from(config.max_horizon) >= extra;
-    (big_enough && within && pays_back).then_some((start, Trigger::Spends))
+    (big_enough && within && pays_back(config, p, gain, tail)).then_some((start, Trigger::Spends))
 }
 
 /// Whether a rewrite applied for `trigger` takes pending rewrite `p` with the others from its
@@ -336,9 +329,12 @@ pub fn horizon(config: &Rewrite, inputs: &Inputs) -> f64 {
 /// beyond its cost, when it pays now: when that is not negative, its bet is covered
 /// ([`bet_covered`]) and it is affordable ([`affordable`]). `None` when it waits.
 fn pays(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> Option<f64> {
-    let (remaining, p) = (horizon(config, inputs), inputs.rates);
+    let (remaining, p, saved) = (horizon(config, inputs), inputs.rates, saved.min(tail));
     let net = saved * (p.read * remaining + p.write) - (p.write - p.read) * tail;
-    (net >= 0.0 && bet_covered(config, saved, tail, inputs) && affordable(config, saved, tail, inputs)).then_some(net)
+    // A rewrite that only breaks even gains nothing and loses its replacement text (the
+    // placeholders, counted out of `saved`): under a sheet whose reads are free it is every
+    // rewrite of the tail's end.
+    (net > 0.0 && bet_covered(config, saved, tail, inputs) && affordable(config, saved, tail, inputs)).then_some(net)
 }
 
 /// Whether a rewrite that removes `saved` tokens and re-bills `tail` earns back what the bank
@@ -470,7 +466,8 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
         return Some(Trigger::ColdCache);
     }
     if let Some(limit) = inputs.context_limit.filter(|l| *l > 0) {
-        let worth = inputs.pending as f64 >= config.spend_min_share * inputs.context as f64;
+        let (pending, tail) = (inputs.pending as f64, inputs.tail as f64);
+        let worth = pending >= config.spend_min_share * inputs.context as f64 && ever_pays(inputs.rates, pending, tail);
         if inputs.context as f64 >= config.pressure_ratio * limit as f64 && worth {
             return Some(Trigger::Pressure);
         }
@@ -478,5 +475,11 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
     pays(config, inputs.pending as f64, inputs.tail as f64, inputs).map(|_| Trigger::Pays)
 }
 
+mod backoff;
+pub use backoff::{backed_off, backoff_level, MAX_LEVEL as MAX_BACKOFF};
+
+mod payback;
+#[cfg(test)]
+mod sheet_tests;
 #[cfg(test)]
 mod tests;

@@ -247,6 +247,11 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
         format::approx(f.waiting_tokens),
         count(prunes.map(|p| p.1))
     );
+    if f.refetches + f.restores > 0 {
+        let refetches = if f.refetches == 1 { "1 re-fetch".to_string() } else { format!("{} re-fetches", f.refetches) };
+        let restores = format::count(f.restores, "restore");
+        let _ = writeln!(out, "  Misses seen:     {refetches}, {restores} of what dcp hid");
+    }
 }
 
 #[cfg(test)]

@@ -17,22 +17,42 @@ use crate::state::blocks::{Block, Blocks, Origin};
 
 pub mod notice;
 pub mod refusals;
+pub mod restore;
 
 pub use notice::{notification, Notice};
 
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
 /// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
 /// one clear sentence and as few tokens as say it, for they are in every request.
-pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs (call or <prunable-tools> ids) alongside your next tool call; distillation[i] keeps your summary of ids[i].";
+/// It names no `<prunable-tools>` id: the list rides only on the requests it pays on, and names
+/// its own lines' ids.
+pub const DISCARD_DESCRIPTION: &str =
+    "Drop unneeded tool outputs by id alongside your next tool call; distillation[i] keeps your summary of ids[i].";
 
 /// `extract`, registered only with `tools.extract.enabled` (for agents told of it): `discard`
 /// with a `distillation` does the same.
 pub const EXTRACT_DESCRIPTION: &str = "Like discard, but keeps distillation[i], your short summary of ids[i].";
 
+/// The agent tools dcp defines, in the order their definitions go.
+pub const AGENT_TOOLS: [&str; 4] = ["discard", "extract", "compress", "restore"];
+
 /// `compress`'s one `range` argument is the `from..to` this names: one argument costs fewer
-/// tokens in every request than two.
-pub const COMPRESS_DESCRIPTION: &str =
-    "Replace finished messages from..to (call ids or m12/b1 tags) with your summary.";
+/// tokens in every request than two. It names the id tags only when the requests carry them
+/// (see `crate::sidecar`'s `describe`): `messages`, `<mN>` at the end of messages; `ranges`,
+/// `<bN>` at the end of a compressed range.
+pub fn compress_description(messages: bool, ranges: bool) -> &'static str {
+    match (messages, ranges) {
+        (false, false) => "Replace finished messages from..to (tool call ids in them) with your summary.",
+        (true, false) => "Replace finished messages from..to (tool call ids, or the <mN> ending a message) with your summary.",
+        (false, true) => "Replace finished messages from..to (tool call ids, or a range's <bN>) with your summary.",
+        (true, true) => {
+            "Replace finished messages from..to (tool call ids, the <mN> ending a message, a range's <bN>) with your summary."
+        }
+    }
+}
+
+/// `compress`'s description before the session's requests carry any id tag.
+pub const COMPRESS_DESCRIPTION: &str = "Replace finished messages from..to (tool call ids in them) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
 /// schema per argument). As small as the tools allow: they are in every request (`compress`
@@ -47,6 +67,7 @@ pub fn tool_args() -> serde_json::Value {
         "discard": {"ids": strings, "distillation": strings},
         "extract": {"ids": strings, "distillation": strings},
         "compress": {"range": string, "summary": string},
+        "restore": {"id": string},
     })
 }
 
@@ -58,6 +79,7 @@ pub fn tool_required() -> serde_json::Value {
         "discard": ["ids"],
         "extract": ["ids", "distillation"],
         "compress": ["range", "summary"],
+        "restore": ["id"],
     })
 }
 
@@ -85,6 +107,7 @@ pub fn tool_definitions(tools: &Tools) -> Vec<String> {
         (tools.discard.enabled, "discard", DISCARD_DESCRIPTION),
         (tools.extract.enabled, "extract", EXTRACT_DESCRIPTION),
         (tools.compress.enabled, "compress", COMPRESS_DESCRIPTION),
+        (tools.restore.enabled, "restore", restore::DESCRIPTION),
     ]
     .into_iter()
     .filter(|(on, ..)| *on)
@@ -308,9 +331,10 @@ mod tests {
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
         // The descriptions are the only instructions the model has: each says what to pass.
         let described = [
-            (DISCARD_DESCRIPTION, ["<prunable-tools> ids", "alongside your next tool call", "distillation[i]"]),
+            (DISCARD_DESCRIPTION, ["by id", "alongside your next tool call", "distillation[i]"]),
             (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
-            (COMPRESS_DESCRIPTION, ["from..to", "m12/b1 tags", "summary"]),
+            (COMPRESS_DESCRIPTION, ["from..to", "tool call ids", "summary"]),
+            (compress_description(true, true), ["<mN>", "<bN>", "summary"]),
         ];
         for (description, says) in described {
             assert!(says.iter().all(|s| description.contains(s)), "{description}");
@@ -423,7 +447,7 @@ pub fn compress_answer(state: &crate::state::SessionState, outcome: &crate::stat
             let _ = writeln!(text, "Not applied: {p}.");
         }
         text.push_str(
-            "Give a range as from..to (m12..m20), its ends named by tool call ids in its first and last messages or by id tags (<m12>, <b1>).\n",
+            "Give a range as from..to, its ends named by the tool call ids in its first and last messages, or by the <mN> and <bN> tags at the end of messages where they carry them.\n",
         );
     }
     text.trim_end().to_string()

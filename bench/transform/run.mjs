@@ -141,6 +141,22 @@ function cpuMs(pid) {
   }
 }
 
+/** CPU time of each thread of `pid` so far, in milliseconds, by thread: `main` for the
+ * process's first thread, the others by their name (summed when several share one). */
+function threadCpuMs(pid) {
+  const out = {};
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const name = tid === String(pid) ? "main" : readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
+      const ms = cpuMs(`${pid}/task/${tid}`);
+      if (ms !== null) out[name] = (out[name] ?? 0) + ms;
+    }
+  } catch {
+    return null;
+  }
+  return out;
+}
+
 /** Resolves once none of `pids` is running any more (or after `ms`). */
 async function waitGone(pids, ms) {
   const deadline = performance.now() + ms;
@@ -289,9 +305,10 @@ function watchGc() {
 async function sidecarProbe(pid, settleMs) {
   if (!pid) return { cpu: null, peak: null, rss: null, settledPeak: null };
   const cpu = cpuMs(pid);
+  const threads = threadCpuMs(pid);
   const peak = peakRssKb(pid);
   await new Promise((r) => setTimeout(r, settleMs));
-  return { cpu, peak, rss: statusKb(pid, "VmRSS"), settledPeak: peakRssKb(pid) };
+  return { cpu, threads, peak, rss: statusKb(pid, "VmRSS"), settledPeak: peakRssKb(pid) };
 }
 
 /** Steady state: the steps appended one by one, the hook called after each, until `--steps`
@@ -337,6 +354,7 @@ async function steadyState(args, first, session) {
   const after = await sidecarProbe(first.sidecar, 2000);
   Object.assign(steady, { cpuBefore: before.cpu, peakFirst: before.settledPeak, rssBefore: before.rss });
   Object.assign(steady, { cpuAfter: after.cpu, peak: after.peak, rssAfter: after.rss });
+  Object.assign(steady, { threadsBefore: before.threads, threadsAfter: after.threads });
   return steady;
 }
 
@@ -387,7 +405,15 @@ function sidecarReport(pid, steady) {
     // How much of a step is the sidecar's own work (the rest is node: encoding, JSON, edits).
     sidecar_cpu_ms_per_step:
       cpuBefore != null && cpuAfter != null && times.length ? round((cpuAfter - cpuBefore) / times.length) : null,
+    // The same by thread: `main` answers and counts ahead, the tokio worker saves.
+    sidecar_cpu_ms_per_step_by_thread: perThread(steady.threadsBefore, steady.threadsAfter, times.length),
   };
+}
+
+/** The CPU milliseconds per step of each thread between two `threadCpuMs` readings. */
+function perThread(before, after, steps) {
+  if (!before || !after || !steps) return null;
+  return Object.fromEntries(Object.entries(after).map(([name, ms]) => [name, round((ms - (before[name] ?? 0)) / steps)]));
 }
 
 /** Stops the sidecars still running and removes the sandbox. */

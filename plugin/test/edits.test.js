@@ -2,7 +2,7 @@
 // applied to OpenCode's messages.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { applyEdits, resolveEdits } from "../edits.js";
+import { applyEdits, applyEditsOneByOne, resolveEdits } from "../edits.js";
 
 const messages = () => [
   { info: { id: "m0", role: "user" }, parts: [{ id: "p0", type: "text", text: "hi" }] },
@@ -92,4 +92,66 @@ test("a replace range becomes its summary message, the last range first", () => 
   });
   assert.deepEqual(ms.map((m) => m.info.id), ["b1", "m0", "b2", "m1"]);
   assert.equal(ms[3].parts[0].state.output, "[removed]");
+});
+
+/** A deterministic generator (xorshift), so a failure names its seed. */
+function rng(seed) {
+  let x = seed >>> 0 || 1;
+  return (n) => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) % n;
+  };
+}
+
+/** A history of `n` messages of text and tool parts, some outputs not strings. */
+function history(n, pick) {
+  return Array.from({ length: n }, (_, i) => ({
+    info: { id: `m${i}`, role: i % 3 ? "assistant" : "user" },
+    parts: Array.from({ length: 1 + pick(3) }, (_, k) =>
+      pick(3) === 0
+        ? { id: `p${i}.${k}`, type: "text", text: `text ${i}.${k}` }
+        : { id: `p${i}.${k}`, type: "tool", state: { input: { filePath: `/f${k}`, content: "c" }, output: pick(9) ? `out ${i}` : { o: 1 } } },
+    ),
+  }));
+}
+
+/** An edit such as the sidecar sends (a value or a tag on a field), or now and then one it
+ * does not: a missing target, a field inside another, a value that is no string. */
+function edit(pick, n) {
+  const paths = [["state", "output"], ["text"], ["state", "input", "content"], ["state", "input"], ["state", "error"], ["state", "output", "x"]];
+  const path = paths[pick(10) < 8 ? pick(3) : pick(paths.length)];
+  const at = { m: pick(n + 2), p: pick(4), path };
+  if (pick(2)) return { ...at, append: `\n<m${pick(n)}>` };
+  return { ...at, value: pick(20) ? `[removed ${pick(5)}]` : { v: pick(3) } };
+}
+
+test("the planned edits and ranges give what applying them one by one gives", () => {
+  let planned = 0;
+  for (let seed = 1; seed <= 300; seed++) {
+    const pick = rng(seed);
+    const n = 5 + pick(40);
+    const base = history(n, pick);
+    const cache = { seq: null, edits: [] };
+    // A full answer, then answers that add edits, as the sidecar sends them.
+    let answer = resolveEdits(cache, { seq: 1, edits: Array.from({ length: pick(30) }, () => edit(pick, n)) });
+    for (let step = 2; step < 2 + pick(4); step++) {
+      answer = resolveEdits(cache, { seq: step, addEdits: Array.from({ length: pick(10) }, () => edit(pick, n)) });
+    }
+    const ranges = [];
+    for (let at = pick(4); at < n + 1; at += 2 + pick(8)) {
+      const to = at + pick(4);
+      ranges.push({ from: pick(12) ? at : -1, to, message: { info: { id: `b${at}` }, parts: [] } });
+    }
+    if (pick(4) === 0) ranges.reverse();
+    const result = { ...answer, replace: ranges, append: [{ info: { id: "tail" }, parts: [] }] };
+    const a = structuredClone(base);
+    const b = structuredClone(base);
+    applyEdits(a, result);
+    applyEditsOneByOne(b, result);
+    assert.deepEqual(a, b, `seed ${seed}`);
+    planned += answer.plan?.ok ? 1 : 0;
+  }
+  assert.ok(planned > 50, `the plan was used (${planned} of 300)`);
 });

@@ -1,7 +1,7 @@
 // Unit tests of the delta encoder: what is sent in full, by reference, or not at all.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SentCache, encode, version } from "../encode.js";
+import { SentCache, encode, version, wireInfo, wirePart } from "../encode.js";
 
 const tool = (id, output, status = "completed") => ({
   id,
@@ -25,13 +25,40 @@ function history(n) {
   return messages;
 }
 
-test("without a cache, everything is sent in full", () => {
+test("without a cache, every message is sent, as much of it as the sidecar reads", () => {
   const messages = history(2);
   const { base, messages: wire } = encode(messages, null);
   assert.equal(base, 0);
   assert.equal(wire.length, 4);
   assert.deepEqual(wire[1].info, messages[1].info);
-  assert.deepEqual(wire[1].parts, messages[1].parts);
+  assert.deepEqual(wire[1].parts, [{ ...messages[1].parts[0], state: { status: "completed", input: { filePath: "/a" }, output: "output 0" } }]);
+});
+
+test("a message is sent without the fields the sidecar drops as they arrive", () => {
+  const info = { id: "a1", sessionID: "ses_1", parentID: "u1", role: "assistant", modelID: "m", providerID: "p", cost: 1,
+    tokens: { input: 1 }, time: { created: 5, completed: 6 }, finish: "stop", agent: "build", path: { cwd: "/" } };
+  // A model step keeps what the provider billed (`usage` reads it from the history).
+  const billed = { modelID: "m", providerID: "p", cost: 1, tokens: { input: 1 } };
+  assert.deepEqual(wireInfo(info), { id: "a1", sessionID: "ses_1", role: "assistant", ...billed, time: { created: 5 }, agent: "build" });
+  const summary = { ...info, summary: true };
+  assert.deepEqual(wireInfo(summary), { id: "a1", sessionID: "ses_1", parentID: "u1", role: "assistant", ...billed, time: { created: 5 }, finish: "stop", agent: "build", summary: true });
+  const prompt = { id: "u1", sessionID: "ses_1", role: "user", cost: 0, tokens: { input: 1 }, time: { created: 4 } };
+  assert.deepEqual(wireInfo(prompt), { id: "u1", sessionID: "ses_1", role: "user", time: { created: 4 } });
+  // An error is sent as that there was one, as the sidecar keeps it.
+  const stopped = { ...info, error: { name: "MessageAbortedError", data: { message: "aborted" } } };
+  assert.equal(wireInfo(stopped).error, true);
+  assert.equal(Object.hasOwn(wireInfo({ ...info, error: null }), "error"), false);
+  const ids = { sessionID: "ses_1", messageID: "a1" };
+  const step = { id: "s1", ...ids, type: "step-finish", tokens: { input: 1 }, snapshot: "x" };
+  assert.deepEqual(wirePart(step), { id: "s1", type: "step-finish" });
+  const said = { id: "t1", ...ids, type: "text", text: "hi", time: { start: 1 }, metadata: {}, synthetic: true };
+  assert.deepEqual(wirePart(said), { id: "t1", type: "text", text: "hi", synthetic: true });
+  const state = { status: "completed", title: "t", input: { filePath: "/a" }, output: "out", metadata: { preview: "out" }, time: { start: 1, end: 2, compacted: 3 } };
+  const call = { id: "c1", ...ids, type: "tool", tool: "read", callID: "call_1", state };
+  assert.deepEqual(wirePart(call), { id: "c1", type: "tool", tool: "read", callID: "call_1",
+    state: { status: "completed", input: { filePath: "/a" }, output: "out", time: { compacted: 3 } } });
+  const file = { id: "f1", ...ids, type: "file", url: "file:///a", mime: "text/plain" };
+  assert.deepEqual(wirePart(file), { id: "f1", type: "file", url: "file:///a", mime: "text/plain" });
 });
 
 test("the first request of a session sends everything; a repeat sends only the newest four by reference", () => {

@@ -77,3 +77,25 @@ test("a /dcp command while dcp is off says how to find the cause and to restart 
   assert.match(text, /^dcp is off: the sidecar exited at start: config \/c\/dcp.jsonc: `debug` must be true or false\n/);
   assert.match(text, /Run `dcp doctor` \(or `npx dcp-opencode doctor`\) to see what is wrong, fix it, and restart OpenCode/);
 });
+
+test("compress's description is the sidecar's for the session of the latest hook, and stays as registered before one", async (t) => {
+  const init = JSON.stringify({ jsonrpc: "2.0", id: 0, result: INIT }).replace('"id":0', '"id":\'"$id"\'');
+  const described = `{"jsonrpc":"2.0","id":'"$id"',"result":{"compress":"Replace by <mN>."}}`;
+  const script = `while read line; do
+id=$(echo "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')
+case "$line" in
+*'"describe"'*) echo '${described}'; exit 0;;
+*) echo '${init}';;
+esac
+done`;
+  const dir = fakeDcp(t, script);
+  const hooks = await DcpPlugin({ client: {}, directory: dir });
+  const before = opencodeDefinition(INIT.args.compress);
+  await hooks["tool.definition"]({ toolID: "compress" }, before);
+  assert.equal(before.description, "d", "no session seen yet: nothing to ask");
+  await hooks["tool.execute.after"]({ tool: "read", sessionID: "ses_a", callID: "c1" }, {});
+  const after = opencodeDefinition(INIT.args.compress);
+  await hooks["tool.definition"]({ toolID: "compress" }, after);
+  assert.equal(after.description, "Replace by <mN>.");
+  assert.deepEqual(after.jsonSchema.required, ["from"], "the required list still applies");
+});

@@ -107,6 +107,9 @@ pub struct Tools {
     pub extract: Extract,
     /// Range compression: the agent replaces older messages with its summary.
     pub compress: Compress,
+    /// dcp's own: the agent brings back the exact text a placeholder hid (see
+    /// `crate::texts::restore`).
+    pub restore: Toggle,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,6 +212,9 @@ pub struct Masking {
     /// prompt) become one line that names them (see `crate::strategies::turns`).
     pub collapse_turns: bool,
     pub protected_tools: Vec<String>,
+    /// Whether a session that fetches again what dcp hid keeps more from then on (see
+    /// `crate::policy::backoff`).
+    pub backoff: bool,
 }
 
 /// A window of recent outputs masking leaves whole, beside `keepUserTurns`.
@@ -371,6 +377,7 @@ impl Default for Masking {
             inputs: true,
             collapse_turns: true,
             protected_tools: Vec::new(),
+            backoff: true,
         }
     }
 }

@@ -117,6 +117,11 @@ fn all_time(out: &mut String, r: &Report) {
             figure("pruned-tokens", a.pruned_tokens, &format::thousands(a.pruned_tokens)),
             "one-time size of every prune",
         ),
+        (
+            "Misses seen",
+            figure("misses-seen", f.refetches + f.restores, &format::thousands(f.refetches + f.restores)),
+            &misses_note(f),
+        ),
     ];
     out.push_str("<h2>All-time</h2><div class=\"cards\">");
     for (title, value, note) in cards {
@@ -205,13 +210,13 @@ fn top(out: &mut String, r: &Report) {
         out.push_str("<p class=\"muted\">No session has prunes or requests yet.</p>");
         return;
     }
-    out.push_str("<div class=\"wide\"><table><tr><th>Session</th><th>Requests</th><th>Kept out</th><th>Cost saved</th><th>In force</th><th>Waiting</th><th>Pruned (DCP)</th></tr>");
+    out.push_str("<div class=\"wide\"><table><tr><th>Session</th><th>Requests</th><th>Kept out</th><th>Cost saved</th><th>In force</th><th>Waiting</th><th>Pruned (DCP)</th><th>Re-fetches / restores</th></tr>");
     for s in &r.sessions {
         let (st, f) = (&s.stats, &s.stats.figures);
         let net = Net::of(f);
         let _ = write!(
             out,
-            "<tr data-session=\"{}\"><td>{}<br><code class=\"muted\">{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-session=\"{}\"><td>{}<br><code class=\"muted\">{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td></tr>",
             esc(&st.session_id),
             esc(&name(st)),
             esc(&st.session_id),
@@ -220,10 +225,17 @@ fn top(out: &mut String, r: &Report) {
             net_cost(&net),
             format::thousands(f.in_force_tokens),
             format::thousands(f.waiting_tokens),
-            format::thousands(st.pruned_tokens)
+            format::thousands(st.pruned_tokens),
+            f.refetches,
+            f.restores
         );
     }
     out.push_str("</table></div>");
+}
+
+/// What the misses card says: the re-fetches and restores apart.
+fn misses_note(f: &Figures) -> String {
+    format!("{} calls run or files read again, {} texts restored, of what dcp hid", f.refetches, f.restores)
 }
 
 /// A session's net in a sentence: `Kept out 19,026 tokens over 6 requests; cost saved 12.6% of

@@ -14,7 +14,9 @@
 //! ([`Layout::pieces`]). A history that changed anywhere but at its end is read whole again.
 
 mod layout;
+mod lineage;
 pub use layout::{Items, Layout, Sent};
+pub use lineage::Lineage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,7 @@ use bytes::Bytes;
 
 use super::convert::{Api, Builder, Edit};
 use super::engine::Edits;
+use super::identity::Name;
 use super::raw::{Head, Raw};
 
 /// What the proxy keeps of a conversation's last request: its body as read, the builder
@@ -102,6 +105,12 @@ pub fn fold(
 }
 
 impl Conversation {
+    /// The builder that read the conversation's last request: its messages as the session
+    /// model holds them, every output whole (what `dcp restore` answers from).
+    pub fn builder(&self) -> &Builder {
+        &self.builder
+    }
+
     pub fn new(head: Arc<Head>, builder: Builder, memory: Memory) -> Conversation {
         Conversation { head, builder, memory }
     }
@@ -188,6 +197,8 @@ pub struct Conversations {
     pub aborted: std::sync::atomic::AtomicUsize,
     /// Requests whose known part went as slices of the last upstream body's frames.
     pub from_sent: std::sync::atomic::AtomicUsize,
+    /// What each conversation named by its opening alone has seen.
+    lineage: Lineage,
 }
 
 /// Whether a request that continues a known body is sent upstream while its body arrives
@@ -226,6 +237,40 @@ impl Conversations {
 
     pub fn pipelining(&self) -> Pipelining {
         self.pipelining
+    }
+
+    /// The ids of the conversations kept.
+    pub fn sids(&self) -> Vec<String> {
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// These conversations, keeping the records of those named by their opening alone under
+    /// state dir `dir` ([`Lineage`]), so that a restarted proxy tells them apart again.
+    pub fn remembering(self, dir: std::path::PathBuf) -> Conversations {
+        Conversations { lineage: Lineage::under(dir), ..self }
+    }
+
+    /// The session id of a request: the client's ([`super::identity::name`]), or for a
+    /// conversation named by its opening alone, the one of that opening whose history the
+    /// request extends ([`Lineage`]); `held` is the kept body it continues, if any.
+    pub fn session_id(
+        &self,
+        api: Api,
+        headers: &hyper::HeaderMap,
+        body: &[u8],
+        raw: &Raw,
+        held: Option<&Arc<Head>>,
+    ) -> String {
+        match super::identity::name(api, headers, &raw.identity_body(api, body)) {
+            Name::Client(sid) => sid,
+            Name::Opening(opening) => {
+                let heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let held =
+                    held.and_then(|h| heads.iter().find(|(_, kept)| Arc::ptr_eq(kept, h)).map(|(sid, _)| sid.clone()));
+                drop(heads);
+                self.lineage.resolve(&opening, body, &raw.spans, held.as_deref())
+            }
+        }
     }
 
     /// The last layouts of `api`'s conversations whose client body's known part starts as

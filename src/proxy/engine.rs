@@ -51,9 +51,11 @@ struct Job {
     sent: Instant,
 }
 
-/// What the engine's thread is sent: a request to transform, or how one it transformed ended.
+/// What the engine's thread is sent: a request to transform, how one it transformed ended,
+/// or a call on its server ([`Engine::call`]).
 enum Work {
     Transform(Job),
+    Call(Box<dyn FnOnce(&mut Server) + Send>),
     Settle {
         sid: String,
         number: u64,
@@ -180,6 +182,24 @@ impl Engine {
         }
     }
 
+    /// Runs `f` on the engine's server, in turn with the requests' transforms.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Server) -> T + Send + 'static,
+        timeout: Duration,
+    ) -> Result<T, EngineError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let work = Work::Call(Box::new(move |server| {
+            let _ = reply.send(f(server));
+        }));
+        self.jobs.send(work).map_err(|_| EngineError::Stopped)?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(_)) => Err(EngineError::Stopped),
+            Err(_) => Err(EngineError::Timeout(timeout)),
+        }
+    }
+
     /// Drops what the engine holds of conversation `sid` in memory, once the jobs sent before
     /// are done, and hands the memory freed back to the system: its next request is read
     /// whole (see `Server::forget`).
@@ -203,6 +223,10 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
     while let Some(work) = next_job(&mut server, jobs) {
         let job = match work {
             Work::Transform(job) => job,
+            Work::Call(f) => {
+                f(&mut server);
+                continue;
+            }
             Work::Settle { sid, number, outcome } => {
                 server.settle(&sid, number, outcome);
                 continue;

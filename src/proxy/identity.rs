@@ -8,22 +8,43 @@
 //! digest of the first user message: a client sends its side requests (titles, summaries) and
 //! its subagents' conversations under the same session id, and each must be a conversation of
 //! its own, or the engine would take turns between unrelated histories. Without a client id,
-//! a conversation is named by a digest of its stable prefix: the system prompt and the first
-//! user message. The state file's session id is `proxy-<client>-<id>`, so `dcp stats` labels
-//! it by client.
+//! a conversation is named by a digest of its opening: the system prompt and the first user
+//! message; conversations that open alike are then told apart by their histories
+//! (`crate::proxy::conversation::Lineage`). The state file's session id is
+//! `proxy-<client>-<id>`, so `dcp stats` labels it by client.
 
 use hyper::HeaderMap;
 use serde_json::Value;
 
 use super::convert::Api;
 
-/// The session id the engine keeps a proxied conversation's state under.
-pub fn session_id(api: Api, headers: &HeaderMap, body: &Value) -> String {
+/// What names a proxied conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Name {
+    /// The session id the engine keeps its state under: the client's own id, with a digest
+    /// of the first user message.
+    Client(String),
+    /// The name of its opening (the system prompt and first user message), which the
+    /// conversations that open alike share: which of them a request is, its history says
+    /// (`crate::proxy::conversation::Lineage`).
+    Opening(String),
+}
+
+/// What names the conversation of a request.
+pub fn name(api: Api, headers: &HeaderMap, body: &Value) -> Name {
     let client = client(api, headers);
     let (system, first) = prefix(api, body);
     match client_session(headers, body) {
-        Some(id) => format!("proxy-{client}-{}-{}", file_safe(&id), &digest(&[None, first])[..8]),
-        None => format!("proxy-{client}-{}", digest(&[system, first])),
+        Some(id) => Name::Client(format!("proxy-{client}-{}-{}", file_safe(&id), &digest(&[None, first])[..8])),
+        None => Name::Opening(format!("proxy-{client}-{}", digest(&[system, first]))),
+    }
+}
+
+/// The session id of a request's conversation, or of the first conversation of its opening
+/// ([`Name::Opening`]).
+pub fn session_id(api: Api, headers: &HeaderMap, body: &Value) -> String {
+    match name(api, headers, body) {
+        Name::Client(sid) | Name::Opening(sid) => sid,
     }
 }
 

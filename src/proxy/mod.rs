@@ -28,6 +28,7 @@ mod pipeline;
 pub mod priced;
 pub mod raw;
 mod rest;
+pub mod restore;
 pub mod usage;
 
 use std::convert::Infallible;
@@ -80,10 +81,13 @@ pub struct Shared {
     pub client: UpstreamClient,
     /// Who may use the proxy.
     pub access: Access,
+    /// The key `dcp restore` must give ([`restore`]); empty: restores are refused.
+    pub restore_key: String,
 }
 
 /// The engine's server: `dcp serve`'s, with the agent tools off. A proxied client cannot
-/// run dcp's `discard`, `extract` or `compress`, so it is offered neither them nor their list.
+/// run dcp's `discard`, `extract`, `compress` or `restore`, so it is offered neither them nor
+/// their list; what dcp hid, its agent restores with `dcp restore N` in its shell.
 pub fn server(options: &crate::sidecar::ServeOptions, saver: Option<Saver>) -> anyhow::Result<Server> {
     server_with(options, load_config(options)?, saver)
 }
@@ -107,7 +111,13 @@ fn server_with(
     config.tools.discard.enabled = false;
     config.tools.extract.enabled = false;
     config.tools.compress.enabled = false;
-    Server::with_config(options.clone(), config, saver)
+    // No `restore` tool either: the placeholders say to run `dcp restore N` (see `restore`).
+    let shell = std::mem::replace(&mut config.tools.restore.enabled, false);
+    let mut server = Server::with_config(options.clone(), config, saver)?;
+    if shell {
+        server.set_restore(crate::texts::restore::Via::Shell);
+    }
+    Ok(server)
 }
 
 /// Runs the proxy until it is interrupted (Ctrl-C or SIGTERM); then saves every state.
@@ -125,14 +135,18 @@ pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
         let interrupted = interrupts();
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
+        let url = format!("http://{}", listener.local_addr()?);
+        let published = restore::Access::publish(&url, restore::access_file(&options.sidecar.env.cache_dir()));
         let shared = Arc::new(Shared {
             engine: engine.clone(),
-            conversations: conversation::Conversations::default(),
+            conversations: conversation::Conversations::default()
+                .remembering(crate::host::paths::state_dir(&options.sidecar.data_dir)),
             upstreams,
             client,
             access,
+            restore_key: published.key.clone(),
         });
-        println!("dcp proxy: listening on http://{}, forwarding to {}", listener.local_addr()?, shared.upstreams);
+        println!("dcp proxy: listening on {url}, forwarding to {}", shared.upstreams);
         if let Access::Token(..) = shared.access {
             println!("{}", token_line(made.as_ref()));
         }
@@ -143,6 +157,7 @@ pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
         drop(shared);
         tokio::task::spawn_blocking(move || engine.stop()).await?;
         saver.flush().await;
+        drop(published);
         Ok(())
     })
 }
@@ -259,6 +274,11 @@ fn interrupts() -> impl std::future::Future<Output = ()> {
 /// Serves one request: prunes it when it is one of the APIs', and forwards it.
 pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
     let (mut parts, body) = req.into_parts();
+    // A restore carries the key `dcp restore` read from the file the proxy published, which
+    // only this user can read: that admits it, token or not.
+    if restore::is_restore(&parts) {
+        return Ok(restore::answer(&shared, &parts).await);
+    }
     if shared.access.admit(&mut parts) == Admitted::No {
         return Ok(forward::failure(hyper::StatusCode::UNAUTHORIZED, &access::refusal()));
     }
@@ -395,7 +415,7 @@ impl Whole<'_> {
                 None => return Ok(Pruned { layout: None, ticket: None }),
             },
         };
-        let sid = identity::session_id(api, headers, &raw.identity_body(api, bytes));
+        let sid = shared.conversations.session_id(api, headers, bytes, &raw, head.as_ref());
         let parsed = started.elapsed();
         let slot = shared.conversations.slot(&sid);
         let mut held = slot.lock().await;

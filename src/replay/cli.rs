@@ -119,7 +119,7 @@ fn parse_mode(s: &str) -> Result<Vec<Mode>, String> {
     match s {
         "all" => Ok(Mode::EXTRA.to_vec()),
         _ => Mode::from_name(s).map(|m| vec![m]).ok_or_else(|| {
-            let names: Vec<&str> = Mode::EXTRA.iter().map(|m| m.name()).collect();
+            let names: Vec<&str> = Mode::EXTRA.iter().chain(&Mode::PARTS).map(|m| m.name()).collect();
             format!("unknown mode {s:?}; modes: {}, all", names.join(", "))
         }),
     }

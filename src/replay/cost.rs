@@ -72,6 +72,10 @@ pub struct Totals {
     /// hidden texts they fetched at the cache-read price.
     #[serde(serialize_with = "round")]
     pub cost_with_misses_reread: f64,
+    /// Calls the recorded agent ran again, and files it read again, whose earlier output the
+    /// run had hidden: what dcp counts live as re-fetches (`crate::state::misses`). On a
+    /// recording an upper bound: the agent ran without dcp, and had its reasons.
+    pub refetches: u64,
 }
 
 impl Totals {
@@ -126,6 +130,7 @@ impl Totals {
         self.cost_with_misses += other.cost_with_misses;
         self.misses_reread += other.misses_reread;
         self.cost_with_misses_reread += other.cost_with_misses_reread;
+        self.refetches += other.refetches;
         self.miss_share = self.misses as f64 / self.requests.max(1) as f64;
         for (reason, n) in &other.reasons {
             *self.reasons.entry(reason.clone()).or_default() += n;

@@ -151,7 +151,7 @@ impl ReplayRun {
             .as_array()
             .map(|lines| lines.iter().filter_map(Value::as_str).map(str::to_string).collect())
             .unwrap_or_default();
-        for tool in super::steps::AGENT_TOOLS {
+        for tool in crate::texts::AGENT_TOOLS {
             if init["tools"][tool] == Value::Bool(true) {
                 let description = init["descriptions"][tool].as_str().unwrap_or("");
                 let (args, required) = (&init["args"][tool], &init["required"][tool]);
@@ -220,6 +220,11 @@ impl ReplayRun {
             self.edits = answer.get_mut("edits").map(Value::take).map(parse).unwrap_or_default();
         }
         self.seq = answer.get("seq").and_then(Value::as_u64);
+    }
+
+    /// The misses the engine saw live in the session so far (`crate::state::misses`).
+    pub fn misses(&mut self) -> crate::state::misses::Misses {
+        self.server.misses(&self.session_id)
     }
 
     /// Runs an agent's `discard`/`extract` call; returns what the agent is told.

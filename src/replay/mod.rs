@@ -58,6 +58,12 @@ pub enum Mode {
     Only(Strategy),
     /// The agent tools alone (`discard`, `compress`, and `extract` where it is enabled).
     AgentTools,
+    /// dcp as configured, but a session that re-fetches keeps masking's windows
+    /// (`strategies.masking.backoff` off): what the backoff does, from the same run.
+    NoBackoff,
+    /// dcp as configured, without `restore` (its tool, and the handles its placeholders name):
+    /// what recoverable hiding costs, from the same run.
+    NoRestore,
 }
 
 impl Mode {
@@ -78,11 +84,16 @@ impl Mode {
             Mode::Immediate => "immediate",
             Mode::Only(s) => s.name(),
             Mode::AgentTools => "agent-tools",
+            Mode::NoBackoff => "no-backoff",
+            Mode::NoRestore => "no-restore",
         }
     }
 
+    /// The modes to compare dcp with its own parts off, named only: `--mode all` leaves them out.
+    pub const PARTS: [Mode; 2] = [Mode::NoBackoff, Mode::NoRestore];
+
     pub fn from_name(name: &str) -> Option<Mode> {
-        [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).find(|m| m.name() == name)
+        [Mode::None, Mode::Dcp].into_iter().chain(Mode::EXTRA).chain(Mode::PARTS).find(|m| m.name() == name)
     }
 
     /// The config of this run, from the user's, deciding with the session's price `sheet`.
@@ -102,8 +113,11 @@ impl Mode {
                 only(&mut c, Some(s));
                 c.tools.discard.enabled = false;
                 c.tools.extract.enabled = false;
+                c.tools.restore.enabled = false;
             }
             Mode::AgentTools => only(&mut c, None),
+            Mode::NoBackoff => c.strategies.masking.backoff = false,
+            Mode::NoRestore => c.tools.restore.enabled = false,
         }
         c
     }
@@ -285,7 +299,7 @@ fn drive(
     (mode, sheet): (Mode, &Sheet),
     options: &ReplayOptions,
     mut visit: impl FnMut(&Step<'_>),
-) -> Result<(Vec<String>, (u64, u64)), EngineError> {
+) -> Result<(Vec<String>, (u64, u64), u64), EngineError> {
     let config = mode.config(&options.config, sheet);
     let offered =
         mode != Mode::None && config.enabled && (config.tools.discard.enabled || config.tools.extract.enabled);
@@ -299,7 +313,7 @@ fn drive(
         .transpose()?
     else {
         visit_plain(&timeline, visit);
-        return Ok((Vec::new(), (0, 0)));
+        return Ok((Vec::new(), (0, 0), 0));
     };
     let additions = engine.additions()?;
     let mut calls = (0, 0);
@@ -336,7 +350,7 @@ fn drive(
             calls.1 += u64::from(call.answer.as_deref().map(outcome) == Some(outcome(&answer)));
         }
     }
-    Ok((additions, calls))
+    Ok((additions, calls, engine.misses().refetches))
 }
 
 /// Hands every request of `timeline` to `visit` as sent without dcp.
@@ -401,7 +415,7 @@ fn run(
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
     let mut misses = Misses::new(index);
-    let (additions, (agent_calls, agent_calls_same)) = drive(session, (mode, sheet), options, |step| {
+    let (additions, (agent_calls, agent_calls_same), refetches) = drive(session, (mode, sheet), options, |step| {
         let mut request = Vec::new();
         let history = count_history(step, pieces, &mut request);
         for m in step.append {
@@ -433,6 +447,7 @@ fn run(
         let miss_reread = checked.reread.map(|miss| ChargedMiss { charge: reread(&mut totals, &miss), miss });
         per_request.push(RequestBill { message_id, time, bill, applied, rewrite, miss, miss_reread, carried });
     }
+    totals.refetches = refetches;
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
 }
 

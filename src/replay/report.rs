@@ -7,8 +7,8 @@
 //! {none: M, …}, aggregate: {mode: {tokens_sent|cost|final_context: {median, worst,
 //! total}}, cost_with_misses: {…}, misses: {median, worst, total}}}}`, where `M` is
 //! `{requests, tokens_sent, cost, final_context, rewrites, misses, miss_share,
-//! cost_with_misses, misses_reread, cost_with_misses_reread, agent_calls, agent_calls_same,
-//! per_request}` and each `per_request` entry carries `miss` and `miss_reread`, each `null |
+//! cost_with_misses, misses_reread, cost_with_misses_reread, refetches, agent_calls,
+//! agent_calls_same, per_request}` and each `per_request` entry carries `miss` and `miss_reread`, each `null |
 //! {quoted, hidden_tokens, charge}`, and `carried`. `misses`, `miss_share`,
 //! `cost_with_misses` and `miss` follow issue 23's rule, the headline: every step that quotes
 //! hidden text is a miss, charged in full. The `_reread` fields and `carried` are the re-read
@@ -145,6 +145,14 @@ pub fn miss_aggregate(rows: &[Row<'_>], mode: Mode) -> Option<Aggregate> {
     summary(runs.iter().map(|t| t.miss_share).collect(), misses as f64 / requests.max(1) as f64)
 }
 
+/// The re-fetches per session in `mode` over `rows`: median and worst (most) session, and
+/// their sum.
+pub fn refetch_aggregate(rows: &[Row<'_>], mode: Mode) -> Option<Aggregate> {
+    let counts: Vec<f64> = rows.iter().filter_map(|r| totals(r.replay, mode)).map(|t| t.refetches as f64).collect();
+    let sum = counts.iter().sum();
+    summary(counts, sum)
+}
+
 /// The `--json` document.
 pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
     let modes = modes(rows);
@@ -176,6 +184,8 @@ pub fn json(header: &Header, rows: &[Row<'_>]) -> Value {
                 .map(|f| (f.key().to_string(), serde_json::to_value(aggregate(rows, *mode, *f)).unwrap_or_default()))
                 .collect();
             figures.insert("misses".into(), serde_json::to_value(miss_aggregate(rows, *mode)).unwrap_or_default());
+            let refetches = refetch_aggregate(rows, *mode);
+            figures.insert("refetches".into(), serde_json::to_value(refetches).unwrap_or_default());
             aggregates.insert(mode.name().to_string(), Value::Object(figures));
         }
     }
@@ -311,10 +321,19 @@ pub fn session(header: &Header, row: &Row<'_>) -> String {
     if !calls.is_empty() {
         let _ = writeln!(out, "\nAgent discard/extract calls replayed ({}).", calls.join("; "));
     }
+    out.push_str(&refetches_line(&r.runs.iter().map(|(m, run)| (*m, run.totals.refetches)).collect::<Vec<_>>()));
     out.push_str(&calibration_text(r.calibration.as_ref()));
     out.push('\n');
     out.push_str(&how(header, &[&r.sheet]));
     out
+}
+
+/// The re-fetches of each run but `none`: calls run or files read again whose output the
+/// run had hidden, an upper bound on a recording.
+fn refetches_line(runs: &[(Mode, u64)]) -> String {
+    let cells: Vec<String> =
+        runs.iter().filter(|(m, _)| *m != Mode::None).map(|(m, n)| format!("{} {n}", m.name())).collect();
+    format!("\nRe-fetches of hidden outputs (an upper bound: the agent ran without dcp): {}.\n", cells.join(", "))
 }
 
 /// A table row's ratio cells, one per mode but `none`: what `ratio` gives, or `-`.
@@ -352,6 +371,11 @@ pub fn sessions(header: &Header, rows: &[Row<'_>]) -> String {
         out.push('\n');
     }
     out.push_str(&misses_table(rows, &modes));
+    let mut sums: Vec<(Mode, u64)> = modes.iter().map(|m| (*m, 0)).collect();
+    for (m, sum) in &mut sums {
+        *sum = rows.iter().filter_map(|r| totals(r.replay, *m)).map(|t| t.refetches).sum();
+    }
+    out.push_str(refetches_line(&sums).trim_start());
     out.push_str(&calibration_table(rows));
     let _ = writeln!(out, "{} sessions.", rows.len());
     let sheets: Vec<&Sheet> = rows.iter().map(|r| &r.replay.sheet).collect();

@@ -290,6 +290,34 @@ pub fn is_prompt(m: &Message) -> bool {
         })
 }
 
+/// Whether message `i` of `messages` starts a user turn: a prompt ([`is_prompt`]) the person
+/// sent while the agent was not at work. A user message sent after a model step that called
+/// tools, before the model has answered their results (the person typing while the agent
+/// works, a queued message, a client's reminder beside the results), belongs to the turn in
+/// progress: those results are that turn's, and the model has yet to read them. A step that
+/// ended in an error (the person stopped the agent) leaves no turn in progress.
+pub fn starts_turn(messages: &[Message], i: usize) -> bool {
+    let Some(message) = messages.get(i) else { return false };
+    let before = messages[..i].iter().rev().find(|m| m.role() != Role::User);
+    is_prompt(message) && !before.is_some_and(awaits_results)
+}
+
+/// The message that started the current user turn ([`starts_turn`]), if one did.
+pub fn turn_start(messages: &[Message]) -> Option<usize> {
+    (0..messages.len()).rev().find(|&i| starts_turn(messages, i))
+}
+
+/// Whether `m` is a model step that called tools the model has not answered yet: an assistant
+/// message with a tool part the client ran (not one the provider ran and answered itself),
+/// which did not end in an error.
+fn awaits_results(m: &Message) -> bool {
+    let client_ran = |p: &Node| {
+        str_field(p, "type") == Some("tool")
+            && p.get("metadata").and_then(|m| m.get("providerExecuted")).and_then(Node::as_bool) != Some(true)
+    };
+    m.role() == Role::Assistant && m.info.get("error").is_none_or(Node::is_null) && m.parts.iter().any(client_ran)
+}
+
 /// A string field of a JSON object, if present and a string.
 pub fn str_field<'a, V: Fields + ?Sized>(value: &'a V, key: &str) -> Option<&'a str> {
     value.str_field(key)
@@ -316,5 +344,59 @@ impl<T: Fields + ?Sized> Fields for &T {
 impl Fields for serde_json::Value {
     fn str_field(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(serde_json::Value::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn user(text: &str) -> Message {
+        Message::from_values(json!({"role": "user"}), vec![json!({"type": "text", "text": text})])
+    }
+
+    /// A model step: `text`, then a call of a tool the client ran (`"client"`) or the provider
+    /// ran (`"provider"`), if any; `error` set when the step ended in one.
+    fn step(text: Option<&str>, call: Option<&str>, error: bool) -> Message {
+        let mut info = json!({"role": "assistant"});
+        if error {
+            info["error"] = json!({"name": "MessageAbortedError"});
+        }
+        let mut parts: Vec<serde_json::Value> = text.map(|t| json!({"type": "text", "text": t})).into_iter().collect();
+        parts.extend(call.map(|ran| {
+            let metadata = json!({"providerExecuted": ran == "provider"});
+            json!({"type": "tool", "callID": "c", "tool": "bash", "state": {"status": "completed"}, "metadata": metadata})
+        }));
+        Message::from_values(info, parts)
+    }
+
+    /// Which messages of `messages` start a turn.
+    fn starts(messages: &[Message]) -> Vec<usize> {
+        (0..messages.len()).filter(|&i| starts_turn(messages, i)).collect()
+    }
+
+    #[test]
+    fn a_message_sent_while_the_agent_works_joins_the_turn_in_progress() {
+        let working = [user("fix it"), step(Some("Looking."), Some("client"), false), user("also check the docs")];
+        assert_eq!(starts(&working), [0], "the model has not answered the call's output yet");
+        let again = [&working[..], &[step(None, Some("client"), false), user("and the tests")]].concat();
+        assert_eq!(starts(&again), [0]);
+        assert_eq!(turn_start(&again), Some(0));
+        let answered = [&working[..], &[step(Some("Done."), None, false), user("now the docs")]].concat();
+        assert_eq!(starts(&answered), [0, 4], "a prompt after the answer starts a turn");
+    }
+
+    #[test]
+    fn a_prompt_after_a_stopped_step_or_one_the_provider_answered_starts_a_turn() {
+        let stopped = [user("fix it"), step(None, Some("client"), true), user("no, the other file")];
+        assert_eq!(starts(&stopped), [0, 2]);
+        let searched = [user("look it up"), step(Some("Found it."), Some("provider"), false), user("thanks")];
+        assert_eq!(starts(&searched), [0, 2]);
+        let reminder = Message::from_values(
+            json!({"role": "user"}),
+            vec![json!({"type": "text", "text": "<system-reminder>x</system-reminder>", "synthetic": true})],
+        );
+        assert_eq!(starts(&[user("fix it"), step(Some("Done."), None, false), reminder]), [0], "no person's text");
     }
 }

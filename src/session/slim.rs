@@ -81,6 +81,15 @@ fn identity(text: &str) -> String {
     format!("{:032x}:{}", digest(text), text.len())
 }
 
+/// Whether `kept`, a string as the mirror keeps it (itself, or its marker), stands for
+/// `original`: how a text read back from OpenCode's store is checked against what was sent.
+pub fn same(kept: &str, original: &str) -> bool {
+    match marker(kept) {
+        Some(m) => m.identity == identity(original),
+        None => kept == original,
+    }
+}
+
 /// The marker that stands for `text`, with `tokens` as its count.
 pub fn make_marker(text: &str, tokens: u64) -> String {
     format!("{}{}:{}:{tokens}", tag(), identity(text), text.chars().count())
@@ -123,15 +132,20 @@ fn push_identity(identity: &str, out: &mut String) {
 }
 
 /// Slims a message's info in place: keeps what the session model and the synthetic messages
-/// read (id, session, role, agent, model, creation time), of a compaction summary its flag,
-/// parent and finish, and of a model step what the provider reported it billed (its tokens,
-/// cost and model), which the savings keep beside what dcp counted.
+/// read (id, session, role, agent, model, creation time, whether the step ended in an error,
+/// `crate::session::starts_turn`), of a compaction summary its flag, parent and finish, and of
+/// a model step what the provider reported it billed (its tokens, cost and model), which the
+/// savings keep beside what dcp counted.
 pub fn slim_info(info: &mut Node) {
     let Some(map) = info.as_object_mut() else { return };
     let summary = map.get("summary").and_then(Node::as_bool) == Some(true);
     let step = map.get("role").and_then(Node::as_str) == Some("assistant");
     map.retain(|k, v| match k {
         "id" | "sessionID" | "role" | "agent" | "model" => true,
+        "error" if !v.is_null() => {
+            *v = Node::from(true);
+            true
+        }
         "summary" | "parentID" | "finish" => summary,
         "tokens" | "cost" | "modelID" | "providerID" => step,
         "time" => {
@@ -371,5 +385,9 @@ mod tests {
         let kept = summary.clone();
         slim_info(&mut summary);
         assert_eq!(summary, kept);
+        let mut stopped = node(json!({"id": "msg_3", "role": "assistant",
+            "error": {"name": "MessageAbortedError", "data": {"message": "The operation was aborted."}}}));
+        slim_info(&mut stopped);
+        assert_eq!(stopped, json!({"id": "msg_3", "role": "assistant", "error": true}), "a stopped step stays one");
     }
 }

@@ -12,8 +12,9 @@ use super::ranges;
 use super::request::RequestContext;
 use crate::session::Message;
 use crate::state::store::ChangesMark;
-use crate::state::PruneRecord;
+use crate::state::{PruneRecord, SessionState};
 use crate::strategies;
+use crate::texts::restore::Via;
 
 /// What the plugin holds of a session's edits: the number of the last answer whose edits
 /// it may keep, what they were computed from, and the calls they cover.
@@ -35,6 +36,8 @@ struct EditsBasis {
     revision: u64,
     resets: u64,
     messages: usize,
+    /// How the placeholders said to restore: another way rewrites them all.
+    via: Option<Via>,
 }
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
@@ -44,10 +47,12 @@ struct EditsBasis {
 pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
     let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
-    let basis = EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len() };
+    let basis =
+        EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len(), via: cx.restore };
     let sent = &mut session.edits;
-    let follows =
-        have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && mirror.kept() >= b.messages);
+    let follows = have == Some(sent.seq)
+        && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via && mirror.kept() >= b.messages);
+    session.present = super::describe::Tags::present(tags, messages.len(), &slot.state.blocks);
     let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
     let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
     let new_tags = tags_from < messages.len();
@@ -62,12 +67,13 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     // Following the last answer, only what was put in force since can add edits.
     let pruned = &slot.state.pruned;
     let since = (follows && cx.views == Views::Kept).then(|| slot.changes_since(sent.changes)).flatten();
+    let handles = Handles { state: &slot.state, via: cx.restore };
     let mut edits = match since {
         Some(changes) => {
             let changed = changes.iter().filter_map(|id| pruned.get_key_value(id.as_str()));
-            edits_for(messages, position, changed, &mut sent.calls)
+            edits_for(messages, position, changed, handles, &mut sent.calls)
         }
-        None => edits_for(messages, position, pruned.iter(), &mut sent.calls),
+        None => edits_for(messages, position, pruned.iter(), handles, &mut sent.calls),
     };
     sent.changes = slot.changes_mark();
     if tags.is_some() {
@@ -79,6 +85,14 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
 }
 
+/// Where the placeholders of a session's edits take their handles from: the agent-facing ids
+/// of `state`, and how the agent restores (none: no handles).
+#[derive(Clone, Copy)]
+pub(super) struct Handles<'a> {
+    pub state: &'a SessionState,
+    pub via: Option<Via>,
+}
+
 /// The edits that bring `messages` to what the model should see, for every applied prune of
 /// `prunes` whose call is not in `sent` yet; `sent` gains them. With an empty `sent` and every
 /// prune, every prune in force. `position` finds a call's message and part. Edits come in
@@ -87,6 +101,7 @@ pub(super) fn edits_for<'a>(
     messages: &[Message],
     position: impl Fn(&str) -> Option<(usize, usize)>,
     prunes: impl Iterator<Item = (&'a String, &'a PruneRecord)>,
+    handles: Handles<'_>,
     sent: &mut HashSet<String>,
 ) -> Vec<Edit> {
     let mut new: Vec<((usize, usize), &str, &PruneRecord)> = Vec::new();
@@ -102,9 +117,10 @@ pub(super) fn edits_for<'a>(
     }
     new.sort_unstable_by_key(|(at, _, _)| *at);
     let mut edits = Vec::new();
-    for ((m, p), _, record) in new {
+    for ((m, p), id, record) in new {
         let Some(part) = messages.get(m).and_then(|msg| msg.parts.get(p)) else { continue };
-        for e in strategies::field_edits(part, &record.action) {
+        let handle = strategies::handle_of(handles.state, id, handles.via);
+        for e in strategies::field_edits(part, &record.action, handle) {
             edits.push(Edit { m, p, path: e.path, value: Some(e.value), append: None });
         }
     }

@@ -1,4 +1,4 @@
-//! `system` and `turn`: what dcp adds in front of a session's prompt, and from when.
+//! `system`, `turn` and `describe`: what dcp adds in front of a session's prompt, and from when.
 //!
 //! dcp's head is its agent tools' definitions alone, as short as keeps the tools usable
 //! ([`crate::texts::tool_definitions`]): what would be instructions in the system prompt is
@@ -13,10 +13,14 @@
 //! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
 //! to leave dcp's out.
 
-use super::protocol::{RpcError, SessionParams, System, TurnAnswer, TurnParams};
-use super::{now_ms, validate_session_id, LiveSession, Server};
-use crate::config::Offer;
+use super::protocol::{
+    self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
+    TurnAnswer, TurnParams,
+};
+use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
+use crate::config::{self, Offer};
 use crate::policy;
+use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
 use crate::tokens::TokenCounter;
@@ -26,12 +30,71 @@ use crate::tokens::TokenCounter;
 /// reads it); without a cache it is offered as `"paid"` is.
 pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
-    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled;
+    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
     let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(session.priced_by(rules).rates);
     any && (always || session.ledger.offered)
 }
 
 impl Server {
+    /// `initialize`: the protocol's version, and the agent tools dcp offers, with their
+    /// descriptions and arguments (its head).
+    pub(super) fn initialize(&mut self, p: InitializeParams) -> Result<Initialized, RpcError> {
+        if let Some(v) = p.protocol {
+            if v != protocol::PROTOCOL_VERSION {
+                return Err(RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
+                ));
+            }
+        }
+        if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
+            // The plugin tells the user; this line is for the log.
+            tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));
+        }
+        if let Some(dir) = p.directory {
+            self.options.project = Some(dir);
+            let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))
+                .map_err(|e| internal(crate::error_chain(&e)))?;
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            self.rules = Rules::new(loaded.config).map_err(internal)?;
+            self.backed_off = refetch::backed_off_rules(&self.rules).map_err(internal)?;
+            self.config_warnings = loaded.warnings;
+            self.head = None;
+            // What the indexes read was judged by the old rules.
+            for session in self.sessions.values_mut() {
+                session.index = Index::default();
+                session.in_force = in_force::InForce::default();
+            }
+        }
+        let tools = &self.rules.config().tools;
+        Ok(Initialized {
+            protocol: protocol::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION"),
+            enabled: self.rules.config().enabled,
+            // Not `TokenCounter::estimator`: that would wait for the pre-tokenizer's pattern,
+            // which compiles in the background (a few ms) while `initialize` is answered.
+            estimator: crate::tokens::expected_estimator().name(),
+            tools: ToolsOffered {
+                discard: tools.discard.enabled,
+                extract: tools.extract.enabled,
+                compress: tools.compress.enabled,
+                restore: tools.restore.enabled,
+            },
+            commands: self.rules.config().commands.enabled,
+            descriptions: Descriptions {
+                discard: texts::DISCARD_DESCRIPTION,
+                extract: texts::EXTRACT_DESCRIPTION,
+                compress: texts::compress_description(false, false),
+                restore: texts::restore::DESCRIPTION,
+                command: texts::COMMAND_DESCRIPTION,
+            },
+            args: texts::tool_args(),
+            required: texts::tool_required(),
+        })
+    }
+
     /// A request's system prompt is being built. dcp adds no line to it (the tools'
     /// descriptions say when to call them); the call still sees the session first, so its
     /// title and ledger are at hand before its first `transform`.
@@ -65,7 +128,7 @@ impl Server {
                 return true;
             }
             let tools = &server.rules.config().tools;
-            if !(tools.discard.enabled || tools.extract.enabled || tools.compress.enabled) {
+            if !(tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled) {
                 return false;
             }
             server.offer_when_paid(session, &sid, p.now.unwrap_or_else(now_ms))
@@ -103,6 +166,25 @@ pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCount
     *head.get_or_insert_with(|| texts::tool_definitions(&rules.config().tools).iter().map(|d| counter.count(d)).sum())
 }
 
+impl Server {
+    /// `describe`: `compress`'s description as the session's requests can use it, naming only
+    /// the id tags they carry ([`super::describe`]).
+    pub(super) fn describe(&mut self, p: TurnParams) -> Result<Described, RpcError> {
+        let sid = p.session_id;
+        validate_session_id(&sid)?;
+        let cold_after = self.rules.config().rewrite.cold_after(self.rules.sheet());
+        let now = p.now.unwrap_or_else(now_ms);
+        let tags = self.with_session(&sid, |_, session| {
+            let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+            let cold = idle.is_none_or(|s| s >= cold_after);
+            let tags = super::describe::described(session.described, session.present, cold);
+            session.described = Some(tags);
+            tags
+        });
+        Ok(Described { compress: texts::compress_description(tags.messages, tags.ranges) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,13 +197,14 @@ mod tests {
     }
 
     #[test]
-    fn the_default_head_of_discard_and_compress_stays_at_most_151_tokens() {
+    fn the_default_head_of_discard_compress_and_restore_stays_at_most_196_tokens() {
         // The tools' definitions are in every request of a session offered them: the head must
-        // not grow unnoticed. At 151 tokens, a short session that dcp never rewrites (the head
-        // alone) costs at most 1.02 of no pruning.
+        // not grow unnoticed. `restore` adds 46 tokens to discard's and compress's 150: what a
+        // short session that dcp never rewrites pays for the head alone is in
+        // docs/results/misses.md.
         let head = head_of(Config::default());
-        assert!(head <= 151, "the head is {head} tokens");
-        assert!(head >= 130, "the head is {head} tokens: are discard and compress both defined?");
+        assert!(head <= 196, "the head is {head} tokens");
+        assert!(head >= 170, "the head is {head} tokens: are discard, compress and restore all defined?");
     }
 
     #[test]
@@ -141,6 +224,7 @@ mod tests {
         let without_compress = head_of(config.clone());
         assert!(without_compress < head_of(Config::default()) && without_compress > 0, "{without_compress}");
         config.tools.discard.enabled = false;
+        config.tools.restore.enabled = false;
         assert_eq!(head_of(config), 0);
     }
 }

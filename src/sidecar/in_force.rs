@@ -9,16 +9,18 @@
 //! compaction, another process's file merged in), the index was rebuilt, or the mirror's
 //! messages changed before the end of what it had read (an edit, a resync, a resolve it did
 //! not see). What a prune's rewrite removes comes from the session's [`SavingCache`], which
-//! sized it while it waited.
+//! sized it while it waited. The agent's own prunes are counted as they come, from the
+//! slot's changes ([`AgentPrunes`]).
 
 use std::collections::BTreeSet;
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::mirror::Mirror;
 use super::saving_cache::SavingCache;
-use crate::state::store::Slot;
-use crate::state::PruneRecord;
+use crate::state::blocks::Origin;
+use crate::state::store::{ChangesMark, Slot};
+use crate::state::{PruneRecord, Strategy};
 use crate::strategies::incremental::Index;
 
 /// How a view of the prunes is brought up to date: from what changed since it last looked,
@@ -146,6 +148,33 @@ impl InForce {
     }
 }
 
+/// The agent's own prunes: its discards and extracts, read from the slot's changes since the
+/// last count (and every prune again after a reset), and its compressed ranges.
+#[derive(Debug, Default)]
+pub(super) struct AgentPrunes {
+    mark: Option<ChangesMark>,
+    calls: HashSet<String>,
+}
+
+impl AgentPrunes {
+    /// How many prunes and ranges of `slot` the agent made.
+    pub fn count(&mut self, slot: &Slot, views: Views) -> usize {
+        let pruned = &slot.state.pruned;
+        let agent = |r: &PruneRecord| matches!(r.strategy, Strategy::Discard | Strategy::Extract);
+        match self.mark.filter(|_| views == Views::Kept).and_then(|mark| slot.changes_since(mark)) {
+            Some(changes) => {
+                let new = changes.iter().filter(|id| pruned.get(*id).is_some_and(agent));
+                self.calls.extend(new.cloned());
+                // A prune taken back without a reset leaves the count too.
+                self.calls.retain(|id| pruned.get(id).is_some_and(agent));
+            }
+            None => self.calls = pruned.iter().filter(|(_, r)| agent(r)).map(|(id, _)| id.clone()).collect(),
+        }
+        self.mark = Some(slot.changes_mark());
+        self.calls.len() + slot.state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
+    }
+}
+
 /// Whether a view brought up to `before` still holds for what it read, at `now`: no reset, no
 /// rebuild, and every message it read unchanged.
 fn follows(before: Basis, now: Basis, mirror: &Mirror) -> bool {
@@ -156,4 +185,54 @@ fn follows(before: Basis, now: Basis, mirror: &Mirror) -> bool {
         && before.changes <= now.changes
         && before.calls <= now.calls
         && same_messages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::store::SessionStore;
+    use crate::state::Action;
+    use crate::tokens::EstimatorChoice;
+
+    /// The agent's prunes counted from every prune, as each request once did.
+    fn counted_again(slot: &Slot) -> usize {
+        let state = &slot.state;
+        let manual = state.pruned.values().filter(|r| matches!(r.strategy, Strategy::Discard | Strategy::Extract));
+        manual.count() + state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
+    }
+
+    fn record(strategy: Strategy, applied: bool) -> PruneRecord {
+        PruneRecord { strategy, action: Action::Output, tokens: 10, tool: "read".into(), applied }
+    }
+
+    #[test]
+    fn the_agent_s_prunes_counted_as_they_come_are_those_counted_from_every_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let (mut kept, mut rebuilt) = (AgentPrunes::default(), AgentPrunes::default());
+        let strategies = [Strategy::Masking, Strategy::Discard, Strategy::Deduplication, Strategy::Extract];
+        let mut agent = 0;
+        for i in 0..120 {
+            let slot = store.slot("ses_agent").unwrap();
+            let strategy = strategies[i % strategies.len()];
+            slot.record(&format!("call_{i}"), record(strategy, i % 3 == 0));
+            if i % 5 == 0 {
+                slot.apply(&format!("call_{}", i / 2));
+            }
+            if i % 17 == 16 {
+                // A prune taken back without a reset.
+                slot.state.pruned.remove(&format!("call_{}", i - 3));
+            }
+            if i == 60 {
+                // A newer compaction clears the prunes: a reset.
+                store.observe_newest("ses_agent", 1_000).unwrap();
+            }
+            let slot = store.slot("ses_agent").unwrap();
+            let expected = counted_again(slot);
+            assert_eq!(kept.count(slot, Views::Kept), expected, "after prune {i}");
+            assert_eq!(rebuilt.count(slot, Views::Rebuilt), expected, "after prune {i}");
+            agent = agent.max(expected);
+        }
+        assert!(agent > 20, "the agent's prunes were counted ({agent})");
+    }
 }

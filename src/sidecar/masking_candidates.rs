@@ -14,16 +14,13 @@ use crate::state::{Action, PruneRecord, Strategy};
 use crate::strategies::masking;
 
 /// The calls masking would take now, with where they are, the record to make when one is
-/// applied, and its cost to the policy (`tails[m]`: the history from message `m` on); then, in
+/// applied, and its cost to the policy (`Mirror::tail`: the history from its message on); then, in
 /// batched mode, the calls beyond the narrower window: the volatile ones as candidates, the
 /// others as riders, which a rewrite that goes anyway also masks (see
 /// `crate::strategies::masking`, "What goes first"). The current turn's views of files are
 /// marked, for a spend leaves them (`crate::policy::Pending::current_view`). Calls in a range
 /// (applied or waiting) are not masked: the range stands in for them.
-pub(super) fn mask_pending(
-    cx: &mut RequestContext,
-    tails: &[u64],
-) -> Vec<((usize, usize), String, PruneRecord, policy::Pending)> {
+pub(super) fn mask_pending(cx: &mut RequestContext) -> Vec<((usize, usize), String, PruneRecord, policy::Pending)> {
     let (rules, slot, mirror) = (cx.rules, &mut *cx.slot, cx.mirror);
     let (index, sizes) = (&mut cx.session.index, &mut cx.session.sizes);
     let messages = mirror.messages();
@@ -49,7 +46,7 @@ pub(super) fn mask_pending(
             let current_view = masking::is_view(tool) && index.in_current_turn(c);
             let pending = policy::Pending {
                 tokens,
-                tail: tails[at.0],
+                tail: mirror.tail(at.0),
                 rider: rider && !c.volatile,
                 unsure: c.inputs,
                 current_view,

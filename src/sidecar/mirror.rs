@@ -14,15 +14,18 @@ use super::protocol::{code, RpcError};
 use crate::session::{slim, str_field, Kind, Message, Node, Object};
 
 /// The previous request's messages, and what was read from each of them once: its
-/// approximate size and whether it is a compaction summary. The side tables are aligned with
-/// `messages`; entries of the unchanged prefix are reused. (The tool calls are the
-/// [`super::index::Index`]'s business.)
+/// approximate size (and the sum of those before it) and whether it is a compaction summary.
+/// The side tables are aligned with `messages`; entries of the unchanged prefix are reused.
+/// (The tool calls are the [`super::index::Index`]'s business.)
 #[derive(Debug, Default)]
 pub struct Mirror {
     messages: Vec<Message>,
     /// How many leading messages the last request kept from the one before.
     kept: usize,
     sizes: Vec<u64>,
+    /// The sizes of the messages before each one, and of them all at the end: `sizes.len() + 1`
+    /// sums, so that the size of any tail of the history is one subtraction.
+    before: Vec<u64>,
     /// The newest compaction summary's `time.created` up to each message, or 0.
     compactions: Vec<i64>,
     /// How many resolves (and clears) the mirror has been through: what was read from it at
@@ -59,6 +62,17 @@ impl Mirror {
         &self.sizes
     }
 
+    /// The approximate tokens of the whole history of the last resolved request.
+    pub fn total(&self) -> u64 {
+        self.before.last().copied().unwrap_or(0)
+    }
+
+    /// The approximate tokens of the history from message `from` on (0 past its end): what a
+    /// rewrite from there re-bills.
+    pub fn tail(&self, from: usize) -> u64 {
+        self.total() - self.before.get(from).copied().unwrap_or(self.total())
+    }
+
     /// The `time.created` of the newest compaction summary of the last request, or 0.
     pub fn newest_compaction(&self) -> i64 {
         self.compactions.last().copied().unwrap_or(0)
@@ -87,6 +101,10 @@ impl Mirror {
     /// Reads the messages from `from` on, which are new or changed, into the side tables.
     fn index_from(&mut self, from: usize) {
         self.sizes.truncate(from);
+        self.before.truncate(from + 1);
+        if self.before.is_empty() {
+            self.before.push(0);
+        }
         self.compactions.truncate(from);
         let mut newest = self.compactions.last().copied().unwrap_or(0);
         for m in &mut self.messages[from..] {
@@ -103,7 +121,10 @@ impl Mirror {
             if m.is_compaction_summary() {
                 newest = newest.max(m.time_created());
             }
-            self.sizes.push(m.parts.iter().map(approx_tokens).sum());
+            let size: u64 = m.parts.iter().map(approx_tokens).sum();
+            self.sizes.push(size);
+            let before = self.before.last().copied().unwrap_or(0);
+            self.before.push(before + size);
             self.compactions.push(newest);
         }
     }

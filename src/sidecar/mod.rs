@@ -19,6 +19,7 @@
 //! What a request reads of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
+mod describe;
 mod edits;
 mod head;
 mod in_force;
@@ -29,7 +30,10 @@ pub mod model;
 mod pending;
 pub mod protocol;
 mod ranges;
+mod refetch;
 mod request;
+pub mod restore;
+mod rewind;
 mod saving_cache;
 mod savings;
 mod sheet;
@@ -47,9 +51,7 @@ use serde_json::Value;
 
 use self::edits::EditsSent;
 use self::mirror::Mirror;
-use self::protocol::{
-    code, Answer, Descriptions, Empty, InitializeParams, Initialized, Request, RpcError, ToolsOffered,
-};
+use self::protocol::{code, Answer, Empty, Request, RpcError};
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
@@ -60,7 +62,7 @@ use crate::state::Ledger;
 use crate::stats::AllTimeCache;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
-use crate::texts;
+use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
@@ -80,7 +82,7 @@ pub struct ServeOptions {
 /// The `<prunable-tools>` lists sent to a session and what the agent did with them.
 #[derive(Debug, Default, Clone, Copy)]
 struct ListsSent {
-    /// The agent's own prunes when they were last counted (`transform`'s `agent_prunes`).
+    /// The agent's own prunes when they were last counted ([`in_force::AgentPrunes`]).
     answered: usize,
     /// Lists sent since the agent last pruned.
     unanswered: u32,
@@ -125,10 +127,20 @@ struct LiveSession {
     sizes: saving_cache::SavingCache,
     /// The prunes in force and those waiting (see [`in_force`]).
     in_force: in_force::InForce,
+    /// The calls read for re-fetches (see [`refetch`]), and how far the session backs off
+    /// for the misses it saw (`crate::policy::backoff_level`).
+    refetches: refetch::Refetches,
+    backoff: u32,
+    /// The kinds of id tag the session's last request carried, and those its agent tools'
+    /// descriptions name (see [`describe`]).
+    present: describe::Tags,
+    described: Option<describe::Tags>,
+    /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
+    spans: ranges::SpanCache,
+    agent_prunes: in_force::AgentPrunes,
     /// The last request, when it is counted once its answer is known (see [`pending`]).
     pending: Option<pending::Pending>,
-    /// What the last request's rewrite would cost the next one if it never reached the model
-    /// (`crate::policy::carried`).
+    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
     carried: f64,
     /// Its price sheet, once its client named its model (see [`sheet`]).
     sheet: Option<crate::prices::Sheet>,
@@ -158,6 +170,12 @@ pub struct Server {
     views: Views,
     /// What the config files held that dcp ignored (unknown keys), for `/dcp help` to show.
     config_warnings: Vec<String>,
+    /// How the agent restores what dcp hid: its `restore` tool, or `dcp restore` in its shell
+    /// (`dcp proxy`, see [`Server::set_restore`]).
+    restore: Via,
+    /// The rules of a session backed off 1, 2, 3 steps for the misses it saw (see
+    /// `crate::policy::backed_off`); none with `strategies.masking.backoff` off.
+    backed_off: Vec<Rules>,
 }
 
 fn now_ms() -> i64 {
@@ -188,6 +206,7 @@ impl Server {
     /// runs one per mode). An `initialize` that names a project dir still reloads the files.
     pub fn with_config(options: ServeOptions, config: Config, saver: Option<Saver>) -> Result<Server, anyhow::Error> {
         let rules = Rules::new(config)?;
+        let backed_off = refetch::backed_off_rules(&rules)?;
         let store = SessionStore::new(&paths::state_dir(&options.data_dir), EstimatorChoice::Auto);
         Ok(Server {
             options,
@@ -200,6 +219,8 @@ impl Server {
             all_time: AllTimeCache::default(),
             views: Views::Kept,
             config_warnings: Vec::new(),
+            restore: Via::Tool,
+            backed_off,
         })
     }
 
@@ -261,9 +282,10 @@ impl Server {
     fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
         match method {
             "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform::transform_params(params, messages)?).map(Answer::Transformed),
+            "transform" => self.transform(transform::params(params, messages)?).map(Answer::Transformed),
             "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
             "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
+            "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),
             "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
             "command" => self.command(protocol::params(method, params)?).map(Answer::Command),
             "event" => {
@@ -277,60 +299,6 @@ impl Server {
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),
         }
-    }
-
-    fn initialize(&mut self, p: InitializeParams) -> Result<Initialized, RpcError> {
-        if let Some(v) = p.protocol {
-            if v != protocol::PROTOCOL_VERSION {
-                return Err(RpcError::new(
-                    code::INVALID_REQUEST,
-                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
-                ));
-            }
-        }
-        if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
-            // The plugin tells the user; this line is for the log.
-            tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));
-        }
-        if let Some(dir) = p.directory {
-            self.options.project = Some(dir);
-            let loaded = config::load(&config::Locations::standard(&self.options.env, self.options.project.as_deref()))
-                .map_err(|e| internal(crate::error_chain(&e)))?;
-            for w in &loaded.warnings {
-                tracing::warn!("{w}");
-            }
-            self.rules = Rules::new(loaded.config).map_err(internal)?;
-            self.config_warnings = loaded.warnings;
-            self.head = None;
-            // What the indexes read was judged by the old rules.
-            for session in self.sessions.values_mut() {
-                session.index = Index::default();
-                session.in_force = in_force::InForce::default();
-            }
-        }
-        let tools = &self.rules.config().tools;
-        Ok(Initialized {
-            protocol: protocol::PROTOCOL_VERSION,
-            version: env!("CARGO_PKG_VERSION"),
-            enabled: self.rules.config().enabled,
-            // Not `TokenCounter::estimator`: that would wait for the pre-tokenizer's pattern,
-            // which compiles in the background (a few ms) while `initialize` is answered.
-            estimator: crate::tokens::expected_estimator().name(),
-            tools: ToolsOffered {
-                discard: tools.discard.enabled,
-                extract: tools.extract.enabled,
-                compress: tools.compress.enabled,
-            },
-            commands: self.rules.config().commands.enabled,
-            descriptions: Descriptions {
-                discard: texts::DISCARD_DESCRIPTION,
-                extract: texts::EXTRACT_DESCRIPTION,
-                compress: texts::COMPRESS_DESCRIPTION,
-                command: texts::COMMAND_DESCRIPTION,
-            },
-            args: texts::tool_args(),
-            required: texts::tool_required(),
-        })
     }
 
     /// Runs `f` on session `sid`'s [`LiveSession`], created on first sight, with the rest of the

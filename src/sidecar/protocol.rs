@@ -242,6 +242,7 @@ pub enum Answer {
     Turn(TurnAnswer),
     Tool(ToolOutput),
     Command(CommandOutput),
+    Described(Described),
     /// `{}`: for `event` and `shutdown`.
     Empty(Empty),
 }
@@ -273,6 +274,7 @@ pub struct ToolsOffered {
     pub discard: bool,
     pub extract: bool,
     pub compress: bool,
+    pub restore: bool,
 }
 
 /// The descriptions of the agent tools and of `/dcp`.
@@ -281,6 +283,7 @@ pub struct Descriptions {
     pub discard: &'static str,
     pub extract: &'static str,
     pub compress: &'static str,
+    pub restore: &'static str,
     pub command: &'static str,
 }
 
@@ -462,6 +465,12 @@ pub struct TurnAnswer {
     pub offer: bool,
 }
 
+/// The answer to `describe`: `compress`'s description for the session's next request.
+#[derive(Debug, Serialize)]
+pub struct Described {
+    pub compress: &'static str,
+}
+
 /// The answer to `tool`: what the agent reads.
 #[derive(Debug, Serialize)]
 pub struct ToolOutput {
@@ -473,23 +482,4 @@ pub struct ToolOutput {
 #[derive(Debug, Serialize)]
 pub struct CommandOutput {
     pub text: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_lines_get_errors_that_say_why() {
-        let (id, e) = decode("{not json").unwrap_err();
-        assert_eq!((id, e.code), (None, code::PARSE));
-        let (id, e) = decode(r#"{"jsonrpc":"2.0","id":4}"#).unwrap_err();
-        assert_eq!((id, e.code, e.message.as_str()), (Some(json!(4)), code::INVALID_REQUEST, "missing method"));
-        let (_, e) = decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err();
-        assert!(e.message.contains("1.0"));
-        let (_, e) = decode(r#"{"id":1,"method":7}"#).unwrap_err();
-        assert!(e.message.contains("method must be a string"));
-        let r = decode(r#"{"jsonrpc":"2.0","method":"event","params":{"type":"x"}}"#).unwrap();
-        assert_eq!(r.id, None);
-    }
 }

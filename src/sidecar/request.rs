@@ -8,10 +8,11 @@
 use super::head;
 use super::in_force::Views;
 use super::mirror::Mirror;
-use super::{LiveSession, Server};
+use super::{in_force, LiveSession, Server};
 use crate::state::persist::StateError;
 use crate::state::store::Slot;
 use crate::strategies::Rules;
+use crate::texts::restore::Via;
 
 /// What a transform knows about the request besides the history.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +80,8 @@ pub(super) struct RequestContext<'a> {
     pub facts: RequestFacts,
     /// How the session's view of its prunes is brought up to date.
     pub views: Views,
+    /// How the agent restores what dcp hid, as the placeholders say it (none: they say nothing).
+    pub restore: Option<Via>,
     /// Tokens of dcp's head, once counted (the server's, shared by its sessions).
     head: &'a mut Option<u64>,
 }
@@ -104,9 +107,14 @@ impl Server {
         mirror: &'a Mirror,
         facts: RequestFacts,
     ) -> Result<RequestContext<'a>, StateError> {
+        let restore = self.restore_via(session);
         let slot = self.store.slot(sid)?;
+        let rules = match session.backoff {
+            0 => &self.rules,
+            n => self.backed_off.get(n as usize - 1).unwrap_or(&self.rules),
+        };
         Ok(RequestContext {
-            rules: &self.rules,
+            rules,
             project: self.options.project.as_ref().and_then(|p| p.to_str()),
             sid,
             session,
@@ -114,7 +122,25 @@ impl Server {
             mirror,
             facts,
             views: self.views,
+            restore,
             head: &mut self.head,
         })
+    }
+
+    /// Sets how far `session` backs off for the misses its state counts; a new step
+    /// judges its calls afresh by the wider windows.
+    pub(super) fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
+        let Ok(slot) = self.store.slot(sid) else { return };
+        let level = if self.backed_off.is_empty() {
+            0
+        } else {
+            crate::policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
+        };
+        if level != session.backoff {
+            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            session.backoff = level;
+            session.index = crate::strategies::incremental::Index::default();
+            session.in_force = in_force::InForce::default();
+        }
     }
 }

@@ -18,7 +18,8 @@ use crate::state::Action;
 pub(super) fn approx_saving(mirror: &Mirror, at: (usize, usize), action: &Action) -> u64 {
     let Some(part) = mirror.messages().get(at.0).and_then(|m| m.parts.get(at.1)) else { return 0 };
     let (mut before, mut after) = (0usize, 0usize);
-    for edit in crate::strategies::field_edits(part, action) {
+    // Sized as the placeholder without a handle: a few characters longer than with one.
+    for edit in crate::strategies::field_edits(part, action, None) {
         let old = edit.path.iter().try_fold(part, |v, key| v.get(key.as_str()));
         before += old.map_or(0, |v| chars(v.as_str()));
         after += chars(edit.value.as_str());

@@ -33,7 +33,7 @@ use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node, Role};
 use crate::state::savings::{Mark, RequestFigures, Savings, Unmade};
 use crate::state::store::{ChangesMark, Slot};
-use crate::strategies::compress::{self, Span};
+use crate::strategies::compress::Span;
 use crate::strategies::incremental::Index;
 use crate::tokens::TokenCounter;
 
@@ -136,7 +136,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
             slot.state.savings.unmade(&last.unmade);
         }
     }
-    let spans = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+    let spans = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
     let put_in_force = first_applied_now(meter, &session.index, slot, &spans, views);
     let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
     // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.

@@ -47,6 +47,7 @@ impl Server {
             "discard" => self.rules.config().tools.discard.enabled,
             "extract" => self.rules.config().tools.extract.enabled,
             "compress" => self.rules.config().tools.compress.enabled,
+            "restore" => self.rules.config().tools.restore.enabled,
             other => return Err(RpcError::params(format!("tool: unknown tool {other:?}"))),
         };
         // The answer names what the agent sent (its ids, its ranges' ends, its calls' key
@@ -63,6 +64,12 @@ impl Server {
         }
         if p.name == "compress" {
             return answer(self.compress(&p, messages)?);
+        }
+        if p.name == "restore" {
+            // The text as it was, byte for byte: no escaping (OpenCode showed it so once).
+            let raw = strings(&p.args, "id").into_iter().chain(strings(&p.args, "ids")).next().unwrap_or_default();
+            let output = self.restore(&p.session_id, &raw, messages)?;
+            return Ok(ToolOutput { output, title: p.name.clone() });
         }
         let sid = &p.session_id;
         let slot = self.store.slot(sid).map_err(internal)?;
@@ -96,6 +103,7 @@ impl Server {
     fn compress(&mut self, p: &ToolParams, messages: &[Message]) -> Result<String, RpcError> {
         let sid = &p.session_id;
         let (topic, ranges) = compress::ranges_from_args(&p.args);
+        let restore = self.sessions.get(sid.as_str()).and_then(|s| self.restore_via(s));
         let slot = self.store.slot(sid).map_err(internal)?;
         let request = compress::CompressCall {
             session_id: sid,
@@ -103,6 +111,7 @@ impl Server {
             message_id: p.message_id.as_deref(),
             call_id: p.call_id.as_deref(),
             now: super::now_ms(),
+            restore,
         };
         let outcome = compress::compress(messages, &mut slot.state, &request, &ranges, &mut slot.tokens);
         for id in &outcome.made {

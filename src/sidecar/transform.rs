@@ -13,7 +13,7 @@
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
 
-use super::edits::{answer_edits, edits_for};
+use super::edits::{answer_edits, edits_for, Handles};
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
@@ -21,32 +21,20 @@ use super::pending::{After, Count, Figures, Outcome};
 use super::protocol::{
     Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
-use super::ranges;
 use super::request::{RequestContext, RequestFacts};
 use super::{internal, masking_candidates, now_ms, validate_session_id, ListsSent, LiveSession, Server};
+use super::{ranges, rewind};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
-use crate::state::blocks::Origin;
 use crate::state::store::Slot;
 use crate::state::{PruneRecord, Strategy};
-use crate::strategies::prunable;
+use crate::strategies::{compress, prunable};
 use crate::texts;
 
 /// Who is handed a transform's answer as soon as it is decided (see
 /// [`Server::transform_answering`]).
 pub type Answered<'a> = &'a mut dyn FnMut(&Result<Transformed, RpcError>);
-
-/// The params of a `transform`. The messages, which the request holds apart from its params,
-/// are moved in as they are: decoding them again would rebuild every node of a long history.
-pub(super) fn transform_params(
-    params: serde_json::Value,
-    messages: Option<Vec<Node>>,
-) -> Result<TransformParams, RpcError> {
-    let mut p: TransformParams = super::protocol::params("transform", params)?;
-    p.messages = messages.unwrap_or_default();
-    Ok(p)
-}
 
 impl Server {
     pub(super) fn transform(&mut self, p: TransformParams) -> Result<Transformed, RpcError> {
@@ -92,6 +80,7 @@ impl Server {
         let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         session.ledger.last_request = Some(now);
         session.requests += 1;
+        session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
@@ -136,12 +125,15 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
+        let via = self.restore_via(session);
         let slot = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let edits = edits_for(messages, position, slot.state.pruned.iter(), &mut HashSet::default());
-        let replace = ranges::replacements(sid, messages, &slot.state.blocks);
+        let handles = Handles { state: &slot.state, via };
+        let edits = edits_for(messages, position, slot.state.pruned.iter(), handles, &mut HashSet::default());
+        let spans = compress::spans(messages, &slot.state.blocks, |b| b.applied);
+        let replace = ranges::replacements(sid, messages, &slot.state.blocks, spans);
         Ok(Transformed {
             seq: None,
             edits: Edits::Full(edits),
@@ -167,6 +159,7 @@ impl Server {
         }
         let observed =
             self.store.observe_newest(sid, mirror.newest_compaction()).map_err(|e| RpcError::params(e.to_string()))?;
+        self.back_off(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
         cx.session.savings.seed(cx.slot);
         Ok(answer_request(&mut cx, observed.compacted))
@@ -180,6 +173,14 @@ enum Changed {
     No,
 }
 
+/// The params of a `transform`. The messages, which the request holds apart from its params,
+/// are moved in as they are: decoding them again would rebuild every node of a long history.
+pub(super) fn params(params: serde_json::Value, messages: Option<Vec<Node>>) -> Result<TransformParams, RpcError> {
+    let mut p: TransformParams = super::protocol::params("transform", params)?;
+    p.messages = messages.unwrap_or_default();
+    Ok(p)
+}
+
 /// The answer to one request: records the automatic strategies' decisions, applies what the
 /// policy allows, and lists what the agent may prune. `compacted`: the state was just cleared
 /// for a newer compaction.
@@ -188,18 +189,15 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
+    rewind::sync(cx);
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.index;
-    if index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
-        tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
-    }
-    let mut recorded_now = Vec::new();
-    for d in index.decisions(messages, &slot.state, rules, &mut slot.tokens) {
-        if slot.record(&d.call_id, d.record) {
-            recorded_now.push(d.call_id);
-        }
-    }
+    let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
+    let recorded_now: Vec<String> =
+        decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
+    let refetched =
+        super::refetch::observe(&mut cx.session.refetches, &cx.session.index, cx.slot, cx.mirror.messages()) > 0;
     let session = &mut *cx.session;
     let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
     session.in_force.update(sources, cx.views);
@@ -210,13 +208,13 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     laps.lap("apply");
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
-    let changed = corrupt || compacted || collapsed || !recorded_now.is_empty() || applied_now.is_some();
+    let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
     let applied =
         applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
-    let replace = ranges::replacements(cx.sid, messages, &cx.slot.state.blocks);
+    let replace = ranges::applied(cx);
     let recorded = cx.slot.take_recorded();
     let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
@@ -247,7 +245,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
-    let unpruned = mirror.sizes().iter().sum();
+    let unpruned = mirror.total();
     session.baseline += policy::unpruned_cost(facts.rates, session.unpruned, unpruned, facts.cold_start);
     session.unpruned = Some(unpruned);
 }
@@ -281,7 +279,7 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     // (`policy::list_pays`). What an earlier list named, the agent has seen (and can name
     // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
     let (fresh, last) = index.listed_after(session.list_shown);
-    let answered = agent_prunes(&cx.slot.state);
+    let answered = session.agent_prunes.count(cx.slot, cx.views);
     if answered > session.lists.answered {
         session.lists = ListsSent { answered, unanswered: 0 };
     }
@@ -309,15 +307,6 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     vec![synthetic_message(cx.sid, messages, text)]
 }
 
-/// The agent's own prunes so far: its discards and extracts, and its compressed ranges.
-fn agent_prunes(state: &crate::state::SessionState) -> usize {
-    let manual = state
-        .pruned
-        .values()
-        .filter(|r| matches!(r.strategy, crate::state::Strategy::Discard | crate::state::Strategy::Extract));
-    manual.count() + state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
-}
-
 /// What a pending rewrite changes: one call's fields, or a range of messages.
 enum Target {
     Call(String),
@@ -330,10 +319,9 @@ enum Target {
 /// calls and ranges whose rewrites it applied, or `None` when it waits.
 fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let mirror = cx.mirror;
-    let tails = tails(mirror.sizes());
     // The waiting prunes of calls in the history, the waiting ranges and the calls masking
     // would take, in history order.
-    let masking = masking_candidates::mask_pending(cx, &tails);
+    let masking = masking_candidates::mask_pending(cx);
     let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
     let (index, sizes) = (&session.index, &mut session.sizes);
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
@@ -342,16 +330,17 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         .filter_map(|id| {
             let (at, record) = (index.position(id)?, slot.state.pruned.get(id)?);
             let tokens = sizes.approx_saving(mirror, id, at, &record.action);
-            let pending = policy::Pending { tokens, tail: tails[at.0], ..Default::default() };
+            let pending = policy::Pending { tokens, tail: mirror.tail(at.0), ..Default::default() };
             Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
-    let blocks = ranges::pending(mirror.messages(), &slot.state.blocks, &tails);
+    let waiting = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
+    let blocks = ranges::pending(waiting, &slot.state.blocks, mirror);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
     let base = policy::Inputs {
-        context: tails[0],
+        context: mirror.total(),
         banked: session.ledger.banked,
         baseline: session.baseline,
         added: session.added,
@@ -402,15 +391,6 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
         }
     }
     slot.mark_rewrites_added();
-}
-
-/// The size of the history from each message on to its end, and 0 after the last.
-fn tails(sizes: &[u64]) -> Vec<u64> {
-    let mut tails = vec![0u64; sizes.len() + 1];
-    for i in (0..sizes.len()).rev() {
-        tails[i] = tails[i + 1] + sizes[i];
-    }
-    tails
 }
 
 /// The rewrites a request applied, and why.

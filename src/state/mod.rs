@@ -8,6 +8,7 @@
 
 pub mod blocks;
 pub mod foreign;
+pub mod misses;
 pub mod persist;
 pub mod saver;
 pub mod savings;
@@ -218,6 +219,11 @@ impl Stats {
 /// takes its tokens back out of the stats instead of adding them.
 pub const UNBLOCK: &str = "unblock:";
 
+/// The journal key prefix of a prune dropped because its reason left a rewound history
+/// (`crate::strategies::rewind`): a merge takes it out of the file's prunes and its tokens
+/// back out of the stats.
+pub const UNPRUNE: &str = "unprune:";
+
 /// The rewrite policy's running figures for a session, kept in the state file so that a
 /// restarted sidecar (or `dcp replay`) goes on where the last one stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -249,6 +255,8 @@ pub struct SessionState {
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
     pub savings: savings::Savings,
+    /// The misses seen live: re-fetches and restores (see [`misses`]).
+    pub misses: misses::Misses,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
     /// The records of `pruned` that hold what this version does not know (a field, an

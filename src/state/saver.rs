@@ -3,7 +3,10 @@
 //!
 //! After a request the sidecar hands a session's state to the saver at once, or, when it
 //! handed one less than [`SAVE_EVERY`] ago, when that interval is up: a burst of requests
-//! costs one copy and one write per interval. The sidecar hands every save to one writer task
+//! costs one copy and one write per interval. A save copies and writes every record of the
+//! session, so a large session's automatic decisions also wait for one request per
+//! [`RECORDS_PER_REQUEST`] records it holds (at most [`WAIT_AT_MOST`]): what saving costs a
+//! request stays about the same however long the session grows. The sidecar hands every save to one writer task
 //! over a channel, so saves of a session happen in order. Jobs that pile up while a write is
 //! in flight are coalesced: only the newest state of each session is written, with the
 //! journals of all of them. A failed save (full disk, read-only dir) is logged once per
@@ -28,6 +31,16 @@ use super::store::{SaveJob, SessionStore};
 /// waits reaches the disk within about this long.
 pub const SAVE_EVERY: Duration = Duration::from_millis(100);
 
+/// Records of a session's state (prunes and ranges) a save writes for each request its
+/// automatic decisions wait for: a save of `n` records waits for `n / RECORDS_PER_REQUEST`
+/// requests since the last one (or [`WAIT_AT_MOST`]), so that a request pays for about this
+/// many records of saving, whatever the session's size. A session of fewer records is saved
+/// after every [`SAVE_EVERY`].
+pub const RECORDS_PER_REQUEST: usize = 256;
+
+/// The longest a large session's automatic decisions wait for their save.
+pub const WAIT_AT_MOST: Duration = Duration::from_secs(10);
+
 /// How long a save waits for more saves to fold into it. The sidecar already hands out at
 /// most one save per session every [`SAVE_EVERY`]; this only gathers the saves of several
 /// sessions into one pass.
@@ -40,20 +53,40 @@ fn retry_after() -> Duration {
     std::env::var("DCP_SAVE_RETRY_MS").ok().and_then(|v| v.parse().ok()).map_or(RETRY_AFTER, Duration::from_millis)
 }
 
-/// When one session's state was last handed out for saving, and whether a save waits.
+/// When one session's state was last handed out for saving, whether a save waits, and the
+/// requests since and records then that say how long it may wait.
 #[derive(Debug, Default)]
 pub struct SaveTiming {
     handed: Option<Instant>,
     waiting: bool,
+    /// Requests since the state was last handed out, and the records it held then.
+    requests: usize,
+    records: usize,
 }
 
 impl SaveTiming {
+    /// Notes a request of the session: a large session's save waits for requests.
+    pub fn request(&mut self) {
+        self.requests = self.requests.saturating_add(1);
+    }
+
+    /// How long after the last hand-out a save may wait: [`SAVE_EVERY`], once a request came
+    /// for every whole [`RECORDS_PER_REQUEST`] records the last one held (none for a smaller
+    /// session); else [`WAIT_AT_MOST`].
+    fn wait(&self) -> Duration {
+        if self.requests >= self.records / RECORDS_PER_REQUEST {
+            SAVE_EVERY
+        } else {
+            WAIT_AT_MOST
+        }
+    }
+
     /// Whether a save asked for now waits for [`SaveTiming::due`]: one was handed out less
-    /// than [`SAVE_EVERY`] ago. What waits is only what the automatic strategies decided,
-    /// which a restarted sidecar decides again from the history; the agent's and the user's
-    /// prunes are handed out at once.
+    /// than [`SaveTiming::wait`] ago. What waits is only what the automatic strategies
+    /// decided, which a restarted sidecar decides again from the history, and the request's
+    /// figures; the agent's and the user's prunes are handed out at once.
     pub fn defer(&mut self) -> bool {
-        let recent = self.handed.is_some_and(|t| t.elapsed() < SAVE_EVERY);
+        let recent = self.handed.is_some_and(|t| t.elapsed() < self.wait());
         if recent {
             self.waiting = true;
         }
@@ -67,12 +100,12 @@ impl SaveTiming {
 
     /// When the waiting save is due, if one waits.
     pub fn due(&self) -> Option<Instant> {
-        self.handed.filter(|_| self.waiting).map(|t| t + SAVE_EVERY)
+        self.handed.filter(|_| self.waiting).map(|t| t + self.wait())
     }
 
     /// Whether a save waits and its time has come.
     pub fn due_now(&self) -> bool {
-        self.waiting && self.handed.is_none_or(|t| t.elapsed() >= SAVE_EVERY)
+        self.waiting && self.handed.is_none_or(|t| t.elapsed() >= self.wait())
     }
 }
 
@@ -80,6 +113,8 @@ impl SaveTiming {
 /// this thread; `timing` notes it.
 pub fn hand_out(saver: Option<&Saver>, store: &mut SessionStore, id: &str, timing: &mut SaveTiming) {
     timing.waiting = false;
+    timing.requests = 0;
+    timing.records = store.slot(id).map_or(0, |s| s.state.pruned.len() + s.state.blocks.by_id.len());
     match store.save_job(id) {
         Ok(job) => match saver {
             Some(saver) => {
@@ -277,5 +312,36 @@ mod tests {
         assert_ne!(after, first);
         assert_eq!(crate::state::persist::parse(after.as_bytes()).unwrap().ledger.warm, 1);
         assert!(store.dirty().is_empty());
+    }
+
+    #[test]
+    fn a_large_session_s_save_waits_for_a_request_per_records_per_request_of_its_records() {
+        let handed = |records: usize| SaveTiming { handed: Some(Instant::now()), records, ..SaveTiming::default() };
+        // Below RECORDS_PER_REQUEST records, a save waits SAVE_EVERY after the last, as ever,
+        // with no request since (what the request's savings changed after its save).
+        let mut small = handed(RECORDS_PER_REQUEST - 1);
+        assert!(small.defer());
+        assert!(small.due().is_some_and(|due| due <= Instant::now() + SAVE_EVERY));
+        small.request();
+        assert!(small.defer());
+        assert!(small.due().is_some_and(|due| due <= Instant::now() + SAVE_EVERY));
+        // Four times as many records wait for four requests, or for WAIT_AT_MOST.
+        let mut large = handed(4 * RECORDS_PER_REQUEST);
+        for _ in 0..3 {
+            large.request();
+            assert!(large.defer());
+            assert!(large.due().is_some_and(|due| due > Instant::now() + SAVE_EVERY), "{large:?}");
+            assert!(!large.due_now());
+        }
+        large.request();
+        assert!(large.due().is_some_and(|due| due <= Instant::now() + SAVE_EVERY), "{large:?}");
+        large.handed = Some(Instant::now() - SAVE_EVERY);
+        assert!(large.due_now() && !large.defer());
+        // However few the requests, the save goes within WAIT_AT_MOST.
+        let mut waited = handed(1_000 * RECORDS_PER_REQUEST);
+        waited.request();
+        assert!(waited.defer());
+        waited.handed = Some(Instant::now() - WAIT_AT_MOST);
+        assert!(waited.due_now());
     }
 }

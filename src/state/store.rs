@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::persist::{self, LoadOutcome, Stamp, StateError};
-use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK};
+use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK, UNPRUNE};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
@@ -102,10 +102,12 @@ impl Slot {
         self.changes.clear();
     }
 
-    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite.
+    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite. The call
+    /// gets its agent-facing id, the handle its placeholder names (`crate::texts::restore`).
     pub fn apply(&mut self, call_id: &str) {
         if let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) {
             record.applied = true;
+            self.state.id_for(call_id);
             self.changes.push(call_id.to_string());
         }
     }
@@ -117,6 +119,7 @@ impl Slot {
             return false;
         }
         if applied {
+            self.state.id_for(call_id);
             self.mark_rewrites_added();
         }
         self.journal.push((call_id.to_string(), record));
@@ -160,6 +163,23 @@ impl Slot {
             self.journal.push((format!("{UNBLOCK}{id}:{k}"), block_record(strategy, tokens)));
         }
         self.dirty = true;
+    }
+
+    /// Drops the prune of `call_id`, whose reason left a rewound history
+    /// (`crate::strategies::rewind`): its tokens leave the stats as they came in, and the
+    /// edits sent before no longer hold. Journalled as `unprune:ID`, which a merge takes out
+    /// of the file. Whether there was one.
+    pub fn drop_prune(&mut self, call_id: &str) -> bool {
+        let Some(record) = self.state.pruned.remove(call_id) else { return false };
+        self.state.foreign_records.remove(call_id);
+        let tally = self.state.stats.by_strategy.entry(record.strategy).or_default();
+        tally.tokens = tally.tokens.saturating_sub(record.tokens);
+        tally.tools = tally.tools.saturating_sub(1);
+        self.state.stats.unrecord(record.tokens);
+        self.journal.push((format!("{UNPRUNE}{call_id}"), record));
+        self.dirty = true;
+        self.mark_rewrites_reset();
+        true
     }
 
     /// Whether the state has anything a save would write: a change marked [`Slot::dirty`],

@@ -312,6 +312,11 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
         cost_without: f64,
         #[serde(default)]
         cost_saved: f64,
+        // The misses seen live (see `crate::state::misses`).
+        #[serde(default)]
+        refetches: u64,
+        #[serde(default)]
+        restores: u64,
     }
     // `stats` comes first: its 4 KB are enough, and they may end inside a character.
     let head = &head[..head.len().min(4096)];
@@ -335,6 +340,8 @@ fn summary_from_head(head: &[u8]) -> Option<Summary> {
         head.kept_out_tokens as u64,
         head.cost_without.to_bits(),
         head.cost_saved.to_bits(),
+        head.refetches.min(MAX_COUNT),
+        head.restores.min(MAX_COUNT),
     ]);
     Some(Summary::Counts {
         tokens: head.total_prune_tokens + head.prune_token_counter,

@@ -77,6 +77,10 @@ pub struct Figures {
     pub cost_saved: f64,
     #[serde(serialize_with = "one_place")]
     pub cost_without: f64,
+    /// The misses seen live: calls run or files read again whose output dcp had hidden, and
+    /// hidden texts the agent restored (see `crate::state::misses`).
+    pub refetches: u64,
+    pub restores: u64,
 }
 
 impl Figures {
@@ -92,6 +96,8 @@ impl Figures {
             cost_saved: s.cost_saved,
             cost_without: s.cost_without,
             cost_saved_share: 0.0,
+            refetches: state.misses.refetches,
+            restores: state.misses.restores,
         };
         f.cost_saved_share = share(f.cost_saved, f.cost_without);
         f
@@ -106,6 +112,8 @@ impl Figures {
         self.cost_saved += other.cost_saved;
         self.cost_without += other.cost_without;
         self.cost_saved_share = share(self.cost_saved, self.cost_without);
+        self.refetches = self.refetches.saturating_add(other.refetches);
+        self.restores = self.restores.saturating_add(other.restores);
     }
 }
 

@@ -35,6 +35,7 @@ use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::{Block, Blocks, Origin, TURN_TOPIC};
 use crate::state::SessionState;
 use crate::texts::refusals;
+use crate::texts::restore::Via;
 use crate::tokens::TokenCounter;
 
 mod args;
@@ -184,10 +185,11 @@ pub fn replace_spans(messages: &mut Vec<Message>, blocks: &Blocks, include: impl
     }
 }
 
-/// The text the model sees in place of a compressed range.
-pub fn summary_text(id: u32, topic: &str, summary: &str) -> String {
-    let topic = topic.trim();
-    format!("{}\n{}\n{}", crate::texts::summary_head(topic), summary.trim(), tag(&format!("b{id}")))
+/// The text the model sees in place of a compressed range; its head says how to restore the
+/// range's messages `via` this, when the agent can.
+pub fn summary_text(id: u32, topic: &str, summary: &str, via: Option<Via>) -> String {
+    let head = crate::texts::restore::summary_head(&crate::texts::summary_head(topic.trim()), id, via);
+    format!("{head}\n{}\n{}", summary.trim(), tag(&format!("b{id}")))
 }
 
 /// What the agent's `compress` call is about, besides its ranges.
@@ -199,6 +201,8 @@ pub struct CompressCall<'a> {
     pub message_id: Option<&'a str>,
     pub call_id: Option<&'a str>,
     pub now: i64,
+    /// How the agent restores a range's messages, if it can (see `crate::texts::restore`).
+    pub restore: Option<Via>,
 }
 
 pub use crate::state::blocks::Outcome;
@@ -242,6 +246,13 @@ pub fn compress(
         match resolve(messages, &state.blocks, range) {
             Err(problem) => out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem)),
             Ok(resolved) => {
+                let (summary, replaced) =
+                    (summary_tokens(range, request, counter), range_tokens(messages, state, &resolved, counter));
+                if summary >= replaced {
+                    let problem = refusals::summary_not_shorter(summary, replaced);
+                    out.problems.push(refusals::range_problem(&label, &range.start, &range.end, &problem));
+                    continue;
+                }
                 if resolved.grown {
                     let (from, to) =
                         (ref_of(messages, &state.blocks, resolved.from), ref_of(messages, &state.blocks, resolved.to));
@@ -274,7 +285,8 @@ pub fn turn_block(
     now: i64,
     counter: &mut TokenCounter,
 ) -> u32 {
-    let request = CompressCall { session_id: "", topic: TURN_TOPIC, message_id: None, call_id: None, now };
+    let request =
+        CompressCall { session_id: "", topic: TURN_TOPIC, message_id: None, call_id: None, now, restore: None };
     let resolved = Resolved { from, to, consumed: Vec::new(), grown: false };
     make_block(messages, state, &request, Made::Turn(line, tag), &resolved, counter)
 }
@@ -291,19 +303,19 @@ enum Made<'a> {
 impl Made<'_> {
     /// The fields of block `id`, made under `topic` of range `r`, that say who made it: its
     /// origin, its ends (as the agent named them, or by message) and its message.
-    fn block(self, id: u32, topic: &str, r: &Resolved) -> Block {
+    fn block(self, id: u32, request: &CompressCall<'_>, r: &Resolved) -> Block {
         let (start_ref, end_ref) = match self {
             Made::Agent(range) => (range.start.trim().to_string(), range.end.trim().to_string()),
             Made::Turn(..) => (message_ref(r.from), message_ref(r.to)),
         };
-        let (origin, summary) = (self.origin(), self.summary(id, topic));
+        let (origin, summary) = (self.origin(), self.summary(id, request.topic, request.restore));
         Block { id, origin, start_ref, end_ref, summary, ..Block::default() }
     }
 
     /// The text of the message that replaces block `id`, made under `topic`.
-    fn summary(self, id: u32, topic: &str) -> String {
+    fn summary(self, id: u32, topic: &str, via: Option<Via>) -> String {
         match self {
-            Made::Agent(range) => summary_text(id, topic, &range.summary),
+            Made::Agent(range) => summary_text(id, topic, &range.summary, via),
             Made::Turn(line, TurnTag::Shown) => format!("{line}\n{}", tag(&format!("b{id}"))),
             Made::Turn(line, TurnTag::Omitted) => line.to_string(),
         }
@@ -388,6 +400,22 @@ fn sent_tokens(messages: &[Message], state: &SessionState, counter: &TokenCounte
     copy.iter().map(|m| measure::measure(std::slice::from_ref(m), counter).total).collect()
 }
 
+/// Tokens of the message that would stand for `range`: its summary under the topic's head.
+fn summary_tokens(range: &RangeRequest, request: &CompressCall<'_>, counter: &TokenCounter) -> u64 {
+    counter.count(&summary_text(0, request.topic, &range.summary, request.restore))
+}
+
+/// Tokens the model is sent of `messages[r.from..=r.to]` now: its messages, prunes in force
+/// applied, and of the ranges it takes in, their summaries.
+fn range_tokens(messages: &[Message], state: &SessionState, r: &Resolved, counter: &TokenCounter) -> u64 {
+    let inner: Vec<Span> = spans(messages, &state.blocks, |b| r.consumed.contains(&b.id));
+    let tokens = sent_tokens(&messages[r.from..=r.to], state, counter);
+    let outside =
+        tokens.iter().enumerate().filter(|(k, _)| !inner.iter().any(|s| s.from <= r.from + k && r.from + k <= s.to));
+    let direct: u64 = outside.map(|(_, t)| *t).sum();
+    direct + inner.iter().map(|s| counter.count(&state.blocks.by_id[&s.block].summary)).sum::<u64>()
+}
+
 /// Makes `messages[r.from..=r.to]` a block for `made`, waiting for the policy. Returns its id.
 fn make_block(
     messages: &[Message],
@@ -418,7 +446,7 @@ fn make_block(
         compressed += counter.count(summary);
     }
     let (id, run_id) = state.blocks.allocate();
-    let made = made.block(id, request.topic, r);
+    let made = made.block(id, request, r);
     let effective_tools = tool_calls(covered).iter().map(|c| c.call_id.to_string()).collect();
     let block = Block {
         run_id,

@@ -22,7 +22,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::session::{is_prompt, CallFacts, Message, Role, ToolCall, ToolStatus};
+use crate::session::{starts_turn, CallFacts, Message, Role, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::strategies::prunable::{self, Listing};
 use crate::strategies::{dedup, keep, masking, purge_errors, supersede_writes, Decision, Rules};
@@ -154,7 +154,7 @@ impl Index {
             if message.role() == Role::Assistant {
                 self.current += 1;
             }
-            self.prompts += u32::from(is_prompt(message));
+            self.prompts += u32::from(starts_turn(messages, mi));
             self.signals.message(message);
             for facts in CallFacts::of(message) {
                 let Some(part) = message.parts.get(facts.part) else { continue };

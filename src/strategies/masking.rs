@@ -8,12 +8,13 @@
 //! ones by a line that says what they were.
 //!
 //! A call is *beyond the window* once `strategies.masking.keepLast` newer tool calls exist, or
-//! `keepUserTurns` user prompts came after it, or the newer outputs masking could take weigh
+//! `keepUserTurns` user turns began after it, or the newer outputs masking could take weigh
 //! `keepTokens` (characters / 4): ten observations are the paper's window, but one OpenCode
 //! `read` of a long file weighs as much as a hundred of SWE-agent's windowed views, so the
 //! window is also held to what ten ordinary observations weigh. Calls of protected tools (the
 //! default list and `strategies.masking.protectedTools`), of protected files, young calls
-//! under turn protection, and outputs no longer than their placeholder are never masked.
+//! under turn protection, the outputs of the newest model step (the model has not answered them
+//! yet), and outputs no longer than their placeholder are never masked.
 //!
 //! **Deeper when the prompt is written again.** A rewrite re-bills the prompt from its first
 //! changed part on (all of it when the cache is cold); masking more outputs inside that tail
@@ -75,7 +76,7 @@
 //! re-bill, and the state file holds no masking that the model never saw.
 
 use super::{keep, open_in, pruned_ids, Decision, Rules};
-use crate::session::{is_prompt, slim, History, Message, Node, Object, ToolCall, ToolStatus};
+use crate::session::{slim, starts_turn, turn_start, History, Message, Node, Object, ToolCall, ToolStatus};
 use crate::state::{Action, SessionState, Strategy};
 use crate::texts::placeholders;
 use crate::tokens::TokenCounter;
@@ -200,7 +201,8 @@ pub enum Window {
     OnRewrite,
 }
 
-/// Whether a call of this age is beyond `window`.
+/// Whether a call of this age is beyond `window`. A call of the newest model step never is:
+/// the model has not answered its output yet (`crate::session::starts_turn`).
 pub fn beyond_window(age: Age, rules: &Rules, window: Window) -> bool {
     let m = &rules.config().strategies.masking;
     let beyond = |keep_last: u32, keep_tokens: u32| {
@@ -211,7 +213,7 @@ pub fn beyond_window(age: Age, rules: &Rules, window: Window) -> bool {
     if window == Window::OnRewrite {
         old = old || beyond(m.on_rewrite.keep_last, m.on_rewrite.keep_tokens);
     }
-    m.enabled && old && (rules.turns() == 0 || age.steps >= rules.turns())
+    m.enabled && old && age.steps >= rules.turns().max(1)
 }
 
 /// What `call`'s output weighs against `keepTokens`: its approximate tokens if masking could
@@ -292,7 +294,7 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     let recent = calls.len().saturating_sub(m.working_calls as usize);
     let touched = |c: &&ToolCall<'_>| c.status == ToolStatus::Completed && c.file_path().is_some();
     // Edits made before the person's latest prompt belong to a turn that is over.
-    let turn_start = history.messages.iter().rposition(is_prompt).unwrap_or(0);
+    let turn_start = turn_start(history.messages).unwrap_or(0);
     let edited: std::collections::HashSet<&str> = calls[recent..]
         .iter()
         .filter(touched)
@@ -396,8 +398,8 @@ impl FileView {
 /// User prompts at or after each message, counted from the end (one more slot for the end).
 fn prompts_from(messages: &[Message]) -> Vec<u32> {
     let mut out = vec![0u32; messages.len() + 1];
-    for (i, m) in messages.iter().enumerate().rev() {
-        out[i] = out[i + 1] + u32::from(is_prompt(m));
+    for i in (0..messages.len()).rev() {
+        out[i] = out[i + 1] + u32::from(starts_turn(messages, i));
     }
     out
 }

@@ -15,6 +15,7 @@ pub mod manual;
 pub mod masking;
 pub mod prunable;
 pub mod purge_errors;
+pub mod rewind;
 pub mod supersede_writes;
 pub mod sweep;
 pub mod turns;
@@ -25,6 +26,7 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::session::{slim, History, Message, Node, ToolCall, ToolStatus};
 use crate::state::{Action, PruneRecord, SessionState, Strategy};
+use crate::texts::restore::{self, Handle, Via};
 use crate::tokens::{Field, TokenCounter};
 
 pub use crate::texts::placeholders::{
@@ -65,7 +67,7 @@ impl Decision {
 /// what `dcp context` shows removed. 0 when the action does not apply to the part or its
 /// replacement is no smaller.
 pub fn saved_tokens(call: &ToolCall<'_>, action: &Action, counter: &mut TokenCounter) -> u64 {
-    let edits = field_edits(call.part(), action);
+    let edits = field_edits(call.part(), action, None);
     let touches = |field: &str| edits.iter().any(|e| e.path.get(1).map(String::as_str) == Some(field));
     let (mut before, mut after) = (0u64, 0u64);
     if touches("output") {
@@ -219,8 +221,20 @@ pub fn automatic_one(
 }
 
 /// Rewrites `messages` in place for every pruned call of `state` that `include` accepts.
-/// Only the fields a decision names change; everything else stays byte for byte.
+/// Only the fields a decision names change; everything else stays byte for byte. The
+/// placeholders name no handle (see [`apply_with`]).
 pub fn apply(messages: &mut [Message], state: &SessionState, include: impl Fn(&PruneRecord) -> bool) {
+    apply_with(messages, state, include, None);
+}
+
+/// [`apply`], the placeholders naming each call's handle (its agent-facing id in `state`)
+/// and saying how to restore it `via` this, as the model is sent them.
+pub fn apply_with(
+    messages: &mut [Message],
+    state: &SessionState,
+    include: impl Fn(&PruneRecord) -> bool,
+    via: Option<Via>,
+) {
     if state.pruned.is_empty() {
         return;
     }
@@ -233,7 +247,7 @@ pub fn apply(messages: &mut [Message], state: &SessionState, include: impl Fn(&P
                 continue;
             };
             if include(record) {
-                rewrite_part(part, &record.action);
+                rewrite_part(part, &record.action, handle_of(state, call_id, via));
             }
         }
     }
@@ -247,8 +261,10 @@ pub struct FieldEdit {
 }
 
 /// The field changes `action` makes to a tool part. Parts that do not have the shape the
-/// action needs get none.
-pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
+/// action needs get none. With a `handle`, the placeholders name it and say how the agent
+/// restores what they hide ([`crate::texts::restore`]); an agent's distillation stands as
+/// written.
+pub fn field_edits(part: &Node, action: &Action, handle: Option<Handle>) -> Vec<FieldEdit> {
     let edit = |path: &[&str], value: &str| FieldEdit {
         path: path.iter().map(|s| s.to_string()).collect(),
         value: Value::String(value.to_string()),
@@ -268,10 +284,11 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
             if status != "completed" || compacted {
                 return Vec::new();
             }
-            let text = match action {
-                Action::Distill { distillation } => distillation.clone(),
-                Action::Mask => masking::placeholder(part),
-                _ => OUTPUT_PLACEHOLDER.to_string(),
+            let text = match (action, handle) {
+                (Action::Distill { distillation }, _) => distillation.clone(),
+                (Action::Mask, Some(h)) if tool != masking::INVALID => restore::masked_output(h),
+                (Action::Mask, _) => masking::placeholder(part),
+                _ => restore::with_handle(OUTPUT_PLACEHOLDER, handle),
             };
             let mut edits = vec![edit(&["state", "output"], &text)];
             // A masked `invalid` call's input repeats the error its output held.
@@ -282,7 +299,7 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
         }
         Action::WriteContent => match input.and_then(|i| i.get("content")) {
             Some(content) if content.is_string() => {
-                vec![edit(&["state", "input", "content"], WRITE_CONTENT_PLACEHOLDER)]
+                vec![edit(&["state", "input", "content"], &restore::with_handle(WRITE_CONTENT_PLACEHOLDER, handle))]
             }
             _ => Vec::new(),
         },
@@ -290,7 +307,8 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
             if status != "completed" || compacted {
                 return Vec::new();
             }
-            masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], v)).collect()
+            let text = |v: &str| restore::with_handle(v, handle);
+            masking::masked_inputs(tool, input).map(|(k, v)| edit(&["state", "input", k], &text(v))).collect()
         }
         // A newer dcp's action: this version cannot make its rewrite.
         Action::Unknown => Vec::new(),
@@ -303,9 +321,9 @@ pub fn field_edits(part: &Node, action: &Action) -> Vec<FieldEdit> {
     }
 }
 
-/// Applies one action to one tool part, in place.
-pub fn rewrite_part(part: &mut Node, action: &Action) {
-    for FieldEdit { path, value } in field_edits(part, action) {
+/// Applies one action to one tool part, in place, its placeholders naming `handle`.
+pub fn rewrite_part(part: &mut Node, action: &Action, handle: Option<Handle>) {
+    for FieldEdit { path, value } in field_edits(part, action, handle) {
         if let Some(slot) = pointer_mut(part, &path) {
             *slot = Node::from(value);
         }
@@ -315,6 +333,12 @@ pub fn rewrite_part(part: &mut Node, action: &Action) {
 /// The value at `path` inside `value`, if every step exists.
 pub fn pointer_mut<'a>(value: &'a mut Node, path: &[String]) -> Option<&'a mut Node> {
     path.iter().try_fold(value, |v, key| v.get_mut(key.as_str()))
+}
+
+/// The handle the placeholders of `call_id` name: its agent-facing id, when it has one and
+/// the agent can restore `via` something.
+pub fn handle_of(state: &SessionState, call_id: &str, via: Option<Via>) -> Option<Handle> {
+    Some(Handle { id: *state.ids.get(call_id)?, via: via? })
 }
 
 /// Whether a call has finished, one way or the other.

@@ -22,16 +22,16 @@
 //! is asking about that file (`crate::strategies::keep`, "Named by the person").
 
 use super::{masking, Rules};
-use crate::session::{is_prompt, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
+use crate::session::{starts_turn, str_field, tool_calls, Message, Node, Role, ToolCall, ToolStatus};
 use crate::state::blocks::Blocks;
 use crate::texts::placeholders;
 
 /// Calls the line names; the rest it counts.
-const NAMED: usize = 12;
+pub const NAMED: usize = 12;
 
 /// Longest key argument the line quotes, in characters: a command or a path whole, as the
 /// agent may write it again.
-const KEY_CHARS: usize = 2_000;
+pub const KEY_CHARS: usize = 2_000;
 
 /// A finished turn's steps, `messages[from..=to]`, and the line that replaces them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub fn finished_turn(
     rules: &Rules,
     named: &dyn Fn(&ToolCall<'_>) -> bool,
 ) -> Vec<Collapse> {
-    let mut prompts = (0..messages.len()).rev().filter(|&i| is_prompt(&messages[i]));
+    let mut prompts = (0..messages.len()).rev().filter(|&i| starts_turn(messages, i));
     let (Some(latest), Some(previous)) = (prompts.next(), prompts.next()) else { return Vec::new() };
     let Some(answer) = (previous + 1..latest).rev().find(|&i| is_answer(&messages[i])) else { return Vec::new() };
     let mut runs = Vec::new();

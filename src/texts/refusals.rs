@@ -67,3 +67,10 @@ pub fn not_a_block(raw: &str) -> String {
 pub fn widened(label: &str, from: &str, to: &str) -> String {
     format!("{label} was widened to {from}..{to} so that it holds whole compressed blocks.")
 }
+/// A range whose summary would not make it smaller: `summary` tokens for the `replaced` the
+/// model is sent of it now. Compressing it would only lose what it says.
+pub fn summary_not_shorter(summary: u64, replaced: u64) -> String {
+    format!(
+        "the summary ({summary} tokens) is not shorter than what it would replace ({replaced} tokens); name a longer range or write a shorter summary"
+    )
+}

@@ -34,6 +34,7 @@ fn request() -> CompressCall<'static> {
         message_id: Some("msg_x"),
         call_id: Some("call_x"),
         now: 7,
+        restore: None,
     }
 }
 
@@ -213,4 +214,21 @@ fn a_range_argument_is_read_as_its_from_and_to_ends_and_an_id_alone_as_one_messa
     // Explicit ends win over a range given beside them.
     let (_, ranges) = compress::ranges_from_args(&json!({"from": "m1", "to": "m2", "range": "m5..m6", "summary": "s"}));
     assert_eq!(ranges, vec![range("m1", "m2", "s")]);
+}
+
+#[test]
+fn a_compress_that_grows_its_range_is_refused() {
+    // In a lab session a compress made its range bigger (about 21 to about 40 tokens) and was
+    // accepted. "a.py is big" (m4) is a few tokens; a summary of it longer than it saves nothing.
+    let messages = session();
+    let mut state = SessionState::default();
+    let long = "The agent looked at a.py, which is big, and said so in a short message of its own.";
+    let out = run(&messages, &mut state, &[range("m4", "m4", long)]);
+    assert!(out.made.is_empty(), "{:?}", out.problems);
+    let said = dcp::texts::compress_answer(&state, &out);
+    assert!(said.contains("is not shorter than what it would replace"), "{said}");
+    assert!(said.starts_with("Nothing was compressed."), "{said}");
+    // The same summary over the range with the big read is shorter than it: it goes.
+    let out = run(&messages, &mut state, &[range("m1", "m4", long)]);
+    assert_eq!(out.made.len(), 1, "{:?}", out.problems);
 }

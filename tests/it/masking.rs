@@ -124,6 +124,7 @@ fn masking_leaves_protected_tools_protected_files_and_small_outputs_alone() {
         .tool("s", "bash", json!({"command": "true"}), "ok")
         .tool("g", "glob", json!({"pattern": "**/*.rs"}), &long("src/a.rs"))
         .tool("w", "webfetch", json!({"url": "https://x"}), &long("<html>"))
+        .text("Done.")
         .user("new task")
         .build();
     let mut config = Config::default();
@@ -263,7 +264,7 @@ fn recorded_tokens_add_up_to_what_leaves_the_context() {
 /// The calls whose outputs `transformed`'s edits mask, in history order.
 fn masked_by(transformed: &serde_json::Value, messages: &[serde_json::Value]) -> Vec<String> {
     let edits = transformed["edits"].as_array().unwrap();
-    let masks = edits.iter().filter(|e| e["value"].as_str().is_some_and(|v| v.starts_with("[Output masked; run ")));
+    let masks = edits.iter().filter(|e| e["value"].as_str().is_some_and(|v| v.starts_with("[Output masked; ")));
     let ids = masks.map(|e| {
         let part = &messages[e["m"].as_u64().unwrap() as usize]["parts"][e["p"].as_u64().unwrap() as usize];
         part["callID"].as_str().unwrap().to_string()

@@ -138,7 +138,10 @@ fn without_a_list_or_tags_the_agent_discards_and_compresses_by_tool_call_ids() {
     // A range written another way is refused with the form to use.
     let args = json!({"range": "first-last", "summary": "s"});
     let answer = sidecar.result("tool", json!({"sessionID": DB_SESSION, "name": "compress", "args": args}));
-    assert!(answer["output"].as_str().unwrap().contains("Give a range as from..to (m12..m20)"), "{answer}");
+    assert!(
+        answer["output"].as_str().unwrap().contains("Give a range as from..to, its ends named by the tool call ids"),
+        "{answer}"
+    );
     sidecar.shutdown();
 }
 

@@ -4,7 +4,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 
-use dcp::strategies::OUTPUT_PLACEHOLDER;
 use serde_json::{json, Value};
 
 use crate::support::{Sandbox, SessionBuilder, Sidecar};
@@ -245,7 +244,7 @@ fn both_ways(config: &str) -> usize {
         post(proxy.port, "/v1/chat/completions", &as_chat(&messages));
         let proxied = proxied_outputs(&upstream.last());
         assert_eq!(proxied, served, "step {steps}: the proxy and dcp serve disagree ({config})");
-        pruned = served.iter().filter(|(_, o)| o.as_str() == OUTPUT_PLACEHOLDER).count();
+        pruned = served.iter().filter(|(_, o)| crate::restore::is_pruned(Some(o))).count();
     }
     assert!(proxy.stop());
     pruned
@@ -254,8 +253,9 @@ fn both_ways(config: &str) -> usize {
 #[test]
 fn a_proxied_conversation_is_rewritten_as_dcp_serve_rewrites_the_same_history() {
     // The proxy offers no agent tools (a proxied client cannot run them): neither does serve here.
-    const NO_TOOLS: &str =
-        r#""tools": {"discard": {"enabled": false}, "extract": {"enabled": false}, "compress": {"enabled": false}}"#;
+    // Nor restore: the proxy's placeholders would say to run `dcp restore`, serve's to call it.
+    const NO_TOOLS: &str = r#""tools": {"discard": {"enabled": false}, "extract": {"enabled": false},
+        "compress": {"enabled": false}, "restore": {"enabled": false}}"#;
     // The cache-aware policy's own pace (a short, warm run: it waits) ...
     both_ways(&format!("{{{NO_TOOLS}}}"));
     // ... and every decision applied at once.
@@ -283,7 +283,7 @@ fn an_unchanged_request_is_forwarded_byte_for_byte_and_a_pruned_one_keeps_every_
     let pruned = upstream.last_bytes();
     let outputs = proxied_outputs(&serde_json::from_slice(&pruned).unwrap());
     let placeholders: Vec<&str> =
-        outputs.iter().filter(|(_, o)| o == OUTPUT_PLACEHOLDER).map(|(id, _)| id.as_str()).collect();
+        outputs.iter().filter(|(_, o)| crate::restore::is_pruned(Some(o))).map(|(id, _)| id.as_str()).collect();
     assert_eq!(placeholders, ["call_0", "call_1", "call_2", "call_3"]);
     let text = String::from_utf8(sent.clone()).unwrap();
     let first_pruned = text[..text.find(r#""tool_call_id": "call_0""#).unwrap()].rfind('{').unwrap();

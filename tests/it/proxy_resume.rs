@@ -30,6 +30,7 @@ pub fn shared_with(sandbox: &Sandbox, config: &str, conversations: Conversations
         upstreams,
         client: forward::client(None).unwrap(),
         access: dcp::proxy::access::Access::Local,
+        restore_key: String::new(),
     }
 }
 

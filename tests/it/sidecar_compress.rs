@@ -275,3 +275,36 @@ fn a_finished_turn_the_user_restored_stays_restored() {
     assert!(!text.contains("finished turn (dcp)"), "the restored turn was collapsed again: {text}");
     sidecar.shutdown();
 }
+
+/// The `<mN>`/`<bN>` tags and the example ids `compress` would offer (the lab's `m12/b1`).
+fn names_a_tag(text: &str) -> bool {
+    ["<m", "<b", "m12", "b1"].iter().any(|t| text.contains(t))
+}
+
+#[test]
+fn a_tool_description_names_no_id_the_request_lacks() {
+    // A short session: its requests carry no id tag (the history is far below tagsFrom).
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, "{}");
+    let init = sidecar.result("initialize", json!({"protocol": 1}));
+    let registered = init["descriptions"]["compress"].as_str().unwrap();
+    assert!(!names_a_tag(registered), "{registered}");
+    let messages = recorded_messages(&s);
+    let answer = sidecar.result("transform", json!({"sessionID": DB_SESSION, "messages": messages}));
+    assert!(!answer.to_string().contains("\n<m"), "no tag in the request: {answer}");
+    let described = sidecar.result("describe", json!({"sessionID": DB_SESSION}));
+    let said = described["compress"].as_str().unwrap();
+    assert!(!names_a_tag(said), "{said}");
+    for (name, description) in init["descriptions"].as_object().unwrap() {
+        assert!(!names_a_tag(description.as_str().unwrap()), "{name}: {description}");
+    }
+    // With every message tagged, a description asked for on a cold cache names the tags.
+    let s = Sandbox::new();
+    let mut sidecar = Sidecar::spawn(&s, IMMEDIATE);
+    let messages = recorded_messages(&s);
+    let t0 = 1_800_000_000_000i64;
+    let answer = sidecar.result("transform", json!({"sessionID": DB_SESSION, "now": t0, "messages": messages}));
+    assert!(answer.to_string().contains("\\n<m1>"), "{answer}");
+    let warm = sidecar.result("describe", json!({"sessionID": DB_SESSION, "now": t0 + 1_000}));
+    assert!(warm["compress"].as_str().unwrap().contains("<mN>"), "first described in this process: {warm}");
+}

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use dcp::session::{visible_history, Message, ToolCall};
 use dcp::state::PruneRecord;
+use dcp::texts::restore::{Handle, Via};
 use serde_json::{json, Value};
 
 use crate::sidecar::IMMEDIATE;
@@ -138,7 +139,8 @@ fn edits_of(result: &Value) -> BTreeSet<String> {
 }
 
 /// The edits the applied prunes of session `sid`'s state file make to `messages`, the whole
-/// history, computed by the library on its parts as OpenCode stored them.
+/// history, computed by the library on its parts as OpenCode stored them, each placeholder
+/// naming the call's handle.
 fn edits_of_state(sandbox: &Sandbox, sid: &str, messages: &[Message]) -> BTreeSet<String> {
     let file: Value =
         serde_json::from_slice(&std::fs::read(sandbox.state_dir().join(format!("{sid}.json"))).unwrap()).unwrap();
@@ -148,7 +150,10 @@ fn edits_of_state(sandbox: &Sandbox, sid: &str, messages: &[Message]) -> BTreeSe
             let Some(call) = ToolCall::from_part(m, p, part, 0) else { continue };
             let Some(record) = file["dcp"]["pruned"].get(call.call_id) else { continue };
             let record: PruneRecord = serde_json::from_value(record.clone()).unwrap();
-            for e in dcp::strategies::field_edits(part, &record.action).into_iter().filter(|_| record.applied) {
+            // The placeholders name the call's agent-facing id: the agent restores by it.
+            let id = file["dcp"]["ids"].get(call.call_id).and_then(Value::as_u64);
+            let handle = id.map(|id| Handle { id: id as u32, via: Via::Tool });
+            for e in dcp::strategies::field_edits(part, &record.action, handle).into_iter().filter(|_| record.applied) {
                 edits.insert(edit(m, p, &json!(e.path), &e.value));
             }
         }

@@ -9,6 +9,15 @@
 //! engine's edits (`{m, p, path, value}`) are written back in place, and nothing else of the
 //! request changes. A result that carries a cache marker the client set (Anthropic
 //! `cache_control`) or anything but text is never rewritten: the marker must stay where it is.
+//!
+//! A turn starts with a person's prompt (`crate::session::starts_turn`), so the user text a
+//! client adds of its own is marked `synthetic`, as OpenCode marks its own: a reminder block
+//! (Claude Code's `<system-reminder>`), Codex's context messages (`<environment_context>`,
+//! `<user_instructions>`, `# AGENTS.md instructions`, `<turn_aborted>`). A message the person
+//! sends while the agent works reaches the model inside a tool result in Claude Code (a
+//! reminder appended to it, "The user sent a new message while you were working"): that
+//! result is never rewritten, or the person's words would go with its output. The shapes are
+//! the real clients' (`tests/data/clients/`).
 
 mod anthropic;
 mod chat;
@@ -230,6 +239,28 @@ fn locked(content: &Value) -> bool {
     }
 }
 
+/// The reminder blocks and context messages clients add to a conversation of their own, as
+/// the opening and closing of the whole text; the opening alone where the text's end varies.
+const REMINDERS: &[(&str, &str)] = &[
+    ("<system-reminder>", "</system-reminder>"),
+    ("<environment_context>", "</environment_context>"),
+    ("<user_instructions>", "</user_instructions>"),
+    ("<turn_aborted>", "</turn_aborted>"),
+    ("# AGENTS.md instructions for ", ""),
+];
+
+/// Whether a user text is a client's own reminder or context, not what a person typed.
+fn client_reminder(text: &str) -> bool {
+    let text = text.trim();
+    REMINDERS.iter().any(|(open, close)| text.starts_with(open) && text.ends_with(close))
+}
+
+/// Whether a result's text carries a message the person sent while the agent worked, as
+/// Claude Code appends one to the next tool result.
+fn carries_a_message(text: &str) -> bool {
+    text.contains("<system-reminder>") && text.contains(" while you were working:")
+}
+
 /// Whether a result only says to look at an earlier one (Claude Code answers a second read
 /// of an unchanged file so).
 fn points_back(text: &str) -> bool {
@@ -359,7 +390,11 @@ impl Builder {
         if !last_is_user {
             self.start("user");
         }
-        self.push_part(json!({ "type": "text", "text": text }));
+        let mut part = json!({ "type": "text", "text": text });
+        if client_reminder(text) {
+            part["synthetic"] = Value::Bool(true);
+        }
+        self.push_part(part);
     }
 
     fn model_text(&mut self, text: &str) {
@@ -383,6 +418,7 @@ impl Builder {
         let Some(&(m, p)) = self.calls.get(call_id) else { return };
         self.dirty_from = self.dirty_from.min(m);
         let text = content_text(content);
+        let carries = carries_a_message(&text);
         let state = &mut self.messages[m]["parts"][p]["state"];
         // A result that only points back at an earlier one is no output of its own: were it
         // the newest of identical calls, deduplication would prune the output it points at.
@@ -395,7 +431,7 @@ impl Builder {
         }
         if let Some(target) = self.targets.get_mut(&(m, p)) {
             target.output = Some(at);
-            target.locked = locked(content);
+            target.locked = locked(content) || carries;
         }
     }
 }

@@ -89,3 +89,31 @@ fn claude_code_s_unchanged_file_note_is_no_output_to_keep() {
     let mapped = map(Api::Anthropic, &body, "s").unwrap();
     assert_eq!(mapped.messages[0]["parts"][0]["state"]["status"], "error");
 }
+
+#[test]
+fn a_client_s_reminders_are_no_prompt_and_a_result_carrying_the_person_s_message_is_never_rewritten() {
+    let reminder = "<system-reminder>\nToday's date is 2026-12-07.\n</system-reminder>";
+    let queued = "one\n\n<system-reminder>\nThe user sent a new message while you were working:\nalso check the docs\n</system-reminder>";
+    let mut body = json!({"messages": [
+        {"role": "user", "content": [{"type": "text", "text": reminder}, {"type": "text", "text": "Run the checks."}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "sleep 5"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": queued}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+        {"role": "user", "content": [{"type": "text", "text": reminder}]},
+    ]});
+    let mapped = map(Api::Anthropic, &body, "s").unwrap();
+    let parts = |m: usize| mapped.messages[m]["parts"].as_array().unwrap().clone();
+    assert_eq!(parts(0)[0]["synthetic"], true, "the reminder is the client's");
+    assert!(parts(0)[1].get("synthetic").is_none(), "the prompt is the person's");
+    assert_eq!(parts(3)[0]["synthetic"], true, "a reminder alone is no prompt");
+    let before = body.clone();
+    assert_eq!(mapped.apply(&mut body, &[edit(1, 0, &["state", "output"], "pruned")]), 0);
+    assert_eq!(body, before, "the person's message stays with the output it came in");
+    let codex = json!({"input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>\n  <cwd>/p</cwd>\n</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Run the checks."}]},
+    ]});
+    let mapped = map(Api::Responses, &codex, "s").unwrap();
+    let parts = mapped.messages[0]["parts"].as_array().unwrap();
+    assert_eq!((parts[0]["synthetic"].clone(), parts[1].get("synthetic")), (json!(true), None));
+}

@@ -9,8 +9,10 @@ use crate::state::{PruneRecord, SessionState};
 /// for calls the file already has (another process pruned them too, and counted them).
 ///
 /// The newer compaction wins the prune list: prunes from before it name calls the model no longer
-/// sees. Stats add up, but for a compressed block the user undid (`unblock:` entries). Agent-facing
-/// ids keep the file's numbering; an id of `mine` that another call took on disk is renumbered.
+/// sees. Stats add up, but for a compressed block the user undid (`unblock:` entries) and a
+/// prune whose reason left a rewound history (`unprune:`, which also leaves the file's
+/// prunes). Agent-facing ids keep the file's numbering; an id of `mine` that another call took
+/// on disk is renumbered.
 pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneRecord)]) -> SessionState {
     let mut out = disk;
     out.fold_counter();
@@ -20,6 +22,7 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
         out.ledger = mine.ledger;
     }
     merge_savings(&mut out, mine);
+    out.misses = out.misses.merged(mine.misses);
     if mine.last_compaction > out.last_compaction {
         out.pruned.clear();
         out.foreign_records.clear();
@@ -97,6 +100,16 @@ fn clamp_counts(out: &mut SessionState) {
 /// out those of compressed blocks the user undid.
 fn add_journal(out: &mut SessionState, journal: &[(String, PruneRecord)]) {
     for (id, record) in journal {
+        if let Some(call) = id.strip_prefix(crate::state::UNPRUNE) {
+            // A prune whose reason left a rewound history: out of the file, and of the stats.
+            out.pruned.remove(call);
+            out.foreign_records.remove(call);
+            let tally = out.stats.by_strategy.entry(record.strategy).or_default();
+            tally.tokens = tally.tokens.saturating_sub(record.tokens);
+            tally.tools = tally.tools.saturating_sub(1);
+            out.stats.unrecord(record.tokens);
+            continue;
+        }
         if id.starts_with(crate::state::UNBLOCK) {
             // A compressed block undone: its tokens leave the stats as they came in.
             let tally = out.stats.by_strategy.entry(record.strategy).or_default();
@@ -135,6 +148,21 @@ mod tests {
         let out = merge(disk, &SessionState::default(), &journal);
         assert_eq!(out.stats.tokens(), 0);
         assert_eq!(out.stats.by_strategy[&Strategy::Compress], crate::state::Tally { tokens: 0, tools: 0 });
+    }
+
+    #[test]
+    fn a_prune_dropped_from_a_rewound_history_leaves_the_file_and_its_stats() {
+        let mut disk = SessionState::default();
+        disk.record("c1", rec(Strategy::Deduplication, 40, true));
+        disk.record("c2", rec(Strategy::Deduplication, 60, true));
+        disk.fold_counter();
+        let mut mine = disk.clone();
+        mine.pruned.remove("c1");
+        let journal = [("unprune:c1".to_string(), rec(Strategy::Deduplication, 40, true))];
+        let out = merge(disk, &mine, &journal);
+        assert_eq!(out.pruned.keys().collect::<Vec<_>>(), ["c2"]);
+        assert_eq!(out.stats.tokens(), 60);
+        assert_eq!(out.stats.by_strategy[&Strategy::Deduplication], crate::state::Tally { tokens: 60, tools: 1 });
     }
 
     #[test]

@@ -183,8 +183,8 @@ fn drop_rendered_fields(raw: &mut Map<String, Value>) {
     }
     // dcp's savings keys are written afresh from the state, or left out when they would be 0.
     if let Some(Value::Object(stats)) = raw.get_mut("stats") {
-        for key in SAVINGS_KEYS {
-            stats.shift_remove(key);
+        for key in SAVINGS_KEYS.iter().chain(&crate::state::misses::KEYS) {
+            stats.shift_remove(*key);
         }
     }
 }
@@ -230,6 +230,12 @@ fn parse_savings(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(
     }
     s.cost_without = number("costWithout")?.unwrap_or(0.0);
     s.cost_saved = number("costSaved")?.unwrap_or(0.0);
+    if let Some(v) = stats.get("refetches") {
+        state.misses.refetches = count(v, "stats.refetches")?;
+    }
+    if let Some(v) = stats.get("restores") {
+        state.misses.restores = count(v, "stats.restores")?;
+    }
     Ok(())
 }
 

@@ -216,6 +216,7 @@ fn savings_stats(state: &SessionState) -> Vec<(&'static str, Value)> {
             ("costSaved", json!((s.cost_saved * 10.0).round() / 10.0)),
         ]);
     }
+    out.extend(state.misses.keys().into_iter().map(|(k, n)| (k, json!(n))));
     out
 }
 

@@ -12,7 +12,7 @@ use super::{Remembered, Summary};
 use crate::state::persist::{is_state_name as is_state_file, MAX_COUNT};
 use crate::stats::Figures;
 
-const CACHE_HEADER: &str = "dcp all-time cache 2";
+const CACHE_HEADER: &str = "dcp all-time cache 3";
 
 /// The cache file for `dir` under `cache_dir`, named by a hash of the dir's path (FNV-1a,
 /// stable across builds). `None` for a path that is not UTF-8 or holds a tab or newline,
@@ -50,7 +50,7 @@ fn parse_cache(text: &str, dir: &Path) -> Option<HashMap<String, Remembered>> {
         }
         let mut number = || fields.next()?.parse::<u64>().ok();
         let (len, secs, nanos, tokens, tools) = (number()?, number()?, number()?, number()?, number()?);
-        let more = [number()?, number()?, number()?, number()?, number()?, number()?];
+        let more = [number()?, number()?, number()?, number()?, number()?, number()?, number()?, number()?];
         // A count no state file may hold makes the whole cache suspect.
         if fields.next().is_some() || nanos >= 1_000_000_000 || !is_state_file(name) || tokens.max(tools) > MAX_COUNT {
             return None;
@@ -97,18 +97,29 @@ pub(super) fn write_cache(cache: &Path, dir: &Path, files: &HashMap<String, Reme
 }
 
 /// The figures a summary keeps, from their columns in the cache (floats as their bits).
-pub(super) fn figures(columns: &[u64; 6]) -> Figures {
-    let [in_force_tokens, waiting_tokens, requests, kept_out, without, saved] = *columns;
-    let mut f =
-        Figures { in_force_tokens, waiting_tokens, requests, kept_out_tokens: kept_out as i64, ..Figures::default() };
+pub(super) fn figures(columns: &[u64; COLUMNS]) -> Figures {
+    let [in_force_tokens, waiting_tokens, requests, kept_out, without, saved, refetches, restores] = *columns;
+    let kept_out_tokens = kept_out as i64;
+    let mut f = Figures {
+        in_force_tokens,
+        waiting_tokens,
+        requests,
+        kept_out_tokens,
+        refetches,
+        restores,
+        ..Figures::default()
+    };
     f.add(&Figures { cost_without: f64::from_bits(without), cost_saved: f64::from_bits(saved), ..Figures::default() });
     f
 }
 
+/// How many figures a cache line holds.
+pub(super) const COLUMNS: usize = 8;
+
 /// The columns of [`figures`].
-fn columns(f: &Figures) -> [u64; 6] {
-    let kept_out = f.kept_out_tokens as u64;
-    [f.in_force_tokens, f.waiting_tokens, f.requests, kept_out, f.cost_without.to_bits(), f.cost_saved.to_bits()]
+fn columns(f: &Figures) -> [u64; COLUMNS] {
+    let (kept_out, without, saved) = (f.kept_out_tokens as u64, f.cost_without.to_bits(), f.cost_saved.to_bits());
+    [f.in_force_tokens, f.waiting_tokens, f.requests, kept_out, without, saved, f.refetches, f.restores]
 }
 
 #[cfg(test)]

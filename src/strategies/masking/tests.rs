@@ -56,14 +56,14 @@ fn a_call_opencode_could_not_run_is_masked_whole_and_names_the_tool_it_asked_for
         "input": {"tool": "discard", "error": error},
         "output": format!("The arguments provided to the tool are invalid: {error}")}});
     assert_eq!(placeholder(&part), "[Masked: `discard` was not an available tool]");
-    let edits = crate::strategies::field_edits(&Node::from(&part), &Action::Mask);
+    let edits = crate::strategies::field_edits(&Node::from(&part), &Action::Mask, None);
     let paths: Vec<String> = edits.iter().map(|e| e.path.join(".")).collect();
     assert_eq!(paths, ["state.output", "state.input.error"]);
     assert_eq!(edits[1].value, INVALID_INPUT_PLACEHOLDER);
     // Another tool's input named `error` stays.
     let bash = json!({"type": "tool", "callID": "c6", "tool": "bash", "state": {"status": "completed",
         "input": {"command": "true", "error": error}, "output": error}});
-    assert_eq!(crate::strategies::field_edits(&Node::from(&bash), &Action::Mask).len(), 1);
+    assert_eq!(crate::strategies::field_edits(&Node::from(&bash), &Action::Mask, None).len(), 1);
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! Every request is logged with its full body, so tests can assert on exactly what the model
 //! received, and with the usage it was answered with: what a provider with a prompt cache
 //! (five minutes, [`super::prompt_cache`]) would have billed, `prompt_tokens` with
-//! `prompt_tokens_details.cached_tokens`, in the whole answer and in the stream's last chunk. Tool-call arguments may hold `{{cwd}}` (the project dir) and `{{list:NEEDLE}}`
-//! (the id of the line holding NEEDLE in the request's last `<prunable-tools>` list).
+//! `prompt_tokens_details.cached_tokens`, in the whole answer and in the stream's last chunk.
+//! Tool-call arguments may hold `{{cwd}}` (the project dir), `{{list:NEEDLE}}` (the id of the
+//! line holding NEEDLE in the request's last `<prunable-tools>` list) and `{{restore}}` (the
+//! handle the request's first placeholder names, `restore N`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -370,8 +372,9 @@ fn render(turn: Turn, cwd: &str, body: &Value) -> Turn {
         .map(|i| &text[i..])
         .map(|t| t.split("</prunable-tools>").next().unwrap_or(""))
         .unwrap_or("");
+    let handle = restore_handle(&text);
     let fill = |s: &str| -> String {
-        let mut s = s.replace("{{cwd}}", cwd);
+        let mut s = s.replace("{{cwd}}", cwd).replace("{{restore}}", &handle);
         while let Some(start) = s.find("{{list:") {
             let Some(len) = s[start..].find("}}") else { break };
             let needle = &s[start + 7..start + len];
@@ -395,4 +398,10 @@ fn render(turn: Turn, cwd: &str, body: &Value) -> Turn {
         }
     }
     Turn { tool_calls: turn.tool_calls.iter().map(|(n, a)| (n.clone(), walk(a, &fill))).collect(), ..turn }
+}
+
+/// The handle the first placeholder of `text` names (`[...; restore 12]`), or `0`.
+pub fn restore_handle(text: &str) -> String {
+    let after = text.split("restore ").skip(1).find(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    after.map(|rest| rest.chars().take_while(char::is_ascii_digit).collect()).unwrap_or_else(|| "0".to_string())
 }

@@ -8,14 +8,20 @@
 //! loopback. The machine's programs they drive (tmux, Chromium, ripgrep) are found on `PATH`,
 //! or installed from Debian's packages on first use ([`system`]).
 
+mod clients;
 mod compress;
 mod fake_llm;
 mod meter;
 mod offer;
+mod opencode_queued;
 mod prompt_cache;
 mod proxy;
+mod proxy_restore;
+mod proxy_sessions;
 mod proxy_upstream;
 mod registry;
+mod restore;
+mod rewind;
 mod savings;
 mod scenarios;
 mod system;
@@ -23,6 +29,7 @@ mod tui;
 mod tui_corrupt;
 mod tui_discard;
 mod tui_newer;
+mod tui_refetch;
 mod tui_state_dir;
 mod tui_turns;
 

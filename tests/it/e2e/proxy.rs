@@ -13,7 +13,6 @@ use super::proxy_upstream::{FakeUpstream, Step};
 use super::scenarios::{call_id_of, read};
 use super::{tail, Lab};
 use crate::proxy::ProxyProcess;
-use dcp::strategies::OUTPUT_PLACEHOLDER;
 
 /// Every decision applied on the next request, so that one short run shows it.
 const IMMEDIATE: &str = r#"{ "rewrite": {"mode": "immediate"}, "strategies": {"masking": {"enabled": false}} }"#;
@@ -74,8 +73,8 @@ fn opencode_without_the_plugin_is_pruned_through_the_proxy() {
     );
     let (first, second) = (call_id_of(&lab, "r1"), call_id_of(&lab, "r2"));
     let last = lab.llm.request_for("done");
-    assert_eq!(last.tool_result(&first).as_deref(), Some(OUTPUT_PLACEHOLDER), "the first read is deduplicated");
-    assert_eq!(last.tool_result(&second).as_deref(), Some(OUTPUT_PLACEHOLDER), "the second read is deduplicated");
+    assert!(crate::restore::is_pruned(last.tool_result(&first).as_deref()), "the first read is deduplicated");
+    assert!(crate::restore::is_pruned(last.tool_result(&second).as_deref()), "the second read is deduplicated");
     let third = call_id_of(&lab, "r3");
     assert!(last.tool_result(&third).is_some_and(|t| t.contains("retries = 3")), "the newest read is kept");
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
@@ -95,10 +94,15 @@ fn opencode_without_the_plugin_is_pruned_through_the_proxy() {
 /// Makes a client's dirs under `root` (home, project, dcp's data and config, with every
 /// decision applied at once) and returns the environment that points the proxy at them.
 fn client_dirs(root: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    client_dirs_with(root, IMMEDIATE)
+}
+
+/// As [`client_dirs`], with `config` as dcp's.
+pub(super) fn client_dirs_with(root: &Path, config: &str) -> Vec<(&'static str, std::ffi::OsString)> {
     for d in ["codex", "home", "proj", "xdg/data", "xdg/config/opencode"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), IMMEDIATE).unwrap();
+    std::fs::write(root.join("xdg/config/opencode/dcp.jsonc"), config).unwrap();
     vec![
         ("HOME", root.join("home").into()),
         ("XDG_DATA_HOME", root.join("xdg/data").into()),
@@ -109,14 +113,26 @@ fn client_dirs(root: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
 /// The Claude Code `.ci/run` installs.
 const CLAUDE_CODE_VERSION: &str = "2.1.197";
 
-/// Claude Code from npm (`@anthropic-ai/claude-code`), installed into `target/e2e/claude`.
-fn claude() -> std::path::PathBuf {
-    npm_client("claude", &format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"))
+/// Which release of a client from npm: the one CI pins, or the newest on the registry (which
+/// `.ci/run` installs anew when the registry has a newer one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Pinned,
+    Newest,
 }
 
-/// The client `bin` of npm package `spec`, installed into `target/e2e/<bin>` unless there.
-fn npm_client(bin: &str, spec: &str) -> std::path::PathBuf {
-    let dir = super::e2e_dir().join(bin);
+/// Claude Code from npm (`@anthropic-ai/claude-code`), installed into `target/e2e/claude`, or
+/// the newest into `target/e2e/claude-latest`.
+pub(super) fn claude(release: Release) -> std::path::PathBuf {
+    match release {
+        Release::Pinned => npm_client("claude", "claude", &format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}")),
+        Release::Newest => npm_client("claude-latest", "claude", "@anthropic-ai/claude-code@latest"),
+    }
+}
+
+/// The client `bin` of npm package `spec`, installed into `target/e2e/<dir>` unless there.
+fn npm_client(dir: &str, bin: &str, spec: &str) -> std::path::PathBuf {
+    let dir = super::e2e_dir().join(dir);
     let path = dir.join("node_modules/.bin").join(bin);
     if !path.exists() {
         let status = Command::new("npm")
@@ -132,14 +148,22 @@ fn npm_client(bin: &str, spec: &str) -> std::path::PathBuf {
 
 #[test]
 fn claude_code_is_pruned_through_the_proxy() {
+    claude_code_pruned(Release::Pinned);
+}
+
+#[test]
+fn the_newest_claude_code_is_pruned_through_the_proxy() {
+    claude_code_pruned(Release::Newest);
+}
+
+fn claude_code_pruned(release: Release) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let env = client_dirs(root);
     let file = root.join("proj/config.txt");
     std::fs::write(&file, "mode = fast\nretries = 3\ntimeout = 30\n".repeat(40)).unwrap();
     let read = || Step::Tool("Read", json!({"file_path": file.display().to_string()}));
-    // Claude Code answers a second read of an unchanged file with a note that points back at
-    // the first: that first output must stay. Three identical searches are deduplicated.
+    // Two reads of an unchanged file (see below), then three identical searches.
     let grep = || {
         Step::Tool(
             "Grep",
@@ -149,7 +173,7 @@ fn claude_code_is_pruned_through_the_proxy() {
     let steps = vec![read(), read(), grep(), grep(), grep(), Step::Text("Read it three times.")];
     let upstream = FakeUpstream::start(steps);
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
-    let out = Command::new(claude())
+    let out = Command::new(claude(release))
         .args(["-p", "Read config.txt three times.", "--allowedTools", "Read,Grep", "--model", "claude-sonnet-4-5"])
         .current_dir(root.join("proj"))
         .envs(env.iter().cloned())
@@ -170,24 +194,31 @@ fn claude_code_is_pruned_through_the_proxy() {
     let last = log.iter().find(|l| l.step == Some(5)).unwrap();
     let results = tool_results(&last.body);
     assert_eq!(results.len(), 5, "{results:?}");
-    assert!(results[0].1.contains("retries = 3"), "the read a later one points back at is kept: {:?}", results[0]);
-    assert_eq!(results[2].1, OUTPUT_PLACEHOLDER, "the first search is deduplicated");
-    assert_eq!(results[3].1, OUTPUT_PLACEHOLDER, "the second search is deduplicated");
+    // Claude Code 2.1.197 answers the second read of an unchanged file with a note pointing
+    // back at the first, whose output must then stay; 2.1.332 reads the file again, and the
+    // first read is deduplicated like the searches.
+    let points_back = results[1].1.to_ascii_lowercase().contains("unchanged since");
+    if points_back {
+        assert!(results[0].1.contains("retries = 3"), "the read a later one points back at is kept: {:?}", results[0]);
+    } else {
+        assert!(crate::restore::is_pruned(Some(&results[0].1)), "the first read is deduplicated by the second");
+        assert!(results[1].1.contains("retries = 3"), "the newest read is kept: {:?}", results[1]);
+    }
+    assert!(crate::restore::is_pruned(Some(&results[2].1)), "the first search is deduplicated");
+    assert!(crate::restore::is_pruned(Some(&results[3].1)), "the second search is deduplicated");
     assert!(results[4].1.contains("retries"), "the newest search is kept: {:?}", results[4]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Read it three times."));
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
-    let state_dir = root.join("xdg/data/opencode/storage/plugin/dcp");
-    let states = proxied_states(&state_dir);
-    let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
-    let (sid, state) =
-        states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
+    let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));
+    let claude = states.iter().find(|s| s.0.starts_with("proxy-claude-code-"));
+    let (sid, state) = claude.unwrap_or_else(|| panic!("{:?}", states.iter().map(|s| &s.0).collect::<Vec<_>>()));
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
-    assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+    assert_eq!(stats["session"]["tools_pruned"], if points_back { 2 } else { 3 }, "{stats}");
     super::meter::upstream_usage_recorded(state, &log, |b| (b.last, b.cached, b.written - b.last));
 }
 
 /// The `tool_result`s of an Anthropic request, in order: tool use id and text.
-fn tool_results(body: &Value) -> Vec<(String, String)> {
+pub(super) fn tool_results(body: &Value) -> Vec<(String, String)> {
     let blocks =
         body["messages"].as_array().into_iter().flatten().flat_map(|m| m["content"].as_array().into_iter().flatten());
     blocks
@@ -199,13 +230,35 @@ fn tool_results(body: &Value) -> Vec<(String, String)> {
 /// The Codex CLI `.ci/run` installs.
 const CODEX_VERSION: &str = "0.169.0";
 
-/// Codex CLI from npm (`@openai/codex`), installed into `target/e2e/codex`.
-fn codex() -> std::path::PathBuf {
-    npm_client("codex", &format!("@openai/codex@{CODEX_VERSION}"))
+/// Codex CLI from npm (`@openai/codex`), installed into `target/e2e/codex`, or the newest into
+/// `target/e2e/codex-latest`.
+pub(super) fn codex(release: Release) -> std::path::PathBuf {
+    match release {
+        Release::Pinned => npm_client("codex", "codex", &format!("@openai/codex@{CODEX_VERSION}")),
+        Release::Newest => npm_client("codex-latest", "codex", "@openai/codex@latest"),
+    }
+}
+
+/// Codex's config in `root/codex`: its model provider is the proxy on `port`.
+pub(super) fn codex_config(root: &Path, port: u16) {
+    let config = format!(
+        "model = \"gpt-5-codex\"\nmodel_provider = \"dcp\"\n[model_providers.dcp]\nname = \"dcp proxy\"\n\
+         base_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_API_KEY\"\n"
+    );
+    std::fs::write(root.join("codex/config.toml"), config).unwrap();
 }
 
 #[test]
 fn codex_is_pruned_through_the_proxy() {
+    codex_pruned(Release::Pinned);
+}
+
+#[test]
+fn the_newest_codex_is_pruned_through_the_proxy() {
+    codex_pruned(Release::Newest);
+}
+
+fn codex_pruned(release: Release) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let env = client_dirs(root);
@@ -213,13 +266,8 @@ fn codex_is_pruned_through_the_proxy() {
     let cat = || Step::Tool("exec_command", json!({"cmd": "cat config.txt"}));
     let upstream = FakeUpstream::start(vec![cat(), cat(), cat(), Step::Text("Read it three times.")]);
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
-    let config = format!(
-        "model = \"gpt-5-codex\"\nmodel_provider = \"dcp\"\n[model_providers.dcp]\nname = \"dcp proxy\"\n\
-         base_url = \"http://127.0.0.1:{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_API_KEY\"\n",
-        proxy.port
-    );
-    std::fs::write(root.join("codex/config.toml"), config).unwrap();
-    let out = Command::new(codex())
+    codex_config(root, proxy.port);
+    let out = Command::new(codex(release))
         .args([
             "exec",
             "--skip-git-repo-check",
@@ -246,8 +294,8 @@ fn codex_is_pruned_through_the_proxy() {
         .map(|i| i["output"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(outputs.len(), 3, "{outputs:?}");
-    assert_eq!(outputs[0], OUTPUT_PLACEHOLDER, "the first run is deduplicated");
-    assert_eq!(outputs[1], OUTPUT_PLACEHOLDER, "the second run is deduplicated");
+    assert!(crate::restore::is_pruned(Some(&outputs[0])), "the first run is deduplicated");
+    assert!(crate::restore::is_pruned(Some(&outputs[1])), "the second run is deduplicated");
     assert!(outputs[2].contains("retries = 3"), "the newest run is kept: {:?}", outputs[2]);
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
     let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));

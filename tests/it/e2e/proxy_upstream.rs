@@ -5,7 +5,9 @@
 //! Every request that carries tools takes the next scripted step: a tool call or a final
 //! text. Other requests (a client's title and topic checks) get a canned text. Every request
 //! is logged with its headers, its body and what it was billed: the usage of a provider with a
-//! prompt cache (five minutes, [`super::prompt_cache`]), in each API's fields.
+//! prompt cache (five minutes, [`super::prompt_cache`]), in each API's fields. A tool call's
+//! input may hold `{{restore}}`: the handle the request's first placeholder names
+//! (`dcp restore N`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,11 +18,26 @@ use serde_json::{json, Value};
 
 use super::prompt_cache::{anthropic_pieces, responses_pieces, Billed, PromptCache};
 
-/// One scripted answer: a call of `tool` with `input`, or a text.
+/// One scripted answer: a call of `tool` with `input`, several calls at once (a model calling
+/// tools in parallel), or a text.
 #[derive(Debug, Clone)]
 pub enum Step {
     Tool(&'static str, Value),
+    Tools(Vec<(&'static str, Value)>),
     Text(&'static str),
+}
+
+impl Step {
+    /// The calls of the step, each with its id: `id`, or `id_k` for the k-th of several.
+    fn calls(&self, id: &str) -> Vec<(String, &'static str, Value)> {
+        match self {
+            Step::Tool(name, input) => vec![(id.to_string(), *name, input.clone())],
+            Step::Tools(calls) => {
+                calls.iter().enumerate().map(|(k, (name, input))| (format!("{id}_{k}"), *name, input.clone())).collect()
+            }
+            Step::Text(_) => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -116,7 +133,13 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         if let Some(i) = index {
             s.next = i + 1;
         }
-        let step = index.map_or(Step::Text("ok"), |i| s.steps[i].clone());
+        let step = match index.map_or(Step::Text("ok"), |i| s.steps[i].clone()) {
+            Step::Tool(name, input) => {
+                let handle = super::fake_llm::restore_handle(&body.to_string());
+                Step::Tool(name, serde_json::from_str(&input.to_string().replace("{{restore}}", &handle)).unwrap())
+            }
+            text => text,
+        };
         let billed = s.cache.bill(&if responses { responses_pieces(&body) } else { anthropic_pieces(&body) });
         s.log.push(Logged { path, headers, body: body.clone(), step: index, billed: Some(billed) });
         (step, index, billed)
@@ -143,8 +166,13 @@ fn respond(out: &mut TcpStream, kind: &str, body: &str) -> std::io::Result<()> {
 
 fn whole(step: &Step, id: &str, billed: &Billed) -> Value {
     let (content, stop) = match step {
-        Step::Tool(name, input) => (json!([{"type": "tool_use", "id": id, "name": name, "input": input}]), "tool_use"),
         Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        _ => {
+            let calls = step.calls(id).into_iter();
+            let uses =
+                calls.map(|(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            (Value::Array(uses.collect()), "tool_use")
+        }
     };
     json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
            "content": content, "stop_reason": stop, "stop_sequence": null, "usage": billed.anthropic(OUTPUT)})
@@ -157,52 +185,61 @@ fn events(step: &Step, id: &str, billed: &Billed) -> String {
     start["usage"]["output_tokens"] = json!(1);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
-    let (block, delta, stop) = match step {
-        Step::Tool(name, input) => (
-            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-            json!({"type": "input_json_delta", "partial_json": input.to_string()}),
-            "tool_use",
-        ),
+    let (blocks, stop) = match step {
         Step::Text(text) => {
-            (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}), "end_turn")
+            (vec![(json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}))], "end_turn")
+        }
+        _ => {
+            let calls = step.calls(id).into_iter().map(|(id, name, input)| {
+                let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                (block, json!({"type": "input_json_delta", "partial_json": input.to_string()}))
+            });
+            (calls.collect(), "tool_use")
         }
     };
-    let events = [
-        ("message_start", json!({"type": "message_start", "message": start})),
-        ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": block})),
-        ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": delta})),
-        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+    let mut events = vec![("message_start", json!({"type": "message_start", "message": start}))];
+    for (index, (block, delta)) in blocks.into_iter().enumerate() {
+        events.extend([
+            ("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": index})),
+        ]);
+    }
+    events.extend([
         (
             "message_delta",
             json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": OUTPUT}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
-    ];
+    ]);
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
 
 /// The answer as the Responses API's server-sent events.
 fn response_events(step: &Step, id: &str, billed: &Billed) -> String {
-    let item = match step {
-        Step::Tool(name, input) => json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
-            "name": name, "arguments": input.to_string(), "status": "completed"}),
+    let items: Vec<Value> = match step {
         Step::Text(text) => {
-            json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+            vec![json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]})]
         }
+        _ => step
+            .calls(id)
+            .into_iter()
+            .map(|(id, name, input)| {
+                json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+                    "name": name, "arguments": input.to_string(), "status": "completed"})
+            })
+            .collect(),
     };
     let usage = billed.responses(OUTPUT);
     let response = |status: &str, output: Value, usage: &Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
-    let events = [
-        (
-            "response.created",
-            json!({"type": "response.created", "response": response("in_progress", json!([]), &Value::Null)}),
-        ),
-        ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
-        (
-            "response.completed",
-            json!({"type": "response.completed", "response": response("completed", json!([item]), &usage)}),
-        ),
-    ];
+    let created = response("in_progress", json!([]), &Value::Null);
+    let mut events = vec![("response.created", json!({"type": "response.created", "response": created}))];
+    for (index, item) in items.iter().enumerate() {
+        let done = json!({"type": "response.output_item.done", "output_index": index, "item": item});
+        events.push(("response.output_item.done", done));
+    }
+    let completed = response("completed", Value::Array(items), &usage);
+    events.push(("response.completed", json!({"type": "response.completed", "response": completed})));
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }

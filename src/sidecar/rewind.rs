@@ -1,0 +1,51 @@
+//! A request whose history was rewound: the client cut it back or changed it before its end
+//! (Claude Code's rewind through the proxy, OpenCode's revert and `/undo`). The index reads
+//! the new history whole; the prunes and ranges whose reason left it are dropped
+//! (`crate::strategies::rewind`), so the rewound history carries nothing from the branch it
+//! left, and the edits go out whole.
+
+use super::request::RequestContext;
+use crate::session::History;
+use crate::strategies::rewind;
+
+/// Brings the session's index up to the request's history; when the history lost calls the
+/// index had read, drops what no longer has its reason in it.
+pub(super) fn sync(cx: &mut RequestContext) {
+    let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
+    let index = &mut cx.session.index;
+    // Only a history changed at or before its last call's message can have lost a call.
+    let last = index.calls().checked_sub(1).and_then(|at| index.position(index.call_id(at)?));
+    let before: Vec<String> = match last {
+        Some((m, _)) if cx.mirror.kept() <= m => {
+            (0..index.calls()).filter_map(|at| index.call_id(at).map(str::to_string)).collect()
+        }
+        _ => Vec::new(),
+    };
+    if !index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
+        return;
+    }
+    tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");
+    if !before.iter().any(|id| index.position(id).is_none()) {
+        return;
+    }
+    let stale = rewind::stale_prunes(&History::new(messages), &slot.state, rules);
+    for id in &stale {
+        slot.drop_prune(id);
+    }
+    let ranges = rewind::stale_blocks(messages, &slot.state.blocks);
+    for id in &ranges {
+        let Some(block) = slot.state.blocks.by_id.get_mut(id) else { continue };
+        block.active = false;
+        let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
+        slot.unrecord_block(*id, tools, tokens);
+    }
+    if !(stale.is_empty() && ranges.is_empty()) {
+        slot.mark_changed();
+        tracing::info!(
+            session = cx.sid,
+            prunes = stale.len(),
+            ranges = ranges.len(),
+            "the history was rewound: dropped what its branch had pruned"
+        );
+    }
+}
