@@ -153,20 +153,23 @@ function sweepWindow(settledCount) {
 const OPAQUE = new Set(["step-start", "step-finish", "patch", "snapshot"]);
 
 /** The info fields the sidecar reads (`session::slim::slim_info`); a compaction summary's
- * flag, parent and finish too. */
+ * flag, parent and finish too, and a model step's billing (its tokens, cost and model). */
 const INFO_KEPT = new Set(["id", "sessionID", "role", "agent", "model"]);
 const SUMMARY_KEPT = new Set(["summary", "parentID", "finish"]);
+const STEP_KEPT = new Set(["tokens", "cost", "modelID", "providerID"]);
 
-/** What the sidecar reads of a message's info, in its order: the rest (the model's ids,
- * tokens, cost, paths, times but creation) it drops as it arrives, and need not be sent. */
+/** What the sidecar reads of a message's info, in its order: the rest (paths, times but
+ * creation, an error's details) it drops as it arrives, and need not be sent. */
 export function wireInfo(info) {
   if (!info || typeof info !== "object" || Array.isArray(info)) return info;
   const summary = info.summary === true;
+  const step = info.role === "assistant";
   const out = {};
   for (const key in info) {
     if (!Object.hasOwn(info, key)) continue;
     const v = info[key];
-    if (INFO_KEPT.has(key) || (summary && SUMMARY_KEPT.has(key))) out[key] = v;
+    if (INFO_KEPT.has(key) || (summary && SUMMARY_KEPT.has(key)) || (step && STEP_KEPT.has(key))) out[key] = v;
+    else if (key === "error" && v != null) out[key] = true;
     else if (key === "time") out[key] = v && typeof v === "object" && !Array.isArray(v) ? only(v, "created") : v;
   }
   return out;

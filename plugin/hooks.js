@@ -6,6 +6,7 @@ import { Sidecar, RESYNC } from "./sidecar.js";
 import { Notifier, shownPart } from "./notify.js";
 import { SentCache, encode } from "./encode.js";
 import { applyEdits, resolveEdits } from "./edits.js";
+import { modelFacts, stepUsage } from "./usage.js";
 
 /** `/dcp`'s description while the sidecar cannot say it. */
 const COMMAND_DESCRIPTION = "Dynamic context pruning: /dcp stats | context | report | sweep [N] | decompress [ID] | help";
@@ -30,6 +31,7 @@ function context(client, directory) {
     sidecar: new Sidecar(log, directory, (kind, text) => notifier.notifyUser(kind, text)),
     sent: new SentCache(),
     contextLimits: new Map(),
+    models: new Map(),
     parents: new Map(),
     compacting: new Set(),
     abortNext: new Set(),
@@ -87,6 +89,9 @@ function messagesTransform(ctx) {
       const compaction = ctx.compacting.delete(sessionID);
       if (!ctx.sidecar.child && !ctx.sidecar.start()) return;
       const params = { sessionID, contextLimit: ctx.contextLimits.get(sessionID), compaction };
+      // The model OpenCode last named for the session: the price sheet its requests are priced by.
+      const model = ctx.models.get(sessionID);
+      if (model) params.model = model;
       const parentID = await ctx.parentOf(sessionID);
       if (parentID !== undefined) params.parentID = parentID;
       const result = await transformRequest(ctx, sessionID, messages, params);
@@ -100,7 +105,8 @@ function messagesTransform(ctx) {
 
 /** The system prompt is being built: dcp adds no line to it (its head is its tools'
  * definitions), so the sidecar is not asked (`system` in PROTOCOL.md); the hook only keeps the
- * model's context window, which `transform` sends for the pressure rule. */
+ * model's context window, which `transform` sends for the pressure rule, and the model's
+ * prices, which go with the usage of its steps (`usage`). */
 function systemTransform(ctx) {
   return async (input, output) => {
     try {
@@ -108,6 +114,8 @@ function systemTransform(ctx) {
       const sessionID = input?.sessionID;
       const limit = input?.model?.limit?.context;
       if (sessionID && limit) ctx.contextLimits.set(sessionID, limit);
+      const model = modelFacts(input?.model);
+      if (sessionID && model) ctx.models.set(sessionID, model);
     } catch {}
   };
 }
@@ -146,6 +154,11 @@ function eventHook(ctx) {
       if (event?.type === "session.deleted") {
         const id = props.info?.id;
         if (id) ctx.sent.forget(id);
+      }
+      if (event?.type === "message.updated") {
+        // A finished step: what the provider reported it billed, kept beside what dcp counted.
+        const usage = stepUsage(props.info, ctx.models.get(props.info?.sessionID));
+        if (usage) ctx.sidecar.notify("usage", usage);
       }
       if (event?.type === "session.deleted" || event?.type === "session.compacted") {
         ctx.sidecar.notify("event", { type: event.type, properties: props });

@@ -11,6 +11,7 @@
 //   sidecar.js  the `dcp serve` child process and its JSON-RPC lines
 //   binary.js   which dcp binary to run (DCP_BIN, the platform package, PATH), the plugin's version
 //   edits.js    the answer's edits, completed from the last ones and applied to the messages
+//   usage.js    what the provider reported per step and the model's prices (`usage`)
 //   notify.js   what the user is told: `/dcp` answers and notices in the session, failures
 //               once (`notifyUser(kind, text)`: a toast in the TUI, stderr under `opencode run`)
 //

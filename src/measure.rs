@@ -150,3 +150,29 @@ fn tool_part(part: &Node, count: &mut impl Count, b: &mut Breakdown) {
         _ => {}
     }
 }
+
+/// The tools dcp gives the agent.
+pub const AGENT_TOOLS: [&str; 3] = ["discard", "extract", "compress"];
+
+/// A call of one of dcp's agent tools, made or attempted: a session not offered them records
+/// the model's call as OpenCode's `invalid` tool naming it (see [`is_unavailable_agent_call`]).
+/// A run without dcp would not have it: `dcp replay`'s `none` run and the live savings' "without
+/// dcp" leave it out.
+pub fn is_agent_call(part: &Node) -> bool {
+    str_field(part, "type") == Some("tool")
+        && (str_field(part, "tool").is_some_and(|t| AGENT_TOOLS.contains(&t)) || is_unavailable_agent_call(part))
+}
+
+/// A call of a dcp tool the session was not offered: OpenCode turned it into its `invalid`
+/// tool, with the name the model used in the input.
+pub fn is_unavailable_agent_call(part: &Node) -> bool {
+    let named = part.get("state").and_then(|s| s.get("input")).and_then(|i| str_field(i, "tool"));
+    str_field(part, "tool") == Some("invalid") && named.is_some_and(|t| AGENT_TOOLS.contains(&t))
+}
+
+/// An assistant message whose tool calls are all dcp agent tools: a model step that would not
+/// have been made without dcp (the model would have gone on to its next action instead).
+pub fn agent_only(m: &Message) -> bool {
+    let mut calls = m.parts.iter().filter(|p| str_field(p, "type") == Some("tool")).peekable();
+    m.role() == Role::Assistant && calls.peek().is_some() && calls.all(is_agent_call)
+}

@@ -35,6 +35,7 @@
 //! Pro's money prices checked against the cost the held-out logs recorded per message
 //! (`bench/real/holdout`), the docs index holding only an older DeepSeek page.
 
+pub mod live;
 pub mod models;
 
 use serde::{Deserialize, Serialize};

@@ -15,7 +15,9 @@
 # and copy an earlier run's $LAB/plugin-deps (run.sh caches @opencode-ai/plugin there).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-LABDIR="$REPO/../shared/opencode-lab"
+# The shared lab sits beside the clone (../shared); a worktree elsewhere names it with LABDIR.
+LABDIR="${LABDIR:-$REPO/../shared/opencode-lab}"
+[ -d "$LABDIR" ] || LABDIR=/work/shared/opencode-lab
 export LAB="${LAB:-/tmp/dcplab}"
 export PORT="${PORT:-18801}"
 export MODES="${MODES:-base dcp plugin}"

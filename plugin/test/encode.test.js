@@ -37,9 +37,17 @@ test("without a cache, every message is sent, as much of it as the sidecar reads
 test("a message is sent without the fields the sidecar drops as they arrive", () => {
   const info = { id: "a1", sessionID: "ses_1", parentID: "u1", role: "assistant", modelID: "m", providerID: "p", cost: 1,
     tokens: { input: 1 }, time: { created: 5, completed: 6 }, finish: "stop", agent: "build", path: { cwd: "/" } };
-  assert.deepEqual(wireInfo(info), { id: "a1", sessionID: "ses_1", role: "assistant", time: { created: 5 }, agent: "build" });
+  // A model step keeps what the provider billed (`usage` reads it from the history).
+  const billed = { modelID: "m", providerID: "p", cost: 1, tokens: { input: 1 } };
+  assert.deepEqual(wireInfo(info), { id: "a1", sessionID: "ses_1", role: "assistant", ...billed, time: { created: 5 }, agent: "build" });
   const summary = { ...info, summary: true };
-  assert.deepEqual(wireInfo(summary), { id: "a1", sessionID: "ses_1", parentID: "u1", role: "assistant", time: { created: 5 }, finish: "stop", agent: "build", summary: true });
+  assert.deepEqual(wireInfo(summary), { id: "a1", sessionID: "ses_1", parentID: "u1", role: "assistant", ...billed, time: { created: 5 }, finish: "stop", agent: "build", summary: true });
+  const prompt = { id: "u1", sessionID: "ses_1", role: "user", cost: 0, tokens: { input: 1 }, time: { created: 4 } };
+  assert.deepEqual(wireInfo(prompt), { id: "u1", sessionID: "ses_1", role: "user", time: { created: 4 } });
+  // An error is sent as that there was one, as the sidecar keeps it.
+  const stopped = { ...info, error: { name: "MessageAbortedError", data: { message: "aborted" } } };
+  assert.equal(wireInfo(stopped).error, true);
+  assert.equal(Object.hasOwn(wireInfo({ ...info, error: null }), "error"), false);
   const ids = { sessionID: "ses_1", messageID: "a1" };
   const step = { id: "s1", ...ids, type: "step-finish", tokens: { input: 1 }, snapshot: "x" };
   assert.deepEqual(wirePart(step), { id: "s1", type: "step-finish" });

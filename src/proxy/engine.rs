@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::prices::Sheet;
 use crate::session::Node;
 use crate::sidecar::protocol::{self, code, Edit, RpcError, TransformParams, Transformed};
 use crate::sidecar::{Count, Outcome, Server};
+use crate::state::savings::{Model, Usage};
 
 /// Why a request's conversation was not run through the engine.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +42,8 @@ struct Job {
     sid: String,
     base: usize,
     messages: Vec<Value>,
+    /// The price sheet the request asks for (`crate::proxy::priced`).
+    sheet: Option<Sheet>,
     /// The request's number, which its [`Ticket`] settles.
     number: u64,
     reply: tokio::sync::oneshot::Sender<Result<Edits, EngineError>>,
@@ -61,6 +65,9 @@ enum Work {
     Forget {
         sid: String,
     },
+    /// What the upstream reported it billed for a conversation's last request, and the model
+    /// its answer named (see [`Billing`]).
+    Usage(String, Usage, Option<Model>),
 }
 
 /// A handle on the engine's thread; the thread saves every state and ends when the last
@@ -76,6 +83,19 @@ pub struct Engine {
 /// A request the engine transformed, counted once it is settled with the status its client
 /// got: answered (a `2xx` from the upstream), or not (an error status, or the proxy's own
 /// `502`). One dropped unsettled (its client went away first, say) is taken as not answered.
+/// What the upstream reported it billed for a request, sent to the engine's thread to be kept
+/// for the request's conversation, after the request was settled (`super::usage`).
+pub struct Billing {
+    sid: String,
+    jobs: Sender<Work>,
+}
+
+impl Billing {
+    pub fn report(self, usage: Usage, model: Option<Model>) {
+        let _ = self.jobs.send(Work::Usage(self.sid, usage, model));
+    }
+}
+
 pub struct Ticket {
     sid: String,
     number: u64,
@@ -94,6 +114,11 @@ impl Ticket {
     /// Has the engine forget the conversation once the request is settled ([`Engine::forget`]).
     pub fn forget_after(&mut self) {
         self.forget = true;
+    }
+
+    /// Where the request's answer reports what the upstream billed, if the engine runs.
+    pub fn billing(&self) -> Option<Billing> {
+        Some(Billing { sid: self.sid.clone(), jobs: self.jobs.clone()? })
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -133,12 +158,13 @@ impl Engine {
         sid: String,
         base: usize,
         messages: Vec<Value>,
+        sheet: Option<Sheet>,
         timeout: Duration,
     ) -> Result<(Edits, Ticket), EngineError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ticket = Ticket { sid: sid.clone(), number, jobs: Some(self.jobs.clone()), forget: false };
-        let job = Job { sid, base, messages, number, reply, sent: Instant::now() };
+        let job = Job { sid, base, messages, sheet, number, reply, sent: Instant::now() };
         self.jobs.send(Work::Transform(job)).map_err(|_| EngineError::Stopped)?;
         let edits = match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
@@ -211,10 +237,14 @@ fn run(mut server: Server, jobs: &Receiver<Work>) {
                 super::buffers::hand_back();
                 continue;
             }
+            Work::Usage(sid, usage, model) => {
+                server.record_usage(&sid, None, usage, model);
+                continue;
+            }
         };
-        let Job { sid, base, messages, number, reply, sent: at } = job;
+        let Job { sid, base, messages, sheet, number, reply, sent: at } = job;
         let queued = at.elapsed();
-        transform(&mut server, &mut sent, &sid, Tail { base, messages, number }, reply);
+        transform(&mut server, &mut sent, &sid, Tail { base, messages, sheet, number }, reply);
         tracing::debug!(session = sid, ?queued, "engine job");
     }
     // Every handle is gone: save what waits, as `dcp serve` does at `shutdown`.
@@ -289,6 +319,7 @@ pub type Edits = std::sync::Arc<Vec<Edit>>;
 struct Tail {
     base: usize,
     messages: Vec<Value>,
+    sheet: Option<Sheet>,
     number: u64,
 }
 
@@ -308,6 +339,8 @@ fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, t
         compaction: false,
         base: tail.base,
         have: before.seq,
+        model: None,
+        sheet: tail.sheet,
         messages,
     };
     let mut reply = Some(reply);

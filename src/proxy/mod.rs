@@ -25,9 +25,11 @@ pub mod forward;
 pub mod identity;
 pub mod listen;
 mod pipeline;
+pub mod priced;
 pub mod raw;
 mod rest;
 pub mod restore;
+pub mod usage;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -43,7 +45,7 @@ use self::access::{Access, Admitted};
 use self::client_body::ClientBody;
 use self::convert::Api;
 pub use self::engine::{Edits, Engine, Ticket};
-use self::forward::{Body, Outgoing, UpstreamClient, Upstreams};
+use self::forward::{Body, Outgoing, Upstream, UpstreamClient, Upstreams};
 use self::listen::Limits;
 use crate::config::{self};
 use crate::sidecar::Server;
@@ -302,16 +304,17 @@ pub async fn handle(req: Request<ClientBody>, shared: Arc<Shared>) -> Result<Res
         Err(answer) => return Ok(answer),
     };
     let (outgoing, ticket) = Whole { shared: &shared, api, parts: &parts, bytes, checked: None }.outgoing().await;
-    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await))
+    Ok(settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await, api, upstream))
 }
 
 /// `answer`, the request's ticket settled by its status: the request counts only when the
-/// upstream answered it.
-fn settled(ticket: Option<Ticket>, answer: Response<Body>) -> Response<Body> {
-    if let Some(ticket) = ticket {
-        ticket.settle(answer.status());
-    }
-    answer
+/// upstream answered it; and what the answer says the upstream billed goes to its conversation
+/// ([`usage`]).
+fn settled(ticket: Option<Ticket>, answer: Response<Body>, api: Api, upstream: &Upstream) -> Response<Body> {
+    let Some(ticket) = ticket else { return answer };
+    let billing = ticket.billing();
+    ticket.settle(answer.status());
+    usage::record(answer, api, billing, upstream)
 }
 
 /// The body's length as the request's `Content-Length` declares it.
@@ -418,11 +421,11 @@ impl Whole<'_> {
         let mut held = slot.lock().await;
         let (mut builder, mut memory) = conversation::fold(api, &sid, bytes, &raw, &read, held.take());
         let base = builder.dirty_from();
-        let tail = builder.messages()[base..].to_vec();
+        let (tail, sheet) = (builder.messages()[base..].to_vec(), Some(priced::sheet_of(api, bytes, &raw)));
         let was_mapped = started.elapsed();
         // On an error the conversation is not kept: its next request is mapped and sent whole.
         let too_big = bytes.len() > KEPT_MAX;
-        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, ENGINE_TIMEOUT).await {
+        let (edits, mut ticket) = match shared.engine.transform(sid.clone(), base, tail, sheet, ENGINE_TIMEOUT).await {
             Ok(answer) => answer,
             Err(e) => {
                 if too_big {

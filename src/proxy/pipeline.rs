@@ -88,12 +88,12 @@ pub async fn handle(
     let end = BodyEnd { ended, joined, received, frames, advancing };
     let outgoing = match speculation {
         Some(s) => match s.finish(shared, upstream, outgoing, end).await {
-            Finished::Answered(answer) => return super::settled(ticket, answer),
+            Finished::Answered(answer) => return super::settled(ticket, answer, api, upstream),
             Finished::Aborted(outgoing) => outgoing,
         },
         None => outgoing,
     };
-    super::settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await)
+    super::settled(ticket, forward::forward(&shared.client, upstream, parts, outgoing).await, api, upstream)
 }
 
 fn unread(e: &BoxError) -> Response<Body> {

@@ -23,8 +23,8 @@ use serde_json::Value;
 use crate::session::node::NULL;
 use crate::session::{str_field, visible_start, Message, Node, Role};
 
-/// The tools dcp gives the agent.
-pub const AGENT_TOOLS: [&str; 3] = ["discard", "extract", "compress"];
+pub use crate::measure::AGENT_TOOLS;
+use crate::measure::{agent_only, is_agent_call, is_unavailable_agent_call as unavailable};
 
 /// The provider's token counts stored on an assistant message (`tokens.input`,
 /// `tokens.cache.read`, `tokens.cache.write`; `tokens.output`), as OpenCode keeps them
@@ -202,27 +202,6 @@ fn agent_calls(m: &Message) -> Vec<AgentCall> {
             }
         })
         .collect()
-}
-
-/// A call of one of dcp's agent tools, made or attempted: a session not offered them records
-/// the model's call as OpenCode's `invalid` tool naming it (see [`unavailable`]).
-fn is_agent_call(part: &Node) -> bool {
-    str_field(part, "type") == Some("tool")
-        && (str_field(part, "tool").is_some_and(|t| AGENT_TOOLS.contains(&t)) || unavailable(part))
-}
-
-/// A call of a dcp tool the session was not offered: OpenCode turned it into its `invalid`
-/// tool, with the name the model used in the input. A run without dcp would not have it, and
-/// a replay does not send it (it pruned nothing).
-fn unavailable(part: &Node) -> bool {
-    let named = part.get("state").and_then(|s| s.get("input")).and_then(|i| str_field(i, "tool"));
-    str_field(part, "tool") == Some("invalid") && named.is_some_and(|t| AGENT_TOOLS.contains(&t))
-}
-
-/// An assistant message whose tool calls are all dcp agent tools.
-fn agent_only(m: &Message) -> bool {
-    let mut calls = m.parts.iter().filter(|p| str_field(p, "type") == Some("tool")).peekable();
-    m.role() == Role::Assistant && calls.peek().is_some() && calls.all(is_agent_call)
 }
 
 /// Takes `state.time.compacted` out of every part of `m` (it is put back as of each

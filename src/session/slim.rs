@@ -133,10 +133,13 @@ fn push_identity(identity: &str, out: &mut String) {
 
 /// Slims a message's info in place: keeps what the session model and the synthetic messages
 /// read (id, session, role, agent, model, creation time, whether the step ended in an error,
-/// `crate::session::starts_turn`) and, of a compaction summary, its flag, parent and finish.
+/// `crate::session::starts_turn`), of a compaction summary its flag, parent and finish, and of
+/// a model step what the provider reported it billed (its tokens, cost and model), which the
+/// savings keep beside what dcp counted.
 pub fn slim_info(info: &mut Node) {
     let Some(map) = info.as_object_mut() else { return };
     let summary = map.get("summary").and_then(Node::as_bool) == Some(true);
+    let step = map.get("role").and_then(Node::as_str) == Some("assistant");
     map.retain(|k, v| match k {
         "id" | "sessionID" | "role" | "agent" | "model" => true,
         "error" if !v.is_null() => {
@@ -144,6 +147,7 @@ pub fn slim_info(info: &mut Node) {
             true
         }
         "summary" | "parentID" | "finish" => summary,
+        "tokens" | "cost" | "modelID" | "providerID" => step,
         "time" => {
             if let Some(time) = v.as_object_mut() {
                 time.retain(|k, _| k == "created");
@@ -373,7 +377,8 @@ mod tests {
         slim_info(&mut info);
         assert_eq!(
             info,
-            json!({"id": "msg_1", "sessionID": "ses_1", "role": "assistant", "agent": "build", "time": {"created": 5}})
+            json!({"id": "msg_1", "sessionID": "ses_1", "role": "assistant", "agent": "build", "cost": 1,
+                "time": {"created": 5}})
         );
         let mut summary =
             node(json!({"id": "msg_2", "parentID": "msg_1", "role": "assistant", "summary": true, "finish": "stop"}));

@@ -32,7 +32,7 @@ use crate::tokens::TokenCounter;
 pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
     let tools = &rules.config().tools;
     let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
-    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(rules.sheet().rates);
+    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(session.priced_by(rules).rates);
     any && (always || session.ledger.offered) && session.arm != Some(Some(Arm::Unpruned))
 }
 
@@ -141,11 +141,12 @@ impl Server {
         let rewrite = &self.rules.config().rewrite;
         let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         let Ok(slot) = self.store.slot(sid) else { return false };
+        let sheet = session.priced_by(&self.rules);
         let turn = policy::Turn {
             head: tokens(&mut self.head, &self.rules, &slot.tokens),
-            cold: idle.is_none_or(|s| s >= rewrite.cold_after(self.rules.sheet())),
+            cold: idle.is_none_or(|s| s >= rewrite.cold_after(sheet)),
             banked: session.ledger.banked,
-            rates: self.rules.sheet().rates,
+            rates: sheet.rates,
         };
         if !policy::offer(rewrite, &turn) {
             return false;

@@ -1,7 +1,7 @@
 //! A session's prunes as each request reads them, kept between requests: those in force
 //! (applied, of calls in the history), with what each one's rewrite removes, and the ids of
 //! those waiting for the policy. The policy weighs every request against the prunes in force,
-//! the savings count what they take out, and the policy looks at every waiting one; finding
+//! and looks at every waiting one; finding
 //! each prune's call by its id and sizing its rewrite anew would cost every prune of the
 //! session on every request. The view reads only what changed since it last looked: the calls
 //! new to the index, and the prunes recorded or put in force since ([`Slot::changes`]). It
@@ -9,11 +9,8 @@
 //! compaction, another process's file merged in), the index was rebuilt, or the mirror's
 //! messages changed before the end of what it had read (an edit, a resync, a resolve it did
 //! not see). What a prune's rewrite removes comes from the session's [`SavingCache`], which
-//! sized it while it waited; its recorded tokens are summed by message ([`sums`]), so that
-//! what the prunes take out of any first messages is had without a walk over them. The
-//! agent's own prunes are counted the same way ([`AgentPrunes`]).
-
-mod sums;
+//! sized it while it waited. The agent's own prunes are counted as they come, from the
+//! slot's changes ([`AgentPrunes`]).
 
 use std::collections::BTreeSet;
 
@@ -24,7 +21,6 @@ use super::saving_cache::SavingCache;
 use crate::state::blocks::Origin;
 use crate::state::store::{ChangesMark, Slot};
 use crate::state::{PruneRecord, Strategy};
-use crate::strategies::compress::Span;
 use crate::strategies::incremental::Index;
 
 /// How a view of the prunes is brought up to date: from what changed since it last looked,
@@ -48,13 +44,11 @@ struct Basis {
     changes: usize,
 }
 
-/// A prune in force: the message of its call, what its rewrite removes in the unit of the
-/// mirror's sizes ([`SavingCache::approx_saving`]), and its recorded tokens.
+/// A prune in force: what its rewrite removes in the unit of the mirror's sizes
+/// ([`SavingCache::approx_saving`]).
 #[derive(Debug, Clone, Copy)]
 struct Member {
-    message: usize,
     approx: u64,
-    tokens: u64,
 }
 
 /// The prunes of one session, as of [`InForce::update`].
@@ -63,7 +57,6 @@ pub(super) struct InForce {
     basis: Option<Basis>,
     members: HashMap<String, Member>,
     approx: u64,
-    tokens: sums::Sums,
     waiting: BTreeSet<String>,
 }
 
@@ -99,12 +92,6 @@ impl InForce {
     /// What the prunes in force remove, in the unit of the mirror's sizes.
     pub fn approx(&self) -> u64 {
         self.approx
-    }
-
-    /// The recorded tokens of the prunes in force whose calls are in the first `upto` messages
-    /// and outside `ranges` (in history order).
-    pub fn tokens(&self, upto: usize, ranges: &[Span]) -> u64 {
-        self.tokens.before_outside(upto, ranges)
     }
 
     /// The ids of the prunes waiting for the policy, in id order.
@@ -153,13 +140,11 @@ impl InForce {
     fn put(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
         let Some(at) = from.index.position(id) else { return };
         let approx = from.sizes.approx_saving(from.mirror, id, at, &record.action);
-        let member = Member { message: at.0, approx, tokens: record.tokens };
+        let member = Member { approx };
         if let Some(old) = self.members.insert(id.to_string(), member) {
             self.approx -= old.approx;
-            self.tokens.remove(old.message, old.tokens);
         }
         self.approx += member.approx;
-        self.tokens.add(member.message, member.tokens);
     }
 }
 

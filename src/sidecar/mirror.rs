@@ -12,13 +12,11 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::protocol::{code, RpcError};
 use crate::session::{slim, str_field, Kind, Message, Node, Object};
-use crate::strategies::compress;
 
 /// The previous request's messages, and what was read from each of them once: its
-/// approximate size (and the sum of those before it), whether it is a compaction summary and whether it has a field for its id
-/// tag. The side tables are aligned with `messages`; entries of the unchanged prefix are
-/// reused. (The tool calls are the
-/// [`super::index::Index`]'s business.)
+/// approximate size (and the sum of those before it) and whether it is a compaction summary.
+/// The side tables are aligned with `messages`; entries of the unchanged prefix are reused.
+/// (The tool calls are the [`super::index::Index`]'s business.)
 #[derive(Debug, Default)]
 pub struct Mirror {
     messages: Vec<Message>,
@@ -30,10 +28,6 @@ pub struct Mirror {
     before: Vec<u64>,
     /// The newest compaction summary's `time.created` up to each message, or 0.
     compactions: Vec<i64>,
-    /// Whether each message has a field its id tag goes to ([`compress::tag_site`]), and how
-    /// many do.
-    tag_sites: Vec<bool>,
-    tagged: usize,
     /// How many resolves (and clears) the mirror has been through: what was read from it at
     /// generation `g` holds at `g + 1` for the first [`Mirror::kept`] messages only.
     generation: u64,
@@ -84,13 +78,6 @@ impl Mirror {
         self.compactions.last().copied().unwrap_or(0)
     }
 
-    /// How many messages of the last resolved request have a field their id tag goes to
-    /// ([`compress::tag_site`]), and the last of them: what `compress::tag_sites(messages, 0)`
-    /// finds, read once per message.
-    pub fn tag_sites(&self) -> (usize, Option<usize>) {
-        (self.tagged, self.tag_sites.iter().rposition(|s| *s))
-    }
-
     /// Slims part `pi` of message `mi` (see [`slim::slim_part`]), counting its big strings
     /// with `counter`. Nothing that reads the mirror needs their text once counted. Returns
     /// the bytes of text dropped.
@@ -119,7 +106,6 @@ impl Mirror {
             self.before.push(0);
         }
         self.compactions.truncate(from);
-        self.tagged -= self.tag_sites.drain(from.min(self.tag_sites.len())..).filter(|s| *s).count();
         let mut newest = self.compactions.last().copied().unwrap_or(0);
         for m in &mut self.messages[from..] {
             // Nothing reads a tool's metadata, where OpenCode often keeps a second copy of the
@@ -140,9 +126,6 @@ impl Mirror {
             let before = self.before.last().copied().unwrap_or(0);
             self.before.push(before + size);
             self.compactions.push(newest);
-            let site = compress::tag_site(m, self.tag_sites.len()).is_some();
-            self.tag_sites.push(site);
-            self.tagged += usize::from(site);
         }
     }
 

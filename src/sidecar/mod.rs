@@ -11,12 +11,12 @@
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
 //!
 //! This module is the server and its dispatch; each method lives in its own module:
-//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and
-//! the agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`,
-//! `extract` and `compress`), [`commands`] (`/dcp`), and [`stdio`] (the line loop, which
-//! [`stream`] reads the lines for). A `transform`'s functions share one [`request`] context:
-//! the session, its slot, the mirror, the rules and the request's facts. What a request reads
-//! of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
+//! [`transform`] (what the model sees), [`head`] (`system` and `turn`: the instructions and the
+//! agent tools dcp adds in front of the prompt), [`tools`] (the agent's `discard`, `extract`
+//! and `compress`), [`commands`] (`/dcp`), [`usage`] (what the provider billed), and [`stdio`]
+//! (the line loop, which [`stream`] reads the lines for). A `transform`'s functions share one
+//! [`request`] context: the session, its slot, the mirror, the rules and the request's facts.
+//! What a request reads of a session's prunes is kept between requests ([`in_force`]), so that it costs what is new.
 
 mod commands;
 mod describe;
@@ -27,6 +27,7 @@ mod in_force;
 mod laps;
 mod masking_candidates;
 pub mod mirror;
+pub mod model;
 mod pending;
 pub mod protocol;
 mod ranges;
@@ -36,10 +37,12 @@ pub mod restore;
 mod rewind;
 mod saving_cache;
 mod savings;
+mod sheet;
 mod stdio;
 pub mod stream;
 mod tools;
 mod transform;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -142,6 +145,8 @@ struct LiveSession {
     carried: f64,
     /// Its arm of the control group, once looked up: `Some(None)` outside it (see [`holdout`]).
     arm: Option<Option<crate::state::trial::Arm>>,
+    /// Its price sheet, once its client named its model (see [`sheet`]).
+    sheet: Option<crate::prices::Sheet>,
 }
 
 impl LiveSession {
@@ -290,6 +295,7 @@ impl Server {
                 self.event(&params);
                 Ok(Answer::Empty(Empty {}))
             }
+            "usage" => self.usage(protocol::params(method, params)?).map(|()| Answer::Empty(Empty {})),
             "shutdown" => {
                 self.shutdown();
                 Ok(Answer::Empty(Empty {}))

@@ -16,7 +16,7 @@
 
 use super::laps::Laps;
 use super::mirror::Mirror;
-use super::protocol::{RpcError, Synthetic, Transformed};
+use super::protocol::{RpcError, Transformed};
 use super::request::RequestFacts;
 use super::{savings, LiveSession, Server};
 use crate::state::Ledger;
@@ -59,13 +59,11 @@ pub(super) struct Pending {
     number: u64,
     /// The session's figures before it.
     before: Figures,
-    /// What counting its savings needs: its facts and the messages its answer appended;
-    /// `None` when there is nothing to count (a session dcp leaves alone).
-    count: Option<(RequestFacts, Vec<Synthetic>)>,
+    /// What counting its savings needs: its facts and its answer (what the savings count as
+    /// sent); `None` when there is nothing to count (a session dcp leaves alone).
+    count: Option<(RequestFacts, Transformed)>,
     /// What a rewrite it applied costs the next request, if it never reached the model.
     carried: f64,
-    /// The messages its history kept unchanged from the one before.
-    kept: usize,
 }
 
 /// A request's answer and whether it changed the session's state, as the transform gave it.
@@ -102,9 +100,9 @@ impl Server {
                 }
             }
             Count::Later(number) => {
-                let count = answer.map(|a| (after.facts, a.append.clone()));
-                let (before, carried, kept) = (after.before, session.carried, mirror.kept());
-                session.pending = Some(Pending { number, before, count, carried, kept });
+                let count = answer.map(|a| (after.facts, a.clone()));
+                let (before, carried) = (after.before, session.carried);
+                session.pending = Some(Pending { number, before, count, carried });
             }
         }
         laps.lap("savings");
@@ -140,8 +138,7 @@ impl Server {
         let Some(pending) = session.pending.take() else { return };
         match outcome {
             Outcome::Answered => {
-                let Some((facts, append)) = pending.count else { return };
-                let answer = Transformed { append, ..Transformed::unchanged() };
+                let Some((facts, answer)) = pending.count else { return };
                 let mirror = std::mem::take(&mut session.mirror);
                 if let Ok(mut cx) = self.request_context(session, sid, &mirror, facts) {
                     savings::record(&mut cx, &answer);
@@ -158,7 +155,8 @@ impl Server {
         session.ledger = Ledger { banked: before.ledger.banked + pending.carried, ..before.ledger };
         (session.requests, session.baseline, session.unpruned, session.added) =
             (before.requests, before.baseline, before.unpruned, before.added);
-        session.savings.forget_after(pending.kept);
+        let answer = pending.count.as_ref().map(|(_, answer)| answer);
+        session.savings.unsent(answer, session.mirror.messages().len());
         let Ok(slot) = self.store.slot(sid) else { return };
         if slot.state.ledger != session.ledger {
             slot.state.ledger = session.ledger;

@@ -179,6 +179,13 @@ pub struct TransformParams {
     /// The `seq` of the last answer whose edits the plugin holds.
     #[serde(default)]
     pub have: Option<u64>,
+    /// The session's model, as OpenCode's model data gives it (the plugin's `usage` has the
+    /// same): its price sheet's source.
+    #[serde(default)]
+    pub model: Option<super::model::ModelWire>,
+    /// The sheet an in-process caller read off the request (`dcp proxy`).
+    #[serde(skip)]
+    pub sheet: Option<crate::prices::Sheet>,
     pub messages: Vec<Node>,
 }
 
@@ -282,7 +289,7 @@ pub struct Descriptions {
 
 /// The answer to `transform`: the edits to apply, the messages to append, and a notification
 /// to show once the turn ends.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Transformed {
     /// The number of this answer's edits, for the plugin's next `have`; `None` when the
     /// answer's edits are not to be kept (a skipped session, a compaction).
@@ -345,7 +352,7 @@ impl Serialize for Transformed {
 }
 
 /// What an answer says about edits, relative to the last answer the plugin holds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Edits {
     /// The plugin's edits still hold (`sameEdits: true`).
     Same,
@@ -397,7 +404,7 @@ impl Edit {
 }
 
 /// A compressed range: messages `from..=to` of the history become `message`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Replace {
     pub from: usize,
     pub to: usize,
@@ -475,23 +482,4 @@ pub struct ToolOutput {
 #[derive(Debug, Serialize)]
 pub struct CommandOutput {
     pub text: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_lines_get_errors_that_say_why() {
-        let (id, e) = decode("{not json").unwrap_err();
-        assert_eq!((id, e.code), (None, code::PARSE));
-        let (id, e) = decode(r#"{"jsonrpc":"2.0","id":4}"#).unwrap_err();
-        assert_eq!((id, e.code, e.message.as_str()), (Some(json!(4)), code::INVALID_REQUEST, "missing method"));
-        let (_, e) = decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err();
-        assert!(e.message.contains("1.0"));
-        let (_, e) = decode(r#"{"id":1,"method":7}"#).unwrap_err();
-        assert!(e.message.contains("method must be a string"));
-        let r = decode(r#"{"jsonrpc":"2.0","method":"event","params":{"type":"x"}}"#).unwrap();
-        assert_eq!(r.id, None);
-    }
 }

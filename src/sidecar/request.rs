@@ -53,10 +53,10 @@ impl RequestFacts {
     }
 
     /// The facts of a request made `idle_seconds` after the session's last one.
-    pub fn new(rules: &Rules, idle_seconds: Option<u64>) -> RequestFacts {
-        let cold_after = rules.config().rewrite.cold_after(rules.sheet());
+    pub fn new(rules: &Rules, sheet: &crate::prices::Sheet, idle_seconds: Option<u64>) -> RequestFacts {
+        let cold_after = rules.config().rewrite.cold_after(sheet);
         RequestFacts {
-            rates: rules.sheet().rates,
+            rates: sheet.rates,
             cold_after,
             have: None,
             warm: 0,

@@ -1,23 +1,40 @@
-//! What one answered request adds to the session's savings (`crate::state::savings`): the
-//! tokens dcp kept out of it, net of what it added, and its size with and without dcp, in
-//! tokens. Counted as `dcp replay` counts a request (`crate::replay`: o200k, the frames around
-//! each part, OpenCode's own system prompt and tools as a fixed estimate), so that the figures
-//! a live session records and those a replay of it gives agree. Each message is counted once,
-//! when it is new or changed.
+//! What one answered request adds to the session's savings (`crate::state::savings`): its size
+//! without dcp and as dcp sent it, in tokens, and what of each the provider still had cached.
+//! Counted as `dcp replay` counts a request (`crate::replay`: o200k, the frames around each
+//! part, OpenCode's own system prompt and tools as a fixed estimate), so that the figures a
+//! live session records and those a replay of it gives agree:
+//!
+//! - without dcp, the history as OpenCode sent it but for dcp's own agent calls (a run without
+//!   dcp has none: `measure::is_agent_call`); and a request whose model step turned out to call
+//!   nothing but dcp's tools (`measure::agent_only`) would not have been made at all: once the
+//!   next request shows that step, it is taken out of the figures without dcp
+//!   ([`Savings::unmade`](crate::state::savings::Savings::unmade));
+//! - as sent, what was sent, counted: each message with the edits the plugin holds applied
+//!   (the answer's, kept as the plugin keeps them: the same, added to, or all anew), each
+//!   compressed range as its summary message, then dcp's head and what it appended. Not what
+//!   the prunes were recorded to save: a range whose summary is longer than its messages, the
+//!   frames of the messages a range takes, the message id tags, all count as they were sent.
+//!
+//! The cached prefix of a request is what the one before it sent up to the first message this
+//! one changed: a prune or range put in force since (found by id, as the views of the prunes
+//! are kept), a range taken away, or a message OpenCode changed (the plugin's `base`). A
+//! process's first request takes the prunes and ranges the state file had in force before it
+//! as sent before ([`Meter::seed`]). Each message is counted when it is new or its edits
+//! changed.
 
 use rustc_hash::FxHashSet as HashSet;
 
-use super::in_force::{InForce, Sources, Views};
-use super::mirror::Mirror;
-use super::protocol::Transformed;
+use super::in_force::Views;
+use super::protocol::{Edit, Edits, Replace, Transformed};
 use super::request::RequestContext;
-use crate::measure::{FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
-use crate::session::{str_field, Message};
-use crate::state::savings::{Mark, RequestFigures};
+use crate::measure::{agent_only, is_agent_call, FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
+use crate::prices::Rates;
+use crate::session::node::NULL;
+use crate::session::{str_field, Message, Node, Role};
+use crate::state::savings::{Mark, RequestFigures, Savings, Unmade};
 use crate::state::store::{ChangesMark, Slot};
-use crate::strategies::compress::{self, Span};
+use crate::strategies::compress::Span;
 use crate::strategies::incremental::Index;
-use crate::strategies::Rules;
 use crate::tokens::TokenCounter;
 
 /// A tool part is sent as a call and its result, each in its frame.
@@ -27,27 +44,75 @@ const FRAME_TOOL: u64 = FRAME_CALL + FRAME_RESULT;
 /// restarted sidecar counts the history once more.
 #[derive(Debug, Default)]
 pub(super) struct Meter {
-    /// Tokens of each message of the last request's history, as OpenCode sent it.
-    messages: Vec<u64>,
-    /// Tokens dcp appended after the last request's history.
-    appended: u64,
+    /// By message of the last request's history: its tokens as OpenCode sent it, those without
+    /// dcp's agent calls, and those dcp sent with its edits (see [`Meter::count_sent`]).
+    whole: Vec<u64>,
+    without: Vec<u64>,
+    sent: Vec<u64>,
+    /// By message: the edits the plugin holds.
+    edits: Vec<Vec<Edit>>,
+    /// The compressed ranges of the last request, with their summary messages' tokens.
+    ranges: Vec<RangeSent>,
     /// Whether the last request carried dcp's head; `None` before the first.
     offered: Option<bool>,
-    /// The prunes and ranges in force at the last request, and the slot's revision then.
+    /// The prunes and ranges in force at the last request (before the first, as the state file
+    /// had them: `seeded`), and the slot's revision then.
     applied: HashSet<String>,
     blocks: HashSet<u32>,
+    seeded: bool,
     revision: u64,
     /// Where the slot's changes were at the last look (see [`Slot::changes`]).
     changes: Option<ChangesMark>,
     /// The newest compaction the last request's history had.
     compaction: i64,
+    /// The last request, until the next one shows whether its step called only dcp's tools.
+    last: Option<Last>,
+}
+
+/// A compressed range as sent: messages `from..=to` became a summary of `tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RangeSent {
+    from: usize,
+    to: usize,
+    /// The summary's length in bytes: the same range with the same length has the same count.
+    bytes: usize,
+    tokens: u64,
+}
+
+/// The last request as counted, should its step turn out to call only dcp's tools.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    /// Its history's length: the step it produced is the first assistant message after it.
+    history: usize,
+    unmade: Unmade,
 }
 
 impl Meter {
-    /// Forgets the counts of the messages past the first `kept`: a request that was never
-    /// counted may have changed them.
-    pub(super) fn forget_after(&mut self, kept: usize) {
-        self.messages.truncate(kept);
+    /// Before a process's first request of a session is decided: what the state file has in
+    /// force was sent before, so that what this request puts in force is told from it.
+    pub(super) fn seed(&mut self, slot: &Slot) {
+        if self.offered.is_some() || self.seeded {
+            return;
+        }
+        let pruned = slot.state.pruned.iter().filter(|(_, r)| r.applied);
+        self.applied = pruned.map(|(id, _)| id.clone()).collect();
+        self.blocks = slot.state.blocks.active().filter(|b| b.applied).map(|b| b.id).collect();
+        (self.revision, self.changes, self.seeded) = (slot.revision(), Some(slot.changes_mark()), true);
+    }
+}
+
+impl Meter {
+    /// A request that never reached the model (its upstream failed): nothing of it counts, but
+    /// the edits its `answer` gave for a history of `messages` are held, as the client holds
+    /// them, and every message is counted anew with the next request (this one may have
+    /// changed any).
+    pub(super) fn unsent(&mut self, answer: Option<&Transformed>, messages: usize) {
+        if let Some(answer) = answer {
+            self.hold_edits(&answer.edits, messages);
+        }
+        self.whole.clear();
+        self.without.clear();
+        self.sent.clear();
     }
 }
 
@@ -55,75 +120,220 @@ impl Meter {
 pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let offered = cx.offered();
     let head = if offered { cx.head_tokens() } else { 0 };
-    let (rules, slot, session, mirror) = (cx.rules, &mut *cx.slot, &mut *cx.session, cx.mirror);
+    let (slot, session, mirror, views) = (&mut *cx.slot, &mut *cx.session, cx.mirror, cx.views);
     let messages = mirror.messages();
-    let appended: u64 =
-        answer.append.iter().flat_map(|m| m.parts.iter().map(|p| slot.tokens.count(&p.text) + FRAME_TEXT)).sum();
-    let added = appended + head + if offered { tags(rules, slot, mirror) } else { 0 };
-    let index = &session.index;
-    let ranges = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| b.applied);
-    session.in_force.update(Sources { slot, index, mirror, sizes: &mut session.sizes }, cx.views);
-    let in_force = removed(&session.in_force, slot, &ranges, messages.len());
     let meter = &mut session.savings;
-    let history = history_tokens(&mut meter.messages, mirror, &mut slot.tokens);
-    // A rewrite changes what was sent before from its first changed message on; what is in
-    // front of it, as it was sent, stays cached.
-    let first = first_applied_now(meter, index, slot, &ranges, cx.views);
-    let before = |first: usize| meter.messages[..first.min(meter.messages.len())].iter().sum::<u64>();
-    let in_force_view = &session.in_force;
-    let rewritten =
-        first.map(|f| OPENCODE_OVERHEAD + head + before(f).saturating_sub(removed(in_force_view, slot, &ranges, f)));
-    let compacted = meter.offered.is_some() && mirror.newest_compaction() != meter.compaction;
-    let mark = match (compacted, rewritten.is_some()) {
-        (true, _) => Mark::Compaction,
-        (false, true) => Mark::Rewrite,
-        (false, false) => Mark::None,
-    };
-    let request = RequestFigures {
-        time: session.ledger.last_request.unwrap_or_default(),
-        without: history + OPENCODE_OVERHEAD,
-        removed: in_force,
-        added,
-        appended,
-        appended_before: meter.appended,
-        head_moved: meter.offered.is_some_and(|o| o != offered),
-        fixed: OPENCODE_OVERHEAD,
+    let seen = meter.offered.is_some();
+    let history = meter.whole.len();
+    let kept = if seen { mirror.kept().min(history) } else { 0 };
+    meter.count_history(messages, kept, &mut slot.tokens);
+    let edited = meter.hold_edits(&answer.edits, messages.len());
+    meter.count_sent(messages, kept, &edited, &mut slot.tokens);
+    let ranges_changed = meter.hold_ranges(&answer.replace, &slot.tokens);
+    if let Some(last) = meter.last.take() {
+        let step = messages.get(last.history..).and_then(|rest| rest.iter().find(|m| m.role() == Role::Assistant));
+        if step.is_some_and(agent_only) {
+            slot.state.savings.unmade(&last.unmade);
+        }
+    }
+    let spans = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
+    let put_in_force = first_applied_now(meter, &session.index, slot, &spans, views);
+    let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
+    // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.
+    let host = (seen && kept < history).then_some(kept);
+    let facts = Facts {
+        offered,
+        head,
+        appended: appended(answer, &slot.tokens),
         cold: cx.facts.gap_went_cold,
-        rewritten,
-        mark,
+        compacted: seen && mirror.newest_compaction() != meter.compaction,
+        time: session.ledger.last_request.unwrap_or_default(),
         rates: cx.facts.rates,
     };
-    (meter.appended, meter.offered, meter.compaction) = (appended, Some(offered), mirror.newest_compaction());
-    slot.state.savings.add(&request);
+    let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host });
+    let context_before = slot.state.savings.last_context;
+    let billed = slot.state.savings.add(&request);
+    // The steps new to this request say what the provider billed for the ones before.
+    super::usage::from_history(&mut slot.state.savings, &messages[kept.min(messages.len())..]);
+    let unmade = Unmade { request: slot.state.savings.requests, without: request.without, billed, context_before };
+    meter.last = Some(Last { history: messages.len(), unmade });
+    (meter.offered, meter.compaction) = (Some(offered), mirror.newest_compaction());
     // The figures ride along with the session's next save, as the policy's ledger does;
     // when this request's answer handed one out already (without them), another follows
     // once the save interval is up.
     session.saves.defer();
 }
 
-/// Tokens the prunes and the ranges in force (`ranges`, their spans in this request's
-/// history) take out of the first `upto` messages of it.
-fn removed(in_force: &InForce, slot: &Slot, ranges: &[Span], upto: usize) -> u64 {
-    // A pruned call inside a compressed range is gone with the range: counted once.
-    let calls = in_force.tokens(upto, ranges);
-    calls + ranges.iter().filter(|s| s.to < upto).map(|s| slot.state.blocks.by_id[&s.block].net_tokens()).sum::<u64>()
+/// The first message of the history a request changed since the last one: by dcp's rewrites,
+/// and by OpenCode.
+#[derive(Debug, Clone, Copy)]
+struct Changed {
+    rewritten: Option<usize>,
+    host: Option<usize>,
+}
+
+/// What a request's figures need besides the meter's counts.
+struct Facts {
+    offered: bool,
+    /// Tokens of dcp's head, when the request carries it, and of what it appended.
+    head: u64,
+    appended: u64,
+    /// The provider's cache had gone cold; OpenCode compacted the session since the last
+    /// request.
+    cold: bool,
+    compacted: bool,
+    time: i64,
+    /// The session's cache prices.
+    rates: Rates,
+}
+
+impl Meter {
+    /// The request's figures: its sizes, and the prefixes of each the provider still had
+    /// cached, given what it `changed`.
+    fn figures(&self, savings: &Savings, f: &Facts, changed: Changed) -> RequestFigures {
+        let Changed { rewritten, host } = changed;
+        let n = self.whole.len();
+        let fixed = OPENCODE_OVERHEAD;
+        let without = fixed + self.without.iter().sum::<u64>();
+        let with = fixed + f.head + self.sent_before(n) + f.appended;
+        // The history the last request sent: what it sent but for what it appended.
+        let sent_before = savings.last_sent.saturating_sub(savings.last_appended);
+        let head_moved = self.offered.is_some_and(|o| o != f.offered);
+        // A history shorter than the last one without dcp was cut (a compaction, a revert).
+        let cut = f.compacted || without < savings.last_context;
+        let cached_without = match (f.cold, cut) {
+            (true, _) => 0,
+            (false, true) => fixed,
+            (false, false) => (fixed + self.without[..host.unwrap_or(n)].iter().sum::<u64>()).min(savings.last_context),
+        };
+        let first = rewritten.into_iter().chain(host).min();
+        let prefix = first.map(|m| fixed + f.head + self.sent_before(m));
+        let cached_with = match (f.cold, head_moved, cut) {
+            (true, _, _) => 0,
+            // The head sits before the history: a head that came or went leaves OpenCode's
+            // own system prompt and tools cached, and nothing after.
+            (false, true, _) => fixed,
+            (false, false, true) => fixed + f.head,
+            (false, false, false) => prefix.unwrap_or(with).min(sent_before),
+        };
+        let rewrote = rewritten.is_some_and(|m| fixed + f.head + self.sent_before(m) < sent_before);
+        let mark = match (f.compacted, rewrote) {
+            (true, _) => Mark::Compaction,
+            (false, true) => Mark::Rewrite,
+            (false, false) => Mark::None,
+        };
+        let (time, appended, rates) = (f.time, f.appended, f.rates);
+        RequestFigures { time, without, with, appended, cached_without, cached_with, mark, rates }
+    }
+
+    /// Counts the messages from `kept` on, which are new or changed: whole, and without dcp's
+    /// agent calls (none of a step that called only them).
+    fn count_history(&mut self, messages: &[Message], kept: usize, counter: &mut TokenCounter) {
+        self.whole.truncate(kept);
+        self.without.truncate(kept);
+        for message in &messages[kept.min(messages.len())..] {
+            let whole = message_tokens(message, counter);
+            let agent: u64 = message.parts.iter().filter(|p| is_agent_call(p)).map(|p| part_tokens(p, counter)).sum();
+            let without = if agent_only(message) { 0 } else { whole.saturating_sub(agent) };
+            self.whole.push(whole);
+            self.without.push(without);
+        }
+    }
+
+    /// Keeps the edits the plugin holds after `edits`, by message, for a history of `n`
+    /// messages; returns the messages whose edits changed.
+    fn hold_edits(&mut self, edits: &Edits, n: usize) -> Vec<usize> {
+        self.edits.resize_with(n, Vec::new);
+        match edits {
+            Edits::Same => Vec::new(),
+            Edits::Add(new) => {
+                let mut edited: Vec<usize> = new.iter().filter(|e| e.m < n).map(|e| e.m).collect();
+                new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
+                edited.sort_unstable();
+                edited.dedup();
+                edited
+            }
+            Edits::Full(all) => {
+                let mut by_message: Vec<Vec<Edit>> = vec![Vec::new(); n];
+                all.iter().filter(|e| e.m < n).for_each(|e| by_message[e.m].push(e.clone()));
+                let edited = (0..n).filter(|&m| self.edits[m] != by_message[m]).collect();
+                self.edits = by_message;
+                edited
+            }
+        }
+    }
+
+    /// Counts what dcp sent of the messages from `kept` on and of those whose edits changed
+    /// (`edited`): each with its edits applied.
+    fn count_sent(&mut self, messages: &[Message], kept: usize, edited: &[usize], counter: &mut TokenCounter) {
+        self.sent.truncate(kept);
+        for (m, message) in messages.iter().enumerate().skip(self.sent.len()) {
+            self.sent.push(sent_tokens(message, &self.edits[m], self.whole[m], counter));
+        }
+        for &m in edited.iter().filter(|&&m| m < kept) {
+            self.sent[m] = sent_tokens(&messages[m], &self.edits[m], self.whole[m], counter);
+        }
+    }
+
+    /// Keeps this request's compressed ranges, counting a summary only when it is new; returns
+    /// where the first range that came, went or changed since the last request starts.
+    fn hold_ranges(&mut self, replace: &[Replace], counter: &TokenCounter) -> Option<usize> {
+        let old = std::mem::take(&mut self.ranges);
+        for r in replace {
+            let (bytes, texts) = summary_texts(&r.message);
+            let same = old.iter().find(|o| (o.from, o.to, o.bytes) == (r.from, r.to, bytes));
+            let tokens = same.map_or_else(|| texts.iter().map(|t| counter.count(t) + FRAME_TEXT).sum(), |o| o.tokens);
+            self.ranges.push(RangeSent { from: r.from, to: r.to, bytes, tokens });
+        }
+        let gone = old.iter().filter(|o| !self.ranges.contains(o));
+        let came = self.ranges.iter().filter(|r| !old.contains(r));
+        gone.chain(came).map(|r| r.from).min()
+    }
+
+    /// Tokens dcp sent of the history's first `upto` messages: each as sent, a range's
+    /// messages as its summary.
+    fn sent_before(&self, upto: usize) -> u64 {
+        let upto = upto.min(self.sent.len());
+        let mut total: u64 = self.sent[..upto].iter().sum();
+        for r in self.ranges.iter().filter(|r| r.from < upto && r.to < self.sent.len()) {
+            let covered: u64 = self.sent[r.from..=r.to.min(upto - 1)].iter().sum();
+            total = total.saturating_sub(covered) + r.tokens;
+        }
+        total
+    }
+}
+
+/// The bytes of a summary message's texts and the texts, as the model is sent them.
+fn summary_texts(message: &serde_json::Value) -> (usize, Vec<&str>) {
+    let parts = message["parts"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let sent = parts.iter().filter(|p| p["type"] == "text" && p["ignored"] != true);
+    let texts: Vec<&str> = sent.filter_map(|p| p["text"].as_str()).collect();
+    (texts.iter().map(|t| t.len()).sum(), texts)
+}
+
+/// Tokens of the messages dcp appended after the history (the prunable list, a nudge).
+fn appended(answer: &Transformed, tokens: &TokenCounter) -> u64 {
+    answer.append.iter().flat_map(|m| m.parts.iter().map(|p| tokens.count(&p.text) + FRAME_TEXT)).sum()
 }
 
 /// The first message of the history that a prune or range put in force since the last request
-/// changed, if one did. The first request a process answers takes what is in force as it
-/// finds it: those rewrites were sent before.
+/// changed, if one did. Before its first request a process takes what the state file had in
+/// force as sent (see [`Meter::seed`]).
 fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Span], views: Views) -> Option<usize> {
-    if slot.revision() == meter.revision && meter.offered.is_some() {
+    let seen = meter.offered.is_some() || meter.seeded;
+    if slot.revision() == meter.revision && seen {
         return None;
     }
-    let seen = meter.offered.is_some();
     meter.revision = slot.revision();
     let mut first: Option<usize> = None;
     let mut at = |m: usize| first = Some(first.map_or(m, |f| f.min(m)));
+    // A prune inside a range the last request sent as its summary changes nothing sent.
+    let sent_as_summary: Vec<&Span> = ranges.iter().filter(|s| meter.blocks.contains(&s.block)).collect();
+    let summarised = |m: usize| sent_as_summary.iter().any(|s| (s.from..=s.to).contains(&m));
     let mut note = |id: &String| {
         if !meter.applied.contains(id.as_str()) {
             meter.applied.insert(id.clone());
-            if let Some(position) = index.position(id).filter(|_| seen) {
+            if let Some(position) = index.position(id).filter(|p| seen && !summarised(p.0)) {
                 at(position.0);
             }
         }
@@ -145,41 +355,50 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     first
 }
 
-/// Tokens of the history as OpenCode sent it: the messages the last request had unchanged are
-/// not counted again.
-fn history_tokens(counted: &mut Vec<u64>, mirror: &Mirror, counter: &mut TokenCounter) -> u64 {
-    let messages = mirror.messages();
-    counted.truncate(mirror.kept().min(messages.len()));
-    for message in &messages[counted.len()..] {
-        counted.push(message_tokens(message, counter));
-    }
-    counted.iter().sum()
-}
-
 /// A message's tokens as `dcp replay` counts them: its texts, inputs and results, and the
 /// frame of each. Its outputs' counts stay in `counter`, where the count ahead finds them.
 fn message_tokens(message: &Message, counter: &mut TokenCounter) -> u64 {
-    let frames: u64 = message
-        .parts
-        .iter()
-        .map(|p| match str_field(p, "type") {
-            Some("text") => FRAME_TEXT,
-            Some("tool") => FRAME_TOOL,
-            _ => 0,
-        })
-        .sum();
-    crate::measure::measure_cached(std::slice::from_ref(message), counter).total + frames
+    crate::measure::measure_cached(std::slice::from_ref(message), counter).total + frames(message)
 }
 
-/// Tokens of the message id tags a request carries when the agent may compress ranges: one
-/// per message that has a field the model sees, each the same few tokens (the mirror finds
-/// them once per message).
-fn tags(rules: &Rules, slot: &Slot, mirror: &Mirror) -> u64 {
-    if !rules.config().tools.compress.enabled {
-        return 0;
+/// The frames of a message's parts as replay counts them: a text the model is sent or a
+/// reasoning, and a tool's call and result.
+fn frames(message: &Message) -> u64 {
+    let frame = |p: &Node| match str_field(p, "type") {
+        Some("text") if !crate::measure::is_ignored(p) => FRAME_TEXT,
+        Some("reasoning") => FRAME_TEXT,
+        Some("tool") => FRAME_TOOL,
+        _ => 0,
+    };
+    message.parts.iter().map(frame).sum()
+}
+
+/// One part's tokens, as [`message_tokens`] counts it; an edited copy's (`cached` off) is
+/// tokenized anew, never taken from the per-part cache of the original.
+fn part_tokens(part: &Node, counter: &mut TokenCounter) -> u64 {
+    message_tokens(&Message { info: NULL.clone(), parts: vec![part.clone()] }, counter)
+}
+
+fn edited_part_tokens(part: &Node, counter: &TokenCounter) -> u64 {
+    let message = Message { info: NULL.clone(), parts: vec![part.clone()] };
+    crate::measure::measure(std::slice::from_ref(&message), counter).total + frames(&message)
+}
+
+/// A message's tokens as dcp sent it: `whole`, with each part an edit changed counted as
+/// changed, and the message id tags it appended.
+fn sent_tokens(message: &Message, edits: &[Edit], whole: u64, counter: &mut TokenCounter) -> u64 {
+    if edits.is_empty() {
+        return whole;
     }
-    let (sites, last) = mirror.tag_sites();
-    let last = last.and_then(|at| compress::tag_site(&mirror.messages()[at], at));
-    let each = last.map_or(0, |s| slot.tokens.count(&s.text));
-    sites as u64 * each
+    let mut tokens = whole;
+    let mut parts: Vec<usize> = edits.iter().filter(|e| e.value.is_some()).map(|e| e.p).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    for p in parts {
+        let Some(part) = message.parts.get(p) else { continue };
+        let mut edited = part.clone();
+        edits.iter().filter(|e| e.p == p && e.value.is_some()).for_each(|e| e.apply(&mut edited));
+        tokens = tokens.saturating_sub(part_tokens(part, counter)) + edited_part_tokens(&edited, counter);
+    }
+    tokens + edits.iter().filter_map(|e| e.append.as_deref()).map(|a| counter.count(a)).sum::<u64>()
 }

@@ -73,6 +73,7 @@ impl Server {
             session.parent = Some(parent.is_some());
         }
         self.look_up_session(session, &sid);
+        self.pick_sheet(session, p.model.as_ref(), p.sheet.clone());
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
@@ -82,7 +83,7 @@ impl Server {
         session.ledger.last_request = Some(now);
         session.requests += 1;
         session.saves.request();
-        let mut facts = RequestFacts::new(&self.rules, idle_seconds);
+        let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
         if facts.cold_start {
@@ -163,6 +164,7 @@ impl Server {
         self.back_off(session, sid);
         let arm = self.arm(session, sid);
         let mut cx = self.request_context(session, sid, mirror, facts).map_err(internal)?;
+        cx.session.savings.seed(cx.slot);
         holdout::note_prompts(&mut cx);
         if arm == Some(Arm::Unpruned) {
             // Its first request saves the arm it was just given.

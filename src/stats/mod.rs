@@ -2,7 +2,8 @@
 //!
 //! What reached the model comes first: the prunes in force and those waiting apart (a waiting
 //! prune has saved nothing), the tokens kept out of the requests so far and the cost saved as
-//! a share, from the figures the sidecar records request by request (`crate::state::savings`).
+//! a share, from the figures the sidecar records request by request (`crate::state::savings`),
+//! and beside them what the provider reported it billed ([`reported`]).
 //!
 //! DCP's figures are kept beside them: pruned tokens is the sum of `totalPruneTokens`, tools pruned
 //! counts the pruned ids of every layout (or dcp's own per-strategy tally when that is
@@ -14,6 +15,7 @@
 mod all_time;
 pub mod money;
 mod net;
+pub mod reported;
 pub mod trial;
 mod watch;
 
@@ -45,6 +47,12 @@ pub struct SessionStats {
     /// What dcp saved in money, where the session's sheet has money prices (see [`money`]).
     #[serde(flatten)]
     pub money: money::Money,
+    /// What the provider reported it billed, summed over the requests dcp learned it for, and
+    /// each request's figures beside it (see [`reported`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported: Option<reported::ReportedTotals>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_request: Vec<reported::RequestRow>,
 }
 
 impl SessionStats {
@@ -200,6 +208,8 @@ pub fn session(session_id: &str, state: &SessionState) -> SessionStats {
         figures,
         by_strategy,
         money,
+        reported: reported::totals(&state.savings),
+        per_request: reported::rows(&state.savings),
     }
 }
 

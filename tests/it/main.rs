@@ -56,4 +56,5 @@ mod stripped;
 mod support;
 mod tokens;
 mod turns;
+mod usage;
 mod views;

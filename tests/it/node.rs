@@ -185,9 +185,12 @@ mod old {
     pub fn slim_info(info: &mut Value) {
         let Some(map) = info.as_object_mut() else { return };
         let summary = map.get("summary") == Some(&Value::Bool(true));
+        // Since issue 37 a model step keeps what the provider reported it billed.
+        let step = map.get("role").and_then(Value::as_str) == Some("assistant");
         map.retain(|k, v| match k.as_str() {
             "id" | "sessionID" | "role" | "agent" | "model" => true,
             "summary" | "parentID" | "finish" => summary,
+            "tokens" | "cost" | "modelID" | "providerID" => step,
             "time" => {
                 if let Value::Object(time) = v {
                     time.retain(|k, _| k == "created");

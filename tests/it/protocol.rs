@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::support::{bad_ids, tree, Sandbox, Sidecar};
+use dcp::sidecar::protocol;
 
 fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string().into_bytes()
@@ -207,4 +208,18 @@ fn a_long_malformed_message_is_cut_in_the_error() {
     let message = sidecar.refuses(&line, -32602, "messages[0].info is not an object");
     assert!(message.len() < 200, "{message}");
     sidecar.shutdown();
+}
+
+#[test]
+fn malformed_lines_get_errors_that_say_why() {
+    let (id, e) = protocol::decode("{not json").unwrap_err();
+    assert_eq!((id, e.code), (None, protocol::code::PARSE));
+    let (id, e) = protocol::decode(r#"{"jsonrpc":"2.0","id":4}"#).unwrap_err();
+    assert_eq!((id, e.code, e.message.as_str()), (Some(json!(4)), protocol::code::INVALID_REQUEST, "missing method"));
+    let (_, e) = protocol::decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err();
+    assert!(e.message.contains("1.0"));
+    let (_, e) = protocol::decode(r#"{"id":1,"method":7}"#).unwrap_err();
+    assert!(e.message.contains("method must be a string"));
+    let r = protocol::decode(r#"{"jsonrpc":"2.0","method":"event","params":{"type":"x"}}"#).unwrap();
+    assert_eq!(r.id, None);
 }

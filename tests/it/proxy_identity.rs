@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::proxy::{post_bytes, proxied_outputs, ProxyProcess, Recorder};
-use dcp::strategies::OUTPUT_PLACEHOLDER;
+use crate::restore::is_pruned;
 
 /// The opening every conversation here shares.
 fn opening() -> Vec<Value> {
@@ -51,10 +51,14 @@ fn send(proxy: &ProxyProcess, upstream: &Recorder, messages: &[Value]) -> Vec<(S
 /// Output `id` of `outputs`, its first 60 characters when it is not `expected`.
 fn output_of(outputs: &[(String, String)], id: &str, expected: &str) -> Result<(), String> {
     let output = &outputs.iter().find(|(call, _)| call == id).unwrap().1;
-    // A placeholder now names its restore handle: any of dcp's stand-ins is the placeholder.
-    let matches =
-        if expected == OUTPUT_PLACEHOLDER { crate::restore::is_pruned(Some(output)) } else { output == expected };
-    matches.then_some(()).ok_or_else(|| output.chars().take(60).collect())
+    (output == expected).then_some(()).ok_or_else(|| output.chars().take(60).collect())
+}
+
+/// Whether call `id`'s output was pruned (its placeholder names a restore handle); else its
+/// first characters.
+fn pruned_of(outputs: &[(String, String)], id: &str) -> Result<(), String> {
+    let output = &outputs.iter().find(|(call, _)| call == id).unwrap().1;
+    is_pruned(Some(output)).then_some(()).ok_or_else(|| output.chars().take(60).collect())
 }
 
 #[test]
@@ -71,7 +75,7 @@ fn conversations_that_share_only_their_opening_never_share_their_prunes_across_a
     let proxy1 = proxy(dir.path(), &upstream, config);
     assert_eq!(output_of(&send(&proxy1, &upstream, &x), "call_0", &other), Ok(()));
     send(&proxy1, &upstream, &y1);
-    let y_first = output_of(&send(&proxy1, &upstream, &y2), "call_0", OUTPUT_PLACEHOLDER);
+    let y_first = pruned_of(&send(&proxy1, &upstream, &y2), "call_0");
     assert_eq!(y_first, Ok(()), "Y's first read is deduplicated");
     let x2: Vec<Value> = [x.clone(), step(1, "read", read("/repo/lib.rs"), "fn lib() {}").to_vec()].concat();
     let outputs = send(&proxy1, &upstream, &x2);
@@ -82,7 +86,7 @@ fn conversations_that_share_only_their_opening_never_share_their_prunes_across_a
     assert_eq!(output_of(&send(&proxy2, &upstream, &x3), "call_0", &other), Ok(()), "after a restart");
     let y3: Vec<Value> = [y2, step(2, "read", read("/repo/a.rs"), "a").to_vec()].concat();
     let outputs = send(&proxy2, &upstream, &y3);
-    let y_first = output_of(&outputs, "call_0", OUTPUT_PLACEHOLDER);
+    let y_first = pruned_of(&outputs, "call_0");
     assert_eq!(y_first, Ok(()), "Y finds its own state again after a restart");
     assert_eq!(output_of(&outputs, "call_1", &main), Ok(()));
     assert!(proxy2.stop());

@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::proxy::{ProxyProcess, Recorder};
+use crate::restore::is_pruned;
 use crate::sidecar::apply;
 use crate::support::{Sandbox, SessionBuilder, Sidecar};
 
@@ -45,7 +46,7 @@ fn a_history_opencode_reverted_keeps_no_prune_from_the_turn_it_undid() {
     let result = sidecar.result("transform", json!({"sessionID": "ses_test", "messages": whole.clone()}));
     let mut seen = whole.clone();
     apply(&mut seen, &result);
-    assert!(crate::restore::is_pruned(Some(output(&seen, "r0"))), "r9 reads main.rs again: r0 is deduplicated");
+    assert!(is_pruned(Some(output(&seen, "r0"))), "r9 reads main.rs again: r0 is deduplicated");
     // `/undo` reverts the last prompt; the next prompt's cleanup removes it and every message
     // after it (OpenCode 1.18.33's `SessionRevert.cleanup`, in its bundled source: the revert
     // message and those after it go), and the new prompt follows what is left.
@@ -116,7 +117,7 @@ fn a_conversation_claude_code_rewound_keeps_no_prune_from_the_branch_it_left() {
         results(&upstream.last())
     };
     let whole = post(&claude_request("3f0c9a", &steps));
-    assert!(crate::restore::is_pruned(Some(&whole[0])), "step 9 reads main.rs again: step 0 is deduplicated");
+    assert!(is_pruned(Some(&whole[0])), "step 9 reads main.rs again: step 0 is deduplicated: {}", whole[0]);
     let rewound = post(&claude_request("3f0c9a", &steps[..2]));
     assert_eq!(rewound[0], main_rs(), "rewound to step 1, the read of step 0 is the only one");
     assert!(proxy.stop());

@@ -21,10 +21,7 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     if mine.ledger.last_request >= out.ledger.last_request {
         out.ledger = mine.ledger;
     }
-    // So do the savings of the process that answered more requests.
-    if mine.savings.requests >= out.savings.requests {
-        out.savings.clone_from(&mine.savings);
-    }
+    merge_savings(&mut out, mine);
     out.trial = crate::state::trial::Trial::merged(out.trial, mine.trial);
     out.misses = out.misses.merged(mine.misses);
     if mine.last_compaction > out.last_compaction {
@@ -70,6 +67,23 @@ pub fn merge(disk: SessionState, mine: &SessionState, journal: &[(String, PruneR
     }
     clamp_counts(&mut out);
     out
+}
+
+/// The savings of the process that answered more requests go on, with what the provider
+/// reported that either process learned.
+fn merge_savings(out: &mut SessionState, mine: &SessionState) {
+    let (other, models) = if mine.savings.requests >= out.savings.requests {
+        let disk = (std::mem::take(&mut out.savings.reported), std::mem::take(&mut out.savings.models));
+        out.savings.clone_from(&mine.savings);
+        disk
+    } else {
+        (mine.savings.reported.clone(), mine.savings.models.clone())
+    };
+    for r in other {
+        if out.savings.reported.binary_search_by_key(&r.request, |x| x.request).is_err() {
+            out.savings.report(r.request, r.usage, r.model.and_then(|m| models.get(m as usize)));
+        }
+    }
 }
 
 /// Keeps every count within [`MAX_COUNT`]: two files' counts, each within it, may add up past

@@ -47,7 +47,7 @@ const LEDGER_KEYS: [&str; 4] = ["banked", "warm", "lastRequest", "offered"];
 
 /// The keys of the `dcp` section that [`render`] writes from the state; others, a newer
 /// dcp's, are kept as read.
-const OWN_KEYS: [&str; 11] = [
+const OWN_KEYS: [&str; 14] = [
     "version",
     "pruned",
     "byStrategy",
@@ -57,8 +57,11 @@ const OWN_KEYS: [&str; 11] = [
     "ledger",
     "lastContext",
     "lastSent",
+    "lastAppended",
     "trail",
     "holdout",
+    "reported",
+    "models",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -239,7 +239,7 @@ fn parse_savings(raw: &Map<String, Value>, state: &mut SessionState) -> Result<(
     Ok(())
 }
 
-/// `dcp.lastContext`, `dcp.lastSent` and `dcp.trail`.
+/// `dcp.lastContext`, `dcp.lastSent`, `dcp.lastAppended`, `dcp.trail` and `dcp.reported`.
 fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
     if let Some(v) = own.get("lastContext") {
         state.savings.last_context = count(v, "dcp.lastContext")?;
@@ -247,6 +247,10 @@ fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(),
     if let Some(v) = own.get("lastSent") {
         state.savings.last_sent = count(v, "dcp.lastSent")?;
     }
+    if let Some(v) = own.get("lastAppended") {
+        state.savings.last_appended = count(v, "dcp.lastAppended")?;
+    }
+    parse_reported(own, state)?;
     let Some(trail) = own.get("trail") else { return Ok(()) };
     let trail = trail.as_array().ok_or_else(|| type_error("dcp.trail", "a list", trail))?;
     for (i, line) in trail.iter().enumerate() {
@@ -256,6 +260,61 @@ fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(),
         state.savings.trail.push(point);
     }
     Ok(())
+}
+
+/// `dcp.reported`: what the provider reported per request, in order of request.
+fn parse_reported(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
+    let Some(reported) = own.get("reported") else { return Ok(()) };
+    let lines = reported.as_array().ok_or_else(|| type_error("dcp.reported", "a list", reported))?;
+    let what = "\"<request> <input> <output> <reasoning> <cacheRead> <cacheWrite> <cost or ->\"";
+    for (i, line) in lines.iter().enumerate() {
+        let key = format!("dcp.reported.{i}");
+        let r = line.as_str().and_then(crate::state::savings::Reported::from_line);
+        let r = r.ok_or_else(|| type_error(&key, what, line))?;
+        let u = r.usage;
+        for n in [r.request, u.input, u.output, u.reasoning, u.cache_read, u.cache_write] {
+            bounded(n, &key)?;
+        }
+        // Kept in order of request, one entry each: a file edited out of order still reads.
+        let list = &mut state.savings.reported;
+        let at = list.partition_point(|x| x.request < r.request);
+        match list.get_mut(at).filter(|x| x.request == r.request) {
+            Some(x) => *x = r,
+            None => list.insert(at, r),
+        }
+    }
+    if let Some(models) = own.get("models") {
+        let models = models.as_array().ok_or_else(|| type_error("dcp.models", "a list", models))?;
+        for (i, model) in models.iter().enumerate() {
+            state.savings.models.push(parse_model(model, &format!("dcp.models.{i}"))?);
+        }
+    }
+    Ok(())
+}
+
+/// A model of `dcp.models`: `{"provider", "id", "cost": {"input", "output", "cacheRead",
+/// "cacheWrite"}, "context"}`, the cost and the context optional.
+fn parse_model(v: &Value, key: &str) -> Result<crate::state::savings::Model, FormatError> {
+    let text = |field: &str| -> Result<String, FormatError> {
+        let v = v.get(field).unwrap_or(&Value::Null);
+        v.as_str().map(str::to_string).ok_or_else(|| type_error(&format!("{key}.{field}"), "a string", v))
+    };
+    let (provider, id) = (text("provider")?, text("id")?);
+    let context = v.get("context").filter(|c| !c.is_null()).map(|c| count(c, &format!("{key}.context"))).transpose()?;
+    let prices = match v.get("cost").filter(|c| !c.is_null()) {
+        None => None,
+        Some(cost) => {
+            let price = |field: &str| -> Result<f64, FormatError> {
+                let p = cost.get(field).unwrap_or(&Value::Null);
+                let ok = p.as_f64().filter(|p| p.is_finite() && *p >= 0.0);
+                ok.ok_or_else(|| type_error(&format!("{key}.cost.{field}"), "a price of 0 or more", p))
+            };
+            let (input, output) = (price("input")?, price("output")?);
+            let (cache_read, cache_write) = (price("cacheRead")?, price("cacheWrite")?);
+            Some(crate::state::savings::Prices { input, output, cache_read, cache_write })
+        }
+    };
+    Ok(crate::state::savings::Model { provider, id, prices, context })
 }
 
 fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {

@@ -220,14 +220,39 @@ fn savings_stats(state: &SessionState) -> Vec<(&'static str, Value)> {
     out
 }
 
-/// dcp's savings keys of its own section: the last request's sizes and each request's point.
+/// dcp's savings keys of its own section: the last request's sizes, each request's point, and
+/// what the provider reported of the requests it was learned for (left out while none was).
 fn savings_own(state: &SessionState) -> Vec<(&'static str, Value)> {
     let s = &state.savings;
     if s.requests == 0 {
         return Vec::new();
     }
     let trail: Vec<Value> = s.trail.iter().map(|p| Value::String(p.to_line())).collect();
-    vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent)), ("trail", Value::Array(trail))]
+    let mut out = vec![("lastContext", json!(s.last_context)), ("lastSent", json!(s.last_sent))];
+    if s.last_appended > 0 {
+        out.push(("lastAppended", json!(s.last_appended)));
+    }
+    out.push(("trail", Value::Array(trail)));
+    if !s.reported.is_empty() {
+        out.push(("reported", Value::Array(s.reported.iter().map(|r| Value::String(r.to_line())).collect())));
+    }
+    if !s.models.is_empty() {
+        out.push(("models", Value::Array(s.models.iter().map(model).collect())));
+    }
+    out
+}
+
+/// A model of `dcp.models` (see `crate::state::savings::Model`).
+fn model(m: &crate::state::savings::Model) -> Value {
+    let mut out = json!({"provider": m.provider, "id": m.id});
+    if let Some(p) = m.prices {
+        out["cost"] =
+            json!({"input": p.input, "output": p.output, "cacheRead": p.cache_read, "cacheWrite": p.cache_write});
+    }
+    if let Some(context) = m.context {
+        out["context"] = json!(context);
+    }
+    out
 }
 
 /// The policy's ledger as the state file holds it, followed by what a newer dcp `added`.
@@ -455,6 +480,9 @@ mod tests {
         state.record("c", rec(Strategy::Sweep, 3, true));
         state.savings.requests = 1;
         state.trial = Some(crate::state::trial::Trial { arm: crate::state::trial::Arm::Unpruned, prompts: 1 });
+        state.savings.last_appended = 5;
+        let model = crate::state::savings::Model { provider: "p".into(), id: "m".into(), ..Default::default() };
+        state.savings.report(1, crate::state::savings::Usage { input: 3, ..Default::default() }, Some(&model));
         let written: Value = serde_json::from_slice(&render(&state, "t")).unwrap();
         let keys: Vec<&String> = written["dcp"].as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), super::OWN_KEYS.len(), "{keys:?}");

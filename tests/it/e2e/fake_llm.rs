@@ -4,9 +4,12 @@
 //! Every request that carries a `tools` list is a main-agent request and consumes the next
 //! scripted turn; other requests (title generation, compaction summaries) get a canned answer.
 //! Every request is logged with its full body, so tests can assert on exactly what the model
-//! received. Tool-call arguments may hold `{{cwd}}` (the project dir), `{{list:NEEDLE}}`
-//! (the id of the line holding NEEDLE in the request's last `<prunable-tools>` list) and
-//! `{{restore}}` (the handle the request's first placeholder names, `restore N`).
+//! received, and with the usage it was answered with: what a provider with a prompt cache
+//! (five minutes, [`super::prompt_cache`]) would have billed, `prompt_tokens` with
+//! `prompt_tokens_details.cached_tokens`, in the whole answer and in the stream's last chunk.
+//! Tool-call arguments may hold `{{cwd}}` (the project dir), `{{list:NEEDLE}}` (the id of the
+//! line holding NEEDLE in the request's last `<prunable-tools>` list) and `{{restore}}` (the
+//! handle the request's first placeholder names, `restore N`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -48,6 +51,9 @@ pub struct Logged {
     pub main: bool,
     pub label: Option<String>,
     pub body: Value,
+    /// What it was billed: the `usage` of its answer.
+    pub billed: super::prompt_cache::Billed,
+    pub output: u64,
 }
 
 impl Logged {
@@ -84,14 +90,17 @@ pub fn content_text(content: &Value) -> String {
     }
 }
 
-#[derive(Default)]
 struct Script {
     turns: Vec<Turn>,
     next: usize,
     cwd: String,
     log: Vec<Logged>,
     calls: u64,
+    cache: super::prompt_cache::PromptCache,
 }
+
+/// How long the fake provider keeps a prompt cached after its last use.
+pub const CACHE_TTL: Duration = Duration::from_secs(300);
 
 pub struct FakeLlm {
     pub port: u16,
@@ -104,7 +113,14 @@ impl FakeLlm {
     pub fn start(cwd: &str) -> FakeLlm {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let port = listener.local_addr().unwrap().port();
-        let script = Arc::new(Mutex::new(Script { cwd: cwd.to_string(), ..Script::default() }));
+        let script = Arc::new(Mutex::new(Script {
+            turns: Vec::new(),
+            next: 0,
+            cwd: cwd.to_string(),
+            log: Vec::new(),
+            calls: 0,
+            cache: super::prompt_cache::PromptCache::new(CACHE_TTL),
+        }));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (script.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -172,7 +188,7 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         return respond_json(&mut out, &json!({"error": "not found"}));
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let (turn, seq) = next_turn(script, &body);
+    let (turn, seq, usage) = next_turn(script, &body);
     if let Some(pidfile) = &turn.kill_pidfile {
         let pids = std::fs::read_to_string(pidfile).unwrap_or_default();
         if let Some(pid) = pids.lines().last() {
@@ -188,8 +204,6 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
         })
         .collect();
     let text = turn.text.clone().unwrap_or_default();
-    let prompt_tokens = body["messages"].to_string().len() / 4;
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10});
     let answer = Answer { seq, text, calls, usage };
     if !body["stream"].as_bool().unwrap_or(false) {
         return respond_whole(&mut out, &answer);
@@ -240,9 +254,10 @@ fn read_request(conn: &TcpStream) -> std::io::Result<(String, Vec<u8>)> {
     Ok((request_line, body))
 }
 
-/// The turn that answers a chat request, and the request's number: the script's next turn
-/// for the main agent (a request with tools), a canned answer for a title or a summary.
-fn next_turn(script: &Mutex<Script>, body: &Value) -> (Turn, u64) {
+/// The turn that answers a chat request, the request's number and the usage it is billed: the
+/// script's next turn for the main agent (a request with tools), a canned answer for a title
+/// or a summary.
+fn next_turn(script: &Mutex<Script>, body: &Value) -> (Turn, u64, Value) {
     let main = body["tools"].as_array().is_some_and(|t| !t.is_empty());
     let mut s = script.lock().unwrap();
     s.calls += 1;
@@ -260,8 +275,12 @@ fn next_turn(script: &Mutex<Script>, body: &Value) -> (Turn, u64) {
     } else {
         Turn::text("side", "Summary: the user explored a demo project; files were read and edited. (fake side answer)")
     };
-    s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone() });
-    (turn, seq)
+    let billed = s.cache.bill(&super::prompt_cache::chat_pieces(body));
+    let answered: usize =
+        turn.text.as_deref().map_or(0, str::len) + turn.tool_calls.iter().map(|c| c.1.to_string().len()).sum::<usize>();
+    let output = (answered as u64 / 4).max(1);
+    s.log.push(Logged { main, label: main.then(|| turn.label.clone()), body: body.clone(), billed, output });
+    (turn, seq, billed.chat(output))
 }
 
 /// What the fake model answers: request number `seq`'s text and tool calls, and the usage.

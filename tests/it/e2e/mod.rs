@@ -11,9 +11,11 @@
 mod clients;
 mod compress;
 mod fake_llm;
+mod meter;
 mod money;
 mod offer;
 mod opencode_queued;
+mod prompt_cache;
 mod proxy;
 mod proxy_restore;
 mod proxy_sessions;

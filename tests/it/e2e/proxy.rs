@@ -209,12 +209,19 @@ fn claude_code_pruned(release: Release) {
     assert!(results[4].1.contains("retries"), "the newest search is kept: {:?}", results[4]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Read it three times."));
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
-    let state_dir = root.join("xdg/data/opencode/storage/plugin/dcp");
-    let states = proxied_states(&state_dir);
-    let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
-    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-claude-code-")).unwrap_or_else(|| panic!("{names:?}"));
+    let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));
+    let (sid, state) = conversation(&states, "proxy-claude-code-");
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
     assert_eq!(stats["session"]["tools_pruned"], if points_back { 2 } else { 3 }, "{stats}");
+    super::meter::upstream_usage_recorded(state, &log, |b| (b.last, b.cached, b.written - b.last));
+}
+
+/// The state of the proxied conversation whose id starts with `prefix`: the one with the most
+/// requests (a client's first request may be a conversation of its own).
+fn conversation<'a>(states: &'a [(String, Value)], prefix: &str) -> &'a (String, Value) {
+    let named = states.iter().filter(|s| s.0.starts_with(prefix));
+    let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
+    named.max_by_key(|s| s.1["stats"]["requests"].as_u64()).unwrap_or_else(|| panic!("{names:?}"))
 }
 
 /// The `tool_result`s of an Anthropic request, in order: tool use id and text.
@@ -300,10 +307,11 @@ fn codex_pruned(release: Release) {
     assert!(proxy.stop(), "the proxy stops cleanly on SIGTERM");
     let states = proxied_states(&root.join("xdg/data/opencode/storage/plugin/dcp"));
     let names: Vec<&String> = states.iter().map(|s| &s.0).collect();
-    let (sid, _) = states.iter().find(|s| s.0.starts_with("proxy-codex-")).unwrap_or_else(|| panic!("{names:?}"));
+    let (sid, state) = states.iter().find(|s| s.0.starts_with("proxy-codex-")).unwrap_or_else(|| panic!("{names:?}"));
     let session_header = last.headers.iter().find(|(k, _)| k == "session-id").map(|(_, v)| v.as_str());
     let named = session_header.is_some_and(|h| sid.starts_with(&format!("proxy-codex-{h}-")));
     assert!(named, "named by Codex's own session id: {sid} {session_header:?}");
     let stats = stats_of(&env, &root.join("xdg/data/opencode"), sid);
     assert_eq!(stats["session"]["tools_pruned"], 2, "{stats}");
+    super::meter::upstream_usage_recorded(state, &log, |b| (b.prompt - b.cached, b.cached, 0));
 }

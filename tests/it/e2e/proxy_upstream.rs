@@ -4,8 +4,10 @@
 //!
 //! Every request that carries tools takes the next scripted step: a tool call or a final
 //! text. Other requests (a client's title and topic checks) get a canned text. Every request
-//! is logged with its headers and its body. A tool call's input may hold `{{restore}}`: the
-//! handle the request's first placeholder names (`dcp restore N`).
+//! is logged with its headers, its body and what it was billed: the usage of a provider with a
+//! prompt cache (five minutes, [`super::prompt_cache`]), in each API's fields. A tool call's
+//! input may hold `{{restore}}`: the handle the request's first placeholder names
+//! (`dcp restore N`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use super::prompt_cache::{anthropic_pieces, responses_pieces, Billed, PromptCache};
 
 /// One scripted answer: a call of `tool` with `input`, several calls at once (a model calling
 /// tools in parallel), or a text.
@@ -43,13 +47,18 @@ pub struct Logged {
     pub body: Value,
     /// The scripted step this request was answered with, if any.
     pub step: Option<usize>,
+    /// What it was billed (a request for no model answer, none), and its output tokens.
+    pub billed: Option<Billed>,
 }
 
-#[derive(Default)]
+/// Output tokens every answer is billed.
+pub const OUTPUT: u64 = 10;
+
 struct Script {
     steps: Vec<Step>,
     next: usize,
     log: Vec<Logged>,
+    cache: PromptCache,
 }
 
 pub struct FakeUpstream {
@@ -61,7 +70,8 @@ impl FakeUpstream {
     pub fn start(steps: Vec<Step>) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let port = listener.local_addr().unwrap().port();
-        let script = Arc::new(Mutex::new(Script { steps, ..Script::default() }));
+        let cache = PromptCache::new(super::fake_llm::CACHE_TTL);
+        let script = Arc::new(Mutex::new(Script { steps, next: 0, log: Vec::new(), cache }));
         let s = script.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -113,11 +123,11 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
     let responses = path.starts_with("/v1/responses");
     if !(path.starts_with("/v1/messages") || responses) || path.contains("count_tokens") {
         let mut s = script.lock().unwrap();
-        s.log.push(Logged { path, headers, body, step: None });
+        s.log.push(Logged { path, headers, body, step: None, billed: None });
         return respond(&mut out, "application/json", &json!({"input_tokens": 10}).to_string());
     }
     let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let (step, index) = {
+    let (step, index, billed) = {
         let mut s = script.lock().unwrap();
         let index = (scripted && s.next < s.steps.len()).then_some(s.next);
         if let Some(i) = index {
@@ -130,17 +140,18 @@ fn handle(conn: TcpStream, script: &Mutex<Script>) -> std::io::Result<()> {
             }
             text => text,
         };
-        s.log.push(Logged { path, headers, body: body.clone(), step: index });
-        (step, index)
+        let billed = s.cache.bill(&if responses { responses_pieces(&body) } else { anthropic_pieces(&body) });
+        s.log.push(Logged { path, headers, body: body.clone(), step: index, billed: Some(billed) });
+        (step, index, billed)
     };
     let id = format!("toolu_{:02}", index.unwrap_or(99));
     if responses {
-        return respond(&mut out, "text/event-stream", &response_events(&step, &id));
+        return respond(&mut out, "text/event-stream", &response_events(&step, &id, &billed));
     }
     if body["stream"].as_bool() == Some(true) {
-        respond(&mut out, "text/event-stream", &events(&step, &id))
+        respond(&mut out, "text/event-stream", &events(&step, &id, &billed))
     } else {
-        respond(&mut out, "application/json", &whole(&step, &id).to_string())
+        respond(&mut out, "application/json", &whole(&step, &id, &billed).to_string())
     }
 }
 
@@ -153,11 +164,7 @@ fn respond(out: &mut TcpStream, kind: &str, body: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-fn usage() -> Value {
-    json!({"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
-}
-
-fn whole(step: &Step, id: &str) -> Value {
+fn whole(step: &Step, id: &str, billed: &Billed) -> Value {
     let (content, stop) = match step {
         Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
         _ => {
@@ -168,12 +175,14 @@ fn whole(step: &Step, id: &str) -> Value {
         }
     };
     json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage()})
+           "content": content, "stop_reason": stop, "stop_sequence": null, "usage": billed.anthropic(OUTPUT)})
 }
 
-/// The answer as the API's server-sent events.
-fn events(step: &Step, id: &str) -> String {
-    let mut start = whole(step, id);
+/// The answer as the API's server-sent events: the prompt's usage in `message_start`, the
+/// output's in `message_delta`.
+fn events(step: &Step, id: &str, billed: &Billed) -> String {
+    let mut start = whole(step, id, billed);
+    start["usage"]["output_tokens"] = json!(1);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     let (blocks, stop) = match step {
@@ -199,7 +208,7 @@ fn events(step: &Step, id: &str) -> String {
     events.extend([
         (
             "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": OUTPUT}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
     ]);
@@ -207,7 +216,7 @@ fn events(step: &Step, id: &str) -> String {
 }
 
 /// The answer as the Responses API's server-sent events.
-fn response_events(step: &Step, id: &str) -> String {
+fn response_events(step: &Step, id: &str, billed: &Billed) -> String {
     let items: Vec<Value> = match step {
         Step::Text(text) => {
             vec![json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
@@ -222,16 +231,15 @@ fn response_events(step: &Step, id: &str) -> String {
             })
             .collect(),
     };
-    let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
-        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110});
-    let response = |status: &str, output: Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
-    let mut events =
-        vec![("response.created", json!({"type": "response.created", "response": response("in_progress", json!([]))}))];
+    let usage = billed.responses(OUTPUT);
+    let response = |status: &str, output: Value, usage: &Value| json!({"id": format!("resp_{id}"), "object": "response", "status": status, "output": output, "usage": usage});
+    let created = response("in_progress", json!([]), &Value::Null);
+    let mut events = vec![("response.created", json!({"type": "response.created", "response": created}))];
     for (index, item) in items.iter().enumerate() {
         let done = json!({"type": "response.output_item.done", "output_index": index, "item": item});
         events.push(("response.output_item.done", done));
     }
-    let completed = response("completed", Value::Array(items));
+    let completed = response("completed", Value::Array(items), &usage);
     events.push(("response.completed", json!({"type": "response.completed", "response": completed})));
     events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }

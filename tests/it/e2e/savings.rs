@@ -26,7 +26,7 @@ fn a_live_session_s_savings_equal_its_replay_and_its_report_shows_them_in_chromi
 /// id tags ride along. No agent tool is called: `dcp replay` replays a session without dcp as
 /// one whose agent never had them, which would leave that step's request out of its `none` run
 /// and make the two runs' sums differ by a request. Returns the session.
-fn record_session(lab: &Lab) -> String {
+pub(super) fn record_session(lab: &Lab) -> String {
     lab.prompt(
         None,
         "Explore the project.",
