@@ -31,12 +31,12 @@ use std::hash::{Hash, Hasher};
 
 use super::pieces::{tool_result, Edit, Pieces};
 use super::steps::AGENT_TOOLS;
-use super::windows::{normalise, windows};
 use super::Step;
 use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node, Role};
+use crate::strategies::windows::{normalise, windows};
 
-pub use super::windows::WINDOW;
+pub use crate::strategies::windows::WINDOW;
 
 /// One step that quoted hidden text: what it would cost to get that text back.
 #[derive(Debug, Clone, PartialEq, Serialize)]

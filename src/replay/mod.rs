@@ -26,7 +26,6 @@ pub mod misses;
 pub mod pieces;
 pub mod report;
 pub mod steps;
-pub mod windows;
 
 use serde::Serialize;
 

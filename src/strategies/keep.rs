@@ -33,10 +33,11 @@
 
 use rustc_hash::FxHashSet;
 
+use super::windows::normalise;
 use crate::session::{is_prompt, slim, str_field, Message, Node, Role};
 
 /// How many characters a quote must share with a text (as `dcp replay` counts misses).
-pub const WINDOW: usize = 64;
+pub use super::windows::WINDOW;
 
 /// Window hashes winnowed together: a shared run of `WINDOW + WINNOW - 1` characters is found.
 pub const WINNOW: usize = 16;
@@ -219,73 +220,10 @@ fn winnow(text: &str, out: &mut Vec<u32>) {
     }
 }
 
-/// `text` without line-number prefixes and with each run of whitespace made one space, as
-/// `dcp replay` compares quotes (`crate::replay` counts misses on the same text).
-fn normalise(text: &str) -> Vec<char> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut space = false;
-    for (n, line) in text.split('\n').enumerate() {
-        space |= n > 0;
-        for c in line[prefix_len(line)..].chars() {
-            if c.is_whitespace() {
-                space = true;
-                continue;
-            }
-            if space && !out.is_empty() {
-                out.push(' ');
-            }
-            space = false;
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The length of a file view's line-number prefix (`12\t`, `12→`, `00012| `) at the start
-/// of `line`, if it has one.
-fn prefix_len(line: &str) -> usize {
-    let trimmed = line.trim_start_matches(' ');
-    let digits = trimmed.bytes().take_while(u8::is_ascii_digit).count();
-    let rest = &trimmed[digits..];
-    let sep = match () {
-        _ if digits == 0 => return 0,
-        _ if rest.starts_with('\t') => 1,
-        _ if rest.starts_with('→') => '→'.len_utf8(),
-        _ if rest.starts_with("| ") => 2,
-        _ => return 0,
-    };
-    line.len() - rest.len() + sep
-}
-
-const MODULUS: u64 = (1 << 61) - 1;
-const BASE: u64 = 0x1f3d_5b79_a2c4_e681 % MODULUS;
-
-fn mul(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    let folded = (p as u64 & MODULUS) + (p >> 61) as u64;
-    if folded >= MODULUS {
-        folded - MODULUS
-    } else {
-        folded
-    }
-}
-
-/// Calls `each` with a 32-bit hash of every [`WINDOW`]-character window of `chars`, in order
-/// (a rolling polynomial hash modulo 2^61 - 1, folded).
+/// Calls `each` with a 32-bit hash of every [`WINDOW`]-character window of `chars`, in order:
+/// the rolling hash `dcp replay` finds misses with ([`super::windows`]), folded.
 fn windows(chars: &[char], mut each: impl FnMut(u32)) {
-    if chars.len() < WINDOW {
-        return;
-    }
-    let add = |a: u64, b: u64| (a + b) % MODULUS;
-    let fold = |h: u64| (h ^ (h >> 32)) as u32;
-    let top = (1..WINDOW).fold(1, |p, _| mul(p, BASE));
-    let mut h = chars[..WINDOW].iter().fold(0, |h, &c| add(mul(h, BASE), u64::from(c)));
-    each(fold(h));
-    for i in WINDOW..chars.len() {
-        let out = mul(u64::from(chars[i - WINDOW]), top);
-        h = add(mul(add(h, MODULUS - out), BASE), u64::from(chars[i]));
-        each(fold(h));
-    }
+    super::windows::windows(chars, |h| each((h ^ (h >> 32)) as u32));
 }
 
 /// What one call says for the rules of this module.

@@ -19,6 +19,7 @@ pub mod rewind;
 pub mod supersede_writes;
 pub mod sweep;
 pub mod turns;
+pub mod windows;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;

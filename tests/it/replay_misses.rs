@@ -285,7 +285,7 @@ fn sent_texts(part: &Value) -> [Vec<String>; 2] {
 }
 
 fn normalised(text: &str) -> String {
-    dcp::replay::windows::normalise(text).into_iter().collect()
+    dcp::strategies::windows::normalise(text).into_iter().collect()
 }
 
 /// Whether the step `step` produced by a request that sent `sent` (original `history`) is a
