@@ -130,6 +130,25 @@ pub(super) fn claude(release: Release) -> std::path::PathBuf {
     }
 }
 
+/// The environment Claude Code runs in under `root` (its config dir, no traffic but the model's),
+/// beside `env`, with its API at `base_url`.
+pub(super) fn claude_env(
+    root: &Path,
+    env: &[(&'static str, std::ffi::OsString)],
+    base_url: String,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let fixed = [
+        ("ANTHROPIC_BASE_URL", base_url.into()),
+        ("ANTHROPIC_API_KEY", "dummy".into()),
+        ("CLAUDE_CONFIG_DIR", root.join("home/.claude").into_os_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ("DISABLE_AUTOUPDATER", "1".into()),
+        ("DISABLE_TELEMETRY", "1".into()),
+        ("DISABLE_ERROR_REPORTING", "1".into()),
+    ];
+    env.iter().cloned().chain(fixed).map(|(k, v)| (k.into(), v)).collect()
+}
+
 /// The client `bin` of npm package `spec`, installed into `target/e2e/<dir>` unless there.
 fn npm_client(dir: &str, bin: &str, spec: &str) -> std::path::PathBuf {
     let dir = super::e2e_dir().join(dir);
@@ -176,14 +195,7 @@ fn claude_code_pruned(release: Release) {
     let out = Command::new(claude(release))
         .args(["-p", "Read config.txt three times.", "--allowedTools", "Read,Grep", "--model", "claude-sonnet-4-5"])
         .current_dir(root.join("proj"))
-        .envs(env.iter().cloned())
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", proxy.port))
-        .env("ANTHROPIC_API_KEY", "dummy")
-        .env("CLAUDE_CONFIG_DIR", root.join("home/.claude"))
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
+        .envs(claude_env(root, &env, format!("http://127.0.0.1:{}", proxy.port)))
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

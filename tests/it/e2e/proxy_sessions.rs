@@ -109,14 +109,7 @@ fn claude_code_session(release: Release) {
         .args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"])
         .args(["--allowedTools", "Bash,Read", "--model", "claude-sonnet-4-5"])
         .current_dir(root.join("proj"))
-        .envs(env.iter().cloned())
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", through(&proxy, &upstream)))
-        .env("ANTHROPIC_API_KEY", "dummy")
-        .env("CLAUDE_CONFIG_DIR", root.join("home/.claude"))
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
+        .envs(super::proxy::claude_env(root, &env, format!("http://127.0.0.1:{}", through(&proxy, &upstream))))
         .stderr(std::process::Stdio::null());
     let mut claude = Driven::spawn(command);
     let prompt = |text: &str| json!({"type": "user", "message": {"role": "user", "content": text}});
