@@ -199,8 +199,9 @@ pub struct Masking {
     /// wrote is the agent's working material too: a file it is still reading around is one it
     /// may edit next (0: off; see `crate::strategies::masking`, "The working set").
     pub working_files: u32,
-    /// For this many steps after a follow-up prompt, the latest views of the files it names (by
-    /// path, name, or a directory of two or more components) stay whole (0: off; see
+    /// For this many steps after a prompt, the latest views of the files it names (by path,
+    /// name, or a directory of two or more components; the session's first prompt by a path
+    /// alone) stay whole (0: off; see
     /// `crate::strategies::keep`, "Named by the person").
     pub keep_named: u32,
     /// A listing, search or written file that one of the agent's last this many steps quoted

@@ -6,7 +6,7 @@
 //! asked for the hidden text itself. A re-fetch says so less surely: an agent runs a command
 //! again, or reads a file again, for reasons of its own too (on recordings of agents that ran
 //! without dcp, most re-fetches are such: `docs/results/misses.md`). So each restore is a step
-//! of backoff and every third re-fetch is one ([`backoff_level`]), up to [`MAX_LEVEL`]. Each
+//! of backoff and every fifth re-fetch is one ([`backoff_level`], [`REFETCHES_PER_STEP`]), up to [`MAX_LEVEL`]. Each
 //! step widens masking's windows ([`backed_off`]): two more of the latest outputs kept whole,
 //! and half the default budget of kept tokens again, in the window between rewrites and in the
 //! narrower one a rewrite masks down to. What is hidden already stays hidden (a rewrite that
@@ -17,8 +17,12 @@ use crate::config::Masking;
 /// The most steps a session backs off: past three, keeping still more would rarely pay.
 pub const MAX_LEVEL: u32 = 3;
 
-/// Re-fetches that make one step of backoff.
-pub const REFETCHES_PER_STEP: u64 = 3;
+/// Re-fetches that make one step of backoff: five. On recordings, where every re-fetch is the
+/// agent's own doing, one to ten per step save no miss on the corpus, the held-out set or the
+/// generated suite, and the fewer a step takes the more it costs (the suite's total cost with
+/// misses 0.441 at one, 0.440 at three, 0.434 at five, 0.431 at ten: docs/results/misses.md);
+/// five keeps a session that re-fetches again and again backing off within a few dozen steps.
+pub const REFETCHES_PER_STEP: u64 = 5;
 
 /// How far a session whose agent re-fetched `refetches` hidden outputs and restored
 /// `restores` backs off: a step per restore and per [`REFETCHES_PER_STEP`] re-fetches, up to
@@ -49,16 +53,16 @@ mod tests {
     fn a_session_without_misses_keeps_masking_s_settings() {
         let base = Masking::default();
         assert_eq!(backoff_level(0, 0), 0);
-        assert_eq!(backoff_level(2, 0), 0, "two re-fetches may be the agent's own doing");
+        assert_eq!(backoff_level(4, 0), 0, "four re-fetches may be the agent's own doing");
         assert_eq!(backed_off(&base, 0), base);
     }
 
     #[test]
-    fn a_restore_or_three_re_fetches_widen_the_windows_a_step_up_to_three() {
+    fn a_restore_or_five_re_fetches_widen_the_windows_a_step_up_to_three() {
         let base = Masking::default();
         assert_eq!(backoff_level(0, 1), 1, "a restore is a miss for certain");
-        assert_eq!(backoff_level(3, 0), 1);
-        assert_eq!(backoff_level(4, 1), 2);
+        assert_eq!(backoff_level(5, 0), 1);
+        assert_eq!(backoff_level(9, 1), 2);
         let one = backed_off(&base, 1);
         assert_eq!((one.keep_last, one.keep_tokens), (8, 15_000));
         assert_eq!((one.on_rewrite.keep_last, one.on_rewrite.keep_tokens), (6, 4_500));

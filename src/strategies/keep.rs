@@ -8,9 +8,12 @@
 //! path, asks about those files: their latest views (a file's latest whole read or write, and
 //! the edits after it) stay whole for that turn ([`Names`]). A directory keeps the views of
 //! files at most [`DIR_DEPTH`] levels below it, so a prompt that names the project's root does
-//! not keep every file the agent ever read. The session's first prompt is left out: in a
-//! continuous run it is the whole task, which names most of what the agent will read, and
-//! keeping all of that costs more than the misses it saves (docs/results/keep.md).
+//! not keep every file the agent ever read. The session's first prompt counts only for the
+//! files it names by a path of two or more components (`src/parser.py`, an absolute path): in
+//! a continuous run it is the whole task, and its bare names and directories name most of what
+//! the agent will read, which kept costs more than the misses it saves (docs/results/keep.md);
+//! but a task that gives a file's path (a subagent told which files to change) sends the agent
+//! back to that file's text for its first steps (docs/results/misses.md).
 //!
 //! **In use.** An output that one of the agent's last `strategies.masking.keepQuoted` steps
 //! quoted (an edit's `oldString` taken from a read, a path taken from a listing, a file built
@@ -98,6 +101,14 @@ impl Names {
             }
         }
         names
+    }
+
+    /// What a session's first prompt names ([`Signals::named`]): only its files named by a
+    /// path of two or more components.
+    pub fn by_path(mut self) -> Names {
+        self.files.retain(|f| f.contains('/'));
+        self.dirs.clear();
+        self
     }
 
     /// Whether `path` is named: a named file is the path or its last components (a file name
@@ -258,7 +269,8 @@ impl Signals {
     pub fn message(&mut self, message: &Message) {
         if is_prompt(message) {
             self.prompts += 1;
-            self.named = Names::of(&prompt_text(message));
+            let named = Names::of(&prompt_text(message));
+            self.named = if self.prompts == 1 { named.by_path() } else { named };
             self.prompt_step = self.step;
         }
         if message.role() == Role::Assistant {
@@ -285,9 +297,10 @@ impl Signals {
         used > 0 && self.step - used < within && IN_USE_TOOLS.contains(&tool)
     }
 
-    /// Whether the latest prompt, a follow-up sent fewer than `within` steps ago, names `path`.
+    /// Whether the latest prompt, sent fewer than `within` steps ago, names `path` (the
+    /// session's first prompt only by a path, [`Names::by_path`]).
     pub fn named(&self, path: &str, within: u32) -> bool {
-        self.prompts >= 2 && self.step - self.prompt_step < within && self.named.names(path)
+        self.prompts >= 1 && self.step - self.prompt_step < within && self.named.names(path)
     }
 
     /// Marks the calls the step `message` quoted, each quote going to its newest source.

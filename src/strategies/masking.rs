@@ -49,8 +49,8 @@
 //!
 //! **What the next steps need** ([`needed`], `crate::strategies::keep`). Two more signals keep
 //! an output whole whatever its age: for `strategies.masking.keepNamed` steps after a
-//! follow-up prompt, the latest views of the files it names (a file's latest whole read or
-//! write, and the edits after it); and a listing, search or written file that one of the
+//! prompt, the latest views of the files it names (a file's latest whole read or write, and
+//! the edits after it; the session's first prompt names only by a path); and a listing, search or written file that one of the
 //! agent's last `strategies.masking.keepQuoted` steps quoted.
 //!
 //! **What goes first.** The outputs the agent quotes again (an edit's `oldString`, a new
@@ -320,7 +320,7 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
 }
 
 /// Which of `history`'s calls the next steps need now (see the module header, "What the next
-/// steps need"): the views of files the latest follow-up prompt names, and the outputs in use.
+/// steps need"): the views of files the latest prompt names, and the outputs in use.
 /// The sidecar's index keeps the same incrementally.
 pub fn needed(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     let m = &rules.config().strategies.masking;

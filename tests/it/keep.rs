@@ -95,3 +95,33 @@ fn a_listing_the_agent_reads_its_paths_from_stays_whole_while_it_does() {
     // Three steps after the last read, the listing goes like any old output.
     assert!(listing_masked(&listing_then_reads(8, 3), &Config::default()));
 }
+
+/// A subagent's session: its task gives the path of the file to change and names another file
+/// by its name alone; the agent reads both, then a few more files push them out of masking's
+/// window.
+fn task_naming_a_path(reads_after: usize) -> Vec<Message> {
+    let read = |name: &str| json!({"filePath": format!("/work/project/src/pkg/export/{name}")});
+    let mut b = SessionBuilder::new()
+        .user("Fix the off-by-one in src/pkg/export/render.go; util.go has the helpers.")
+        .tool("r_render", "read", read("render.go"), &file_text("RENDER", 150))
+        .tool("r_util", "read", read("util.go"), &file_text("UTIL", 150));
+    for i in 0..reads_after {
+        b = b.tool(&format!("o{i}"), "read", read(&format!("other_{i}.go")), &file_text(&format!("O{i}"), 150));
+    }
+    b.build()
+}
+
+#[test]
+fn a_task_giving_a_file_s_path_keeps_that_file_s_latest_view_for_its_first_steps() {
+    let mut config = Config::default();
+    // Only the rule keeps a read: no working set of recent files.
+    config.strategies.masking.working_files = 0;
+    let masked = crate::masking::masked(&task_naming_a_path(5), &config);
+    assert!(masked.contains(&"r_util".to_string()), "a name alone in the first prompt keeps nothing: {masked:?}");
+    assert!(!masked.contains(&"r_render".to_string()), "the file the task gives the path of stays: {masked:?}");
+    // Eight steps on, the task's names are done.
+    let later = crate::masking::masked(&task_naming_a_path(6), &config);
+    assert!(later.contains(&"r_render".to_string()), "{later:?}");
+    config.strategies.masking.keep_named = 0;
+    assert!(crate::masking::masked(&task_naming_a_path(5), &config).contains(&"r_render".to_string()));
+}

@@ -158,16 +158,16 @@ fn edits_after(server: &mut Server, sid: &str, steps: &[Vec<Message>]) -> usize 
 fn a_re_fetch_is_counted_and_makes_the_session_back_off() {
     let sandbox = Sandbox::new();
     let mut engine = server(&sandbox, IMMEDIATE);
-    let files = ["/p/src/a.rs", "/p/src/b.rs", "/p/src/c.rs"];
-    // Three files read again while their first reads are hidden: three re-fetches, a step
-    // of backoff (`policy::backoff_level`).
+    let files = ["/p/src/a.rs", "/p/src/b.rs", "/p/src/c.rs", "/p/src/g.rs", "/p/src/h.rs"];
+    // Five files read again while their first reads are hidden: five re-fetches, a step of
+    // backoff (`policy::backoff_level`).
     let backed_off = edits_after(&mut engine, "ses_rereads", &reads(&files, &files));
     let stats = call(&mut engine, "command", json!({"sessionID": "ses_rereads", "arguments": "stats"}));
     let text = stats["text"].as_str().unwrap();
-    assert!(text.contains("Misses seen:     3 re-fetches, 0 restores"), "{text}");
+    assert!(text.contains("Misses seen:     5 re-fetches, 0 restores"), "{text}");
     // Backed off, the session keeps more: its last step masks less than the same step of a
     // session whose second reads are of other files (no re-fetch).
-    let others = ["/p/src/d.rs", "/p/src/e.rs", "/p/src/f.rs"];
+    let others = ["/p/src/d.rs", "/p/src/e.rs", "/p/src/f.rs", "/p/src/i.rs", "/p/src/j.rs"];
     let plain = edits_after(&mut engine, "ses_plain", &reads(&files, &others));
     let stats = call(&mut engine, "command", json!({"sessionID": "ses_plain", "arguments": "stats"}));
     let session = stats["text"].as_str().unwrap().split("All-time").next().unwrap();

@@ -118,10 +118,12 @@ fn a_read_or_a_command_s_output_is_never_kept_in_use() {
 }
 
 #[test]
-fn only_a_follow_up_prompt_names_and_only_for_its_first_steps() {
+fn a_prompt_names_only_for_its_first_steps_and_the_first_only_by_path() {
     let mut signals = Signals::default();
-    signals.message(&prompt("explain parser.py"));
-    assert!(!signals.named("/p/parser.py", 8), "the first prompt is the task: it names what the whole run reads");
+    signals.message(&prompt("explain parser.py, then fix src/lexer.py; look around src/tools/"));
+    assert!(!signals.named("/p/parser.py", 8), "the first prompt is the task: its bare names name what the run reads");
+    assert!(!signals.named("/p/src/tools/x.py", 8), "nor do its directories");
+    assert!(signals.named("/p/src/lexer.py", 8), "a path it gives is the file the task is about");
     signals.message(&prompt("where in parser.py is FIELD_RE used?"));
     assert!(signals.named("/p/parser.py", 8) && !signals.named("/p/storage.py", 8));
     for _ in 0..7 {
