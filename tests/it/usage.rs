@@ -186,3 +186,13 @@ fn a_process_s_first_request_is_priced_by_the_model_its_session_remembered() {
     assert_eq!(prompted, gpt, "priced by the model its prompt names");
     assert_ne!(gpt, named, "the two sheets price the same requests apart");
 }
+
+#[test]
+fn a_state_file_s_models_read_back_without_any_reported_usage() {
+    let mut raw: Value = serde_json::from_str(OLDER).unwrap();
+    raw["dcp"]["models"] = json!([{"provider": "fake", "id": "fake-model", "cost": {"input": 2.0, "output": 10.0, "cacheRead": 1.0, "cacheWrite": 2.0}}]);
+    let state = parse(raw.to_string().as_bytes()).unwrap();
+    assert_eq!(state.savings.models.len(), 1, "the model the client named is kept");
+    let again = parse(&render(&state, "2026-11-22T03:15:07.482Z")).unwrap();
+    assert_eq!(again.savings.models, state.savings.models);
+}
