@@ -4,7 +4,7 @@
 //! model, so a process's first request of a session has no model data yet: it is priced by
 //! the model its history's last prompt names, with the prices the session's state remembers
 //! for it (every model the plugin names is kept in `dcp.models`), else by the model the state
-//! names last; the config's sheet only when neither says. The policy's decisions, the cold
+//! names last, when the client gave its prices; the config's sheet otherwise. The policy's decisions, the cold
 //! cache's TTL and the savings are priced by it (`crate::prices::live`).
 
 use super::model::ModelWire;
@@ -69,18 +69,17 @@ impl Server {
         }
     }
 
-    /// The model a request without model data is priced by (see the module's header).
+    /// The model a request without model data is priced by (see the module's header): one the
+    /// client named with its prices, so that a caller that names none (`dcp replay`) keeps
+    /// the config's sheet.
     fn remembered_model(&mut self, sid: &str, messages: &[Node]) -> Option<Model> {
         let prompted = messages.iter().rev().find_map(prompt_model);
         let savings = &self.store.slot(sid).ok()?.state.savings;
-        match prompted {
-            Some((provider, id)) => Some(savings.known_model(provider, id).cloned().unwrap_or(Model {
-                provider: provider.into(),
-                id: id.into(),
-                ..Model::default()
-            })),
-            None => savings.last_model().cloned(),
-        }
+        let model = match prompted {
+            Some((provider, id)) => savings.known_model(provider, id),
+            None => savings.last_model(),
+        };
+        model.filter(|m| m.prices.is_some()).cloned()
     }
 }
 
