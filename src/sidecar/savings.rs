@@ -15,9 +15,11 @@
 //!   the prunes were recorded to save: a range whose summary is longer than its messages, the
 //!   frames of the messages a range takes, the message id tags, all count as they were sent.
 //!
-//! The cached prefix of a request is what the one before it sent up to the first message this
-//! one changed: a prune or range put in force since (found by id, as the views of the prunes
-//! are kept), a range taken away, or a message OpenCode changed (the plugin's `base`). A
+//! The cached prefix of a request is what the one before it sent up to the first piece this
+//! one changed, as replay finds it: the first message changed by a prune or range put in force
+//! since (found by id, as the views of the prunes are kept), a range taken away, or a message
+//! OpenCode changed (the plugin's `base`); inside a message a prune's edits changed, up to its
+//! first edited piece ([`piece`]: its texts and inputs, then its results). A
 //! process's first request takes the prunes and ranges the state file had in force before it
 //! as sent before ([`Meter::seed`]). Each message is counted when it is new or its edits
 //! changed.
@@ -37,6 +39,8 @@ use crate::strategies::compress::Span;
 use crate::strategies::incremental::Index;
 use crate::tokens::TokenCounter;
 
+mod piece;
+
 /// A tool part is sent as a call and its result, each in its frame.
 const FRAME_TOOL: u64 = FRAME_CALL + FRAME_RESULT;
 
@@ -49,8 +53,10 @@ pub(super) struct Meter {
     whole: Vec<u64>,
     without: Vec<u64>,
     sent: Vec<u64>,
-    /// By message: the edits the plugin holds.
+    /// By message: the edits the plugin holds, and those the last request's answer replaced
+    /// (of the messages whose edits it changed).
     edits: Vec<Vec<Edit>>,
+    replaced: Vec<(usize, Vec<Edit>)>,
     /// The compressed ranges of the last request, with their summary messages' tokens.
     ranges: Vec<RangeSent>,
     /// Whether the last request carried dcp's head; `None` before the first.
@@ -141,6 +147,13 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
     let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
     // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.
     let host = (seen && kept < history).then_some(kept);
+    // A rewrite that edits a message leaves its pieces in front of the first edited one as sent.
+    let within = match rewritten {
+        Some(m) if ranges_changed.is_none_or(|r| r > m) && host.is_none_or(|h| h > m) => {
+            meter.unchanged_in_front(messages, m, &mut slot.tokens)
+        }
+        _ => 0,
+    };
     let facts = Facts {
         offered,
         head,
@@ -150,7 +163,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         time: session.ledger.last_request.unwrap_or_default(),
         rates: cx.facts.rates,
     };
-    let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host });
+    let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host, within });
     let context_before = slot.state.savings.last_context;
     let billed = slot.state.savings.add(&request);
     // The steps new to this request say what the provider billed for the ones before.
@@ -170,6 +183,8 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
 struct Changed {
     rewritten: Option<usize>,
     host: Option<usize>,
+    /// Tokens of the first rewritten message's pieces in front of its first changed one.
+    within: u64,
 }
 
 /// What a request's figures need besides the meter's counts.
@@ -191,7 +206,7 @@ impl Meter {
     /// The request's figures: its sizes, and the prefixes of each the provider still had
     /// cached, given what it `changed`.
     fn figures(&self, savings: &Savings, f: &Facts, changed: Changed) -> RequestFigures {
-        let Changed { rewritten, host } = changed;
+        let Changed { rewritten, host, within } = changed;
         let n = self.whole.len();
         let fixed = OPENCODE_OVERHEAD;
         let without = fixed + self.without.iter().sum::<u64>();
@@ -207,7 +222,7 @@ impl Meter {
             (false, false) => (fixed + self.without[..host.unwrap_or(n)].iter().sum::<u64>()).min(savings.last_context),
         };
         let first = rewritten.into_iter().chain(host).min();
-        let prefix = first.map(|m| fixed + f.head + self.sent_before(m));
+        let prefix = first.map(|m| fixed + f.head + self.sent_before(m) + within);
         let cached_with = match (f.cold, head_moved, cut) {
             (true, _, _) => 0,
             // The head sits before the history: a head that came or went leaves OpenCode's
@@ -216,7 +231,7 @@ impl Meter {
             (false, false, true) => fixed + f.head,
             (false, false, false) => prefix.unwrap_or(with).min(sent_before),
         };
-        let rewrote = rewritten.is_some_and(|m| fixed + f.head + self.sent_before(m) < sent_before);
+        let rewrote = rewritten.is_some_and(|m| fixed + f.head + self.sent_before(m) + within < sent_before);
         let mark = match (f.compacted, rewrote) {
             (true, _) => Mark::Compaction,
             (false, true) => Mark::Rewrite,
@@ -244,11 +259,10 @@ impl Meter {
     /// messages; returns the messages whose edits changed.
     fn hold_edits(&mut self, edits: &Edits, n: usize) -> Vec<usize> {
         self.edits.resize_with(n, Vec::new);
-        match edits {
+        let edited: Vec<usize> = match edits {
             Edits::Same => Vec::new(),
             Edits::Add(new) => {
                 let mut edited: Vec<usize> = new.iter().filter(|e| e.m < n).map(|e| e.m).collect();
-                new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
                 edited.sort_unstable();
                 edited.dedup();
                 edited
@@ -256,11 +270,29 @@ impl Meter {
             Edits::Full(all) => {
                 let mut by_message: Vec<Vec<Edit>> = vec![Vec::new(); n];
                 all.iter().filter(|e| e.m < n).for_each(|e| by_message[e.m].push(e.clone()));
-                let edited = (0..n).filter(|&m| self.edits[m] != by_message[m]).collect();
-                self.edits = by_message;
-                edited
+                (0..n).filter(|&m| self.edits[m] != by_message[m]).collect()
+            }
+        };
+        self.replaced = edited.iter().map(|&m| (m, self.edits[m].clone())).collect();
+        match edits {
+            Edits::Same => {}
+            Edits::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone())),
+            Edits::Full(all) => {
+                self.edits.iter_mut().for_each(Vec::clear);
+                all.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
             }
         }
+        edited
+    }
+
+    /// Tokens of message `m`'s pieces in front of the first one its edits changed at this
+    /// request, when the first change of the history is one of them (see [`piece`]).
+    fn unchanged_in_front(&self, messages: &[Message], m: usize, counter: &mut TokenCounter) -> u64 {
+        let in_a_range = self.ranges.iter().any(|r| (r.from..=r.to).contains(&m));
+        let Some((_, before)) = self.replaced.iter().find(|(at, _)| *at == m).filter(|_| !in_a_range) else {
+            return 0;
+        };
+        messages.get(m).map_or(0, |message| piece::unchanged_in_front(message, before, &self.edits[m], counter))
     }
 
     /// Counts what dcp sent of the messages from `kept` on and of those whose edits changed

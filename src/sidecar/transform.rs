@@ -73,7 +73,8 @@ impl Server {
             session.parent = Some(parent.is_some());
         }
         self.look_up_session(session, &sid);
-        self.pick_sheet(session, p.model.as_ref(), p.sheet.clone());
+        let named = super::sheet::Named { sheet: p.sheet.clone(), model: p.model.as_ref(), messages: &p.messages };
+        self.pick_sheet(session, &sid, named);
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }

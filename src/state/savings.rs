@@ -221,6 +221,28 @@ impl Savings {
         }
     }
 
+    /// Keeps `model` among the session's models (the sheet of a later process's first request
+    /// is its); returns whether it is new.
+    pub fn remember(&mut self, model: &Model) -> bool {
+        let known = self.models.len();
+        self.model_index(model);
+        self.models.len() > known
+    }
+
+    /// The model the session names last: the one of its last reported usage, else the last
+    /// it learnt.
+    pub fn last_model(&self) -> Option<&Model> {
+        let reported = self.reported.iter().rev().find_map(|r| r.model);
+        reported.and_then(|i| self.models.get(i as usize)).or_else(|| self.models.last())
+    }
+
+    /// The model the session knows by `provider` and `id`, the newest with prices first.
+    pub fn known_model(&self, provider: &str, id: &str) -> Option<&Model> {
+        let same = |m: &&Model| m.provider == provider && m.id == id;
+        let priced = self.models.iter().rev().filter(same).find(|m| m.prices.is_some());
+        priced.or_else(|| self.models.iter().rev().find(same))
+    }
+
     /// The index of `model` in [`Savings::models`], added when new.
     fn model_index(&mut self, model: &Model) -> u32 {
         match self.models.iter().position(|m| m == model) {

@@ -14,9 +14,12 @@
 
 use serde::Serialize;
 
+use super::reported::Outputs;
 use super::Figures;
 use crate::config::Config;
+use crate::prices::live::{for_client, Given};
 use crate::prices::Sheet;
+use crate::state::savings::{Model, Savings};
 use crate::state::SessionState;
 
 /// The money figures of a session, or of all-time.
@@ -111,10 +114,23 @@ impl Money {
 }
 
 /// The sheet session `state`'s requests were priced at: `prices` in `config` over the sheet
-/// its model gives (Anthropic's 5-minute cache when no model is known).
-pub fn sheet_of(_state: &SessionState, config: &Config) -> Sheet {
-    let base = Sheet::default();
+/// the model it names last gives (see [`model_sheet`]; Anthropic's 5-minute cache when it
+/// names none), as the sidecar priced them.
+pub fn sheet_of(state: &SessionState, config: &Config) -> Sheet {
+    let base = state.savings.last_model().map(model_sheet).unwrap_or_default();
     config.sheet(base.clone()).unwrap_or(base)
+}
+
+/// The sheet of a model a session's state names: the one its id (or provider) gives, with the
+/// prices the client gave for it over it.
+pub fn model_sheet(model: &Model) -> Sheet {
+    let given = model.prices.map(|p| Given {
+        input: p.input,
+        output: p.output,
+        cache_read: p.cache_read,
+        cache_write: p.cache_write,
+    });
+    for_client(&model.provider, &model.id, given.as_ref())
 }
 
 /// The sheet the all-time figures are priced at: `prices` in `config` over the default.
@@ -127,9 +143,11 @@ pub fn all_time_sheet(config: &Config) -> Sheet {
 /// and a row per model its requests went to.
 pub fn of_session(state: &SessionState, f: &Figures, sheet: &Sheet) -> Money {
     let mut money = Money::priced(f, sheet);
+    money.reported_check = check(&state.savings, sheet);
     if state.savings.requests > 0 {
+        let named = state.savings.last_model().map(|m| format!("{}/{}", m.provider, m.id));
         money.by_model.push(ModelMoney {
-            model: sheet.name.clone(),
+            model: named.unwrap_or_else(|| sheet.name.clone()),
             sheet: sheet.name.clone(),
             requests: state.savings.requests,
             cost_saved: f.cost_saved,
@@ -138,6 +156,14 @@ pub fn of_session(state: &SessionState, f: &Figures, sheet: &Sheet) -> Money {
         });
     }
     money
+}
+
+/// The saving of `savings` held against what the provider reported of its requests, both
+/// priced at `sheet`; `None` while it reported none.
+fn check(savings: &Savings, sheet: &Sheet) -> Option<Check> {
+    let (reported, requests) = super::reported::bill(savings, sheet, Outputs::Left);
+    let estimate = super::reported::estimate_without(savings, sheet);
+    (requests > 0).then(|| Check::of(requests, reported, estimate))
 }
 
 /// What a notice says the session has saved so far (`saved so far: $0.012`, or in tokens at

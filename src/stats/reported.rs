@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::prices::Sheet;
 use crate::state::savings::{Mark, Savings, Usage};
 
 /// One request: dcp's count and the provider's.
@@ -83,6 +84,52 @@ pub fn rows(savings: &Savings) -> Vec<RequestRow> {
 pub fn totals(savings: &Savings) -> Option<ReportedTotals> {
     let (usage, requests) = savings.reported_total();
     (requests > 0).then(|| ReportedTotals { requests, usage: UsageRow::of(&usage, None) })
+}
+
+/// Whether a bill counts the output the provider reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outputs {
+    /// At the sheet's output price's share of its input price, where the sheet knows both.
+    Counted,
+    Left,
+}
+
+/// What the provider reported it billed for `savings`' requests, in tokens at `sheet`'s input
+/// price (uncached input whole, cache reads and writes at the sheet's rates), and how many
+/// requests that is.
+pub fn bill(savings: &Savings, sheet: &Sheet, outputs: Outputs) -> (f64, u64) {
+    let output_share = match (outputs, &sheet.money) {
+        (Outputs::Counted, Some(m)) => m.output.filter(|_| m.input > 0.0).map_or(0.0, |o| o / m.input),
+        _ => 0.0,
+    };
+    let rates = sheet.rates;
+    let one = |u: &Usage| {
+        let prompt = u.input as f64 + rates.read * u.cache_read as f64 + rates.write * u.cache_write as f64;
+        prompt + output_share * (u.output + u.reasoning) as f64
+    };
+    (savings.reported.iter().map(|r| one(&r.usage)).sum(), savings.reported.len() as u64)
+}
+
+/// dcp's estimate of what the requests the provider reported would have cost without
+/// pruning, from each request's context without dcp (`dcp.trail`) priced at `sheet`: the
+/// context the request before it had is read from the cache while the cache is warm, the rest
+/// written, as the meter counts it (`crate::sidecar::savings`).
+pub fn estimate_without(savings: &Savings, sheet: &Sheet) -> f64 {
+    let (rates, ttl_ms) = (sheet.rates, sheet.ttl.seconds().saturating_mul(1_000));
+    let mut reported = savings.reported.iter().map(|r| r.request).peekable();
+    let mut total = 0.0;
+    for (i, point) in savings.trail.iter().enumerate() {
+        let request = i as u64 + 1;
+        while reported.next_if(|&r| r < request).is_some() {}
+        if reported.next_if(|&r| r == request).is_none() {
+            continue;
+        }
+        let before = i.checked_sub(1).and_then(|b| savings.trail.get(b));
+        let warm = before.filter(|b| sheet.caches && ((point.time - b.time).max(0) as u64) <= ttl_ms);
+        let cached = warm.map_or(0, |b| b.without.min(point.without));
+        total += rates.read * cached as f64 + rates.write * (point.without - cached) as f64;
+    }
+    total
 }
 
 #[cfg(test)]

@@ -47,8 +47,9 @@ pub fn measured(state: &SessionState, sheet: &Sheet) -> Option<Measured> {
 
 /// The provider's reported bill per request of `state`, priced at `sheet`; `None` while it
 /// reported none.
-fn reported_bill(_state: &SessionState, _sheet: &Sheet) -> Option<f64> {
-    None
+fn reported_bill(state: &SessionState, sheet: &Sheet) -> Option<f64> {
+    let (bill, requests) = super::reported::bill(&state.savings, sheet, super::reported::Outputs::Counted);
+    (requests > 0).then(|| bill / requests as f64)
 }
 
 /// The comparison, as `dcp stats --json` and `dcp report` give it.

@@ -139,3 +139,57 @@ fn a_state_file_keeps_the_provider_s_usage_reads_an_older_one_as_before_and_name
         assert!(err.contains(named), "{named}: {err}");
     }
 }
+
+/// `cost_without` of session `sid` in `dcp stats --json`.
+fn cost_without(s: &Sandbox, sid: &str) -> f64 {
+    let out = dcp(s, &["--json", "stats", "--session", sid]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    stats["session"]["cost_without"].as_f64().unwrap()
+}
+
+/// Two requests of session `sid`, a second apart, each in a process of its own; the first
+/// names `model` (OpenCode's model data) in its `transform`, the second names `second`, as
+/// OpenCode's first request of a process does not (it asks for the messages before it names
+/// the model).
+fn two_processes(s: &Sandbox, sid: &str, messages: &[Value], model: Option<&Value>, second: Option<&Value>) {
+    for (k, named) in [(1, model), (2, second)] {
+        let mut sidecar = Sidecar::spawn(s, r#"{"pruneNotification": "off"}"#);
+        let mut params =
+            json!({"sessionID": sid, "now": 1_800_000_000_000i64 + 1_000 * k as i64, "messages": messages[..k + 1]});
+        if let Some(named) = named {
+            params["model"] = named.clone();
+        }
+        sidecar.result("transform", params);
+        sidecar.shutdown();
+    }
+}
+
+#[test]
+fn a_process_s_first_request_is_priced_by_the_model_its_session_remembered() {
+    let s = Sandbox::new();
+    let messages = history();
+    // Reads at half the input price and writes at the input price: not the default sheet's.
+    let model = json!({"provider": "fake", "id": "fake-model", "cost": {"input": 2, "output": 10, "cacheRead": 1, "cacheWrite": 2}});
+    two_processes(&s, "ses_named", &messages, Some(&model), Some(&model));
+    two_processes(&s, "ses_remembered", &messages, Some(&model), None);
+    let named = cost_without(&s, "ses_named");
+    assert!(named > 0.0);
+    assert_eq!(cost_without(&s, "ses_remembered"), named, "the second process priced its first request as the model's");
+    // A session whose client never gave a model's prices: the config's sheet, as for a caller
+    // that names no model (`dcp replay`), whatever its prompt names.
+    let mut prompted = messages.clone();
+    prompted[0]["info"]["model"] = json!({"providerID": "openai", "modelID": "gpt-5"});
+    two_processes(&s, "ses_config", &prompted, None, None);
+    assert_ne!(cost_without(&s, "ses_config"), named, "the config's sheet prices the same requests apart");
+}
+
+#[test]
+fn a_state_file_s_models_read_back_without_any_reported_usage() {
+    let mut raw: Value = serde_json::from_str(OLDER).unwrap();
+    raw["dcp"]["models"] = json!([{"provider": "fake", "id": "fake-model", "cost": {"input": 2.0, "output": 10.0, "cacheRead": 1.0, "cacheWrite": 2.0}}]);
+    let state = parse(raw.to_string().as_bytes()).unwrap();
+    assert_eq!(state.savings.models.len(), 1, "the model the client named is kept");
+    let again = parse(&render(&state, "2026-11-22T03:15:07.482Z")).unwrap();
+    assert_eq!(again.savings.models, state.savings.models);
+}

@@ -251,6 +251,7 @@ fn parse_trail(own: &Map<String, Value>, state: &mut SessionState) -> Result<(),
         state.savings.last_appended = count(v, "dcp.lastAppended")?;
     }
     parse_reported(own, state)?;
+    parse_models(own, state)?;
     let Some(trail) = own.get("trail") else { return Ok(()) };
     let trail = trail.as_array().ok_or_else(|| type_error("dcp.trail", "a list", trail))?;
     for (i, line) in trail.iter().enumerate() {
@@ -283,11 +284,16 @@ fn parse_reported(own: &Map<String, Value>, state: &mut SessionState) -> Result<
             None => list.insert(at, r),
         }
     }
-    if let Some(models) = own.get("models") {
-        let models = models.as_array().ok_or_else(|| type_error("dcp.models", "a list", models))?;
-        for (i, model) in models.iter().enumerate() {
-            state.savings.models.push(parse_model(model, &format!("dcp.models.{i}"))?);
-        }
+    Ok(())
+}
+
+/// `dcp.models`: the models the requests went to or the client named, read whether or not the
+/// provider reported any usage.
+fn parse_models(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
+    let Some(models) = own.get("models") else { return Ok(()) };
+    let models = models.as_array().ok_or_else(|| type_error("dcp.models", "a list", models))?;
+    for (i, model) in models.iter().enumerate() {
+        state.savings.models.push(parse_model(model, &format!("dcp.models.{i}"))?);
     }
     Ok(())
 }

@@ -73,6 +73,7 @@ fn the_report_in_chromium_shows_the_money_saved_and_the_control_group_as_stats_j
     assert!(saved != 0.0 && (saved - expected).abs() < 1e-5, "{session}");
     assert_eq!(holdout["verdict"], "too few sessions", "{holdout}");
     assert_eq!((&holdout["pruned"], &holdout["unpruned"]), (&Value::from(1), &Value::from(1)), "{holdout}");
+    pruned_bill_is_the_reported_one(session, holdout);
 
     let page = lab.root().join("report.html");
     let out = dcp(&lab, &["report", "--out", page.to_str().unwrap()]);
@@ -100,4 +101,31 @@ fn the_report_in_chromium_shows_the_money_saved_and_the_control_group_as_stats_j
         }
         assert!(row.contains("too few sessions"), "#{id}: {row}");
     }
+}
+
+/// The pruned arm's bill per request is what the fake provider reported for the session's
+/// requests (`per_request` of `dcp stats --json`), at Claude Sonnet 4's sheet: uncached input
+/// whole, cache reads at 0.1, writes at 1.25, output at $15 / $3 = 5 times the input price.
+fn pruned_bill_is_the_reported_one(session: &Value, holdout: &Value) {
+    let rows = session["per_request"].as_array().unwrap();
+    let reported: Vec<&Value> = rows.iter().filter_map(|r| r.get("reported")).collect();
+    assert!(!reported.is_empty(), "the fake provider's usage was recorded: {session}");
+    let n = |r: &Value, key: &str| r[key].as_f64().unwrap();
+    let bill: f64 = reported
+        .iter()
+        .map(|r| {
+            n(r, "input")
+                + 0.1 * n(r, "cache_read")
+                + 1.25 * n(r, "cache_write")
+                + 5.0 * (n(r, "output") + n(r, "reasoning"))
+        })
+        .sum();
+    let measures = holdout["measures"].as_array().unwrap();
+    let measure = measures.iter().find(|m| m["name"] == "bill_per_request").unwrap();
+    let mean = measure["pruned"]["mean"].as_f64().expect("the pruned arm's reported bill per request");
+    let expected = bill / reported.len() as f64;
+    assert!(
+        (mean - expected).abs() <= 0.01 * expected.max(1.0),
+        "bill per request {mean}, reported {expected}: {measure}"
+    );
 }
