@@ -147,6 +147,28 @@ fn a_newer_range_consumes_older_blocks_and_decompress_brings_them_back() {
     assert_eq!(rendered(&messages, &state).len(), 7);
 }
 
+/// The lab's failing scenario: the agent compressed a range over a finished turn's collapsed
+/// block, the new range waited for the policy, and the turn's outputs were sent again whole on
+/// every later request.
+#[test]
+fn a_range_over_a_block_in_force_is_in_force_at_once_and_its_messages_are_not_sent_again() {
+    let messages = session();
+    let mut state = SessionState::default();
+    run(&messages, &mut state, &[range("m0002", "m0003", "a.py is big")]);
+    state.blocks.by_id.get_mut(&1).unwrap().applied = true;
+    let in_force = |state: &SessionState| compress::spans(&messages, &state.blocks, |b| b.applied).len();
+    assert_eq!(in_force(&state), 1);
+    run(&messages, &mut state, &[range("m0001", "m0003", "explored")]);
+    assert_eq!(state.blocks.by_id[&2].consumed, [1]);
+    assert!(state.blocks.by_id[&2].applied, "b2 took b1's place in force");
+    assert_eq!(in_force(&state), 1);
+    // A range over blocks that wait for the policy waits with them.
+    run(&messages, &mut state, &[range("m0006", "m0007", "fixed b.py")]);
+    assert!(!state.blocks.by_id[&3].applied);
+    run(&messages, &mut state, &[range("m0005", "m0007", "asked and fixed")]);
+    assert!(!state.blocks.by_id[&4].applied);
+}
+
 #[test]
 fn a_compaction_forgets_the_blocks_and_keeps_the_stats() {
     let messages = session();
