@@ -192,7 +192,7 @@ impl Server {
     fn title(&mut self, sid: &str) -> Option<String> {
         self.with_session(sid, |server, session| {
             server.look_up_session(session, sid);
-            session.title.clone()
+            session.about.title.clone()
         })
     }
 

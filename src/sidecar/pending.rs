@@ -15,10 +15,11 @@
 //! for the proxy to keep is forgotten once its request is settled ([`Server::forget`]).
 
 use super::laps::Laps;
+use super::live::{LiveSession, Totals};
 use super::mirror::Mirror;
 use super::protocol::{RpcError, Transformed};
 use super::request::RequestFacts;
-use super::{savings, LiveSession, Server};
+use super::{savings, Server};
 use crate::state::Ledger;
 
 /// When a transform's request is counted.
@@ -36,20 +37,17 @@ pub enum Outcome {
     Failed,
 }
 
-/// The running figures of a session that a request changes.
+/// The running figures of a session that a request changes: its totals, and the ledger of a
+/// session dcp prunes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Figures {
-    ledger: Ledger,
-    requests: u32,
-    baseline: f64,
-    unpruned: Option<u64>,
-    added: f64,
+    ledger: Option<Ledger>,
+    totals: Totals,
 }
 
 impl Figures {
-    pub(super) fn of(session: &LiveSession) -> Figures {
-        let s = session;
-        Figures { ledger: s.ledger, requests: s.requests, baseline: s.baseline, unpruned: s.unpruned, added: s.added }
+    pub(super) fn of(session: &LiveSession, ledger: Option<&Ledger>) -> Figures {
+        Figures { ledger: ledger.copied(), totals: session.totals }
     }
 }
 
@@ -101,7 +99,7 @@ impl Server {
             }
             Count::Later(number) => {
                 let count = answer.map(|a| (after.facts, a.clone()));
-                let (before, carried) = (after.before, session.carried);
+                let (before, carried) = (after.before, session.totals.carried);
                 session.pending = Some(Pending { number, before, count, carried });
             }
         }
@@ -139,11 +137,11 @@ impl Server {
         match outcome {
             Outcome::Answered => {
                 let Some((facts, answer)) = pending.count else { return };
-                let mirror = std::mem::take(&mut session.mirror);
+                let mirror = std::mem::take(&mut session.history.mirror);
                 if let Ok(mut cx) = self.request_context(session, sid, &mirror, facts) {
                     savings::record(&mut cx, &answer);
                 }
-                session.mirror = mirror;
+                session.history.mirror = mirror;
             }
             Outcome::Failed => self.take_back(session, sid, &pending),
         }
@@ -152,15 +150,13 @@ impl Server {
     /// Puts back the figures a request that never reached the model changed.
     fn take_back(&mut self, session: &mut LiveSession, sid: &str, pending: &Pending) {
         let before = pending.before;
-        session.ledger = Ledger { banked: before.ledger.banked + pending.carried, ..before.ledger };
-        (session.requests, session.baseline, session.unpruned, session.added) =
-            (before.requests, before.baseline, before.unpruned, before.added);
+        // What the last request's rewrite costs the next stays charged.
+        session.totals = Totals { carried: session.totals.carried, ..before.totals };
         let answer = pending.count.as_ref().map(|(_, answer)| answer);
-        session.savings.unsent(answer, session.mirror.messages().len());
+        session.savings.unsent(answer, session.history.mirror.messages().len());
+        let Some(ledger) = before.ledger else { return };
         let Ok(slot) = self.store.slot(sid) else { return };
-        if slot.state.ledger != session.ledger {
-            slot.state.ledger = session.ledger;
-            slot.mark_changed();
+        if slot.put_back_ledger(Ledger { banked: ledger.banked + pending.carried, ..ledger }) {
             self.save(session, sid);
         }
     }

@@ -35,14 +35,14 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     let masking = &cx.rules.config().strategies.masking;
     // A turn is finished by the prompt after it: with fewer than two, there is none to look
     // for, and no walk back through a long run of one prompt on each of its requests.
-    if !(masking.enabled && masking.collapse_turns) || cx.session.index.prompts() < 2 {
+    if !(masking.enabled && masking.collapse_turns) || cx.session.history.index.prompts() < 2 {
         return false;
     }
     // The agent can name the range by its tag, and take it into a larger one, only with its
     // `compress` on; otherwise the tag would be tokens in every request for nothing.
     let tag = if cx.rules.config().tools.compress.enabled { TurnTag::Shown } else { TurnTag::Omitted };
     let (messages, slot) = (cx.mirror.messages(), &mut *cx.slot);
-    let (index, rules) = (&cx.session.index, cx.rules);
+    let (index, rules) = (&cx.session.history.index, cx.rules);
     let named = |c: &crate::session::ToolCall<'_>| index.keeps_named(c.call_id, rules);
     let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, rules, &named);
     for turn in &runs {
@@ -105,7 +105,7 @@ pub(super) fn tag_edits(messages: &[Message], from: usize) -> Vec<Edit> {
 /// The applied ranges of a request: each replaces its messages with its summary.
 pub(super) fn applied(cx: &mut RequestContext) -> Vec<Replace> {
     let (blocks, resets) = (&cx.slot.state.blocks, cx.slot.resets());
-    let spans = cx.session.spans.spans(cx.mirror, (blocks, resets), cx.views, |b| b.applied);
+    let spans = cx.session.caches.spans.spans(cx.mirror, (blocks, resets), cx.views, |b| b.applied);
     replacements(cx.sid, cx.mirror.messages(), blocks, spans)
 }
 

@@ -89,7 +89,7 @@ pub(super) struct RequestContext<'a> {
 impl RequestContext<'_> {
     /// Whether the session's requests carry dcp's head now.
     pub fn offered(&self) -> bool {
-        head::offered(self.rules, self.session)
+        head::offered(self.rules, self.session, Some(self.slot.ledger()))
     }
 
     /// Tokens of dcp's head, whether or not this session is offered it.
@@ -107,9 +107,10 @@ impl Server {
         mirror: &'a Mirror,
         facts: RequestFacts,
     ) -> Result<RequestContext<'a>, StateError> {
-        let restore = self.restore_via(session);
+        let ledger = *self.store.slot(sid)?.ledger();
+        let restore = self.restore_via(session, Some(&ledger));
         let slot = self.store.slot(sid)?;
-        let rules = match session.backoff {
+        let rules = match session.about.backoff {
             0 => &self.rules,
             n => self.backed_off.get(n as usize - 1).unwrap_or(&self.rules),
         };
@@ -136,11 +137,11 @@ impl Server {
         } else {
             crate::policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
         };
-        if level != session.backoff {
+        if level != session.about.backoff {
             tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
-            session.backoff = level;
-            session.index = crate::strategies::incremental::Index::default();
-            session.in_force = in_force::InForce::default();
+            session.about.backoff = level;
+            session.history.index = crate::strategies::incremental::Index::default();
+            session.caches.in_force = in_force::InForce::default();
         }
     }
 }

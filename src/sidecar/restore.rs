@@ -19,6 +19,7 @@ use super::{head, internal, LiveSession, Server};
 use crate::host::DataDir;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::Block;
+use crate::state::Ledger;
 use crate::state::{Action, SessionState};
 use crate::strategies::masking;
 use crate::texts::restore as texts;
@@ -183,13 +184,13 @@ impl Server {
     }
 
     /// How the agent of `session` restores what dcp hid, if it can: through the `restore`
-    /// tool once the session's requests carry dcp's tools, or its shell.
-    pub(super) fn restore_via(&self, session: &LiveSession) -> Option<Via> {
+    /// tool once the session's requests carry dcp's tools (`ledger`: the session's, once its
+    /// state is loaded), or its shell.
+    pub(super) fn restore_via(&self, session: &LiveSession, ledger: Option<&Ledger>) -> Option<Via> {
         match self.restore {
             Via::Shell => Some(Via::Shell),
-            Via::Tool => {
-                (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session)).then_some(Via::Tool)
-            }
+            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session, ledger))
+                .then_some(Via::Tool),
         }
     }
 
@@ -242,7 +243,7 @@ impl Server {
         let mut refusal = texts::unknown(raw.trim());
         let mut shown = None;
         let mut sids: Vec<&String> = sids.iter().collect();
-        let last = |sid: &String| self.sessions.get(sid.as_str()).and_then(|s| s.ledger.last_request);
+        let last = |sid: &String| self.store.loaded(sid).and_then(|slot| slot.ledger().last_request);
         sids.sort_by_key(|sid| std::cmp::Reverse(last(sid)));
         for sid in sids {
             let Ok(slot) = self.store.slot(sid) else { continue };

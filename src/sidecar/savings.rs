@@ -136,8 +136,8 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
             slot.state.savings.unmade(&last.unmade);
         }
     }
-    let spans = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
-    let put_in_force = first_applied_now(meter, &session.index, slot, &spans, views);
+    let spans = session.caches.spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
+    let put_in_force = first_applied_now(meter, &session.history.index, slot, &spans, views);
     let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
     // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.
     let host = (seen && kept < history).then_some(kept);
@@ -147,7 +147,7 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         appended: appended(answer, &slot.tokens),
         cold: cx.facts.gap_went_cold,
         compacted: seen && mirror.newest_compaction() != meter.compaction,
-        time: session.ledger.last_request.unwrap_or_default(),
+        time: slot.ledger().last_request.unwrap_or_default(),
         rates: cx.facts.rates,
     };
     let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host });

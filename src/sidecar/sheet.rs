@@ -13,7 +13,7 @@ use crate::strategies::Rules;
 impl LiveSession {
     /// The sheet the session is priced by.
     pub(super) fn priced_by<'a>(&'a self, rules: &'a Rules) -> &'a Sheet {
-        self.sheet.as_ref().unwrap_or_else(|| rules.sheet())
+        self.about.sheet.as_ref().unwrap_or_else(|| rules.sheet())
     }
 }
 
@@ -36,9 +36,9 @@ impl Server {
         };
         // `prices` was checked as the config loaded; a sheet it cannot go over keeps the config's.
         let sheet = self.rules.config().sheet(base).unwrap_or_else(|_| self.rules.sheet().clone());
-        if session.sheet.as_ref() != Some(&sheet) {
+        if session.about.sheet.as_ref() != Some(&sheet) {
             tracing::debug!(sheet = %sheet.name, "the session's price sheet");
-            session.sheet = Some(sheet);
+            session.about.sheet = Some(sheet);
         }
     }
 }

@@ -239,6 +239,24 @@ pub struct Ledger {
     pub offered: bool,
 }
 
+impl Ledger {
+    /// The seconds from the session's last request to `now` (ms), if dcp saw one.
+    pub fn idle_seconds(&self, now: i64) -> Option<u64> {
+        self.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64)
+    }
+
+    /// Notes a request made at `now` (ms): a warm run starts afresh when the provider's cache
+    /// went `cold` since the last one. Returns the requests of the warm run, this one included.
+    pub fn request(&mut self, now: i64, cold: bool) -> u32 {
+        self.last_request = Some(now);
+        if cold {
+            self.warm = 0;
+        }
+        self.warm += 1;
+        self.warm
+    }
+}
+
 /// Everything dcp remembers about one session.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionState {

@@ -102,6 +102,36 @@ impl Slot {
         self.changes.clear();
     }
 
+    /// The policy's running figures, as the state file keeps them.
+    pub fn ledger(&self) -> &Ledger {
+        &self.state.ledger
+    }
+
+    /// The policy's running figures to change: they ride along with the next save, as
+    /// [`Slot::unsaved`] says, with no change to note.
+    pub fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.state.ledger
+    }
+
+    /// The session's requests carry dcp's head from now on, its `charge` taken from the
+    /// ledger's bank: a decision the next save writes.
+    pub fn offer_head(&mut self, charge: f64) {
+        self.state.ledger.banked -= charge;
+        self.state.ledger.offered = true;
+        self.dirty = true;
+    }
+
+    /// Puts the ledger back as it was before a request that never reached the model; whether
+    /// that changed it (the next save then writes it).
+    pub fn put_back_ledger(&mut self, ledger: Ledger) -> bool {
+        if self.state.ledger == ledger {
+            return false;
+        }
+        self.state.ledger = ledger;
+        self.dirty = true;
+        true
+    }
+
     /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite. The call
     /// gets its agent-facing id, the handle its placeholder names (`crate::texts::restore`).
     pub fn apply(&mut self, call_id: &str) {
@@ -285,6 +315,11 @@ impl SessionStore {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The slot of session `id` if its state is loaded: nothing is read.
+    pub fn loaded(&self, id: &str) -> Option<&Slot> {
+        self.slots.get(id)
     }
 
     /// The slot of session `id`, loading its state file the first time.
