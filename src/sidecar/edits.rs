@@ -6,39 +6,17 @@
 
 use rustc_hash::FxHashSet as HashSet;
 
+pub(super) mod sent;
+
+use self::sent::EditsBasis;
 use super::in_force::Views;
 use super::protocol::{Edit, Edits};
 use super::ranges;
 use super::request::RequestContext;
 use crate::session::Message;
-use crate::state::store::ChangesMark;
 use crate::state::{PruneRecord, SessionState};
 use crate::strategies;
 use crate::texts::restore::Via;
-
-/// What the plugin holds of a session's edits: the number of the last answer whose edits
-/// it may keep, what they were computed from, and the calls they cover.
-#[derive(Debug, Default)]
-pub(super) struct EditsSent {
-    seq: u64,
-    basis: Option<EditsBasis>,
-    calls: HashSet<String>,
-    /// Where the slot's changes ([`crate::state::store::Slot::changes`]) were when they were
-    /// computed: what came after is what may add edits.
-    changes: ChangesMark,
-    /// The messages whose id tags were sent (see [`ranges`]).
-    tags: usize,
-}
-
-/// What a set of edits was computed from: the slot's revision and resets, the messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EditsBasis {
-    revision: u64,
-    resets: u64,
-    messages: usize,
-    /// How the placeholders said to restore: another way rewrites them all.
-    via: Option<Via>,
-}
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the

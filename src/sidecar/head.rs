@@ -17,26 +17,14 @@ use super::protocol::{
     self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
     TurnAnswer, TurnParams,
 };
+use super::request::head_tokens;
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
-use crate::config::{self, Offer};
+use crate::config;
 use crate::policy;
 use crate::state::trial::Arm;
-use crate::state::Ledger;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
-use crate::tokens::TokenCounter;
-
-/// Whether `session`'s requests carry dcp's head now. `"always"` offers it from the first
-/// request only where the head is cheap to carry (`crate::policy::head_is_cheap`: a cache
-/// reads it); without a cache it is offered as `"paid"` is.
-/// `ledger`: the session's, once its state is loaded.
-pub(super) fn offered(rules: &Rules, session: &LiveSession, ledger: Option<&Ledger>) -> bool {
-    let tools = &rules.config().tools;
-    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
-    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(session.priced_by(rules).rates);
-    any && (always || ledger.is_some_and(|l| l.offered)) && session.about.arm != Some(Some(Arm::Unpruned))
-}
 
 impl Server {
     /// `initialize`: the protocol's version, and the agent tools dcp offers, with their
@@ -127,7 +115,7 @@ impl Server {
                 return false;
             }
             server.load_state(session, &sid);
-            if offered(&server.rules, session, server.store.loaded(&sid).map(|slot| slot.ledger())) {
+            if session.offered(&server.rules, server.store.loaded(&sid).map(|slot| slot.ledger())) {
                 return true;
             }
             let tools = &server.rules.config().tools;
@@ -145,7 +133,7 @@ impl Server {
         let (idle, banked) = (slot.ledger().idle_seconds(now), slot.ledger().banked);
         let sheet = session.priced_by(&self.rules);
         let turn = policy::Turn {
-            head: tokens(&mut self.head, &self.rules, &slot.tokens),
+            head: head_tokens(&mut self.head, &self.rules, &slot.tokens),
             cold: idle.is_none_or(|s| s >= rewrite.cold_after(sheet)),
             banked,
             rates: sheet.rates,
@@ -158,12 +146,6 @@ impl Server {
         self.save(session, sid);
         true
     }
-}
-
-/// Tokens of dcp's head: its tools' definitions as a provider is sent them
-/// ([`texts::tool_definitions`]). Counted once.
-pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCounter) -> u64 {
-    *head.get_or_insert_with(|| texts::tool_definitions(&rules.config().tools).iter().map(|d| counter.count(d)).sum())
 }
 
 impl Server {
@@ -189,11 +171,11 @@ impl Server {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::tokens::EstimatorChoice;
+    use crate::tokens::{EstimatorChoice, TokenCounter};
 
     fn head_of(config: Config) -> u64 {
         let rules = Rules::new(config).unwrap();
-        tokens(&mut None, &rules, &TokenCounter::new(EstimatorChoice::Auto))
+        head_tokens(&mut None, &rules, &TokenCounter::new(EstimatorChoice::Auto))
     }
 
     #[test]

@@ -10,16 +10,25 @@
 //! what the plugin holds of its edits, when it was last saved, and what counting its savings
 //! needs ([`super::edits`], `crate::state::saver`, [`super::savings`]).
 
-use super::edits::EditsSent;
+use super::edits::sent::EditsSent;
 use super::mirror::Mirror;
-use super::{describe, in_force, pending, ranges, refetch, saving_cache, savings};
+use super::pending::waiting::Pending;
+use super::ranges::spans::SpanCache;
+use super::totals::Totals;
+use super::{describe, in_force, refetch, saving_cache, savings};
+use crate::config::Offer;
+use crate::policy;
 use crate::state::saver::SaveTiming;
+use crate::state::trial::Arm;
+use crate::state::Ledger;
 use crate::strategies::incremental::Index;
+use crate::strategies::Rules;
 
 /// What the sidecar keeps about a live session besides its state.
 #[derive(Debug, Default)]
 pub(super) struct LiveSession {
     pub history: Transcript,
+    /// The policy's running totals besides its ledger (see [`super::totals`]).
     pub totals: Totals,
     pub lists: Lists,
     pub caches: Caches,
@@ -30,14 +39,25 @@ pub(super) struct LiveSession {
     pub saves: SaveTiming,
     /// What counting the next request's savings needs of this one (see [`savings`]).
     pub savings: savings::Meter,
-    /// The last request, when it is counted once its answer is known (see [`pending`]).
-    pub pending: Option<pending::Pending>,
+    /// The last request, when it is counted once its answer is known (see [`super::pending`]).
+    pub pending: Option<Pending>,
 }
 
 impl LiveSession {
     /// Whether messages are left whose outputs were not counted ahead.
     pub fn uncounted(&self) -> bool {
         self.history.precounted < self.history.mirror.messages().len()
+    }
+
+    /// Whether the session's requests carry dcp's head now. `"always"` offers it from the first
+    /// request only where the head is cheap to carry (`crate::policy::head_is_cheap`: a cache
+    /// reads it); without a cache it is offered as `"paid"` is.
+    /// `ledger`: the session's, once its state is loaded.
+    pub fn offered(&self, rules: &Rules, ledger: Option<&Ledger>) -> bool {
+        let tools = &rules.config().tools;
+        let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
+        let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(self.priced_by(rules).rates);
+        any && (always || ledger.is_some_and(|l| l.offered)) && self.about.arm != Some(Some(Arm::Unpruned))
     }
 }
 
@@ -49,21 +69,6 @@ pub(super) struct Transcript {
     pub index: Index,
     /// The messages whose tool outputs were counted ahead (see the server's `precount`).
     pub precounted: usize,
-}
-
-/// The policy's running figures besides its ledger (which the state file keeps: see
-/// `crate::state::Ledger`), as a request changes them and a failed one puts them back.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Totals {
-    pub requests: u32,
-    /// What the session has cost without pruning since this process first saw it, and the
-    /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
-    pub baseline: f64,
-    pub unpruned: Option<u64>,
-    /// What dcp's head and lists have cost the session since this process first saw it.
-    pub added: f64,
-    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
-    pub carried: f64,
 }
 
 /// The `<prunable-tools>` lists sent to a session, the nudges, and what the agent did with
@@ -90,7 +95,7 @@ pub(super) struct Caches {
     /// The prunes in force and those waiting (see [`in_force`]).
     pub in_force: in_force::InForce,
     /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
-    pub spans: ranges::SpanCache,
+    pub spans: SpanCache,
     pub agent_prunes: in_force::AgentPrunes,
     /// The calls read for re-fetches (see [`refetch`]).
     pub refetches: refetch::Refetches,

@@ -21,6 +21,7 @@
 mod commands;
 mod describe;
 mod edits;
+mod facts;
 mod head;
 mod holdout;
 mod in_force;
@@ -42,6 +43,7 @@ mod sheet;
 mod stdio;
 pub mod stream;
 mod tools;
+mod totals;
 mod transform;
 pub mod usage;
 
@@ -53,11 +55,13 @@ use serde_json::Value;
 
 use self::live::LiveSession;
 use self::mirror::Mirror;
-use self::protocol::{code, Answer, Empty, Request, RpcError};
+use self::protocol::{code, now_ms, Answer, Empty, Request, RpcError};
+use self::request::{RequestContext, RequestFacts};
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::session::{str_field, Node};
+use crate::state::persist::StateError;
 use crate::state::saver::{self, Saver};
 use crate::state::store::SessionStore;
 use crate::stats::AllTimeCache;
@@ -102,10 +106,6 @@ pub struct Server {
     /// The rules of a session backed off 1, 2, 3 steps for the misses it saw (see
     /// `crate::policy::backed_off`); none with `strategies.masking.backoff` off.
     backed_off: Vec<Rules>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -255,7 +255,7 @@ impl Server {
         // Once when first seen; while OpenCode has not titled the session yet, again every 16
         // requests. Not on every request: this is the request path.
         let untitled = session.about.title.as_deref().is_none_or(|t| t.starts_with("New session"));
-        let due = session.about.lookups == 0 || (untitled && session.totals.requests >= session.about.lookups * 16);
+        let due = session.about.lookups == 0 || (untitled && session.totals.requests() >= session.about.lookups * 16);
         if !due {
             return;
         }
@@ -386,6 +386,54 @@ impl Server {
     fn save_dirty(&mut self) {
         for sid in self.store.dirty() {
             self.save_now(&sid);
+        }
+    }
+}
+
+impl Server {
+    /// The context of a request of session `sid`, its state loaded if it was not yet.
+    fn request_context<'a>(
+        &'a mut self,
+        session: &'a mut LiveSession,
+        sid: &'a str,
+        mirror: &'a Mirror,
+        facts: RequestFacts,
+    ) -> Result<RequestContext<'a>, StateError> {
+        let ledger = *self.store.slot(sid)?.ledger();
+        let restore = self.restore_via(session, Some(&ledger));
+        let slot = self.store.slot(sid)?;
+        let rules = match session.about.backoff {
+            0 => &self.rules,
+            n => self.backed_off.get(n as usize - 1).unwrap_or(&self.rules),
+        };
+        Ok(RequestContext {
+            rules,
+            project: self.options.project.as_ref().and_then(|p| p.to_str()),
+            sid,
+            session,
+            slot,
+            mirror,
+            facts,
+            views: self.views,
+            restore,
+            head: &mut self.head,
+        })
+    }
+
+    /// Sets how far `session` backs off for the misses its state counts; a new step
+    /// judges its calls afresh by the wider windows.
+    fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
+        let Ok(slot) = self.store.slot(sid) else { return };
+        let level = if self.backed_off.is_empty() {
+            0
+        } else {
+            crate::policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
+        };
+        if level != session.about.backoff {
+            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            session.about.backoff = level;
+            session.history.index = crate::strategies::incremental::Index::default();
+            session.caches.in_force = in_force::InForce::default();
         }
     }
 }

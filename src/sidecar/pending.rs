@@ -14,11 +14,14 @@
 //! prunes in force, and the provider bills the rewritten tail then. A conversation too big
 //! for the proxy to keep is forgotten once its request is settled ([`Server::forget`]).
 
+pub(super) mod waiting;
+
+use self::waiting::{Figures, Pending};
 use super::laps::Laps;
-use super::live::{LiveSession, Totals};
+use super::live::LiveSession;
 use super::mirror::Mirror;
 use super::protocol::{RpcError, Transformed};
-use super::request::RequestFacts;
+use super::request::{RequestContext, RequestFacts};
 use super::{savings, Server};
 use crate::state::Ledger;
 
@@ -35,33 +38,6 @@ pub enum Count {
 pub enum Outcome {
     Answered,
     Failed,
-}
-
-/// The running figures of a session that a request changes: its totals, and the ledger of a
-/// session dcp prunes.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Figures {
-    ledger: Option<Ledger>,
-    totals: Totals,
-}
-
-impl Figures {
-    pub(super) fn of(session: &LiveSession, ledger: Option<&Ledger>) -> Figures {
-        Figures { ledger: ledger.copied(), totals: session.totals }
-    }
-}
-
-/// A request whose answer is not known yet.
-#[derive(Debug)]
-pub(super) struct Pending {
-    number: u64,
-    /// The session's figures before it.
-    before: Figures,
-    /// What counting its savings needs: its facts and its answer (what the savings count as
-    /// sent); `None` when there is nothing to count (a session dcp leaves alone).
-    count: Option<(RequestFacts, Transformed)>,
-    /// What a rewrite it applied costs the next request, if it never reached the model.
-    carried: f64,
 }
 
 /// A request's answer and whether it changed the session's state, as the transform gave it.
@@ -93,13 +69,13 @@ impl Server {
             Count::Now => {
                 if let Some(answer) = answer {
                     if let Ok(mut cx) = self.request_context(session, sid, mirror, after.facts) {
-                        savings::record(&mut cx, answer);
+                        count_savings(&mut cx, answer);
                     }
                 }
             }
             Count::Later(number) => {
                 let count = answer.map(|a| (after.facts, a.clone()));
-                let (before, carried) = (after.before, session.totals.carried);
+                let (before, carried) = (after.before, session.totals.carried());
                 session.pending = Some(Pending { number, before, count, carried });
             }
         }
@@ -139,7 +115,7 @@ impl Server {
                 let Some((facts, answer)) = pending.count else { return };
                 let mirror = std::mem::take(&mut session.history.mirror);
                 if let Ok(mut cx) = self.request_context(session, sid, &mirror, facts) {
-                    savings::record(&mut cx, &answer);
+                    count_savings(&mut cx, &answer);
                 }
                 session.history.mirror = mirror;
             }
@@ -151,7 +127,7 @@ impl Server {
     fn take_back(&mut self, session: &mut LiveSession, sid: &str, pending: &Pending) {
         let before = pending.before;
         // What the last request's rewrite costs the next stays charged.
-        session.totals = Totals { carried: session.totals.carried, ..before.totals };
+        session.totals.put_back(before.totals);
         let answer = pending.count.as_ref().map(|(_, answer)| answer);
         session.savings.unsent(answer, session.history.mirror.messages().len());
         let Some(ledger) = before.ledger else { return };
@@ -160,4 +136,24 @@ impl Server {
             self.save(session, sid);
         }
     }
+}
+
+/// Adds the request `answer` answered to the session's savings (see [`savings`]).
+fn count_savings(cx: &mut RequestContext, answer: &Transformed) {
+    let offered = cx.offered();
+    let head = if offered { cx.head_tokens() } else { 0 };
+    let (session, facts) = (&mut *cx.session, &cx.facts);
+    let counting = savings::Counting {
+        slot: cx.slot,
+        meter: &mut session.savings,
+        spans: &mut session.caches.spans,
+        index: &session.history.index,
+        saves: &mut session.saves,
+        mirror: cx.mirror,
+        views: cx.views,
+        facts,
+        offered,
+        head,
+    };
+    savings::record(counting, answer);
 }

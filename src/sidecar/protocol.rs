@@ -483,3 +483,8 @@ pub struct ToolOutput {
 pub struct CommandOutput {
     pub text: String,
 }
+
+/// The time now (ms since the epoch), for a request that names none (`now`).
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

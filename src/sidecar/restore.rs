@@ -15,7 +15,7 @@
 //! follows it, to save the agent one read of a text it asked for now.
 
 use super::protocol::RpcError;
-use super::{head, internal, LiveSession, Server};
+use super::{internal, LiveSession, Server};
 use crate::host::DataDir;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::Block;
@@ -189,8 +189,9 @@ impl Server {
     pub(super) fn restore_via(&self, session: &LiveSession, ledger: Option<&Ledger>) -> Option<Via> {
         match self.restore {
             Via::Shell => Some(Via::Shell),
-            Via::Tool => (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session, ledger))
-                .then_some(Via::Tool),
+            Via::Tool => {
+                (self.rules.config().tools.restore.enabled && session.offered(&self.rules, ledger)).then_some(Via::Tool)
+            }
         }
     }
 

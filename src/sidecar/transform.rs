@@ -17,13 +17,14 @@ use super::edits::{answer_edits, edits_for, Handles};
 use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
-use super::live::Totals;
 use super::mirror::Mirror;
-use super::pending::{After, Count, Figures, Outcome};
+use super::pending::waiting::Figures;
+use super::pending::{After, Count, Outcome};
 use super::protocol::{
     Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::request::{RequestContext, RequestFacts};
+use super::totals::Totals;
 use super::{internal, masking_candidates, now_ms, validate_session_id, LiveSession, Server};
 use super::{ranges, rewind};
 use crate::config::Notification;
@@ -82,9 +83,9 @@ impl Server {
         // The policy's ledger is the state's: a session dcp leaves alone keeps none.
         let skips = self.skips(Some(session));
         let mut ledger = if skips { None } else { self.store.slot(&sid).ok().map(|slot| slot.ledger_mut()) };
-        let before = Figures::of(session, ledger.as_deref());
+        let before = Figures::of(session.totals, ledger.as_deref());
         let idle_seconds = ledger.as_ref().and_then(|l| l.idle_seconds(now));
-        session.totals.requests += 1;
+        session.totals.request();
         session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
@@ -205,12 +206,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let recorded_now: Vec<String> =
         decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
-    let refetched = super::refetch::observe(
-        &mut cx.session.caches.refetches,
-        &cx.session.history.index,
-        cx.slot,
-        cx.mirror.messages(),
-    ) > 0;
+    let (caches, history) = (&mut cx.session.caches, &cx.session.history);
+    let refetched = super::refetch::observe(&mut caches.refetches, &history.index, cx.slot, cx.mirror.messages()) > 0;
     let session = &mut *cx.session;
     let sources =
         Sources { slot: cx.slot, index: &session.history.index, mirror: cx.mirror, sizes: &mut session.caches.sizes };
@@ -258,17 +255,14 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
-    let unpruned = mirror.total();
-    session.totals.baseline += policy::unpruned_cost(facts.rates, session.totals.unpruned, unpruned, facts.cold_start);
-    session.totals.unpruned = Some(unpruned);
+    session.totals.count_unpruned(facts.rates, mirror.total(), facts.cold_start);
 }
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
 fn charge(totals: &mut Totals, ledger: &mut Ledger, request: &policy::Charges) {
     ledger.banked += policy::balance(request);
-    totals.added += policy::additions(request);
-    totals.carried = policy::carried(request);
+    totals.charge(request);
 }
 
 /// The synthetic message appended after the history of a session offered dcp's head: the
@@ -356,8 +350,8 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     let base = policy::Inputs {
         context: mirror.total(),
         banked: slot.ledger().banked,
-        baseline: session.totals.baseline,
-        added: session.totals.added,
+        baseline: session.totals.baseline(),
+        added: session.totals.added(),
         ..request.inputs()
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
