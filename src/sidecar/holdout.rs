@@ -20,12 +20,10 @@ impl Server {
         }
         let holdout = self.rules.config().holdout;
         let Ok(slot) = self.store.slot(sid) else { return None };
-        let state = &mut slot.state;
-        if state.trial.is_none() && holdout > 0.0 && state.savings.requests == 0 {
+        if slot.state.trial.is_none() && holdout > 0.0 && slot.state.savings.requests == 0 {
             let arm = Arm::drawn(holdout, trial::draw());
             tracing::debug!(session = sid, arm = arm.key(), "control group: arm drawn");
-            state.trial = Some(Trial { arm, prompts: 0 });
-            slot.mark_changed();
+            slot.join_trial(Trial { arm, prompts: 0 });
         }
         let arm = slot.state.trial.map(|t| t.arm);
         session.about.arm = Some(arm);

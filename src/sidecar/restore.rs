@@ -230,8 +230,7 @@ impl Server {
     /// Counts a restore of what session `sid`'s model is sent hidden, and saves it.
     pub fn count_restore(&mut self, sid: &str) -> Result<(), RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
-        slot.state.misses.restores = slot.state.misses.restores.saturating_add(1);
-        slot.mark_changed();
+        slot.count_restore();
         self.save_now(sid);
         Ok(())
     }

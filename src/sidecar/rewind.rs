@@ -34,13 +34,9 @@ pub(super) fn sync(cx: &mut RequestContext) {
     }
     let ranges = rewind::stale_blocks(messages, &slot.state.blocks);
     for id in &ranges {
-        let Some(block) = slot.state.blocks.by_id.get_mut(id) else { continue };
-        block.active = false;
-        let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
-        slot.unrecord_block(*id, tools, tokens);
+        slot.drop_block(*id);
     }
     if !(stale.is_empty() && ranges.is_empty()) {
-        slot.mark_changed();
         tracing::info!(
             session = cx.sid,
             prunes = stale.len(),

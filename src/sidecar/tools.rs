@@ -92,7 +92,6 @@ impl Server {
             for d in applied.decisions {
                 slot.record(&d.call_id, d.record);
             }
-            slot.mark_changed();
             self.save_now(sid);
         }
         answer(text)

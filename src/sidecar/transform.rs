@@ -241,9 +241,8 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     charge(&mut cx.session.totals, cx.slot.ledger_mut(), &balance);
     let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
-    if changed {
-        cx.slot.mark_changed();
-    }
+    // What changed was noted by the slot's operations; a file to set aside asks for a save.
+    cx.slot.set_aside_due();
     let answer = Transformed { seq: Some(seq), edits, replace, append, notify, applied };
     laps.lap("notify");
     if laps.on() {
@@ -390,15 +389,10 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
             applied.calls.push(id.clone());
         }
         Target::Block(id) => {
-            let hidden = slot.state.blocks.by_id.get_mut(id).map(|b| {
-                b.applied = true;
-                b.effective_tools.clone()
-            });
-            slot.hide(hidden.unwrap_or_default());
+            slot.apply_block(*id);
             applied.blocks.push(*id);
         }
     }
-    slot.mark_rewrites_added();
 }
 
 /// The rewrites a request applied, and why.

@@ -53,13 +53,7 @@ impl Server {
         }
         self.with_session(sid, |server, session| {
             let Ok(slot) = server.store.slot(sid) else { return };
-            let savings = &mut slot.state.savings;
-            let request = match created {
-                Some(created) => savings.request_at(created),
-                None => Some(savings.requests),
-            };
-            if request.is_some_and(|r| savings.report(r, usage, model.as_ref())) {
-                slot.mark_changed();
+            if slot.report_usage(created, usage, model.as_ref()) {
                 server.save(session, sid);
             }
         });
