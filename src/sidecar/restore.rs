@@ -223,7 +223,7 @@ impl Server {
     }
 
     /// The misses session `sid` saw live so far: its re-fetches and restores.
-    pub fn misses(&mut self, sid: &str) -> crate::state::misses::Misses {
+    pub fn misses(&mut self, sid: &str) -> crate::state::misses::MissCounts {
         self.store.slot(sid).map(|slot| slot.state.misses).unwrap_or_default()
     }
 

@@ -277,7 +277,7 @@ pub struct SessionState {
     /// Its arm of the control group, when it was assigned one (see [`trial`]).
     pub trial: Option<trial::Trial>,
     /// The misses seen live: re-fetches and restores (see [`misses`]).
-    pub misses: misses::Misses,
+    pub misses: misses::MissCounts,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
     /// The records of `pruned` that hold what this version does not know (a field, an
