@@ -10,7 +10,7 @@ pub(super) mod sent;
 
 use self::sent::EditsBasis;
 use super::in_force::Views;
-use super::protocol::{Edit, Edits};
+use super::protocol::{Edit, EditsAnswer};
 use super::ranges;
 use super::request::RequestContext;
 use crate::session::Message;
@@ -22,7 +22,7 @@ use crate::texts::restore::Via;
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
 /// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
 /// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
-pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
+pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, EditsAnswer) {
     let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
     let basis =
@@ -35,7 +35,7 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
     let new_tags = tags_from < messages.len();
     if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
-        return (sent.seq, Edits::Same);
+        return (sent.seq, EditsAnswer::Same);
     }
     if !follows {
         sent.calls.clear();
@@ -60,7 +60,7 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     }
     sent.seq += 1;
     sent.basis = Some(basis);
-    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
+    (sent.seq, if follows { EditsAnswer::Add(edits) } else { EditsAnswer::Full(edits) })
 }
 
 /// Where the placeholders of a session's edits take their handles from: the agent-facing ids

@@ -2,7 +2,7 @@
 //! (`crate::state::store::Slot`, which holds what the file keeps, the policy's ledger among it),
 //! in parts, each changed by the module that owns it: the mirror of the history and the index
 //! of its tool calls ([`Transcript`]: [`super::mirror`], counted ahead by the server's
-//! `precount`); the policy's running totals besides the ledger ([`Totals`]: `transform` and
+//! `precount`); the policy's running totals besides the ledger ([`PolicyTotals`]: `transform` and
 //! [`super::pending`]); the `<prunable-tools>` lists and nudges sent ([`Lists`]: `transform`'s
 //! tail); the caches that make a request cost what is new ([`Caches`]: [`super::in_force`],
 //! [`super::saving_cache`], [`super::ranges`], [`super::refetch`]); what is known of the session
@@ -14,7 +14,7 @@ use super::edits::sent::EditsSent;
 use super::mirror::Mirror;
 use super::pending::waiting::Pending;
 use super::ranges::spans::SpanCache;
-use super::totals::Totals;
+use super::totals::PolicyTotals;
 use super::{describe, in_force, refetch, saving_cache, savings};
 use crate::config::Offer;
 use crate::policy;
@@ -29,7 +29,7 @@ use crate::strategies::Rules;
 pub(super) struct LiveSession {
     pub history: Transcript,
     /// The policy's running totals besides its ledger (see [`super::totals`]).
-    pub totals: Totals,
+    pub totals: PolicyTotals,
     pub lists: Lists,
     pub caches: Caches,
     pub about: About,

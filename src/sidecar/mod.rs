@@ -70,7 +70,7 @@ use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
-pub use self::pending::{Count, Outcome};
+pub use self::pending::{Count, UpstreamOutcome};
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 

@@ -35,7 +35,7 @@ pub enum Count {
 
 /// Whether the upstream answered a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum UpstreamOutcome {
     Answered,
     Failed,
 }
@@ -100,7 +100,7 @@ impl Server {
     /// Counts request `number` of session `sid` when its upstream answered it, or takes back
     /// what it added when it failed. A request already counted (the session's next one came
     /// first) is left as it is.
-    pub fn settle(&mut self, sid: &str, number: u64, outcome: Outcome) {
+    pub fn settle(&mut self, sid: &str, number: u64, outcome: UpstreamOutcome) {
         let waiting = self.sessions.get(sid).and_then(|s| s.pending.as_ref()).is_some_and(|p| p.number == number);
         if waiting {
             self.with_session(sid, |server, session| server.settle_pending(session, sid, outcome));
@@ -108,10 +108,10 @@ impl Server {
     }
 
     /// Settles the session's request that waits for its answer, if one does.
-    pub(super) fn settle_pending(&mut self, session: &mut LiveSession, sid: &str, outcome: Outcome) {
+    pub(super) fn settle_pending(&mut self, session: &mut LiveSession, sid: &str, outcome: UpstreamOutcome) {
         let Some(pending) = session.pending.take() else { return };
         match outcome {
-            Outcome::Answered => {
+            UpstreamOutcome::Answered => {
                 let Some((facts, answer)) = pending.count else { return };
                 let mirror = std::mem::take(&mut session.history.mirror);
                 if let Ok(mut cx) = self.request_context(session, sid, &mirror, facts) {
@@ -119,7 +119,7 @@ impl Server {
                 }
                 session.history.mirror = mirror;
             }
-            Outcome::Failed => self.take_back(session, sid, &pending),
+            UpstreamOutcome::Failed => self.take_back(session, sid, &pending),
         }
     }
 

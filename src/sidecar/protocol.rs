@@ -294,7 +294,7 @@ pub struct Transformed {
     /// The number of this answer's edits, for the plugin's next `have`; `None` when the
     /// answer's edits are not to be kept (a skipped session, a compaction).
     pub seq: Option<u64>,
-    pub edits: Edits,
+    pub edits: EditsAnswer,
     /// Compressed ranges: whole messages replaced by one summary message, after the edits.
     pub replace: Vec<Replace>,
     pub append: Vec<Synthetic>,
@@ -318,7 +318,7 @@ impl Transformed {
     pub fn unchanged() -> Transformed {
         Transformed {
             seq: None,
-            edits: Edits::Full(Vec::new()),
+            edits: EditsAnswer::Full(Vec::new()),
             replace: Vec::new(),
             append: Vec::new(),
             notify: None,
@@ -335,9 +335,9 @@ impl Serialize for Transformed {
             map.serialize_entry("seq", &seq)?;
         }
         match &self.edits {
-            Edits::Same => map.serialize_entry("sameEdits", &true)?,
-            Edits::Add(edits) => map.serialize_entry("addEdits", edits)?,
-            Edits::Full(edits) => map.serialize_entry("edits", edits)?,
+            EditsAnswer::Same => map.serialize_entry("sameEdits", &true)?,
+            EditsAnswer::Add(edits) => map.serialize_entry("addEdits", edits)?,
+            EditsAnswer::Full(edits) => map.serialize_entry("edits", edits)?,
         }
         if !self.replace.is_empty() {
             map.serialize_entry("replace", &self.replace)?;
@@ -353,7 +353,7 @@ impl Serialize for Transformed {
 
 /// What an answer says about edits, relative to the last answer the plugin holds.
 #[derive(Debug, Clone)]
-pub enum Edits {
+pub enum EditsAnswer {
     /// The plugin's edits still hold (`sameEdits: true`).
     Same,
     /// The plugin's edits, plus these (`addEdits`).

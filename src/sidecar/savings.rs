@@ -27,7 +27,7 @@ use rustc_hash::FxHashSet as HashSet;
 use super::facts::RequestFacts;
 use super::in_force::Views;
 use super::mirror::Mirror;
-use super::protocol::{Edit, Edits, Replace, Transformed};
+use super::protocol::{Edit, EditsAnswer, Replace, Transformed};
 use super::ranges::spans::SpanCache;
 use crate::measure::{agent_only, is_agent_call, FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::prices::Rates;
@@ -258,18 +258,18 @@ impl Meter {
 
     /// Keeps the edits the plugin holds after `edits`, by message, for a history of `n`
     /// messages; returns the messages whose edits changed.
-    fn hold_edits(&mut self, edits: &Edits, n: usize) -> Vec<usize> {
+    fn hold_edits(&mut self, edits: &EditsAnswer, n: usize) -> Vec<usize> {
         self.edits.resize_with(n, Vec::new);
         match edits {
-            Edits::Same => Vec::new(),
-            Edits::Add(new) => {
+            EditsAnswer::Same => Vec::new(),
+            EditsAnswer::Add(new) => {
                 let mut edited: Vec<usize> = new.iter().filter(|e| e.m < n).map(|e| e.m).collect();
                 new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
                 edited.sort_unstable();
                 edited.dedup();
                 edited
             }
-            Edits::Full(all) => {
+            EditsAnswer::Full(all) => {
                 let mut by_message: Vec<Vec<Edit>> = vec![Vec::new(); n];
                 all.iter().filter(|e| e.m < n).for_each(|e| by_message[e.m].push(e.clone()));
                 let edited = (0..n).filter(|&m| self.edits[m] != by_message[m]).collect();

@@ -9,7 +9,7 @@ use crate::prices::Rates;
 
 /// A live session's running totals.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Totals {
+pub(super) struct PolicyTotals {
     requests: u32,
     /// What the session has cost without pruning since this process first saw it, and the
     /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
@@ -22,7 +22,7 @@ pub(super) struct Totals {
     carried: f64,
 }
 
-impl Totals {
+impl PolicyTotals {
     pub fn requests(&self) -> u32 {
         self.requests
     }
@@ -61,7 +61,7 @@ impl Totals {
 
     /// Puts back the totals as they were `before` a request that never reached the model: only
     /// the price of its rewrite stays carried.
-    pub fn put_back(&mut self, before: Totals) {
-        *self = Totals { carried: self.carried, ..before };
+    pub fn put_back(&mut self, before: PolicyTotals) {
+        *self = PolicyTotals { carried: self.carried, ..before };
     }
 }

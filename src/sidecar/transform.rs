@@ -19,12 +19,12 @@ use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
 use super::pending::waiting::Figures;
-use super::pending::{After, Count, Outcome};
+use super::pending::{After, Count, UpstreamOutcome};
 use super::protocol::{
-    Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
+    Applied, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
 };
 use super::request::{RequestContext, RequestFacts};
-use super::totals::Totals;
+use super::totals::PolicyTotals;
 use super::{internal, masking_candidates, now_ms, validate_session_id, LiveSession, Server};
 use super::{ranges, rewind};
 use crate::config::Notification;
@@ -69,7 +69,7 @@ impl Server {
     ) -> Result<Transformed, RpcError> {
         let sid = p.session_id;
         // The last request, still uncounted, is counted before this one changes the history.
-        self.settle_pending(session, &sid, Outcome::Answered);
+        self.settle_pending(session, &sid, UpstreamOutcome::Answered);
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
             session.about.parent = Some(parent.is_some());
@@ -139,7 +139,7 @@ impl Server {
         let replace = ranges::replacements(sid, messages, &slot.state.blocks, spans);
         Ok(Transformed {
             seq: None,
-            edits: Edits::Full(edits),
+            edits: EditsAnswer::Full(edits),
             replace,
             append: Vec::new(),
             notify: None,
@@ -259,7 +259,7 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
-fn charge(totals: &mut Totals, ledger: &mut Ledger, request: &policy::Charges) {
+fn charge(totals: &mut PolicyTotals, ledger: &mut Ledger, request: &policy::Charges) {
     ledger.banked += policy::balance(request);
     totals.charge(request);
 }

@@ -4,7 +4,7 @@
 
 use crate::sidecar::facts::RequestFacts;
 use crate::sidecar::protocol::Transformed;
-use crate::sidecar::totals::Totals;
+use crate::sidecar::totals::PolicyTotals;
 use crate::state::Ledger;
 
 /// The running figures of a session that a request changes: its totals, and the ledger of a
@@ -12,11 +12,11 @@ use crate::state::Ledger;
 #[derive(Debug, Clone, Copy)]
 pub(in crate::sidecar) struct Figures {
     pub(super) ledger: Option<Ledger>,
-    pub(super) totals: Totals,
+    pub(super) totals: PolicyTotals,
 }
 
 impl Figures {
-    pub(in crate::sidecar) fn of(totals: Totals, ledger: Option<&Ledger>) -> Figures {
+    pub(in crate::sidecar) fn of(totals: PolicyTotals, ledger: Option<&Ledger>) -> Figures {
         Figures { ledger: ledger.copied(), totals }
     }
 }
