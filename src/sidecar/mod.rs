@@ -55,7 +55,7 @@ use serde_json::Value;
 
 use self::live::LiveSession;
 use self::mirror::Mirror;
-use self::protocol::{code, now_ms, Answer, Empty, Request, RpcError};
+use self::protocol::{code, now_ms, Empty, MethodAnswer, Request, RpcError};
 use self::request::{RequestContext, RequestFacts};
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
@@ -205,23 +205,23 @@ impl Server {
         }
     }
 
-    fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
+    fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<MethodAnswer, RpcError> {
         match method {
-            "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform::params(params, messages)?).map(Answer::Transformed),
-            "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
-            "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
-            "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),
-            "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
-            "command" => self.command(protocol::params(method, params)?).map(Answer::Command),
+            "initialize" => self.initialize(protocol::params(method, params)?).map(MethodAnswer::Initialized),
+            "transform" => self.transform(transform::params(params, messages)?).map(MethodAnswer::Transformed),
+            "system" => Ok(MethodAnswer::System(self.system(protocol::params(method, params)?))),
+            "turn" => self.turn(protocol::params(method, params)?).map(MethodAnswer::Turn),
+            "describe" => self.describe(protocol::params(method, params)?).map(MethodAnswer::Described),
+            "tool" => self.tool(protocol::params(method, params)?).map(MethodAnswer::Tool),
+            "command" => self.command(protocol::params(method, params)?).map(MethodAnswer::Command),
             "event" => {
                 self.event(&params);
-                Ok(Answer::Empty(Empty {}))
+                Ok(MethodAnswer::Empty(Empty {}))
             }
-            "usage" => self.usage(protocol::params(method, params)?).map(|()| Answer::Empty(Empty {})),
+            "usage" => self.usage(protocol::params(method, params)?).map(|()| MethodAnswer::Empty(Empty {})),
             "shutdown" => {
                 self.shutdown();
-                Ok(Answer::Empty(Empty {}))
+                Ok(MethodAnswer::Empty(Empty {}))
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),
         }

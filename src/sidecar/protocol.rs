@@ -128,12 +128,12 @@ pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Re
 }
 
 /// A success response line.
-pub fn ok(id: &Value, result: &Answer) -> String {
+pub fn ok(id: &Value, result: &MethodAnswer) -> String {
     #[derive(Serialize)]
     struct Response<'a> {
         jsonrpc: &'static str,
         id: &'a Value,
-        result: &'a Answer,
+        result: &'a MethodAnswer,
     }
     match serde_json::to_string(&Response { jsonrpc: "2.0", id, result }) {
         Ok(line) => line,
@@ -235,7 +235,7 @@ pub struct CommandParams {
 /// What a request is answered with.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub enum Answer {
+pub enum MethodAnswer {
     Initialized(Initialized),
     Transformed(Transformed),
     System(System),
@@ -301,12 +301,12 @@ pub struct Transformed {
     pub notify: Option<String>,
     /// Pending rewrites this answer applied, and why (informational: the plugin ignores it;
     /// `dcp replay` reports it).
-    pub applied: Option<Applied>,
+    pub applied: Option<AppliedRewrites>,
 }
 
 /// Why an answer applied pending rewrites, and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Applied {
+pub struct AppliedRewrites {
     pub reason: crate::policy::Trigger,
     pub calls: usize,
     /// Compressed ranges applied.

@@ -21,7 +21,8 @@ use super::mirror::Mirror;
 use super::pending::waiting::Figures;
 use super::pending::{After, Count, UpstreamOutcome};
 use super::protocol::{
-    Applied, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
+    AppliedRewrites, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams,
+    Transformed,
 };
 use super::request::{RequestContext, RequestFacts};
 use super::totals::PolicyTotals;
@@ -220,8 +221,11 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
     let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
-    let applied =
-        applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
+    let applied = applied_now.as_ref().map(|a| AppliedRewrites {
+        reason: a.reason,
+        calls: a.calls.len(),
+        ranges: a.blocks.len(),
+    });
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
