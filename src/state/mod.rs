@@ -268,8 +268,9 @@ pub struct SessionState {
     pub next_id: u32,
     /// `time.created` of the newest compaction summary already handled.
     pub last_compaction: i64,
-    /// What the rewrite policy remembers across requests and restarts (see `crate::policy`).
-    pub ledger: Ledger,
+    /// What the rewrite policy remembers across requests and restarts (see `crate::policy`):
+    /// kept here alone, read and moved through the session's slot (`store::Slot::ledger`).
+    pub(in crate::state) ledger: Ledger,
     /// The compressed ranges (`prune.messages`).
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
