@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::prices::Sheet;
 use crate::session::Node;
 use crate::sidecar::protocol::{self, code, Edit, RpcError, TransformParams, Transformed};
-use crate::sidecar::{Count, Outcome, Server};
+use crate::sidecar::{Count, Server, UpstreamOutcome};
 use crate::state::savings::{Model, Usage};
 
 /// Why a request's conversation was not run through the engine.
@@ -59,7 +59,7 @@ enum Work {
     Settle {
         sid: String,
         number: u64,
-        outcome: Outcome,
+        outcome: UpstreamOutcome,
     },
     /// Drop what the engine holds of a conversation in memory (see [`Engine::forget`]).
     Forget {
@@ -107,7 +107,7 @@ pub struct Ticket {
 impl Ticket {
     /// Settles the request by the status of the answer its client got.
     pub fn settle(mut self, status: hyper::StatusCode) {
-        let outcome = if status.is_success() { Outcome::Answered } else { Outcome::Failed };
+        let outcome = if status.is_success() { UpstreamOutcome::Answered } else { UpstreamOutcome::Failed };
         self.send(outcome);
     }
 
@@ -121,7 +121,7 @@ impl Ticket {
         Some(Billing { sid: self.sid.clone(), jobs: self.jobs.clone()? })
     }
 
-    fn send(&mut self, outcome: Outcome) {
+    fn send(&mut self, outcome: UpstreamOutcome) {
         if let Some(jobs) = self.jobs.take() {
             let sid = std::mem::take(&mut self.sid);
             let _ = jobs.send(Work::Settle { sid: sid.clone(), number: self.number, outcome });
@@ -134,7 +134,7 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.send(Outcome::Failed);
+        self.send(UpstreamOutcome::Failed);
     }
 }
 
@@ -362,9 +362,9 @@ fn transform(server: &mut Server, sent: &mut HashMap<String, Sent>, sid: &str, t
     // upstream unpruned, so what the engine counted for it never reached the model; one
     // the server refused is counted as it was (it holds no savings).
     if result.is_err() {
-        server.settle(sid, tail.number, Outcome::Answered);
+        server.settle(sid, tail.number, UpstreamOutcome::Answered);
     } else if !delivered {
-        server.settle(sid, tail.number, Outcome::Failed);
+        server.settle(sid, tail.number, UpstreamOutcome::Failed);
     }
     if result.is_ok() {
         sent.insert(sid.to_string(), before);
@@ -383,12 +383,12 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
         }
     };
     match &answer.edits {
-        protocol::Edits::Full(full) => {
+        protocol::EditsAnswer::Full(full) => {
             before.edits = Edits::new(full.clone());
             before.older = Edits::default();
         }
-        protocol::Edits::Add(added) if !added.is_empty() => before.add(added),
-        protocol::Edits::Add(_) | protocol::Edits::Same => {}
+        protocol::EditsAnswer::Add(added) if !added.is_empty() => before.add(added),
+        protocol::EditsAnswer::Add(_) | protocol::EditsAnswer::Same => {}
     }
     before.seq = answer.seq;
     Ok(Edits::clone(&before.edits))
@@ -415,14 +415,14 @@ mod tests {
     fn lists_built_onto_the_older_list_equal_lists_copied_whole() {
         let mut sent = Sent::default();
         let mut expected: Vec<Edit> = (0..5).map(edit).collect();
-        let full = Ok(Transformed { edits: protocol::Edits::Full(expected.clone()), ..Transformed::unchanged() });
+        let full = Ok(Transformed { edits: protocol::EditsAnswer::Full(expected.clone()), ..Transformed::unchanged() });
         let mut held = vec![answered(&mut sent, &full).unwrap()];
         let mut reused = 0;
         for step in 1..40 {
             let added: Vec<Edit> = (0..step % 4).map(|k| edit(100 * step + k)).collect();
             expected.extend(added.iter().cloned());
             let older = Edits::as_ptr(&sent.older);
-            let answer = Ok(Transformed { edits: protocol::Edits::Add(added), ..Transformed::unchanged() });
+            let answer = Ok(Transformed { edits: protocol::EditsAnswer::Add(added), ..Transformed::unchanged() });
             let list = answered(&mut sent, &answer).unwrap();
             assert_eq!(*list, expected, "step {step}");
             reused += usize::from(Edits::as_ptr(&list) == older);

@@ -191,7 +191,7 @@ pub fn client(ca: Option<&Path>) -> anyhow::Result<UpstreamClient> {
         .with_no_client_auth();
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    http.set_send_buffer_size(super::socket_buffer(super::Buffer::Send).map(|size| size as usize));
+    http.set_send_buffer_size(super::listen::socket_buffer(super::listen::Buffer::Send).map(|size| size as usize));
     http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)

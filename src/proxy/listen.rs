@@ -10,6 +10,8 @@
 //! of its bytes ([`ClientBody`]); a connection that breaks either is closed. An accept that
 //! fails (no descriptor left, say) is retried after a pause that doubles up to a second, and
 //! a run of them is logged once, when it starts, and once more when accepting works again.
+//! The sockets' kernel buffers are sized here too ([`socket_buffer`]): the connections' and
+//! the upstream client's.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -227,4 +229,32 @@ mod tests {
         assert!(failing.failed(&emfile).is_some(), "a new run is told again");
         assert_eq!(failing.pause(), Duration::from_millis(10));
     }
+}
+
+/// The kernel's buffer for each connection's request, given by the listening socket to the
+/// connections it accepts (`SO_RCVBUF`), and for each request to the upstream (`SO_SNDBUF`,
+/// [`super::forward::client`]). A long conversation's body is several megabytes: a buffer this size
+/// from the first byte lets the client write it in a few large writes, and the proxy read
+/// and send it in a few large pieces, where the buffers the kernel grows on its own start at
+/// a few kilobytes.
+pub const SOCKET_BUFFER: u32 = 4 << 20;
+
+/// Which of a socket's buffers.
+#[derive(Debug, Clone, Copy)]
+pub enum Buffer {
+    Receive,
+    Send,
+}
+
+/// [`SOCKET_BUFFER`] when the system lets a socket have a buffer that big (Linux's
+/// `net.core.rmem_max` and `wmem_max`); else `None`, and the kernel sizes the buffer: a
+/// size set is a size fixed, and one cut down to a small maximum would be worse than the
+/// kernel's own.
+pub fn socket_buffer(which: Buffer) -> Option<u32> {
+    let name = match which {
+        Buffer::Receive => "rmem_max",
+        Buffer::Send => "wmem_max",
+    };
+    let max = std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?;
+    (max.trim().parse::<u64>().ok()? >= u64::from(SOCKET_BUFFER)).then_some(SOCKET_BUFFER)
 }

@@ -14,8 +14,8 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use super::engine::EngineError;
-use super::steps::{AgentTools, Timeline};
-use super::{drive, edits_by_message, priced, replaced, Mode, RecordedSession, ReplayOptions};
+use super::steps::{edits_by_message, replaced, AgentTools, Timeline};
+use super::{drive, priced, Mode, RecordedSession, ReplayOptions};
 use crate::session::Message;
 
 /// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form

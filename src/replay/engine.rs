@@ -223,7 +223,7 @@ impl ReplayRun {
     }
 
     /// The misses the engine saw live in the session so far (`crate::state::misses`).
-    pub fn misses(&mut self) -> crate::state::misses::Misses {
+    pub fn misses(&mut self) -> crate::state::misses::MissCounts {
         self.server.misses(&self.session_id)
     }
 

@@ -30,8 +30,7 @@ use serde::Serialize;
 use std::hash::{Hash, Hasher};
 
 use super::pieces::{tool_result, Edit, Pieces};
-use super::steps::AGENT_TOOLS;
-use super::Step;
+use super::steps::{Step, AGENT_TOOLS};
 use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node, Role};
 use crate::strategies::windows::{normalise, windows};
@@ -292,12 +291,12 @@ impl<'a> Misses<'a> {
     /// the part each came from.
     fn sent(&mut self, step: &Step<'_>) -> Sent {
         let mut sent = Sent::default();
-        let by_message = super::edits_by_message(step.edits);
+        let by_message = super::steps::edits_by_message(step.edits);
         let (timeline, time) = (step.timeline, step.request.time);
         for (m, i) in timeline.range(step.request).enumerate() {
             let message = timeline.message_at(i, time);
             let version = timeline.version(i, time);
-            let whole = super::replaced(step, m);
+            let whole = super::steps::replaced(step, m);
             if let Some(Some(summary)) = whole {
                 self.visible_message(summary, &mut sent);
             }

@@ -34,8 +34,8 @@ use self::cost::{Bill, Biller, Piece, Totals, Ttl};
 pub use self::dump::{requests, SentRequest};
 use self::engine::{EngineError, ReplayRun, Setup};
 use self::misses::{Checked, Miss, Misses, QuoteIndex};
-use self::pieces::{Edit, Pieces};
-use self::steps::{AgentTools, Recorded, RecordedRequest, Timeline};
+use self::pieces::Pieces;
+use self::steps::{edits_by_message, replaced, AgentTools, Recorded, RecordedRequest, Step, Timeline};
 use crate::config::{Config, RewriteMode};
 use crate::prices::{Override, Sheet};
 use crate::session::Message;
@@ -273,22 +273,6 @@ fn priced(session: &RecordedSession<'_>, plain: &Timeline, options: &ReplayOptio
     (recorded, options.prices.sheet(&options.config, own))
 }
 
-/// What a run hands its visitor for each request.
-pub struct Step<'a> {
-    pub timeline: &'a Timeline,
-    pub request: &'a RecordedRequest,
-    /// The engine's edits of the history (none without an engine).
-    pub edits: &'a [Edit],
-    /// Compressed ranges: history positions `from..=to` replaced by one message.
-    pub replace: &'a [(usize, usize, Message)],
-    /// The messages the engine appended after the history.
-    pub append: &'a [Message],
-    /// Why the engine applied pending rewrites on this request, if it did.
-    pub applied: Option<&'a str>,
-    /// The request carries dcp's head (its instructions and tool definitions).
-    pub offered: bool,
-}
-
 /// Runs every request of `session` in `mode` through the engine (none for [`Mode::None`]),
 /// handing each to `visit`, and replays the agent's tool calls after it. Returns what the
 /// engine adds to the system prompt and tool definitions, and the agent calls' outcome
@@ -448,25 +432,6 @@ fn run(
     }
     totals.refetches = refetches;
     Ok(Run { totals, agent_calls, agent_calls_same, per_request })
-}
-
-/// Whether message `m` of the request is inside a compressed range: `Some(Some(summary))` at
-/// the range's first message, `Some(None)` at the others.
-fn replaced<'a>(step: &Step<'a>, m: usize) -> Option<Option<&'a Message>> {
-    let (from, _, summary) = step.replace.iter().find(|(f, t, _)| *f <= m && m <= *t)?;
-    Some((*from == m).then_some(summary))
-}
-
-fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> {
-    let mut by_message: rustc_hash::FxHashMap<usize, Vec<&Edit>> = Default::default();
-    for e in edits {
-        by_message.entry(e.m).or_default().push(e);
-    }
-    // As the plugin does: every value first, then the appends (message id tags).
-    for of in by_message.values_mut() {
-        of.sort_by_key(|e| e.append.is_some());
-    }
-    by_message
 }
 
 /// Counts a step's history with its edits applied into `request`; returns the number of

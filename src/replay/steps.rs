@@ -20,6 +20,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
+use super::pieces::Edit;
 use crate::session::node::NULL;
 use crate::session::{str_field, visible_start, Message, Node, Role};
 
@@ -300,4 +301,39 @@ mod tests {
         let t = Timeline::new(&messages, AgentTools::Absent);
         assert_eq!(t.messages().iter().map(Message::id).collect::<Vec<_>>(), vec!["m1", "m2", "m4"]);
     }
+}
+
+/// What a run hands its visitor for each request.
+pub struct Step<'a> {
+    pub timeline: &'a Timeline,
+    pub request: &'a RecordedRequest,
+    /// The engine's edits of the history (none without an engine).
+    pub edits: &'a [Edit],
+    /// Compressed ranges: history positions `from..=to` replaced by one message.
+    pub replace: &'a [(usize, usize, Message)],
+    /// The messages the engine appended after the history.
+    pub append: &'a [Message],
+    /// Why the engine applied pending rewrites on this request, if it did.
+    pub applied: Option<&'a str>,
+    /// The request carries dcp's head (its instructions and tool definitions).
+    pub offered: bool,
+}
+
+/// Whether message `m` of the request is inside a compressed range: `Some(Some(summary))` at
+/// the range's first message, `Some(None)` at the others.
+pub(super) fn replaced<'a>(step: &Step<'a>, m: usize) -> Option<Option<&'a Message>> {
+    let (from, _, summary) = step.replace.iter().find(|(f, t, _)| *f <= m && m <= *t)?;
+    Some((*from == m).then_some(summary))
+}
+
+pub(super) fn edits_by_message(edits: &[Edit]) -> rustc_hash::FxHashMap<usize, Vec<&Edit>> {
+    let mut by_message: rustc_hash::FxHashMap<usize, Vec<&Edit>> = Default::default();
+    for e in edits {
+        by_message.entry(e.m).or_default().push(e);
+    }
+    // As the plugin does: every value first, then the appends (message id tags).
+    for of in by_message.values_mut() {
+        of.sort_by_key(|e| e.append.is_some());
+    }
+    by_message
 }

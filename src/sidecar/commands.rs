@@ -138,15 +138,9 @@ impl Server {
     fn decompress(&mut self, sid: &str, id: &str) -> Result<String, RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
         let n = id.trim().trim_start_matches(['b', 'B']).parse::<u32>().ok();
-        let Some(restored) = n.and_then(|n| slot.state.blocks.decompress(n)) else {
+        let Some(restored) = n.and_then(|n| slot.decompress(n)) else {
             return Ok(texts::not_a_range(id, &slot.state.blocks));
         };
-        if let Some(block) = n.and_then(|n| slot.state.blocks.by_id.get(&n)) {
-            let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
-            slot.unrecord_block(block.id, tools, tokens);
-        }
-        slot.mark_rewrites_added();
-        slot.mark_changed();
         self.save_now(sid);
         Ok(texts::decompressed(n.unwrap_or(0), &restored))
     }
@@ -192,7 +186,7 @@ impl Server {
     fn title(&mut self, sid: &str) -> Option<String> {
         self.with_session(sid, |server, session| {
             server.look_up_session(session, sid);
-            session.title.clone()
+            session.about.title.clone()
         })
     }
 
@@ -209,7 +203,6 @@ impl Server {
             d.record.applied = true;
             slot.record(&d.call_id, d.record);
         }
-        slot.mark_changed();
         self.save_now(sid);
         Ok(texts::swept(n, tokens))
     }

@@ -6,45 +6,23 @@
 
 use rustc_hash::FxHashSet as HashSet;
 
+pub(super) mod sent;
+
+use self::sent::EditsBasis;
 use super::in_force::Views;
-use super::protocol::{Edit, Edits};
+use super::protocol::{Edit, EditsAnswer};
 use super::ranges;
 use super::request::RequestContext;
 use crate::session::Message;
-use crate::state::store::ChangesMark;
 use crate::state::{PruneRecord, SessionState};
 use crate::strategies;
 use crate::texts::restore::Via;
-
-/// What the plugin holds of a session's edits: the number of the last answer whose edits
-/// it may keep, what they were computed from, and the calls they cover.
-#[derive(Debug, Default)]
-pub(super) struct EditsSent {
-    seq: u64,
-    basis: Option<EditsBasis>,
-    calls: HashSet<String>,
-    /// Where the slot's changes ([`crate::state::store::Slot::changes`]) were when they were
-    /// computed: what came after is what may add edits.
-    changes: ChangesMark,
-    /// The messages whose id tags were sent (see [`ranges`]).
-    tags: usize,
-}
-
-/// What a set of edits was computed from: the slot's revision and resets, the messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EditsBasis {
-    revision: u64,
-    resets: u64,
-    messages: usize,
-    /// How the placeholders said to restore: another way rewrites them all.
-    via: Option<Via>,
-}
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent, no prune was dropped since and the
 /// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
 /// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
-pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, Edits) {
+pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, EditsAnswer) {
     let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
     let basis =
@@ -52,17 +30,17 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let sent = &mut session.edits;
     let follows = have == Some(sent.seq)
         && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via && mirror.kept() >= b.messages);
-    session.present = super::describe::Tags::present(tags, messages.len(), &slot.state.blocks);
+    session.about.present = super::describe::Tags::present(tags, messages.len(), &slot.state.blocks);
     let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
     let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
     let new_tags = tags_from < messages.len();
     if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
-        return (sent.seq, Edits::Same);
+        return (sent.seq, EditsAnswer::Same);
     }
     if !follows {
         sent.calls.clear();
     }
-    let index = &session.index;
+    let index = &session.history.index;
     let position = |id: &str| index.position(id);
     // Following the last answer, only what was put in force since can add edits.
     let pruned = &slot.state.pruned;
@@ -82,7 +60,7 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     }
     sent.seq += 1;
     sent.basis = Some(basis);
-    (sent.seq, if follows { Edits::Add(edits) } else { Edits::Full(edits) })
+    (sent.seq, if follows { EditsAnswer::Add(edits) } else { EditsAnswer::Full(edits) })
 }
 
 /// Where the placeholders of a session's edits take their handles from: the agent-facing ids

@@ -17,24 +17,14 @@ use super::protocol::{
     self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
     TurnAnswer, TurnParams,
 };
+use super::request::head_tokens;
 use super::{in_force, internal, now_ms, refetch, validate_session_id, LiveSession, Server};
-use crate::config::{self, Offer};
+use crate::config;
 use crate::policy;
 use crate::state::trial::Arm;
 use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts;
-use crate::tokens::TokenCounter;
-
-/// Whether `session`'s requests carry dcp's head now. `"always"` offers it from the first
-/// request only where the head is cheap to carry (`crate::policy::head_is_cheap`: a cache
-/// reads it); without a cache it is offered as `"paid"` is.
-pub(super) fn offered(rules: &Rules, session: &LiveSession) -> bool {
-    let tools = &rules.config().tools;
-    let any = tools.discard.enabled || tools.extract.enabled || tools.compress.enabled || tools.restore.enabled;
-    let always = tools.settings.offer == Offer::Always && policy::head_is_cheap(session.priced_by(rules).rates);
-    any && (always || session.ledger.offered) && session.arm != Some(Some(Arm::Unpruned))
-}
 
 impl Server {
     /// `initialize`: the protocol's version, and the agent tools dcp offers, with their
@@ -65,8 +55,8 @@ impl Server {
             self.head = None;
             // What the indexes read was judged by the old rules.
             for session in self.sessions.values_mut() {
-                session.index = Index::default();
-                session.in_force = in_force::InForce::default();
+                session.history.index = Index::default();
+                session.caches.in_force = in_force::InForce::default();
             }
         }
         let tools = &self.rules.config().tools;
@@ -103,7 +93,7 @@ impl Server {
         if let Some(sid) = p.session_id.as_deref() {
             self.with_session(sid, |server, session| {
                 server.look_up_session(session, sid);
-                server.resume_ledger(session, sid);
+                server.load_state(session, sid);
             });
         }
         System { system: Vec::new() }
@@ -117,15 +107,15 @@ impl Server {
         validate_session_id(&sid)?;
         let offer = self.with_session(&sid, |server, session| {
             if let Some(parent) = p.parent_id {
-                session.parent = Some(parent.is_some());
+                session.about.parent = Some(parent.is_some());
             }
             // No look-up in `opencode.db` here: the session is being titled as its first
             // message is created, and the state file keeps the title the first look-up finds.
             if server.skips(Some(session)) || server.arm(session, &sid) == Some(Arm::Unpruned) {
                 return false;
             }
-            server.resume_ledger(session, &sid);
-            if offered(&server.rules, session) {
+            server.load_state(session, &sid);
+            if session.offered(&server.rules, server.store.loaded(&sid).map(|slot| slot.ledger())) {
                 return true;
             }
             let tools = &server.rules.config().tools;
@@ -139,32 +129,23 @@ impl Server {
 
     fn offer_when_paid(&mut self, session: &mut LiveSession, sid: &str, now: i64) -> bool {
         let rewrite = &self.rules.config().rewrite;
-        let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
         let Ok(slot) = self.store.slot(sid) else { return false };
+        let (idle, banked) = (slot.ledger().idle_seconds(now), slot.ledger().banked);
         let sheet = session.priced_by(&self.rules);
         let turn = policy::Turn {
-            head: tokens(&mut self.head, &self.rules, &slot.tokens),
+            head: head_tokens(&mut self.head, &self.rules, &slot.tokens),
             cold: idle.is_none_or(|s| s >= rewrite.cold_after(sheet)),
-            banked: session.ledger.banked,
+            banked,
             rates: sheet.rates,
         };
         if !policy::offer(rewrite, &turn) {
             return false;
         }
-        tracing::debug!(session = sid, banked = session.ledger.banked, "offering the agent tools from this turn on");
-        session.ledger.banked -= policy::offer_charge(&turn);
-        session.ledger.offered = true;
-        slot.state.ledger = session.ledger;
-        slot.mark_changed();
+        tracing::debug!(session = sid, banked, "offering the agent tools from this turn on");
+        slot.offer_head(policy::offer_charge(&turn));
         self.save(session, sid);
         true
     }
-}
-
-/// Tokens of dcp's head: its tools' definitions as a provider is sent them
-/// ([`texts::tool_definitions`]). Counted once.
-pub(super) fn tokens(head: &mut Option<u64>, rules: &Rules, counter: &TokenCounter) -> u64 {
-    *head.get_or_insert_with(|| texts::tool_definitions(&rules.config().tools).iter().map(|d| counter.count(d)).sum())
 }
 
 impl Server {
@@ -175,11 +156,11 @@ impl Server {
         validate_session_id(&sid)?;
         let cold_after = self.rules.config().rewrite.cold_after(self.rules.sheet());
         let now = p.now.unwrap_or_else(now_ms);
-        let tags = self.with_session(&sid, |_, session| {
-            let idle = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
+        let tags = self.with_session(&sid, |server, session| {
+            let idle = server.store.loaded(&sid).and_then(|slot| slot.ledger().idle_seconds(now));
             let cold = idle.is_none_or(|s| s >= cold_after);
-            let tags = super::describe::described(session.described, session.present, cold);
-            session.described = Some(tags);
+            let tags = super::describe::described(session.about.described, session.about.present, cold);
+            session.about.described = Some(tags);
             tags
         });
         Ok(Described { compress: texts::compress_description(tags.messages, tags.ranges) })
@@ -190,11 +171,11 @@ impl Server {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::tokens::EstimatorChoice;
+    use crate::tokens::{EstimatorChoice, TokenCounter};
 
     fn head_of(config: Config) -> u64 {
         let rules = Rules::new(config).unwrap();
-        tokens(&mut None, &rules, &TokenCounter::new(EstimatorChoice::Auto))
+        head_tokens(&mut None, &rules, &TokenCounter::new(EstimatorChoice::Auto))
     }
 
     #[test]

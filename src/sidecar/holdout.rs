@@ -15,20 +15,18 @@ impl Server {
     /// `holdout` is above 0, else as its state file recorded it; `None` outside the trial.
     /// Looked up once per process.
     pub(super) fn arm(&mut self, session: &mut LiveSession, sid: &str) -> Option<Arm> {
-        if let Some(arm) = session.arm {
+        if let Some(arm) = session.about.arm {
             return arm;
         }
         let holdout = self.rules.config().holdout;
         let Ok(slot) = self.store.slot(sid) else { return None };
-        let state = &mut slot.state;
-        if state.trial.is_none() && holdout > 0.0 && state.savings.requests == 0 {
+        if slot.state.trial.is_none() && holdout > 0.0 && slot.state.savings.requests == 0 {
             let arm = Arm::drawn(holdout, trial::draw());
             tracing::debug!(session = sid, arm = arm.key(), "control group: arm drawn");
-            state.trial = Some(Trial { arm, prompts: 0 });
-            slot.mark_changed();
+            slot.join_trial(Trial { arm, prompts: 0 });
         }
         let arm = slot.state.trial.map(|t| t.arm);
-        session.arm = Some(arm);
+        session.about.arm = Some(arm);
         arm
     }
 }
@@ -43,7 +41,7 @@ pub(super) fn note_prompts(cx: &mut RequestContext) {
 /// The answer to a request of the unpruned arm: what the plugin holds of the edits (none,
 /// unless the person swept by hand), nothing added.
 pub(super) fn answer(cx: &mut RequestContext) -> Transformed {
-    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
+    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.about.title.clone());
     let (seq, edits) = answer_edits(cx, None);
     Transformed { seq: Some(seq), edits, replace: Vec::new(), append: Vec::new(), notify: None, applied: None }
 }

@@ -22,7 +22,7 @@ use crate::strategies::masking;
 /// (applied or waiting) are not masked: the range stands in for them.
 pub(super) fn mask_pending(cx: &mut RequestContext) -> Vec<((usize, usize), String, PruneRecord, policy::Pending)> {
     let (rules, slot, mirror) = (cx.rules, &mut *cx.slot, cx.mirror);
-    let (index, sizes) = (&mut cx.session.index, &mut cx.session.sizes);
+    let (index, sizes) = (&mut cx.session.history.index, &mut cx.session.caches.sizes);
     let messages = mirror.messages();
     let candidates = index.mask_candidates(messages, &slot.state, rules, &mut slot.tokens).to_vec();
     let riders = match rules.config().rewrite.mode {

@@ -1,11 +1,11 @@
 //! `dcp serve`: the long-lived sidecar the OpenCode plugin talks to.
 //!
 //! One sidecar serves every session of one OpenCode process; each session has its own
-//! state (through the [`SessionStore`]) and a [`LiveSession`] here: its mirror of the
-//! history, its index of tool calls, the policy's ledger, what the plugin holds of its edits
-//! and when it was last saved. The line between the two: what the state file keeps, and
-//! saving it, is the store's `Slot` (the CLI uses it too); what only a live request needs is
-//! the `LiveSession`.
+//! state (through the [`SessionStore`]) and a [`LiveSession`] ([`live`]): its mirror of the
+//! history, its index of tool calls, the policy's running totals, its lists and caches, what
+//! the plugin holds of its edits and when it was last saved. The line between the two: what
+//! the state file keeps (the policy's ledger among it), and saving it, is the store's `Slot`
+//! (the CLI uses it too); what only a live request needs is the `LiveSession`.
 //! Requests are handled one at a time on one thread: they are short and CPU-bound. State
 //! files are saved by the [`Saver`] task, off the request path. Nothing is ever written to
 //! stdout but protocol lines; logs go to stderr and, with `debug`, to files.
@@ -21,10 +21,12 @@
 mod commands;
 mod describe;
 mod edits;
+mod facts;
 mod head;
 mod holdout;
 mod in_force;
 mod laps;
+mod live;
 mod masking_candidates;
 pub mod mirror;
 pub mod model;
@@ -41,6 +43,7 @@ mod sheet;
 mod stdio;
 pub mod stream;
 mod tools;
+mod totals;
 mod transform;
 pub mod usage;
 
@@ -50,24 +53,24 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use self::edits::EditsSent;
+use self::live::LiveSession;
 use self::mirror::Mirror;
-use self::protocol::{code, Answer, Empty, Request, RpcError};
+use self::protocol::{code, now_ms, Empty, MethodAnswer, Request, RpcError};
+use self::request::{RequestContext, RequestFacts};
 use crate::config::{self, Config};
 use crate::host::paths::{self, Env};
 use crate::host::sqlite::Db;
 use crate::session::{str_field, Node};
-use crate::state::saver::{self, SaveTiming, Saver};
+use crate::state::persist::StateError;
+use crate::state::saver::{self, Saver};
 use crate::state::store::SessionStore;
-use crate::state::Ledger;
 use crate::stats::AllTimeCache;
-use crate::strategies::incremental::Index;
 use crate::strategies::Rules;
 use crate::texts::restore::Via;
 use crate::tokens::EstimatorChoice;
 
 pub use self::in_force::Views;
-pub use self::pending::{Count, Outcome};
+pub use self::pending::{Count, UpstreamOutcome};
 pub use self::stdio::{serve, serve_on};
 pub use self::transform::Answered;
 
@@ -78,82 +81,6 @@ pub struct ServeOptions {
     pub env: Env,
     /// The project dir whose `.opencode/dcp.jsonc` applies, until `initialize` says otherwise.
     pub project: Option<PathBuf>,
-}
-
-/// The `<prunable-tools>` lists sent to a session and what the agent did with them.
-#[derive(Debug, Default, Clone, Copy)]
-struct ListsSent {
-    /// The agent's own prunes when they were last counted ([`in_force::AgentPrunes`]).
-    answered: usize,
-    /// Lists sent since the agent last pruned.
-    unanswered: u32,
-}
-
-/// What the sidecar keeps about a live session besides its state.
-#[derive(Debug, Default)]
-struct LiveSession {
-    mirror: Mirror,
-    /// The session's tool calls, as the strategies and the prunable list need them.
-    index: Index,
-    requests: u32,
-    /// The policy's running figures (what dcp has banked on no pruning, the warm run, the last
-    /// request's time, whether the head is offered), as the state file keeps them.
-    ledger: Ledger,
-    /// What the session has cost without pruning since this process first saw it, and the
-    /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
-    baseline: f64,
-    unpruned: Option<u64>,
-    /// What dcp's head and lists have cost the session since this process first saw it.
-    added: f64,
-    /// Whether the session has a parent (a subagent), once known.
-    parent: Option<bool>,
-    title: Option<String>,
-    /// How often the session was looked up in `opencode.db`.
-    lookups: u32,
-    /// Tool calls in the history when the agent was last nudged.
-    calls_at_nudge: usize,
-    /// The last call the `<prunable-tools>` list named when it was last sent.
-    list_shown: Option<usize>,
-    /// The lists sent since the agent last pruned (`crate::policy::list_pays`).
-    lists: ListsSent,
-    /// What the plugin holds of the edits.
-    edits: EditsSent,
-    /// The messages whose tool outputs were counted ahead (see [`Server::precount`]).
-    precounted: usize,
-    /// When its state was last handed out for saving.
-    saves: SaveTiming,
-    /// What counting the next request's savings needs of this one (see [`savings`]).
-    savings: savings::Meter,
-    /// The rewrite sizes of the masking candidates and the prunes (see [`saving_cache`]).
-    sizes: saving_cache::SavingCache,
-    /// The prunes in force and those waiting (see [`in_force`]).
-    in_force: in_force::InForce,
-    /// The calls read for re-fetches (see [`refetch`]), and how far the session backs off
-    /// for the misses it saw (`crate::policy::backoff_level`).
-    refetches: refetch::Refetches,
-    backoff: u32,
-    /// The kinds of id tag the session's last request carried, and those its agent tools'
-    /// descriptions name (see [`describe`]).
-    present: describe::Tags,
-    described: Option<describe::Tags>,
-    /// Where the ranges stand in the mirror's history, and the agent's own prunes as they come.
-    spans: ranges::SpanCache,
-    agent_prunes: in_force::AgentPrunes,
-    /// The last request, when it is counted once its answer is known (see [`pending`]).
-    pending: Option<pending::Pending>,
-    /// What the last request's rewrite costs the next if it never reached the model (`policy::carried`).
-    carried: f64,
-    /// Its arm of the control group, once looked up: `Some(None)` outside it (see [`holdout`]).
-    arm: Option<Option<crate::state::trial::Arm>>,
-    /// Its price sheet, once its client named its model (see [`sheet`]).
-    sheet: Option<crate::prices::Sheet>,
-}
-
-impl LiveSession {
-    /// Whether messages are left whose outputs were not counted ahead.
-    fn uncounted(&self) -> bool {
-        self.precounted < self.mirror.messages().len()
-    }
 }
 
 /// The sidecar's state: config, sessions, and where saves go.
@@ -179,10 +106,6 @@ pub struct Server {
     /// The rules of a session backed off 1, 2, 3 steps for the misses it saw (see
     /// `crate::policy::backed_off`); none with `strategies.masking.backoff` off.
     backed_off: Vec<Rules>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -282,23 +205,23 @@ impl Server {
         }
     }
 
-    fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<Answer, RpcError> {
+    fn dispatch(&mut self, method: &str, params: Value, messages: Option<Vec<Node>>) -> Result<MethodAnswer, RpcError> {
         match method {
-            "initialize" => self.initialize(protocol::params(method, params)?).map(Answer::Initialized),
-            "transform" => self.transform(transform::params(params, messages)?).map(Answer::Transformed),
-            "system" => Ok(Answer::System(self.system(protocol::params(method, params)?))),
-            "turn" => self.turn(protocol::params(method, params)?).map(Answer::Turn),
-            "describe" => self.describe(protocol::params(method, params)?).map(Answer::Described),
-            "tool" => self.tool(protocol::params(method, params)?).map(Answer::Tool),
-            "command" => self.command(protocol::params(method, params)?).map(Answer::Command),
+            "initialize" => self.initialize(protocol::params(method, params)?).map(MethodAnswer::Initialized),
+            "transform" => self.transform(transform::params(params, messages)?).map(MethodAnswer::Transformed),
+            "system" => Ok(MethodAnswer::System(self.system(protocol::params(method, params)?))),
+            "turn" => self.turn(protocol::params(method, params)?).map(MethodAnswer::Turn),
+            "describe" => self.describe(protocol::params(method, params)?).map(MethodAnswer::Described),
+            "tool" => self.tool(protocol::params(method, params)?).map(MethodAnswer::Tool),
+            "command" => self.command(protocol::params(method, params)?).map(MethodAnswer::Command),
             "event" => {
                 self.event(&params);
-                Ok(Answer::Empty(Empty {}))
+                Ok(MethodAnswer::Empty(Empty {}))
             }
-            "usage" => self.usage(protocol::params(method, params)?).map(|()| Answer::Empty(Empty {})),
+            "usage" => self.usage(protocol::params(method, params)?).map(|()| MethodAnswer::Empty(Empty {})),
             "shutdown" => {
                 self.shutdown();
-                Ok(Answer::Empty(Empty {}))
+                Ok(MethodAnswer::Empty(Empty {}))
             }
             other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method {other:?}"))),
         }
@@ -318,12 +241,12 @@ impl Server {
     /// borrowed while the rest of the server is used: a long history is not copied for a
     /// tool call or a command. [`Server::put_mirror`] puts it back.
     fn take_mirror(&mut self, sid: &str) -> Mirror {
-        self.sessions.get_mut(sid).map(|s| std::mem::take(&mut s.mirror)).unwrap_or_default()
+        self.sessions.get_mut(sid).map(|s| std::mem::take(&mut s.history.mirror)).unwrap_or_default()
     }
 
     fn put_mirror(&mut self, sid: &str, mirror: Mirror) {
         if let Some(session) = self.sessions.get_mut(sid) {
-            session.mirror = mirror;
+            session.history.mirror = mirror;
         }
     }
 
@@ -331,35 +254,33 @@ impl Server {
     fn look_up_session(&self, session: &mut LiveSession, session_id: &str) {
         // Once when first seen; while OpenCode has not titled the session yet, again every 16
         // requests. Not on every request: this is the request path.
-        let untitled = session.title.as_deref().is_none_or(|t| t.starts_with("New session"));
-        let due = session.lookups == 0 || (untitled && session.requests >= session.lookups * 16);
+        let untitled = session.about.title.as_deref().is_none_or(|t| t.starts_with("New session"));
+        let due = session.about.lookups == 0 || (untitled && session.totals.requests() >= session.about.lookups * 16);
         if !due {
             return;
         }
-        session.lookups += 1;
+        session.about.lookups += 1;
         let db_path = self.options.env.db_path(&self.options.data_dir);
         let Ok(db) = Db::open(&db_path) else { return };
         if let Ok(Some(info)) = db.session(session_id) {
-            session.parent.get_or_insert(info.parent_id.is_some());
-            session.title = Some(info.title);
+            session.about.parent.get_or_insert(info.parent_id.is_some());
+            session.about.title = Some(info.title);
         }
     }
 
-    /// Picks up the policy's ledger where the session's state file left it, once per process:
-    /// a restarted sidecar goes on with the same warm run and balance.
-    fn resume_ledger(&mut self, session: &mut LiveSession, sid: &str) {
-        if session.ledger.last_request.is_some() || self.skips(Some(session)) {
-            return;
-        }
-        if let Ok(slot) = self.store.slot(sid) {
-            session.ledger = slot.state.ledger;
+    /// Loads the session's state, with the policy's ledger where the state file left it, once
+    /// it is known to be one dcp prunes: a restarted sidecar goes on with the same warm run and
+    /// balance.
+    fn load_state(&mut self, session: &LiveSession, sid: &str) {
+        if !self.skips(Some(session)) {
+            let _ = self.store.slot(sid);
         }
     }
 
     /// Whether dcp leaves the session alone: disabled, or a subagent's session.
     fn skips(&self, session: Option<&LiveSession>) -> bool {
         !self.rules.config().enabled
-            || (!self.rules.config().prune_subagents && session.and_then(|s| s.parent) == Some(true))
+            || (!self.rules.config().prune_subagents && session.and_then(|s| s.about.parent) == Some(true))
     }
 
     fn event(&mut self, params: &Value) {
@@ -414,20 +335,20 @@ impl Server {
             let skip = self.skips(self.sessions.get(&sid));
             let Some(session) = self.sessions.get_mut(&sid) else { continue };
             if skip {
-                session.precounted = session.mirror.messages().len();
+                session.history.precounted = session.history.mirror.messages().len();
                 continue;
             }
             let Ok(slot) = self.store.slot(&sid) else { continue };
-            let mirror = &mut session.mirror;
-            while session.precounted < mirror.messages().len() {
-                let mi = session.precounted;
+            let mirror = &mut session.history.mirror;
+            while session.history.precounted < mirror.messages().len() {
+                let mi = session.history.precounted;
                 for pi in 0..mirror.messages()[mi].parts.len() {
                     if !idle() || due.is_some_and(|d| d <= Instant::now()) {
                         return dropped;
                     }
                     dropped += mirror.slim_part(mi, pi, &mut slot.tokens);
                 }
-                session.precounted += 1;
+                session.history.precounted += 1;
             }
         }
         dropped
@@ -436,7 +357,7 @@ impl Server {
     /// The bytes of the strings session `sid`'s mirror holds, keys included: what is left of
     /// its history's text once slimmed (see [`Mirror::slim_part`]). For tests and measurements.
     pub fn mirror_bytes(&self, sid: &str) -> Option<usize> {
-        self.sessions.get(sid).map(|s| s.mirror.string_bytes())
+        self.sessions.get(sid).map(|s| s.history.mirror.string_bytes())
     }
 
     /// When the next waiting save is due, if one waits.
@@ -465,6 +386,54 @@ impl Server {
     fn save_dirty(&mut self) {
         for sid in self.store.dirty() {
             self.save_now(&sid);
+        }
+    }
+}
+
+impl Server {
+    /// The context of a request of session `sid`, its state loaded if it was not yet.
+    fn request_context<'a>(
+        &'a mut self,
+        session: &'a mut LiveSession,
+        sid: &'a str,
+        mirror: &'a Mirror,
+        facts: RequestFacts,
+    ) -> Result<RequestContext<'a>, StateError> {
+        let ledger = *self.store.slot(sid)?.ledger();
+        let restore = self.restore_via(session, Some(&ledger));
+        let slot = self.store.slot(sid)?;
+        let rules = match session.about.backoff {
+            0 => &self.rules,
+            n => self.backed_off.get(n as usize - 1).unwrap_or(&self.rules),
+        };
+        Ok(RequestContext {
+            rules,
+            project: self.options.project.as_ref().and_then(|p| p.to_str()),
+            sid,
+            session,
+            slot,
+            mirror,
+            facts,
+            views: self.views,
+            restore,
+            head: &mut self.head,
+        })
+    }
+
+    /// Sets how far `session` backs off for the misses its state counts; a new step
+    /// judges its calls afresh by the wider windows.
+    fn back_off(&mut self, session: &mut LiveSession, sid: &str) {
+        let Ok(slot) = self.store.slot(sid) else { return };
+        let level = if self.backed_off.is_empty() {
+            0
+        } else {
+            crate::policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
+        };
+        if level != session.about.backoff {
+            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            session.about.backoff = level;
+            session.history.index = crate::strategies::incremental::Index::default();
+            session.caches.in_force = in_force::InForce::default();
         }
     }
 }

@@ -14,11 +14,15 @@
 //! prunes in force, and the provider bills the rewritten tail then. A conversation too big
 //! for the proxy to keep is forgotten once its request is settled ([`Server::forget`]).
 
+pub(super) mod waiting;
+
+use self::waiting::{Figures, Pending};
 use super::laps::Laps;
+use super::live::LiveSession;
 use super::mirror::Mirror;
 use super::protocol::{RpcError, Transformed};
-use super::request::RequestFacts;
-use super::{savings, LiveSession, Server};
+use super::request::{RequestContext, RequestFacts};
+use super::{savings, Server};
 use crate::state::Ledger;
 
 /// When a transform's request is counted.
@@ -31,39 +35,9 @@ pub enum Count {
 
 /// Whether the upstream answered a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum UpstreamOutcome {
     Answered,
     Failed,
-}
-
-/// The running figures of a session that a request changes.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Figures {
-    ledger: Ledger,
-    requests: u32,
-    baseline: f64,
-    unpruned: Option<u64>,
-    added: f64,
-}
-
-impl Figures {
-    pub(super) fn of(session: &LiveSession) -> Figures {
-        let s = session;
-        Figures { ledger: s.ledger, requests: s.requests, baseline: s.baseline, unpruned: s.unpruned, added: s.added }
-    }
-}
-
-/// A request whose answer is not known yet.
-#[derive(Debug)]
-pub(super) struct Pending {
-    number: u64,
-    /// The session's figures before it.
-    before: Figures,
-    /// What counting its savings needs: its facts and its answer (what the savings count as
-    /// sent); `None` when there is nothing to count (a session dcp leaves alone).
-    count: Option<(RequestFacts, Transformed)>,
-    /// What a rewrite it applied costs the next request, if it never reached the model.
-    carried: f64,
 }
 
 /// A request's answer and whether it changed the session's state, as the transform gave it.
@@ -95,13 +69,13 @@ impl Server {
             Count::Now => {
                 if let Some(answer) = answer {
                     if let Ok(mut cx) = self.request_context(session, sid, mirror, after.facts) {
-                        savings::record(&mut cx, answer);
+                        count_savings(&mut cx, answer);
                     }
                 }
             }
             Count::Later(number) => {
                 let count = answer.map(|a| (after.facts, a.clone()));
-                let (before, carried) = (after.before, session.carried);
+                let (before, carried) = (after.before, session.totals.carried());
                 session.pending = Some(Pending { number, before, count, carried });
             }
         }
@@ -126,7 +100,7 @@ impl Server {
     /// Counts request `number` of session `sid` when its upstream answered it, or takes back
     /// what it added when it failed. A request already counted (the session's next one came
     /// first) is left as it is.
-    pub fn settle(&mut self, sid: &str, number: u64, outcome: Outcome) {
+    pub fn settle(&mut self, sid: &str, number: u64, outcome: UpstreamOutcome) {
         let waiting = self.sessions.get(sid).and_then(|s| s.pending.as_ref()).is_some_and(|p| p.number == number);
         if waiting {
             self.with_session(sid, |server, session| server.settle_pending(session, sid, outcome));
@@ -134,34 +108,52 @@ impl Server {
     }
 
     /// Settles the session's request that waits for its answer, if one does.
-    pub(super) fn settle_pending(&mut self, session: &mut LiveSession, sid: &str, outcome: Outcome) {
+    pub(super) fn settle_pending(&mut self, session: &mut LiveSession, sid: &str, outcome: UpstreamOutcome) {
         let Some(pending) = session.pending.take() else { return };
         match outcome {
-            Outcome::Answered => {
+            UpstreamOutcome::Answered => {
                 let Some((facts, answer)) = pending.count else { return };
-                let mirror = std::mem::take(&mut session.mirror);
+                let mirror = std::mem::take(&mut session.history.mirror);
                 if let Ok(mut cx) = self.request_context(session, sid, &mirror, facts) {
-                    savings::record(&mut cx, &answer);
+                    count_savings(&mut cx, &answer);
                 }
-                session.mirror = mirror;
+                session.history.mirror = mirror;
             }
-            Outcome::Failed => self.take_back(session, sid, &pending),
+            UpstreamOutcome::Failed => self.take_back(session, sid, &pending),
         }
     }
 
     /// Puts back the figures a request that never reached the model changed.
     fn take_back(&mut self, session: &mut LiveSession, sid: &str, pending: &Pending) {
         let before = pending.before;
-        session.ledger = Ledger { banked: before.ledger.banked + pending.carried, ..before.ledger };
-        (session.requests, session.baseline, session.unpruned, session.added) =
-            (before.requests, before.baseline, before.unpruned, before.added);
+        // What the last request's rewrite costs the next stays charged.
+        session.totals.put_back(before.totals);
         let answer = pending.count.as_ref().map(|(_, answer)| answer);
-        session.savings.unsent(answer, session.mirror.messages().len());
+        session.savings.unsent(answer, session.history.mirror.messages().len());
+        let Some(ledger) = before.ledger else { return };
         let Ok(slot) = self.store.slot(sid) else { return };
-        if slot.state.ledger != session.ledger {
-            slot.state.ledger = session.ledger;
-            slot.mark_changed();
+        if slot.put_back_ledger(Ledger { banked: ledger.banked + pending.carried, ..ledger }) {
             self.save(session, sid);
         }
     }
+}
+
+/// Adds the request `answer` answered to the session's savings (see [`savings`]).
+fn count_savings(cx: &mut RequestContext, answer: &Transformed) {
+    let offered = cx.offered();
+    let head = if offered { cx.head_tokens() } else { 0 };
+    let (session, facts) = (&mut *cx.session, &cx.facts);
+    let counting = savings::Counting {
+        slot: cx.slot,
+        meter: &mut session.savings,
+        spans: &mut session.caches.spans,
+        index: &session.history.index,
+        saves: &mut session.saves,
+        mirror: cx.mirror,
+        views: cx.views,
+        facts,
+        offered,
+        head,
+    };
+    savings::record(counting, answer);
 }

@@ -128,12 +128,12 @@ pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Re
 }
 
 /// A success response line.
-pub fn ok(id: &Value, result: &Answer) -> String {
+pub fn ok(id: &Value, result: &MethodAnswer) -> String {
     #[derive(Serialize)]
     struct Response<'a> {
         jsonrpc: &'static str,
         id: &'a Value,
-        result: &'a Answer,
+        result: &'a MethodAnswer,
     }
     match serde_json::to_string(&Response { jsonrpc: "2.0", id, result }) {
         Ok(line) => line,
@@ -235,7 +235,7 @@ pub struct CommandParams {
 /// What a request is answered with.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub enum Answer {
+pub enum MethodAnswer {
     Initialized(Initialized),
     Transformed(Transformed),
     System(System),
@@ -294,19 +294,19 @@ pub struct Transformed {
     /// The number of this answer's edits, for the plugin's next `have`; `None` when the
     /// answer's edits are not to be kept (a skipped session, a compaction).
     pub seq: Option<u64>,
-    pub edits: Edits,
+    pub edits: EditsAnswer,
     /// Compressed ranges: whole messages replaced by one summary message, after the edits.
     pub replace: Vec<Replace>,
     pub append: Vec<Synthetic>,
     pub notify: Option<String>,
     /// Pending rewrites this answer applied, and why (informational: the plugin ignores it;
     /// `dcp replay` reports it).
-    pub applied: Option<Applied>,
+    pub applied: Option<AppliedRewrites>,
 }
 
 /// Why an answer applied pending rewrites, and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Applied {
+pub struct AppliedRewrites {
     pub reason: crate::policy::Trigger,
     pub calls: usize,
     /// Compressed ranges applied.
@@ -318,7 +318,7 @@ impl Transformed {
     pub fn unchanged() -> Transformed {
         Transformed {
             seq: None,
-            edits: Edits::Full(Vec::new()),
+            edits: EditsAnswer::Full(Vec::new()),
             replace: Vec::new(),
             append: Vec::new(),
             notify: None,
@@ -335,9 +335,9 @@ impl Serialize for Transformed {
             map.serialize_entry("seq", &seq)?;
         }
         match &self.edits {
-            Edits::Same => map.serialize_entry("sameEdits", &true)?,
-            Edits::Add(edits) => map.serialize_entry("addEdits", edits)?,
-            Edits::Full(edits) => map.serialize_entry("edits", edits)?,
+            EditsAnswer::Same => map.serialize_entry("sameEdits", &true)?,
+            EditsAnswer::Add(edits) => map.serialize_entry("addEdits", edits)?,
+            EditsAnswer::Full(edits) => map.serialize_entry("edits", edits)?,
         }
         if !self.replace.is_empty() {
             map.serialize_entry("replace", &self.replace)?;
@@ -353,7 +353,7 @@ impl Serialize for Transformed {
 
 /// What an answer says about edits, relative to the last answer the plugin holds.
 #[derive(Debug, Clone)]
-pub enum Edits {
+pub enum EditsAnswer {
     /// The plugin's edits still hold (`sameEdits: true`).
     Same,
     /// The plugin's edits, plus these (`addEdits`).
@@ -482,4 +482,9 @@ pub struct ToolOutput {
 #[derive(Debug, Serialize)]
 pub struct CommandOutput {
     pub text: String,
+}
+
+/// The time now (ms since the epoch), for a request that names none (`now`).
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

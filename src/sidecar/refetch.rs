@@ -150,7 +150,7 @@ pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strat
 /// counts them in its state (`slot`); returns how many.
 pub(super) fn observe(refetches: &mut Refetches, index: &Index, slot: &mut Slot, messages: &[Message]) -> u64 {
     let found = refetches.observe(index, messages, &slot.state);
-    slot.state.misses.refetches = slot.state.misses.refetches.saturating_add(found);
+    slot.count_refetches(found);
     found
 }
 

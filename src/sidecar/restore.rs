@@ -15,10 +15,11 @@
 //! follows it, to save the agent one read of a text it asked for now.
 
 use super::protocol::RpcError;
-use super::{head, internal, LiveSession, Server};
+use super::{internal, LiveSession, Server};
 use crate::host::DataDir;
 use crate::session::{str_field, tool_calls, Message, Node, Role};
 use crate::state::blocks::Block;
+use crate::state::Ledger;
 use crate::state::{Action, SessionState};
 use crate::strategies::masking;
 use crate::texts::restore as texts;
@@ -183,12 +184,13 @@ impl Server {
     }
 
     /// How the agent of `session` restores what dcp hid, if it can: through the `restore`
-    /// tool once the session's requests carry dcp's tools, or its shell.
-    pub(super) fn restore_via(&self, session: &LiveSession) -> Option<Via> {
+    /// tool once the session's requests carry dcp's tools (`ledger`: the session's, once its
+    /// state is loaded), or its shell.
+    pub(super) fn restore_via(&self, session: &LiveSession, ledger: Option<&Ledger>) -> Option<Via> {
         match self.restore {
             Via::Shell => Some(Via::Shell),
             Via::Tool => {
-                (self.rules.config().tools.restore.enabled && head::offered(&self.rules, session)).then_some(Via::Tool)
+                (self.rules.config().tools.restore.enabled && session.offered(&self.rules, ledger)).then_some(Via::Tool)
             }
         }
     }
@@ -221,15 +223,14 @@ impl Server {
     }
 
     /// The misses session `sid` saw live so far: its re-fetches and restores.
-    pub fn misses(&mut self, sid: &str) -> crate::state::misses::Misses {
+    pub fn misses(&mut self, sid: &str) -> crate::state::misses::MissCounts {
         self.store.slot(sid).map(|slot| slot.state.misses).unwrap_or_default()
     }
 
     /// Counts a restore of what session `sid`'s model is sent hidden, and saves it.
     pub fn count_restore(&mut self, sid: &str) -> Result<(), RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
-        slot.state.misses.restores = slot.state.misses.restores.saturating_add(1);
-        slot.mark_changed();
+        slot.count_restore();
         self.save_now(sid);
         Ok(())
     }
@@ -242,7 +243,7 @@ impl Server {
         let mut refusal = texts::unknown(raw.trim());
         let mut shown = None;
         let mut sids: Vec<&String> = sids.iter().collect();
-        let last = |sid: &String| self.sessions.get(sid.as_str()).and_then(|s| s.ledger.last_request);
+        let last = |sid: &String| self.store.loaded(sid).and_then(|slot| slot.ledger().last_request);
         sids.sort_by_key(|sid| std::cmp::Reverse(last(sid)));
         for sid in sids {
             let Ok(slot) = self.store.slot(sid) else { continue };

@@ -12,7 +12,7 @@ use crate::strategies::rewind;
 /// index had read, drops what no longer has its reason in it.
 pub(super) fn sync(cx: &mut RequestContext) {
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
-    let index = &mut cx.session.index;
+    let index = &mut cx.session.history.index;
     // Only a history changed at or before its last call's message can have lost a call.
     let last = index.calls().checked_sub(1).and_then(|at| index.position(index.call_id(at)?));
     let before: Vec<String> = match last {
@@ -34,13 +34,9 @@ pub(super) fn sync(cx: &mut RequestContext) {
     }
     let ranges = rewind::stale_blocks(messages, &slot.state.blocks);
     for id in &ranges {
-        let Some(block) = slot.state.blocks.by_id.get_mut(id) else { continue };
-        block.active = false;
-        let (tools, tokens) = (block.direct_tools.len(), block.net_tokens());
-        slot.unrecord_block(*id, tools, tokens);
+        slot.drop_block(*id);
     }
     if !(stale.is_empty() && ranges.is_empty()) {
-        slot.mark_changed();
         tracing::info!(
             session = cx.sid,
             prunes = stale.len(),

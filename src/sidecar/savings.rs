@@ -26,13 +26,16 @@
 
 use rustc_hash::FxHashSet as HashSet;
 
+use super::facts::RequestFacts;
 use super::in_force::Views;
-use super::protocol::{Edit, Edits, Replace, Transformed};
-use super::request::RequestContext;
+use super::mirror::Mirror;
+use super::protocol::{Edit, EditsAnswer, Replace, Transformed};
+use super::ranges::spans::SpanCache;
 use crate::measure::{agent_only, is_agent_call, FRAME_CALL, FRAME_RESULT, FRAME_TEXT, OPENCODE_OVERHEAD};
 use crate::prices::Rates;
 use crate::session::node::NULL;
 use crate::session::{str_field, Message, Node, Role};
+use crate::state::saver::SaveTiming;
 use crate::state::savings::{Mark, RequestFigures, Savings, Unmade};
 use crate::state::store::{ChangesMark, Slot};
 use crate::strategies::compress::Span;
@@ -122,13 +125,26 @@ impl Meter {
     }
 }
 
+/// What counting a request's savings reads and changes of its session: its slot, its meter,
+/// the spans of its ranges, its index, its save timing, its mirror, and the request's facts.
+pub(super) struct Counting<'a> {
+    pub slot: &'a mut Slot,
+    pub meter: &'a mut Meter,
+    pub spans: &'a mut SpanCache,
+    pub index: &'a Index,
+    pub saves: &'a mut SaveTiming,
+    pub mirror: &'a Mirror,
+    pub views: Views,
+    pub facts: &'a RequestFacts,
+    /// Whether the request carried dcp's head, and the head's tokens then (0 without).
+    pub offered: bool,
+    pub head: u64,
+}
+
 /// Adds the request `answer` answered to the session's savings.
-pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
-    let offered = cx.offered();
-    let head = if offered { cx.head_tokens() } else { 0 };
-    let (slot, session, mirror, views) = (&mut *cx.slot, &mut *cx.session, cx.mirror, cx.views);
+pub(super) fn record(c: Counting<'_>, answer: &Transformed) {
+    let Counting { slot, meter, spans, index, saves, mirror, views, facts: request, offered, head } = c;
     let messages = mirror.messages();
-    let meter = &mut session.savings;
     let seen = meter.offered.is_some();
     let history = meter.whole.len();
     let kept = if seen { mirror.kept().min(history) } else { 0 };
@@ -142,8 +158,8 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
             slot.state.savings.unmade(&last.unmade);
         }
     }
-    let spans = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
-    let put_in_force = first_applied_now(meter, &session.index, slot, &spans, views);
+    let spans = spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
+    let put_in_force = first_applied_now(meter, index, slot, &spans, views);
     let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
     // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.
     let host = (seen && kept < history).then_some(kept);
@@ -158,23 +174,23 @@ pub(super) fn record(cx: &mut RequestContext, answer: &Transformed) {
         offered,
         head,
         appended: appended(answer, &slot.tokens),
-        cold: cx.facts.gap_went_cold,
+        cold: request.gap_went_cold,
         compacted: seen && mirror.newest_compaction() != meter.compaction,
-        time: session.ledger.last_request.unwrap_or_default(),
-        rates: cx.facts.rates,
+        time: slot.ledger().last_request.unwrap_or_default(),
+        rates: request.rates,
     };
     let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host, within });
     let context_before = slot.state.savings.last_context;
     let billed = slot.state.savings.add(&request);
     // The steps new to this request say what the provider billed for the ones before.
-    super::usage::from_history(&mut slot.state.savings, &messages[kept.min(messages.len())..]);
+    super::usage::steps::from_history(&mut slot.state.savings, &messages[kept.min(messages.len())..]);
     let unmade = Unmade { request: slot.state.savings.requests, without: request.without, billed, context_before };
     meter.last = Some(Last { history: messages.len(), unmade });
     (meter.offered, meter.compaction) = (Some(offered), mirror.newest_compaction());
     // The figures ride along with the session's next save, as the policy's ledger does;
     // when this request's answer handed one out already (without them), another follows
     // once the save interval is up.
-    session.saves.defer();
+    saves.defer();
 }
 
 /// The first message of the history a request changed since the last one: by dcp's rewrites,
@@ -257,17 +273,17 @@ impl Meter {
 
     /// Keeps the edits the plugin holds after `edits`, by message, for a history of `n`
     /// messages; returns the messages whose edits changed.
-    fn hold_edits(&mut self, edits: &Edits, n: usize) -> Vec<usize> {
+    fn hold_edits(&mut self, edits: &EditsAnswer, n: usize) -> Vec<usize> {
         self.edits.resize_with(n, Vec::new);
         let edited: Vec<usize> = match edits {
-            Edits::Same => Vec::new(),
-            Edits::Add(new) => {
+            EditsAnswer::Same => Vec::new(),
+            EditsAnswer::Add(new) => {
                 let mut edited: Vec<usize> = new.iter().filter(|e| e.m < n).map(|e| e.m).collect();
                 edited.sort_unstable();
                 edited.dedup();
                 edited
             }
-            Edits::Full(all) => {
+            EditsAnswer::Full(all) => {
                 let mut by_message: Vec<Vec<Edit>> = vec![Vec::new(); n];
                 all.iter().filter(|e| e.m < n).for_each(|e| by_message[e.m].push(e.clone()));
                 (0..n).filter(|&m| self.edits[m] != by_message[m]).collect()
@@ -275,9 +291,9 @@ impl Meter {
         };
         self.replaced = edited.iter().map(|&m| (m, self.edits[m].clone())).collect();
         match edits {
-            Edits::Same => {}
-            Edits::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone())),
-            Edits::Full(all) => {
+            EditsAnswer::Same => {}
+            EditsAnswer::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone())),
+            EditsAnswer::Full(all) => {
                 self.edits.iter_mut().for_each(Vec::clear);
                 all.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
             }

@@ -18,7 +18,7 @@ use crate::strategies::Rules;
 impl LiveSession {
     /// The sheet the session is priced by.
     pub(super) fn priced_by<'a>(&'a self, rules: &'a Rules) -> &'a Sheet {
-        self.sheet.as_ref().unwrap_or_else(|| rules.sheet())
+        self.about.sheet.as_ref().unwrap_or_else(|| rules.sheet())
     }
 }
 
@@ -46,7 +46,7 @@ impl Server {
                 });
                 for_client(&m.provider, &m.id, given.as_ref())
             }
-            (None, None) if session.sheet.is_none() => match self.remembered_model(sid, named.messages) {
+            (None, None) if session.about.sheet.is_none() => match self.remembered_model(sid, named.messages) {
                 Some(model) => crate::stats::money::model_sheet(&model),
                 None => return,
             },
@@ -54,18 +54,17 @@ impl Server {
         };
         // `prices` was checked as the config loaded; a sheet it cannot go over keeps the config's.
         let sheet = self.rules.config().sheet(base).unwrap_or_else(|_| self.rules.sheet().clone());
-        if session.sheet.as_ref() != Some(&sheet) {
+        if session.about.sheet.as_ref() != Some(&sheet) {
             tracing::debug!(sheet = %sheet.name, "the session's price sheet");
-            session.sheet = Some(sheet);
+            session.about.sheet = Some(sheet);
         }
     }
 
     /// Keeps `model` in the session's state, so that a later process prices its first request
     /// by it.
     fn remember_model(&mut self, sid: &str, model: &Model) {
-        let Ok(slot) = self.store.slot(sid) else { return };
-        if slot.state.savings.remember(model) {
-            slot.mark_changed();
+        if let Ok(slot) = self.store.slot(sid) {
+            slot.remember_model(model);
         }
     }
 

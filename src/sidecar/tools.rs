@@ -92,7 +92,6 @@ impl Server {
             for d in applied.decisions {
                 slot.record(&d.call_id, d.record);
             }
-            slot.mark_changed();
             self.save_now(sid);
         }
         answer(text)
@@ -103,7 +102,8 @@ impl Server {
     fn compress(&mut self, p: &ToolParams, messages: &[Message]) -> Result<String, RpcError> {
         let sid = &p.session_id;
         let (topic, ranges) = compress::ranges_from_args(&p.args);
-        let restore = self.sessions.get(sid.as_str()).and_then(|s| self.restore_via(s));
+        let ledger = self.store.loaded(&sid).map(|slot| slot.ledger());
+        let restore = self.sessions.get(sid.as_str()).and_then(|s| self.restore_via(s, ledger));
         let slot = self.store.slot(sid).map_err(internal)?;
         let request = compress::CompressCall {
             session_id: sid,

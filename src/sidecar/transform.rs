@@ -18,19 +18,22 @@ use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
-use super::pending::{After, Count, Figures, Outcome};
+use super::pending::waiting::Figures;
+use super::pending::{After, Count, UpstreamOutcome};
 use super::protocol::{
-    Applied, Created, Edits, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams, Transformed,
+    AppliedRewrites, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams,
+    Transformed,
 };
 use super::request::{RequestContext, RequestFacts};
-use super::{internal, masking_candidates, now_ms, validate_session_id, ListsSent, LiveSession, Server};
+use super::totals::PolicyTotals;
+use super::{internal, masking_candidates, now_ms, validate_session_id, LiveSession, Server};
 use super::{ranges, rewind};
 use crate::config::Notification;
 use crate::policy;
 use crate::session::{History, Message, Node, Role};
 use crate::state::store::Slot;
 use crate::state::trial::Arm;
-use crate::state::{PruneRecord, Strategy};
+use crate::state::{Ledger, PruneRecord, Strategy};
 use crate::strategies::{compress, prunable};
 use crate::texts;
 
@@ -67,10 +70,10 @@ impl Server {
     ) -> Result<Transformed, RpcError> {
         let sid = p.session_id;
         // The last request, still uncounted, is counted before this one changes the history.
-        self.settle_pending(session, &sid, Outcome::Answered);
+        self.settle_pending(session, &sid, UpstreamOutcome::Answered);
         let now = p.now.unwrap_or_else(now_ms);
         if let Some(parent) = p.parent_id {
-            session.parent = Some(parent.is_some());
+            session.about.parent = Some(parent.is_some());
         }
         self.look_up_session(session, &sid);
         let named = super::sheet::Named { sheet: p.sheet.clone(), model: p.model.as_ref(), messages: &p.messages };
@@ -78,25 +81,24 @@ impl Server {
         if p.compaction {
             return self.compaction(session, &sid, p.messages);
         }
-        self.resume_ledger(session, &sid);
-        let before = Figures::of(session);
-        let idle_seconds = session.ledger.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64);
-        session.ledger.last_request = Some(now);
-        session.requests += 1;
+        self.load_state(session, &sid);
+        // The policy's ledger is the state's: a session dcp leaves alone keeps none.
+        let skips = self.skips(Some(session));
+        let mut ledger = if skips { None } else { self.store.slot(&sid).ok().map(|slot| slot.ledger_mut()) };
+        let before = Figures::of(session.totals, ledger.as_deref());
+        let idle_seconds = ledger.as_ref().and_then(|l| l.idle_seconds(now));
+        session.totals.request();
         session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
         // A warm run starts with the session's first request and after every idle gap that
         // let the provider's cache go cold.
-        if facts.cold_start {
-            session.ledger.warm = 0;
-        }
-        session.ledger.warm += 1;
-        (facts.have, facts.warm) = (p.have, session.ledger.warm);
+        let warm = ledger.as_mut().map_or(1, |l| l.request(now, facts.cold_start));
+        (facts.have, facts.warm) = (p.have, warm);
         facts.context_limit = p.context_limit;
         // Take the mirror out while the history is borrowed from it, instead of cloning the
         // history on every request. A failed resolve leaves it empty: the plugin resyncs.
         let mut laps = Laps::start();
-        let mut mirror = std::mem::take(&mut session.mirror);
+        let mut mirror = std::mem::take(&mut session.history.mirror);
         let decided = match mirror.resolve(p.base, p.messages) {
             Ok(_) => {
                 laps.lap("resolve");
@@ -114,8 +116,8 @@ impl Server {
         laps.lap("answered");
         let after = After { result: &result, changed: changed == Changed::Yes, facts, count, before };
         self.after_answer(session, &sid, &mirror, after, &mut laps);
-        session.precounted = session.precounted.min(mirror.kept());
-        session.mirror = mirror;
+        session.history.precounted = session.history.precounted.min(mirror.kept());
+        session.history.mirror = mirror;
         result
     }
 
@@ -128,7 +130,7 @@ impl Server {
         if self.skips(Some(session)) {
             return Ok(Transformed::unchanged());
         }
-        let via = self.restore_via(session);
+        let via = self.restore_via(session, self.store.loaded(sid).map(|slot| slot.ledger()));
         let slot = self.store.slot(sid).map_err(internal)?;
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
@@ -139,7 +141,7 @@ impl Server {
         let replace = ranges::replacements(sid, messages, &slot.state.blocks, spans);
         Ok(Transformed {
             seq: None,
-            edits: Edits::Full(edits),
+            edits: EditsAnswer::Full(edits),
             replace,
             append: Vec::new(),
             notify: None,
@@ -196,22 +198,23 @@ pub(super) fn params(params: serde_json::Value, messages: Option<Vec<Node>>) -> 
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
     let mut laps = Laps::start();
-    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.title.clone());
+    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.about.title.clone());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
     rewind::sync(cx);
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
-    let index = &mut cx.session.index;
+    let index = &mut cx.session.history.index;
     let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
     let recorded_now: Vec<String> =
         decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
-    let refetched =
-        super::refetch::observe(&mut cx.session.refetches, &cx.session.index, cx.slot, cx.mirror.messages()) > 0;
+    let (caches, history) = (&mut cx.session.caches, &cx.session.history);
+    let refetched = super::refetch::observe(&mut caches.refetches, &history.index, cx.slot, cx.mirror.messages()) > 0;
     let session = &mut *cx.session;
-    let sources = Sources { slot: cx.slot, index: &session.index, mirror: cx.mirror, sizes: &mut session.sizes };
-    session.in_force.update(sources, cx.views);
-    let in_force = session.in_force.approx();
+    let sources =
+        Sources { slot: cx.slot, index: &session.history.index, mirror: cx.mirror, sizes: &mut session.caches.sizes };
+    session.caches.in_force.update(sources, cx.views);
+    let in_force = session.caches.in_force.approx();
     laps.lap("in_force");
     let collapsed = ranges::collapse_turn(cx);
     let applied_now = apply_pending(cx);
@@ -219,8 +222,11 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     // An unreadable state file is set aside by the save a change brings.
     let corrupt = cx.slot.corrupt.is_some();
     let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
-    let applied =
-        applied_now.as_ref().map(|a| Applied { reason: a.reason, calls: a.calls.len(), ranges: a.blocks.len() });
+    let applied = applied_now.as_ref().map(|a| AppliedRewrites {
+        reason: a.reason,
+        calls: a.calls.len(),
+        ranges: a.blocks.len(),
+    });
     let offered = cx.offered();
     let (seq, edits) = answer_edits(cx, ranges::tags(rules, offered, cx.mirror.sizes()));
     laps.lap("edits");
@@ -236,14 +242,12 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         appended: append.iter().flat_map(|m| &m.parts).map(|p| cx.slot.tokens.count(&p.text)).sum(),
         ..cx.facts.request()
     };
-    charge(cx.session, &balance);
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
-    cx.slot.state.ledger = cx.session.ledger;
+    charge(&mut cx.session.totals, cx.slot.ledger_mut(), &balance);
     let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
-    if changed {
-        cx.slot.mark_changed();
-    }
+    // What changed was noted by the slot's operations; a file to set aside asks for a save.
+    cx.slot.set_aside_due();
     let answer = Transformed { seq: Some(seq), edits, replace, append, notify, applied };
     laps.lap("notify");
     if laps.on() {
@@ -255,17 +259,14 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
 /// Adds what this request would cost without pruning to the session's baseline, which the
 /// loss bound is a share of (`crate::policy::allowance`).
 fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFacts) {
-    let unpruned = mirror.total();
-    session.baseline += policy::unpruned_cost(facts.rates, session.unpruned, unpruned, facts.cold_start);
-    session.unpruned = Some(unpruned);
+    session.totals.count_unpruned(facts.rates, mirror.total(), facts.cold_start);
 }
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
 /// own additions to what they have cost (`crate::policy::additions`).
-fn charge(session: &mut LiveSession, request: &policy::Charges) {
-    session.ledger.banked += policy::balance(request);
-    session.added += policy::additions(request);
-    session.carried = policy::carried(request);
+fn charge(totals: &mut PolicyTotals, ledger: &mut Ledger, request: &policy::Charges) {
+    ledger.banked += policy::balance(request);
+    totals.charge(request);
 }
 
 /// The synthetic message appended after the history of a session offered dcp's head: the
@@ -278,7 +279,7 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
         return Vec::new();
     }
     let listing = prunable::Listing { project: cx.project, min_tokens: tools.settings.min_tokens.into() };
-    let index = &mut session.index;
+    let index = &mut session.history.index;
     let Some(list) = index.prunable(messages, recorded, &mut cx.slot.state, rules, &listing) else {
         return Vec::new();
     };
@@ -288,28 +289,28 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     // list itself costs, and more again for each list the agent left unanswered
     // (`policy::list_pays`). What an earlier list named, the agent has seen (and can name
     // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
-    let (fresh, last) = index.listed_after(session.list_shown);
-    let answered = session.agent_prunes.count(cx.slot, cx.views);
+    let (fresh, last) = index.listed_after(session.lists.shown);
+    let answered = session.caches.agent_prunes.count(cx.slot, cx.views);
     if answered > session.lists.answered {
-        session.lists = ListsSent { answered, unanswered: 0 };
+        (session.lists.answered, session.lists.unanswered) = (answered, 0);
     }
     let small_too = tools.settings.min_tokens == 0;
     let (list, unanswered) = (text.len().div_ceil(4) as u64, session.lists.unanswered);
     if !small_too && !policy::list_pays(cx.facts.rates, fresh, list, unanswered) {
         return Vec::new();
     }
-    session.list_shown = last;
+    session.lists.shown = last;
     session.lists.unanswered = session.lists.unanswered.saturating_add(1);
     let calls = index.calls();
-    if session.calls_at_nudge > calls {
-        session.calls_at_nudge = 0;
+    if session.lists.calls_at_nudge > calls {
+        session.lists.calls_at_nudge = 0;
     }
     let settings = &tools.settings;
     if settings.nudge_enabled
         && settings.nudge_frequency > 0
-        && calls - session.calls_at_nudge >= settings.nudge_frequency as usize
+        && calls - session.lists.calls_at_nudge >= settings.nudge_frequency as usize
     {
-        session.calls_at_nudge = calls;
+        session.lists.calls_at_nudge = calls;
         let (listed, tokens) = index.listed();
         text.push('\n');
         text.push_str(&texts::nudge(listed, tokens));
@@ -333,8 +334,9 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     // would take, in history order.
     let masking = masking_candidates::mask_pending(cx);
     let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
-    let (index, sizes) = (&session.index, &mut session.sizes);
+    let (index, sizes) = (&session.history.index, &mut session.caches.sizes);
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
+        .caches
         .in_force
         .waiting()
         .filter_map(|id| {
@@ -344,16 +346,16 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
             Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
-    let waiting = session.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
+    let waiting = session.caches.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
     let blocks = ranges::pending(waiting, &slot.state.blocks, mirror);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
     let base = policy::Inputs {
         context: mirror.total(),
-        banked: session.ledger.banked,
-        baseline: session.baseline,
-        added: session.added,
+        banked: slot.ledger().banked,
+        baseline: session.totals.baseline(),
+        added: session.totals.added(),
         ..request.inputs()
     };
     let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
@@ -392,15 +394,10 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
             applied.calls.push(id.clone());
         }
         Target::Block(id) => {
-            let hidden = slot.state.blocks.by_id.get_mut(id).map(|b| {
-                b.applied = true;
-                b.effective_tools.clone()
-            });
-            slot.hide(hidden.unwrap_or_default());
+            slot.apply_block(*id);
             applied.blocks.push(*id);
         }
     }
-    slot.mark_rewrites_added();
 }
 
 /// The rewrites a request applied, and why.
@@ -452,7 +449,7 @@ fn agent_keys<'a>(cx: &RequestContext<'a>, notice: &texts::Notice<'a>) -> HashMa
     let chosen = notice.applied.iter().chain(&notice.waiting);
     let chosen = chosen.filter(|(_, r)| matches!(r.strategy, Strategy::Discard | Strategy::Extract));
     let key = |id: &str| -> Option<&'a str> {
-        let (at, _) = cx.session.index.position(id)?;
+        let (at, _) = cx.session.history.index.position(id)?;
         let calls = crate::session::tool_calls(std::slice::from_ref(messages.get(at)?));
         let key = calls.into_iter().find(|c| c.call_id == id)?.key_argument()?;
         Some(prunable::shown_key(key, cx.project))

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 /// A session's misses seen live.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Misses {
+pub struct MissCounts {
     pub refetches: u64,
     pub restores: u64,
 }
@@ -21,14 +21,14 @@ pub struct Misses {
 /// The keys of `stats` that hold them.
 pub const KEYS: [&str; 2] = ["refetches", "restores"];
 
-impl Misses {
+impl MissCounts {
     /// Both kinds together: how often the agent needed what dcp had hidden.
     pub fn total(self) -> u64 {
         self.refetches.saturating_add(self.restores)
     }
 
     /// Adds another session's.
-    pub fn add(&mut self, other: Misses) {
+    pub fn add(&mut self, other: MissCounts) {
         self.refetches = self.refetches.saturating_add(other.refetches);
         self.restores = self.restores.saturating_add(other.restores);
     }
@@ -36,8 +36,8 @@ impl Misses {
     /// Two processes' counts of one session: each counted what it saw of the same history,
     /// so the larger of each is the session's (as the savings of the process that answered
     /// more requests are, `crate::state::persist::merge`).
-    pub fn merged(self, other: Misses) -> Misses {
-        Misses { refetches: self.refetches.max(other.refetches), restores: self.restores.max(other.restores) }
+    pub fn merged(self, other: MissCounts) -> MissCounts {
+        MissCounts { refetches: self.refetches.max(other.refetches), restores: self.restores.max(other.restores) }
     }
 
     /// The `stats` keys to write: those above 0.

@@ -239,6 +239,24 @@ pub struct Ledger {
     pub offered: bool,
 }
 
+impl Ledger {
+    /// The seconds from the session's last request to `now` (ms), if dcp saw one.
+    pub fn idle_seconds(&self, now: i64) -> Option<u64> {
+        self.last_request.map(|t| (now.saturating_sub(t) / 1000).max(0) as u64)
+    }
+
+    /// Notes a request made at `now` (ms): a warm run starts afresh when the provider's cache
+    /// went `cold` since the last one. Returns the requests of the warm run, this one included.
+    pub fn request(&mut self, now: i64, cold: bool) -> u32 {
+        self.last_request = Some(now);
+        if cold {
+            self.warm = 0;
+        }
+        self.warm += 1;
+        self.warm
+    }
+}
+
 /// Everything dcp remembers about one session.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionState {
@@ -250,8 +268,9 @@ pub struct SessionState {
     pub next_id: u32,
     /// `time.created` of the newest compaction summary already handled.
     pub last_compaction: i64,
-    /// What the rewrite policy remembers across requests and restarts (see `crate::policy`).
-    pub ledger: Ledger,
+    /// What the rewrite policy remembers across requests and restarts (see `crate::policy`):
+    /// kept here alone, read and moved through the session's slot (`store::Slot::ledger`).
+    pub(in crate::state) ledger: Ledger,
     /// The compressed ranges (`prune.messages`).
     pub blocks: blocks::Blocks,
     /// What reached the model, request by request (see [`savings`]).
@@ -259,7 +278,7 @@ pub struct SessionState {
     /// Its arm of the control group, when it was assigned one (see [`trial`]).
     pub trial: Option<trial::Trial>,
     /// The misses seen live: re-fetches and restores (see [`misses`]).
-    pub misses: misses::Misses,
+    pub misses: misses::MissCounts,
     /// The whole file as read, so that fields dcp does not know survive a rewrite.
     pub raw: Map<String, Value>,
     /// The records of `pruned` that hold what this version does not know (a field, an

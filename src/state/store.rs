@@ -17,21 +17,29 @@
 //! last save, which is what a merge adds to the file's stats.
 //!
 //! Who owns what of a session: a [`Slot`] holds what the state file keeps and what saving it
-//! needs (the state, its token counts, the journal, the stamps); the CLI uses it as the sidecar
-//! does. What only a live session in `dcp serve` needs (the mirror of the history, the index
-//! of tool calls, what the plugin holds of the edits, when its next save is due) is the
-//! sidecar's `LiveSession`, keyed by the same id; the store never sees it.
+//! needs (the state, the policy's ledger among it, its token counts, the journal, the stamps);
+//! the CLI uses it as the sidecar does. A change the next save must write is noted by the
+//! slot's own operations, never by their callers: a prune recorded or put in force, a range
+//! made, put in force, undone or dropped ([`blocks`]), the ledger's decisions ([`ledger`]), the
+//! arm, the misses and the usage reported ([`records`]). What only a live session in `dcp
+//! serve` needs (the mirror of the history, the index of tool calls, the policy's running
+//! totals, the lists, the caches, what the plugin holds of the edits, when its next save is
+//! due) is the sidecar's `LiveSession` (`crate::sidecar`'s `live`), keyed by the same id; the
+//! store never sees it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::persist::{self, LoadOutcome, Stamp, StateError};
-use super::{Action, Ledger, PruneRecord, SessionState, Strategy, UNBLOCK, UNPRUNE};
+use super::{Ledger, PruneRecord, SessionState, UNPRUNE};
 use crate::session::Message;
 use crate::tokens::{EstimatorChoice, TokenCounter};
 
+mod blocks;
 mod changes;
+mod ledger;
 mod mailbox;
+mod records;
 
 pub use changes::ChangesMark;
 pub use mailbox::{Mailbox, SaveNews};
@@ -84,13 +92,14 @@ impl Slot {
         self.resets
     }
 
-    /// Notes a change to the state that the next save must write.
-    pub fn mark_changed(&mut self) {
+    /// Notes a change to the state that the next save must write: only this store's
+    /// operations do.
+    pub(super) fn mark_changed(&mut self) {
         self.dirty = true;
     }
 
     /// Notes that the rewrites in force grew (a rewrite applied): edits sent before miss it.
-    pub fn mark_rewrites_added(&mut self) {
+    fn mark_rewrites_added(&mut self) {
         self.revision += 1;
     }
 
@@ -102,7 +111,7 @@ impl Slot {
         self.changes.clear();
     }
 
-    /// Puts the waiting prune of `call_id` in force; the caller notes the rewrite. The call
+    /// Puts the waiting prune of `call_id` in force, a rewrite the next save writes. The call
     /// gets its agent-facing id, the handle its placeholder names (`crate::texts::restore`).
     pub fn apply(&mut self, call_id: &str) {
         if let Some(record) = self.state.pruned.get_mut(call_id).filter(|r| !r.applied) {
@@ -110,6 +119,8 @@ impl Slot {
             self.state.id_for(call_id);
             self.changes.push(call_id.to_string());
         }
+        self.mark_rewrites_added();
+        self.dirty = true;
     }
 
     /// Records a prune, as [`SessionState::record`] does, and notes it for the next save.
@@ -127,42 +138,6 @@ impl Slot {
         self.changes.push(call_id.to_string());
         self.dirty = true;
         true
-    }
-
-    /// Counts compressed block `id` in the stats, under its maker's strategy: `tokens` it takes
-    /// out of each request and the tool calls it hides, and notes it for the next save. One
-    /// journal entry per hidden call (the tokens on the first), so a merge with another
-    /// process's file counts it as this process does.
-    pub fn record_block(&mut self, id: u32, tools: &[String], tokens: u64) {
-        let strategy = self.state.blocks.strategy(id);
-        let tally = self.state.stats.by_strategy.entry(strategy).or_default();
-        tally.tokens += tokens;
-        tally.tools += tools.len().max(1) as u64;
-        self.state.stats.prune_token_counter += tokens;
-        let entry = |key: String, tokens: u64| (key, block_record(strategy, tokens));
-        if tools.is_empty() {
-            self.journal.push(entry(format!("block:{id}"), tokens));
-        }
-        for (k, call) in tools.iter().enumerate() {
-            self.journal.push(entry(format!("block:{id}:{call}"), if k == 0 { tokens } else { 0 }));
-        }
-        self.dirty = true;
-    }
-
-    /// Takes compressed block `id` back out of the stats when the user undoes it (`/dcp
-    /// decompress`): what it took out of each request is sent again, so the stats say what
-    /// is applied. Journalled as `unblock:ID`, which a merge subtracts.
-    pub fn unrecord_block(&mut self, id: u32, tools: usize, tokens: u64) {
-        let strategy = self.state.blocks.strategy(id);
-        let tally = self.state.stats.by_strategy.entry(strategy).or_default();
-        tally.tokens = tally.tokens.saturating_sub(tokens);
-        tally.tools = tally.tools.saturating_sub(tools.max(1) as u64);
-        self.state.stats.unrecord(tokens);
-        for k in 0..tools.max(1) {
-            let tokens = if k == 0 { tokens } else { 0 };
-            self.journal.push((format!("{UNBLOCK}{id}:{k}"), block_record(strategy, tokens)));
-        }
-        self.dirty = true;
     }
 
     /// Drops the prune of `call_id`, whose reason left a rewound history
@@ -200,11 +175,6 @@ impl Slot {
     pub fn take_recorded(&mut self) -> Vec<String> {
         std::mem::take(&mut self.recorded)
     }
-}
-
-/// The journal's record of `tokens` taken out (or given back) by a compressed block.
-fn block_record(strategy: Strategy, tokens: u64) -> PruneRecord {
-    PruneRecord { strategy, action: Action::Output, tokens, tool: String::new(), applied: true }
 }
 
 /// What [`SessionStore::observe`] noticed.
@@ -285,6 +255,11 @@ impl SessionStore {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The slot of session `id` if its state is loaded: nothing is read.
+    pub fn loaded(&self, id: &str) -> Option<&Slot> {
+        self.slots.get(id)
     }
 
     /// The slot of session `id`, loading its state file the first time.

@@ -11,42 +11,22 @@
 //!   [`super::watch`]), so a repeated report re-reads only the files named in the events since
 //!   the last one, and stats nothing else.
 //!
-//! The cache file across processes is [`disk_cache`]'s. Corrupt state files are never cached:
+//! The cache file across processes is [`disk_cache`]'s; what both remember of a file is
+//! [`remembered`]'s. Corrupt state files are never cached:
 //! they are reported afresh.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::fs::{DirEntry, Metadata};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 mod disk_cache;
+mod remembered;
 
 use self::disk_cache::{cache_path, figures, read_cache, write_cache};
+use self::remembered::{Remembered, Summary};
 use super::watch::{Changes, Watch};
 use super::{tools_of, AllTime, CorruptFile, Figures};
 use crate::state::persist::{self, is_state_name as is_state_file, proxied_entries, LoadOutcome, MAX_COUNT};
-
-/// What one state file adds to the all-time report.
-#[derive(Debug, Clone, PartialEq)]
-enum Summary {
-    Counts { tokens: u64, tools: u64, figures: Figures },
-    Corrupt(String),
-    Missing,
-}
-
-/// A file's summary, with the size and modification time it was read at.
-#[derive(Debug, Clone, PartialEq)]
-struct Remembered {
-    len: u64,
-    modified: Option<SystemTime>,
-    summary: Summary,
-}
-
-impl Remembered {
-    fn matches(&self, meta: &Metadata) -> bool {
-        self.len == meta.len() && self.modified.is_some() && self.modified == meta.modified().ok()
-    }
-}
 
 /// What this process knows of one state dir.
 #[derive(Default)]

@@ -5,7 +5,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{validate_session_id, Cause, StateError};
+use super::cause::Cause;
+use super::paths::{file_dir, validate_session_id, StateError};
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, fsync, rename,
 /// then fsync of the directory so the rename itself is durable.
@@ -93,12 +94,12 @@ pub fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 /// Takes the advisory lock of session `id`'s state file, waiting for it: `.<id>.lock` beside
-/// the file (in `dir`, or its folder there, [`super::file_dir`]). Every dcp process holds it while it reads, merges and writes the file, so two
+/// the file (in `dir`, or its folder there, [`file_dir`]). Every dcp process holds it while it reads, merges and writes the file, so two
 /// processes never interleave a read-merge-write. The lock goes with the returned file, and
 /// with the process if it dies.
 pub fn lock(dir: &Path, id: &str) -> Result<fs::File, StateError> {
     validate_session_id(id)?;
-    let dir = &super::file_dir(dir, id);
+    let dir = &file_dir(dir, id);
     fs::create_dir_all(dir)
         .map_err(|e| StateError::CreateDir { path: dir.to_path_buf(), source: Cause::new(dir, e) })?;
     let path = dir.join(format!(".{id}.lock"));

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{Remembered, Summary};
+use super::remembered::{Remembered, Summary};
 use crate::state::persist::{is_state_name as is_state_file, MAX_COUNT};
 use crate::stats::Figures;
 
