@@ -74,12 +74,14 @@ export class Plan {
           this.parents.add(parent);
         }
         if (!this.ok) break;
-        field = { m: e.m, p: e.p, path, value: undefined, tags: "" };
+        field = { m: e.m, p: e.p, path, holder: holderOf(path), key: path[path.length - 1], value: undefined, tags: "", write: undefined };
         this.byKey.set(key, field);
         this.fields.push(field);
       }
       if (isValue) field.value = e.value;
       else field.tags += e.append;
+      // The string a value edit writes, built once here rather than on every request.
+      if (field.value !== undefined) field.write = field.tags ? field.value + field.tags : field.value;
     }
   }
 
@@ -88,15 +90,44 @@ export class Plan {
     const fields = this.fields;
     for (let k = 0; k < fields.length; k++) {
       const f = fields[k];
-      const path = f.path;
-      let target = messages[f.m]?.parts?.[f.p];
-      for (let i = 0; target && i < path.length - 1; i++) target = target[path[i]];
+      const part = messages[f.m]?.parts?.[f.p];
+      if (!part) continue;
+      // The fresh objects are read by named properties where the path is a usual one: a
+      // keyed read of each path step costs more than the write.
+      let target;
+      switch (f.holder) {
+        case PART:
+          target = part;
+          break;
+        case STATE:
+          target = part.state;
+          break;
+        case INPUT:
+          target = part.state?.input;
+          break;
+        default:
+          target = part;
+          for (let i = 0; target && i < f.path.length - 1; i++) target = target[f.path[i]];
+      }
       if (!target || typeof target !== "object") continue;
-      const key = path[path.length - 1];
-      if (f.value !== undefined) target[key] = f.tags ? f.value + f.tags : f.value;
-      else if (typeof target[key] === "string") target[key] += f.tags;
+      if (f.write !== undefined) target[f.key] = f.write;
+      else if (typeof target[f.key] === "string") target[f.key] += f.tags;
     }
   }
+}
+
+/** Where a field's object is inside its part: the part, its `state`, the state's `input`, or
+ * elsewhere (the path is walked). */
+const PART = 0;
+const STATE = 1;
+const INPUT = 2;
+const OTHER = 3;
+
+function holderOf(path) {
+  if (path.length === 1) return PART;
+  if (path.length === 2 && path[0] === "state") return STATE;
+  if (path.length === 3 && path[0] === "state" && path[1] === "input") return INPUT;
+  return OTHER;
 }
 
 /** The parent object of `path` inside part `p` of message `m`, or undefined. */

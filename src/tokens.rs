@@ -84,11 +84,19 @@ pub struct TokenCounter {
     cache: HashMap<String, [Option<u64>; 2]>,
     /// By part id: the deduplication signature of a completed call, whose input never changes.
     signatures: HashMap<String, u64>,
+    /// By a text's 128-bit digest: the count of a big text seen in some part, for another part
+    /// that holds the same text (see [`TokenCounter::count_part_by_digest`]).
+    by_digest: HashMap<u128, u64>,
 }
 
 impl TokenCounter {
     pub fn new(choice: EstimatorChoice) -> Self {
-        TokenCounter { choice, cache: HashMap::default(), signatures: HashMap::default() }
+        TokenCounter {
+            choice,
+            cache: HashMap::default(),
+            signatures: HashMap::default(),
+            by_digest: HashMap::default(),
+        }
     }
 
     /// The estimator this counter uses.
@@ -130,6 +138,29 @@ impl TokenCounter {
                 counts[slot] = Some(n);
                 self.cache.insert(part_id.to_string(), counts);
             }
+        }
+        n
+    }
+
+    /// [`TokenCounter::count_part`] for a `text` whose digest is `digest`: a text counted
+    /// before for another part (found by its digest) is not counted again. The caller's digest
+    /// must identify the text (`session::slim`'s 128-bit one does, short of a collision, as
+    /// its markers already assume).
+    pub fn count_part_by_digest(&mut self, part_id: &str, field: Field, digest: u128, text: &str) -> u64 {
+        let slot = field as usize;
+        if let Some(n) = self.cache.get(part_id).and_then(|counts| counts[slot]) {
+            return n;
+        }
+        let n = match self.by_digest.get(&digest) {
+            Some(&n) => n,
+            None => {
+                let n = self.count(text);
+                self.by_digest.insert(digest, n);
+                n
+            }
+        };
+        if !part_id.is_empty() {
+            self.cache.entry(part_id.to_string()).or_insert([None; 2])[slot] = Some(n);
         }
         n
     }
@@ -191,6 +222,7 @@ impl TokenCounter {
     pub fn clear(&mut self) {
         self.cache.clear();
         self.signatures.clear();
+        self.by_digest.clear();
     }
 }
 

@@ -112,7 +112,7 @@ function history(n, pick) {
     parts: Array.from({ length: 1 + pick(3) }, (_, k) =>
       pick(3) === 0
         ? { id: `p${i}.${k}`, type: "text", text: `text ${i}.${k}` }
-        : { id: `p${i}.${k}`, type: "tool", state: { input: { filePath: `/f${k}`, content: "c" }, output: pick(9) ? `out ${i}` : { o: 1 } } },
+        : { id: `p${i}.${k}`, type: "tool", metadata: { note: "n" }, state: { input: { filePath: `/f${k}`, content: "c" }, output: pick(9) ? `out ${i}` : { o: 1 } } },
     ),
   }));
 }
@@ -120,7 +120,7 @@ function history(n, pick) {
 /** An edit such as the sidecar sends (a value or a tag on a field), or now and then one it
  * does not: a missing target, a field inside another, a value that is no string. */
 function edit(pick, n) {
-  const paths = [["state", "output"], ["text"], ["state", "input", "content"], ["state", "input"], ["state", "error"], ["state", "output", "x"]];
+  const paths = [["state", "output"], ["text"], ["state", "input", "content"], ["state", "input"], ["state", "error"], ["state", "output", "x"], ["metadata", "note"]];
   const path = paths[pick(10) < 8 ? pick(3) : pick(paths.length)];
   const at = { m: pick(n + 2), p: pick(4), path };
   if (pick(2)) return { ...at, append: `\n<m${pick(n)}>` };

@@ -78,7 +78,12 @@ fn digest(text: &str) -> u128 {
 
 /// The identity of a string: what [`Marker::identity`] holds for it.
 fn identity(text: &str) -> String {
-    format!("{:032x}:{}", digest(text), text.len())
+    identity_of(digest(text), text)
+}
+
+/// The identity of `text`, whose digest is `digest`.
+fn identity_of(digest: u128, text: &str) -> String {
+    format!("{digest:032x}:{}", text.len())
 }
 
 /// Whether `kept`, a string as the mirror keeps it (itself, or its marker), stands for
@@ -92,7 +97,12 @@ pub fn same(kept: &str, original: &str) -> bool {
 
 /// The marker that stands for `text`, with `tokens` as its count.
 pub fn make_marker(text: &str, tokens: u64) -> String {
-    format!("{}{}:{}:{tokens}", tag(), identity(text), text.chars().count())
+    marker_of(digest(text), text, tokens)
+}
+
+/// [`make_marker`] for a `text` whose digest is `digest`.
+fn marker_of(digest: u128, text: &str, tokens: u64) -> String {
+    format!("{}{}:{}:{tokens}", tag(), identity_of(digest, text), text.chars().count())
 }
 
 /// The length in bytes of the string `text` is or stands for.
@@ -228,9 +238,10 @@ fn strip_state(state: &mut Object) {
 
 /// Slims one part in place: [`strip_part`], then its big strings (a tool's output, its big
 /// inputs) become markers, their tokens counted with `counter` (and cached there by part id,
-/// as [`crate::strategies::output_tokens`] would). A part slimmed before is left as it is.
-/// Text and reasoning parts keep their text (the compress tags read it). Returns the bytes of
-/// the strings replaced (what the caller may hand back to the system).
+/// as [`crate::strategies::output_tokens`] would, and an output's by its digest too). A part
+/// slimmed before is left as it is. Text and reasoning parts keep their text (the compress
+/// tags read it). Returns the bytes of the strings replaced (what the caller may hand back to
+/// the system).
 pub fn slim_part(part: &mut Node, counter: &mut TokenCounter) -> usize {
     strip_part(part);
     let Some(map) = part.as_object_mut() else { return 0 };
@@ -243,9 +254,12 @@ pub fn slim_part(part: &mut Node, counter: &mut TokenCounter) -> usize {
     let mut dropped = 0;
     if let Some(output) = state.get_mut("output") {
         if let Some(text) = output.as_str().filter(|t| is_big(t)) {
-            let tokens = counter.count_part_with(&id, Field::Output, || text);
+            // The digest the marker holds also finds the count of an output seen before in
+            // another part (a file read again, a command run again).
+            let digest = digest(text);
+            let tokens = counter.count_part_by_digest(&id, Field::Output, digest, text);
             dropped += text.len();
-            *output = Node::from_string(make_marker(text, tokens));
+            *output = Node::from_string(marker_of(digest, text, tokens));
         }
     }
     if let Some(input) = state.get_mut("input").filter(|i| i.is_object()) {
@@ -336,6 +350,24 @@ mod tests {
         let again = part.clone();
         slim_part(&mut part, &mut counter);
         assert_eq!(part, again);
+    }
+
+    /// The count of an output found by its digest, for a part that repeats another's output,
+    /// is the count of that part's own text.
+    #[test]
+    fn an_output_seen_before_in_another_part_is_counted_as_its_own_text_is() {
+        let fresh = TokenCounter::new(EstimatorChoice::Auto);
+        let mut counter = TokenCounter::new(EstimatorChoice::Auto);
+        let texts = ["cargo build\n".repeat(40), "cargo build\n".repeat(40) + "!", "fn main() {}\n".repeat(30)];
+        for (i, k) in [0, 1, 0, 2, 1, 0, 2].into_iter().enumerate() {
+            let id = if i == 4 { String::new() } else { format!("prt_{i}") };
+            let mut part = node(json!({"id": id, "type": "tool", "tool": "bash",
+                "state": {"status": "completed", "input": {"command": "x"}, "output": texts[k]}}));
+            slim_part(&mut part, &mut counter);
+            let kept = part["state"]["output"].as_str().unwrap();
+            assert_eq!(marker(kept).map(|m| m.tokens), Some(fresh.count(&texts[k])), "part {i}");
+            assert!(same(kept, &texts[k]), "part {i}");
+        }
     }
 
     #[test]

@@ -6,9 +6,18 @@
 //! The pattern is tiktoken's, with its one look-ahead `\s+(?!\S)` written as `\s+\s` and the
 //! last character dropped from such a match, as `bpe-openai` does: `regex-automata` has no
 //! look-around, and the three patterns with leftmost-first priority give the same splits.
+//!
+//! Most pieces are words, numbers and runs of punctuation that come back again and again, so
+//! the count of each short piece is kept in a per-thread cache (`PieceCache`): a repeated
+//! piece costs one lookup in a small table instead of a search of the vocabulary for each of
+//! its pairs. A piece's count depends on its bytes alone, so the cache changes no count
+//! (`tests::a_warm_cache_counts_what_merging_counts`).
+
+use std::cell::RefCell;
 
 use regex_automata::meta::Regex;
 use regex_automata::{Anchored, Input};
+use rustc_hash::FxHashMap;
 
 /// The splitter: tiktoken's o200k pattern, its look-ahead as a pattern of its own.
 pub struct Tokenizer {
@@ -36,6 +45,15 @@ impl Tokenizer {
 
     /// The number of o200k tokens in `text`.
     pub fn count(&self, text: &str) -> usize {
+        PIECES.with(|cache| {
+            let cache = &mut *cache.borrow_mut();
+            self.pieces(text).map(|piece| cache.count(piece.as_bytes())).sum()
+        })
+    }
+
+    /// [`Tokenizer::count`] without the piece cache: every piece merged.
+    #[cfg(test)]
+    fn count_uncached(&self, text: &str) -> usize {
         let mut scratch = Vec::new();
         self.pieces(text).map(|piece| super::merge::count(piece.as_bytes(), &mut scratch)).sum()
     }
@@ -58,5 +76,83 @@ impl Tokenizer {
             at += end;
             Some(piece)
         })
+    }
+}
+
+thread_local! {
+    static PIECES: RefCell<PieceCache> = RefCell::new(PieceCache::default());
+}
+
+/// The counts of the short pieces a thread merged lately, by their bytes packed in a `u128`:
+/// up to `SHORT_PIECE` bytes, zero-padded, with the length in the last byte (so no two pieces
+/// share a key). It holds at most `CACHED_PIECES` counts and starts again empty when full,
+/// which bounds its memory (about 1 MB) whatever the text.
+#[derive(Default)]
+struct PieceCache {
+    counts: FxHashMap<u128, u32>,
+    scratch: Vec<(u32, super::vocab::Rank)>,
+}
+
+/// The longest piece the cache keeps.
+const SHORT_PIECE: usize = 15;
+/// How many counts the cache holds at most.
+const CACHED_PIECES: usize = 1 << 14;
+
+impl PieceCache {
+    /// The number of tokens `piece` merges to, from the cache when it is there.
+    fn count(&mut self, piece: &[u8]) -> usize {
+        if piece.len() <= 1 || piece.len() > SHORT_PIECE {
+            return super::merge::count(piece, &mut self.scratch);
+        }
+        let mut packed = [0u8; 16];
+        packed[..piece.len()].copy_from_slice(piece);
+        packed[15] = piece.len() as u8;
+        let key = u128::from_le_bytes(packed);
+        if let Some(&n) = self.counts.get(&key) {
+            return n as usize;
+        }
+        let n = super::merge::count(piece, &mut self.scratch);
+        if self.counts.len() >= CACHED_PIECES {
+            self.counts.clear();
+        }
+        self.counts.insert(key, n as u32);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Texts whose pieces repeat (so the cache answers most of them), with pieces of every
+    /// length around `SHORT_PIECE`, bytes that pad a short key (NUL) and more pieces than the
+    /// cache holds (so it starts again while counting).
+    fn texts() -> Vec<String> {
+        let mut texts = vec![
+            "Hello, world! Hello, world!\n".repeat(50),
+            "\u{0}\u{0}a \u{0}a\u{0} a\u{0}\u{0}".repeat(20),
+            "fn main() { println!(\"{}\", x); }\n    let y = vec![1, 2, 3];\n".repeat(40),
+        ];
+        for len in 1..=SHORT_PIECE + 3 {
+            texts.push(format!("{} {} {}", "ab".repeat(len), "é".repeat(len), "=".repeat(len)));
+        }
+        texts.push((0..CACHED_PIECES + 5_000).map(|i| format!("w{i:x}q ")).collect());
+        texts
+    }
+
+    #[test]
+    fn a_warm_cache_counts_what_merging_counts() {
+        let tokenizer = Tokenizer::new().expect("the pattern compiles");
+        for round in 0..2 {
+            for text in texts() {
+                assert_eq!(
+                    tokenizer.count(&text),
+                    tokenizer.count_uncached(&text),
+                    "round {round}: {:?}",
+                    text.chars().take(40).collect::<String>()
+                );
+            }
+        }
+        PIECES.with(|cache| assert!(cache.borrow().counts.len() <= CACHED_PIECES));
     }
 }
