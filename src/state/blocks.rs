@@ -136,12 +136,8 @@ impl Blocks {
     }
 
     /// Adds `block` (built with an id from [`Blocks::allocate`]): it consumes the active
-    /// blocks it lists in `consumed`. A block that consumes one in force is in force at once:
-    /// held back for the policy, it would leave the older block's messages to be sent again
-    /// whole, a rewrite from the same place that removes less.
-    pub fn insert(&mut self, mut block: Block, message_tokens: impl IntoIterator<Item = (String, u64)>) {
-        block.applied |=
-            block.consumed.iter().any(|older| self.by_id.get(older).is_some_and(|b| b.active && b.applied));
+    /// blocks it lists in `consumed`.
+    pub fn insert(&mut self, block: Block, message_tokens: impl IntoIterator<Item = (String, u64)>) {
         for older in &block.consumed {
             if let Some(b) = self.by_id.get_mut(older) {
                 b.active = false;
