@@ -26,21 +26,9 @@ fn request(sid: &str, hour: bool, again: bool, more: usize) -> Value {
         steps.push(("toolu_r9".into(), json!({"file_path": "/p/src/main.rs"}), main));
     }
     steps.extend((0..more).map(|i| (format!("toolu_m{i}"), json!({"pattern": format!("m{i}")}), "one hit\n".into())));
-    let mut messages =
-        vec![json!({"role": "user", "content": [{"type": "text", "text": "Look at main.rs and around it."}]})];
-    for (id, input, output) in steps {
-        let tool = if input.get("file_path").is_some() { "Read" } else { "Grep" };
-        messages.push(
-            json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool, "input": input}]}),
-        );
-        messages
-            .push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": output}]}));
-    }
     let cache = if hour { json!({"type": "ephemeral", "ttl": "1h"}) } else { json!({"type": "ephemeral"}) };
     let system = json!([{"type": "text", "text": "You are Claude Code.", "cache_control": cache}]);
-    let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": sid}).to_string();
-    json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "stream": true, "system": system,
-        "metadata": {"user_id": user_id}, "tools": [{"name": "Read"}, {"name": "Grep"}], "messages": messages})
+    crate::support::claude_request(sid, &steps, system)
 }
 
 /// Whether the first read of main.rs reached the upstream pruned in its last request.

@@ -65,19 +65,7 @@ fn a_history_opencode_reverted_keeps_no_prune_from_the_turn_it_undid() {
 /// An Anthropic request of Claude Code's session `sid`: a prompt, then one step per call of
 /// `steps`, each with its result.
 fn claude_request(sid: &str, steps: &[(&str, Value, String)]) -> Value {
-    let mut messages =
-        vec![json!({"role": "user", "content": [{"type": "text", "text": "Look at main.rs and around it."}]})];
-    for (id, input, output) in steps {
-        let tool = if input.get("file_path").is_some() { "Read" } else { "Grep" };
-        messages.push(
-            json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool, "input": input}]}),
-        );
-        messages
-            .push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": output}]}));
-    }
-    let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": sid}).to_string();
-    json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "stream": true, "system": "You are Claude Code.",
-        "metadata": {"user_id": user_id}, "tools": [{"name": "Read"}, {"name": "Grep"}], "messages": messages})
+    crate::support::claude_request(sid, steps, json!("You are Claude Code."))
 }
 
 #[test]
