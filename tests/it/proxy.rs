@@ -370,3 +370,16 @@ fn a_sigterm_right_after_the_proxy_says_it_listens_stops_it_normally() {
         assert!(stopped, "the proxy did not exit normally; its log:\n{log}");
     }
 }
+
+/// The env of a proxy in `dir`, and of any `dcp` command that reads its state: the same dirs, a
+/// config that applies every decision at once.
+pub fn immediate_env(dir: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    std::fs::create_dir_all(dir.join("config/opencode")).unwrap();
+    std::fs::write(dir.join("config/opencode/dcp.jsonc"), r#"{"rewrite": {"mode": "immediate"}}"#).unwrap();
+    vec![
+        ("HOME", dir.join("home")),
+        ("XDG_CONFIG_HOME", dir.join("config")),
+        ("XDG_DATA_HOME", dir.join("data")),
+        ("XDG_CACHE_HOME", dir.join("cache")),
+    ]
+}

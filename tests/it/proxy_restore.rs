@@ -6,20 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::proxy::{as_chat, post_bytes, proxied_outputs, reads, ProxyProcess, Recorder};
-
-/// The env of a proxy and of the `dcp restore` that asks it: the same dirs, every decision
-/// applied at once.
-fn env(dir: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
-    std::fs::create_dir_all(dir.join("config/opencode")).unwrap();
-    std::fs::write(dir.join("config/opencode/dcp.jsonc"), r#"{"rewrite": {"mode": "immediate"}}"#).unwrap();
-    vec![
-        ("HOME", dir.join("home")),
-        ("XDG_CONFIG_HOME", dir.join("config")),
-        ("XDG_DATA_HOME", dir.join("data")),
-        ("XDG_CACHE_HOME", dir.join("cache")),
-    ]
-}
+use crate::proxy::{as_chat, immediate_env, post_bytes, proxied_outputs, reads, ProxyProcess, Recorder};
 
 fn restore(env: &[(&'static str, std::path::PathBuf)], handle: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_dcp"))
@@ -34,7 +21,7 @@ fn restore(env: &[(&'static str, std::path::PathBuf)], handle: &str) -> std::pro
 fn a_restore_through_the_proxy_prints_the_hidden_output_byte_for_byte() {
     let upstream = Recorder::start();
     let dir = tempfile::tempdir().unwrap();
-    let env = env(dir.path());
+    let env = immediate_env(dir.path());
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env.clone());
     let messages = reads(8);
     let sent = as_chat(&messages);

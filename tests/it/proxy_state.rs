@@ -47,13 +47,7 @@ fn dcp_text(dir: &std::path::Path, args: &[&str]) -> String {
 fn each_client_s_conversations_are_kept_in_its_own_folder_and_dcp_stats_and_report_list_them() {
     let upstream = Recorder::start();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("config/opencode")).unwrap();
-    std::fs::write(dir.path().join("config/opencode/dcp.jsonc"), r#"{"rewrite": {"mode": "immediate"}}"#).unwrap();
-    let env = [
-        ("HOME", dir.path().join("home")),
-        ("XDG_CONFIG_HOME", dir.path().join("config")),
-        ("XDG_DATA_HOME", dir.path().join("data")),
-    ];
+    let env = crate::proxy::immediate_env(dir.path());
     let proxy = ProxyProcess::start(&format!("http://127.0.0.1:{}", upstream.port), env);
     let chat = as_chat(&reads(8));
     assert!(post_as(proxy.port, "codex_exec/0.169.0", "/v1/chat/completions", &chat).starts_with("HTTP/1.1 200"));

@@ -72,13 +72,7 @@ fn claude_request(sid: &str, steps: &[(&str, Value, String)]) -> Value {
 fn a_conversation_claude_code_rewound_keeps_no_prune_from_the_branch_it_left() {
     let upstream = Recorder::start();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("config/opencode")).unwrap();
-    std::fs::write(dir.path().join("config/opencode/dcp.jsonc"), r#"{"rewrite": {"mode": "immediate"}}"#).unwrap();
-    let env = [
-        ("HOME", dir.path().join("home")),
-        ("XDG_CONFIG_HOME", dir.path().join("config")),
-        ("XDG_DATA_HOME", dir.path().join("data")),
-    ];
+    let env = crate::proxy::immediate_env(dir.path());
     let proxy =
         ProxyProcess::start_logging(&format!("http://127.0.0.1:{}", upstream.port), env, &dir.path().join("stderr"));
     let read = json!({"file_path": "/p/src/main.rs"});
