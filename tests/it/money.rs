@@ -5,28 +5,13 @@
 
 use serde_json::{json, Value};
 
+use crate::savings::session;
 use crate::support::{dcp, rendered, Sandbox, SessionBuilder, Sidecar};
 
 const SID: &str = "ses_money";
 
 /// Prunes in force from the first request, the tools not offered: dcp only removes.
 const PRUNING: &str = r#""rewrite": {"mode": "immediate"}, "tools": {"settings": {"offer": "paid"}}"#;
-
-/// A session whose first read of `a.py` the second makes obsolete, followed by a big read.
-fn session(extra_steps: usize) -> Vec<Value> {
-    let path = json!({"filePath": "/p/a.py"});
-    let a = "def a():\n    return 1\n".repeat(200);
-    let c = "row,value,more\n".repeat(3000);
-    let mut b = SessionBuilder::new()
-        .user("look around")
-        .tool("a1", "read", path.clone(), &a)
-        .tool("a2", "read", path, &a)
-        .tool("c1", "read", json!({"filePath": "/p/c.csv"}), &c);
-    for i in 0..extra_steps {
-        b = b.text(&format!("step {i} done"));
-    }
-    b.build().into_iter().map(|m| serde_json::to_value(m).unwrap()).collect()
-}
 
 /// A session that read each of `n + 1` files twice: each request has a new duplicate.
 fn duplicates(n: usize) -> Vec<Value> {

@@ -10,7 +10,7 @@ const SID: &str = "ses_test";
 
 /// A session whose first read of `a.py` the second makes obsolete, followed by a big read: the
 /// duplicate's rewrite would re-bill everything after it.
-fn session(extra_steps: usize) -> Vec<Value> {
+pub fn session(extra_steps: usize) -> Vec<Value> {
     let path = json!({"filePath": "/p/a.py"});
     let a = "def a():\n    return 1\n".repeat(200);
     let c = "row,value,more\n".repeat(3000);
