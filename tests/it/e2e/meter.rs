@@ -9,7 +9,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::fake_llm::{Logged, Turn};
-use super::scenarios::{call_id_of, read, result};
+use super::scenarios::{call_id_of, explore_twice_read, read, result};
 use super::{tail, Lab};
 
 /// dcp's defaults, as a user has them, but for the notices.
@@ -49,17 +49,7 @@ fn priced(lab: &Lab) {
 /// or is refused where dcp refuses that), a compress of the exploration and a discard that
 /// works. Returns the session.
 fn failing_session(lab: &Lab) -> String {
-    lab.prompt(
-        None,
-        "Explore the project.",
-        vec![
-            read("p1.parser", "src/parser.py"),
-            read("p1.records", "data/records.csv"),
-            read("p1.parser_again", "src/parser.py"),
-            Turn::text("p1.answer", "A parser with 12 sections and 150 records."),
-        ],
-    );
-    let session = lab.session_id();
+    let session = explore_twice_read(lab, "A parser with 12 sections and 150 records.");
     let wrong = Turn::tool("p2.discard_wrong", "discard", json!({"ids": ["999", "call_nowhere_0"], "reason": "noise"}));
     let missing = read("p2.missing", "src/missing_module.py");
     let turns = vec![wrong, read("p2.config", "config.txt"), missing, Turn::text("p2.answer", "Config read.")];

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use super::fake_llm::Turn;
-use super::scenarios::{read, IMMEDIATE};
+use super::scenarios::{explore_twice_read, read, IMMEDIATE};
 use super::{tail, Lab};
 
 #[test]
@@ -27,17 +27,7 @@ fn a_live_session_s_savings_equal_its_replay_and_its_report_shows_them_in_chromi
 /// one whose agent never had them, which would leave that step's request out of its `none` run
 /// and make the two runs' sums differ by a request. Returns the session.
 pub(super) fn record_session(lab: &Lab) -> String {
-    lab.prompt(
-        None,
-        "Explore the project.",
-        vec![
-            read("p1.parser", "src/parser.py"),
-            read("p1.records", "data/records.csv"),
-            read("p1.parser_again", "src/parser.py"),
-            Turn::text("p1.answer", "A parser with 12 sections and 150 records."),
-        ],
-    );
-    let session = lab.session_id();
+    let session = explore_twice_read(lab, "A parser with 12 sections and 150 records.");
     lab.prompt(
         Some(&session),
         "Read the config and the readme.",

@@ -55,6 +55,22 @@ pub fn read(label: &str, rel: &str) -> Turn {
     Turn::tool(label, "read", json!({"filePath": format!("{{{{cwd}}}}/{rel}")}))
 }
 
+/// The first prompt most lab sessions open with: parser.py read, the records read, parser.py
+/// read again (the first read made obsolete), then `answer`. Returns the new session's id.
+pub fn explore_twice_read(lab: &Lab, answer: &str) -> String {
+    lab.prompt(
+        None,
+        "Explore the project.",
+        vec![
+            read("p1.parser", "src/parser.py"),
+            read("p1.records", "data/records.csv"),
+            read("p1.parser_again", "src/parser.py"),
+            Turn::text("p1.answer", answer),
+        ],
+    );
+    lab.session_id()
+}
+
 /// The call id of the tool call a scripted turn made, from the model's next request.
 pub(super) fn call_id_of(lab: &Lab, label: &str) -> String {
     let log = lab.llm.main_requests();
@@ -117,17 +133,7 @@ struct FirstPrompt {
 /// Prompt 1: parser.py is read twice; the first read reaches the model as the placeholder,
 /// the list and the tools are offered, and the notification is shown in the session.
 fn first_prompt_deduplicates_and_lists(lab: &Lab) -> FirstPrompt {
-    lab.prompt(
-        None,
-        "Explore the project.",
-        vec![
-            read("p1.parser", "src/parser.py"),
-            read("p1.records", "data/records.csv"),
-            read("p1.parser_again", "src/parser.py"),
-            Turn::text("p1.answer", "Explored: a parser with 12 sections and 150 records."),
-        ],
-    );
-    let session = lab.session_id();
+    let session = explore_twice_read(lab, "Explored: a parser with 12 sections and 150 records.");
     let parser_first = call_id_of(&lab, "p1.parser");
     let records = call_id_of(&lab, "p1.records");
     let parser_again = call_id_of(&lab, "p1.parser_again");
