@@ -383,3 +383,28 @@ pub fn immediate_env(dir: &std::path::Path) -> Vec<(&'static str, std::path::Pat
         ("XDG_CACHE_HOME", dir.join("cache")),
     ]
 }
+
+/// An Anthropic request of Claude Code's session `sid` with `system`: a prompt, then one step
+/// per call of `steps` (a call id, its input and its result), each with its result; a call
+/// with a `file_path` is a `Read`, any other a `Grep`.
+pub fn claude_request<S: AsRef<str>>(
+    sid: &str,
+    steps: &[(S, serde_json::Value, String)],
+    system: serde_json::Value,
+) -> serde_json::Value {
+    use serde_json::json;
+    let mut messages =
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "Look at main.rs and around it."}]})];
+    for (id, input, output) in steps {
+        let id = id.as_ref();
+        let tool = if input.get("file_path").is_some() { "Read" } else { "Grep" };
+        messages.push(
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool, "input": input}]}),
+        );
+        messages
+            .push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": output}]}));
+    }
+    let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": sid}).to_string();
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "stream": true, "system": system,
+        "metadata": {"user_id": user_id}, "tools": [{"name": "Read"}, {"name": "Grep"}], "messages": messages})
+}

@@ -28,7 +28,7 @@ fn request(sid: &str, hour: bool, again: bool, more: usize) -> Value {
     steps.extend((0..more).map(|i| (format!("toolu_m{i}"), json!({"pattern": format!("m{i}")}), "one hit\n".into())));
     let cache = if hour { json!({"type": "ephemeral", "ttl": "1h"}) } else { json!({"type": "ephemeral"}) };
     let system = json!([{"type": "text", "text": "You are Claude Code.", "cache_control": cache}]);
-    crate::support::claude_request(sid, &steps, system)
+    crate::proxy::claude_request(sid, &steps, system)
 }
 
 /// Whether the first read of main.rs reached the upstream pruned in its last request.

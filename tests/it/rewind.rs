@@ -65,7 +65,7 @@ fn a_history_opencode_reverted_keeps_no_prune_from_the_turn_it_undid() {
 /// An Anthropic request of Claude Code's session `sid`: a prompt, then one step per call of
 /// `steps`, each with its result.
 fn claude_request(sid: &str, steps: &[(&str, Value, String)]) -> Value {
-    crate::support::claude_request(sid, steps, json!("You are Claude Code."))
+    crate::proxy::claude_request(sid, steps, json!("You are Claude Code."))
 }
 
 #[test]
