@@ -59,22 +59,10 @@ fn dcp(lab: &Lab, args: &[&str]) -> Output {
     cmd.output().unwrap()
 }
 
-/// The live figures against the replay's: tokens kept out against none minus dcp tokens sent
-/// (within 2%), the cost share against 1 - dcp's cost / none's (within 0.02).
+/// The live figures against the replay's (`meter::live_equals_replay`), with nothing left
+/// waiting in immediate mode.
 fn stats_equal_the_replay(lab: &Lab, session: &str, live: &Value) {
-    let replay = dcp_json(lab, &["replay", "--session", session]);
-    let s = &replay["sessions"][0];
-    let (none, dcp) = (&s["modes"]["none"], &s["modes"]["dcp"]);
-    let replay_kept = none["tokens_sent"].as_i64().unwrap() - dcp["tokens_sent"].as_i64().unwrap();
-    let replay_share = 1.0 - dcp["cost"].as_f64().unwrap() / none["cost"].as_f64().unwrap();
-    let kept = live["kept_out_tokens"].as_i64().unwrap();
-    let share = live["cost_saved_share"].as_f64().unwrap();
-    println!("live: kept out {kept}, cost share {share:.4}; replay: {replay_kept}, {replay_share:.4}");
-    assert_eq!(live["requests"], s["requests"], "live {live}\nreplay {s}");
-    assert!(replay_kept > 1_000, "the session must keep something out: {s}");
-    let off = (kept - replay_kept).abs() as f64 / replay_kept as f64;
-    assert!(off <= 0.02, "kept out: live {kept}, replay {replay_kept} ({:.1}% apart)", 100.0 * off);
-    assert!((share - replay_share).abs() <= 0.02, "cost share: live {share:.4}, replay {replay_share:.4}");
+    super::meter::live_equals_replay(lab, session, live);
     assert_eq!(live["waiting_tokens"], 0, "immediate mode leaves nothing waiting: {live}");
 }
 
