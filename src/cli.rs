@@ -155,7 +155,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Command::Doctor = cli.command {
         // Before the config is loaded: a bad config is one of its findings.
         let data_dir = cli.data_dir.unwrap_or_else(|| env.data_dir());
-        return doctor(&crate::doctor::Inputs::from_process(env, data_dir), cli.json, out);
+        return doctor(&crate::doctor::CheckedSetup::from_process(env, data_dir), cli.json, out);
     }
     if let Command::Restore { handle } = &cli.command {
         return restore(&env, handle, out);
@@ -178,7 +178,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Stats { session } => stats_cmd(&ctx, session.as_deref(), out),
         Command::Report { out: file, open } => report_cmd(&ctx, &env, file, open, out),
         Command::Replay(args) => crate::replay::cli::run(&args, &ctx.data_dir, &ctx.config, ctx.json, out),
-        Command::Doctor => doctor(&crate::doctor::Inputs::from_process(env, ctx.data_dir), ctx.json, out),
+        Command::Doctor => doctor(&crate::doctor::CheckedSetup::from_process(env, ctx.data_dir), ctx.json, out),
         Command::Serve => {
             crate::sidecar::serve(crate::sidecar::ServeOptions { data_dir: ctx.data_dir, env, project: cwd })
         }
@@ -231,7 +231,7 @@ fn parse_listen(value: &str) -> Result<std::net::SocketAddr, String> {
 }
 
 /// Prints the doctor's report; any problem found is an error, so the exit code is 1.
-fn doctor(inputs: &crate::doctor::Inputs, json: bool, out: &mut dyn Write) -> Result<()> {
+fn doctor(inputs: &crate::doctor::CheckedSetup, json: bool, out: &mut dyn Write) -> Result<()> {
     let report = crate::doctor::run(inputs);
     if json {
         print_json(out, &report)?;

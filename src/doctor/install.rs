@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::{Check, Inputs, Status};
+use super::{Check, CheckStatus, CheckedSetup};
 
 /// The main npm package: the plugin, with the platform packages as optional dependencies.
 pub const PACKAGE: &str = "dcp-opencode";
@@ -54,9 +54,9 @@ enum Source {
 }
 
 /// Runs the install checks: this binary, the configs, each named plugin and its binary.
-pub fn check(inputs: &Inputs, checks: &mut Vec<Check>) {
+pub fn check(inputs: &CheckedSetup, checks: &mut Vec<Check>) {
     let exe = inputs.current_exe.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "?".into());
-    checks.push(Check::new("binary", Status::Ok, format!("dcp {} at {exe}", env!("CARGO_PKG_VERSION"))));
+    checks.push(Check::new("binary", CheckStatus::Ok, format!("dcp {} at {exe}", env!("CARGO_PKG_VERSION"))));
     let named = named_plugins(inputs, checks);
     if named.is_empty() {
         let config = inputs.env.config_dir().join("opencode.json");
@@ -65,7 +65,7 @@ pub fn check(inputs: &Inputs, checks: &mut Vec<Check>) {
             env!("CARGO_PKG_VERSION"),
             config.display()
         );
-        checks.push(Check::new("opencode.json", Status::Fail, message));
+        checks.push(Check::new("opencode.json", CheckStatus::Fail, message));
         return;
     }
     for source in &named {
@@ -75,7 +75,7 @@ pub fn check(inputs: &Inputs, checks: &mut Vec<Check>) {
         if dir.is_none() && matches!(source, Source::Npm(_)) && inputs.dcp_bin.is_none() && on_path(inputs).is_none() {
             let message = "not checked yet: OpenCode installs the plugin with its dcp binary when it next starts; \
                            run dcp doctor again then";
-            checks.push(Check::new("plugin runs", Status::Warn, message.to_string()));
+            checks.push(Check::new("plugin runs", CheckStatus::Warn, message.to_string()));
             continue;
         }
         checks.push(plugin_binary(inputs, dir.as_deref()));
@@ -84,7 +84,7 @@ pub fn check(inputs: &Inputs, checks: &mut Vec<Check>) {
 
 /// The config files OpenCode reads, in its order: the global dir, `OPENCODE_CONFIG`,
 /// `$OPENCODE_CONFIG_DIR`, then the project and its parents up to the git root.
-fn config_files(inputs: &Inputs) -> Vec<PathBuf> {
+fn config_files(inputs: &CheckedSetup) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> =
         ["config.json", "opencode.json", "opencode.jsonc"].iter().map(|n| inputs.env.config_dir().join(n)).collect();
     files.extend(inputs.opencode_config.clone());
@@ -113,7 +113,7 @@ fn config_files(inputs: &Inputs) -> Vec<PathBuf> {
 
 /// Every place a config names dcp's plugin. Reports each config that names it, and any that
 /// cannot be read.
-fn named_plugins(inputs: &Inputs, checks: &mut Vec<Check>) -> Vec<Source> {
+fn named_plugins(inputs: &CheckedSetup, checks: &mut Vec<Check>) -> Vec<Source> {
     let mut named = Vec::new();
     for file in config_files(inputs) {
         let parsed = std::fs::read_to_string(&file).map_err(|e| e.to_string()).and_then(|t| {
@@ -123,7 +123,7 @@ fn named_plugins(inputs: &Inputs, checks: &mut Vec<Check>) -> Vec<Source> {
             Ok(v) => v.unwrap_or(Value::Null),
             Err(e) => {
                 let message = format!("{} cannot be read as JSONC: {e}", file.display());
-                checks.push(Check::new("opencode.json", Status::Fail, message));
+                checks.push(Check::new("opencode.json", CheckStatus::Fail, message));
                 continue;
             }
         };
@@ -132,10 +132,10 @@ fn named_plugins(inputs: &Inputs, checks: &mut Vec<Check>) -> Vec<Source> {
             if npm_name(&spec) == PUBLISHED_DCP {
                 let message =
                     format!("{} also loads the published DCP ({spec}): both would prune; keep one", file.display());
-                checks.push(Check::new("opencode.json", Status::Warn, message));
+                checks.push(Check::new("opencode.json", CheckStatus::Warn, message));
             }
             let Some(source) = dcp_source(&spec, base) else { continue };
-            checks.push(Check::new("opencode.json", Status::Ok, format!("{} names \"{spec}\"", file.display())));
+            checks.push(Check::new("opencode.json", CheckStatus::Ok, format!("{} names \"{spec}\"", file.display())));
             named.push(source);
         }
     }
@@ -183,7 +183,7 @@ fn read_package(dir: &Path) -> Option<Value> {
 }
 
 /// Where the plugin named by `source` is, if it is there, with its version checked.
-fn plugin_dir(inputs: &Inputs, source: &Source, checks: &mut Vec<Check>) -> Option<PathBuf> {
+fn plugin_dir(inputs: &CheckedSetup, source: &Source, checks: &mut Vec<Check>) -> Option<PathBuf> {
     let dir = match source {
         Source::Dir(dir) => dir.clone(),
         Source::Npm(spec) => {
@@ -200,28 +200,28 @@ fn plugin_dir(inputs: &Inputs, source: &Source, checks: &mut Vec<Check>) -> Opti
             ),
             Source::Dir(_) => format!("{}: no package.json; is this dcp's plugin/ dir?", dir.display()),
         };
-        checks.push(Check::new("plugin", Status::Warn, message));
+        checks.push(Check::new("plugin", CheckStatus::Warn, message));
         return None;
     };
     let version = package.get("version").and_then(Value::as_str).unwrap_or("?");
     let mine = env!("CARGO_PKG_VERSION");
     let (status, message) = if version == mine {
-        (Status::Ok, format!("plugin {version} at {}", dir.display()))
+        (CheckStatus::Ok, format!("plugin {version} at {}", dir.display()))
     } else {
-        (Status::Warn, format!("plugin {version} at {} differs from this binary ({mine})", dir.display()))
+        (CheckStatus::Warn, format!("plugin {version} at {} differs from this binary ({mine})", dir.display()))
     };
     checks.push(Check::new("plugin", status, message));
     Some(dir)
 }
 
 /// The binary the plugin will run, in the plugin's order, with its version.
-fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>) -> Check {
+fn plugin_binary(inputs: &CheckedSetup, plugin: Option<&Path>) -> Check {
     const NAME: &str = "plugin runs";
     let plugin_version = plugin.and_then(read_package).and_then(|p| p.get("version")?.as_str().map(str::to_string));
     let found = if let Some(bin) = &inputs.dcp_bin {
         if !bin.is_file() {
             let message = format!("DCP_BIN is {} but there is no file there; pruning is off", bin.display());
-            return Check::new(NAME, Status::Fail, message);
+            return Check::new(NAME, CheckStatus::Fail, message);
         }
         Some((bin.clone(), "DCP_BIN"))
     } else {
@@ -239,22 +239,24 @@ fn plugin_binary(inputs: &Inputs, plugin: Option<&Path>) -> Check {
         {
             message.push_str(&format!("; to install both again, remove {} and restart OpenCode", install.display()));
         }
-        return Check::new(NAME, Status::Fail, message);
+        return Check::new(NAME, CheckStatus::Fail, message);
     };
     match binary_version(inputs, &bin) {
-        Err(e) => {
-            Check::new(NAME, Status::Fail, format!("{} (from {how}) does not run: {e}; pruning is off", bin.display()))
-        }
+        Err(e) => Check::new(
+            NAME,
+            CheckStatus::Fail,
+            format!("{} (from {how}) does not run: {e}; pruning is off", bin.display()),
+        ),
         Ok(v) if plugin_version.as_deref().is_some_and(|p| p != v) => Check::new(
             NAME,
-            Status::Warn,
+            CheckStatus::Warn,
             format!(
                 "{} (from {how}) is dcp {v}, the plugin is {}: install one version of both",
                 bin.display(),
                 plugin_version.unwrap_or_default()
             ),
         ),
-        Ok(v) => Check::new(NAME, Status::Ok, format!("{} (from {how}), dcp {v}", bin.display())),
+        Ok(v) => Check::new(NAME, CheckStatus::Ok, format!("{} (from {how}), dcp {v}", bin.display())),
     }
 }
 
@@ -269,13 +271,13 @@ fn platform_binary(plugin: &Path) -> Option<PathBuf> {
         .find(|bin| bin.is_file())
 }
 
-fn on_path(inputs: &Inputs) -> Option<PathBuf> {
+fn on_path(inputs: &CheckedSetup) -> Option<PathBuf> {
     let path = inputs.path.as_ref()?;
     std::env::split_paths(path).filter(|d| !d.as_os_str().is_empty()).map(|d| d.join(exe_name())).find(|b| b.is_file())
 }
 
 /// The version a dcp binary reports (`dcp 0.1.0`), this one's without running it.
-fn binary_version(inputs: &Inputs, bin: &Path) -> Result<String, String> {
+fn binary_version(inputs: &CheckedSetup, bin: &Path) -> Result<String, String> {
     let same = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().is_ok_and(|b| a == b));
     if inputs.current_exe.as_deref().is_some_and(|me| same(me, bin)) {
         return Ok(env!("CARGO_PKG_VERSION").to_string());

@@ -25,7 +25,7 @@ pub use install::{platform, PACKAGE};
 /// How a check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub enum CheckStatus {
     Ok,
     Warn,
     Fail,
@@ -35,19 +35,19 @@ pub enum Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub check: &'static str,
-    pub status: Status,
+    pub status: CheckStatus,
     pub message: String,
 }
 
 impl Check {
-    fn new(check: &'static str, status: Status, message: impl Into<String>) -> Check {
+    fn new(check: &'static str, status: CheckStatus, message: impl Into<String>) -> Check {
         Check { check, status, message: message.into() }
     }
 }
 
 /// Every finding, in the order they were made.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct DoctorReport {
     pub version: &'static str,
     pub ok: bool,
     pub problems: usize,
@@ -58,7 +58,7 @@ pub struct Report {
 /// What the checks look at: the environment OpenCode and the plugin would see. Tests pass
 /// their own.
 #[derive(Debug, Clone, Default)]
-pub struct Inputs {
+pub struct CheckedSetup {
     pub env: Env,
     pub data_dir: PathBuf,
     /// The project: its `opencode.json` and `.opencode/` apply.
@@ -73,11 +73,11 @@ pub struct Inputs {
     pub current_exe: Option<PathBuf>,
 }
 
-impl Inputs {
+impl CheckedSetup {
     /// The process's own environment, with `data_dir` as OpenCode's data dir.
-    pub fn from_process(env: Env, data_dir: PathBuf) -> Inputs {
+    pub fn from_process(env: Env, data_dir: PathBuf) -> CheckedSetup {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        Inputs {
+        CheckedSetup {
             env,
             data_dir,
             project: std::env::current_dir().ok(),
@@ -90,27 +90,27 @@ impl Inputs {
 }
 
 /// Runs every check.
-pub fn run(inputs: &Inputs) -> Report {
+pub fn run(inputs: &CheckedSetup) -> DoctorReport {
     let mut checks = Vec::new();
     install::check(inputs, &mut checks);
     let config = config_layers(inputs, &mut checks);
     checks.push(state_dir(&paths::state_dir(&inputs.data_dir)));
     checks.push(database(inputs));
     checks.push(logs(inputs, config.as_ref()));
-    let problems = checks.iter().filter(|c| c.status == Status::Fail).count();
-    let warnings = checks.iter().filter(|c| c.status == Status::Warn).count();
-    Report { version: env!("CARGO_PKG_VERSION"), ok: problems == 0, problems, warnings, checks }
+    let problems = checks.iter().filter(|c| c.status == CheckStatus::Fail).count();
+    let warnings = checks.iter().filter(|c| c.status == CheckStatus::Warn).count();
+    DoctorReport { version: env!("CARGO_PKG_VERSION"), ok: problems == 0, problems, warnings, checks }
 }
 
-impl Report {
+impl DoctorReport {
     /// The report as the terminal shows it: one line per check, then the verdict.
     pub fn render(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "dcp doctor (dcp {})", self.version)?;
         for c in &self.checks {
             let status = match c.status {
-                Status::Ok => "ok",
-                Status::Warn => "warn",
-                Status::Fail => "FAIL",
+                CheckStatus::Ok => "ok",
+                CheckStatus::Warn => "warn",
+                CheckStatus::Fail => "FAIL",
             };
             writeln!(out, "  {status:<5} {:<13} {}", c.check, c.message)?;
         }
@@ -125,7 +125,7 @@ impl Report {
 
 /// Every `dcp.jsonc` layer: parsed, unknown keys and bad values named. Returns the merged
 /// config when every layer is good.
-fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Config> {
+fn config_layers(inputs: &CheckedSetup, checks: &mut Vec<Check>) -> Option<config::Config> {
     let locations = config::Locations::standard(&inputs.env, inputs.project.as_deref());
     let dirs = [&locations.global, &locations.config_dir, &locations.project];
     let mut good = true;
@@ -138,14 +138,14 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
                 config::Entry::File => files.push(path),
                 config::Entry::Bad(what) => {
                     let message = format!("{} is {what}; pruning is off until it is fixed or removed", path.display());
-                    checks.push(Check::new("dcp.jsonc", Status::Fail, message));
+                    checks.push(Check::new("dcp.jsonc", CheckStatus::Fail, message));
                     good = false;
                 }
             }
         }
         if let [used, ignored] = files.as_slice() {
             let message = format!("{} is ignored: {} is read instead", ignored.display(), used.display());
-            checks.push(Check::new("dcp.jsonc", Status::Warn, message));
+            checks.push(Check::new("dcp.jsonc", CheckStatus::Warn, message));
         }
         let Some(file) = files.into_iter().next() else { continue };
         if seen.contains(&file) {
@@ -157,7 +157,7 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
     if seen.is_empty() && good {
         let message =
             format!("no dcp.jsonc: the defaults apply (create {} to change them)", locations_hint(&locations));
-        checks.push(Check::new("dcp.jsonc", Status::Ok, message));
+        checks.push(Check::new("dcp.jsonc", CheckStatus::Ok, message));
     }
     if !good {
         return None;
@@ -169,7 +169,7 @@ fn config_layers(inputs: &Inputs, checks: &mut Vec<Check>) -> Option<config::Con
     match checked {
         Ok(config) => Some(config),
         Err(e) => {
-            checks.push(Check::new("dcp.jsonc", Status::Fail, format!("{e}; pruning is off until it is fixed")));
+            checks.push(Check::new("dcp.jsonc", CheckStatus::Fail, format!("{e}; pruning is off until it is fixed")));
             None
         }
     }
@@ -186,19 +186,19 @@ fn config_layer(file: &Path, checks: &mut Vec<Check>) -> bool {
         // A byte order mark is not part of the JSONC: the parser skips it too.
         Ok(text) => text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text),
         Err(e) => {
-            checks.push(Check::new("dcp.jsonc", Status::Fail, format!("cannot read {}: {e}", file.display())));
+            checks.push(Check::new("dcp.jsonc", CheckStatus::Fail, format!("cannot read {}: {e}", file.display())));
             return false;
         }
     };
     let (bad, warnings) = layer_findings(&text, file);
     let clean = bad.is_empty();
     if clean && warnings.is_empty() {
-        checks.push(Check::new("dcp.jsonc", Status::Ok, format!("{}: read", file.display())));
+        checks.push(Check::new("dcp.jsonc", CheckStatus::Ok, format!("{}: read", file.display())));
     }
-    checks.extend(warnings.into_iter().map(|w| Check::new("dcp.jsonc", Status::Warn, w)));
+    checks.extend(warnings.into_iter().map(|w| Check::new("dcp.jsonc", CheckStatus::Warn, w)));
     for e in bad {
         let message = format!("{}; pruning is off until it is fixed", crate::error_chain(&e));
-        checks.push(Check::new("dcp.jsonc", Status::Fail, message));
+        checks.push(Check::new("dcp.jsonc", CheckStatus::Fail, message));
     }
     clean
 }
@@ -249,7 +249,7 @@ fn state_dir(dir: &Path) -> Check {
     const NAME: &str = "state dir";
     if let Some(what) = not_a_dir(dir) {
         let message = format!("{}: {what}; move it away, and dcp creates the dir ({UNSAVED})", dir.display());
-        return Check::new(NAME, Status::Fail, message);
+        return Check::new(NAME, CheckStatus::Fail, message);
     }
     if dir.is_dir() {
         let files = std::fs::read_dir(dir)
@@ -260,29 +260,31 @@ fn state_dir(dir: &Path) -> Check {
         return match probe_write(dir) {
             Ok(()) => Check::new(
                 NAME,
-                Status::Ok,
+                CheckStatus::Ok,
                 format!("{}: writable, {files} state file{}", dir.display(), if files == 1 { "" } else { "s" }),
             ),
             Err(e) => Check::new(
                 NAME,
-                Status::Fail,
+                CheckStatus::Fail,
                 format!("{}: cannot write there, {} ({UNSAVED})", dir.display(), persist::in_words(dir, &e)),
             ),
         };
     }
     let Some(existing) = dir.ancestors().skip(1).find(|a| a.exists()) else {
-        return Check::new(NAME, Status::Fail, format!("{}: no parent dir exists", dir.display()));
+        return Check::new(NAME, CheckStatus::Fail, format!("{}: no parent dir exists", dir.display()));
     };
     if !existing.is_dir() {
         let (dir, existing) = (dir.display(), existing.display());
         let message = format!("{dir}: cannot be created, {existing} is not a directory; move it away ({UNSAVED})");
-        return Check::new(NAME, Status::Fail, message);
+        return Check::new(NAME, CheckStatus::Fail, message);
     }
     match probe_write(existing) {
-        Ok(()) => Check::new(NAME, Status::Ok, format!("{}: not there yet, created on the first prune", dir.display())),
+        Ok(()) => {
+            Check::new(NAME, CheckStatus::Ok, format!("{}: not there yet, created on the first prune", dir.display()))
+        }
         Err(e) => Check::new(
             NAME,
-            Status::Fail,
+            CheckStatus::Fail,
             format!("{}: cannot be created, {} ({UNSAVED})", dir.display(), persist::in_words(existing, &e)),
         ),
     }
@@ -308,37 +310,41 @@ fn probe_write(dir: &Path) -> std::io::Result<()> {
 }
 
 /// `opencode.db` is there and can be read; else the older `storage/` tree.
-fn database(inputs: &Inputs) -> Check {
+fn database(inputs: &CheckedSetup) -> Check {
     const NAME: &str = "opencode.db";
     let db = inputs.env.db_path(&inputs.data_dir);
     if let Some(what) = crate::host::not_a_file(&db) {
-        return Check::new(NAME, Status::Fail, format!("{} is {what}, not OpenCode's database file", db.display()));
+        return Check::new(
+            NAME,
+            CheckStatus::Fail,
+            format!("{} is {what}, not OpenCode's database file", db.display()),
+        );
     }
     if !db.exists() {
         if inputs.data_dir.join("storage/session").is_dir() {
             let message = format!("{} not found; sessions are read from the older storage/ tree", db.display());
-            return Check::new(NAME, Status::Ok, message);
+            return Check::new(NAME, CheckStatus::Ok, message);
         }
         let message = format!(
             "{} not found: OpenCode has not run with this data dir yet (else pass --data-dir, or set XDG_DATA_HOME as OpenCode sees it)",
             db.display()
         );
-        return Check::new(NAME, Status::Warn, message);
+        return Check::new(NAME, CheckStatus::Warn, message);
     }
     let count = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .and_then(|conn| conn.query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0)));
     match count {
         Ok(n) => Check::new(
             NAME,
-            Status::Ok,
+            CheckStatus::Ok,
             format!("{}: readable, {n} session{}", db.display(), if n == 1 { "" } else { "s" }),
         ),
-        Err(e) => Check::new(NAME, Status::Fail, format!("{}: cannot be read: {e}", db.display())),
+        Err(e) => Check::new(NAME, CheckStatus::Fail, format!("{}: cannot be read: {e}", db.display())),
     }
 }
 
 /// Where the logs go: OpenCode's log (the plugin's warnings), and dcp's debug logs when on.
-fn logs(inputs: &Inputs, config: Option<&config::Config>) -> Check {
+fn logs(inputs: &CheckedSetup, config: Option<&config::Config>) -> Check {
     const NAME: &str = "logs";
     let opencode_log = inputs.env.data_dir().join("log");
     let dir = paths::log_dir(&inputs.env.config_dir());
@@ -349,7 +355,7 @@ fn logs(inputs: &Inputs, config: Option<&config::Config>) -> Check {
             opencode_log.display(),
             dir.display()
         );
-        return Check::new(NAME, Status::Ok, message);
+        return Check::new(NAME, CheckStatus::Ok, message);
     }
     let writable = if dir.is_dir() {
         probe_write(&dir)
@@ -360,7 +366,9 @@ fn logs(inputs: &Inputs, config: Option<&config::Config>) -> Check {
         }
     };
     match writable {
-        Ok(()) => Check::new(NAME, Status::Ok, format!("debug logs on, written to {}", dir.display())),
-        Err(e) => Check::new(NAME, Status::Warn, format!("debug logs on, but {} is not writable ({e})", dir.display())),
+        Ok(()) => Check::new(NAME, CheckStatus::Ok, format!("debug logs on, written to {}", dir.display())),
+        Err(e) => {
+            Check::new(NAME, CheckStatus::Warn, format!("debug logs on, but {} is not writable ({e})", dir.display()))
+        }
     }
 }
