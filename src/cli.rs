@@ -476,10 +476,10 @@ fn known_session(ctx: &Ctx, id: &str) -> Result<()> {
 /// `dcp report`: writes the page and says where it is; with `--open`, opens it where a
 /// desktop is.
 fn report_cmd(ctx: &Ctx, env: &Env, file: Option<PathBuf>, open: bool, out: &mut dyn Write) -> Result<()> {
-    use crate::html_report::{self, Inputs, Opened};
+    use crate::html_report::{self, Opened, ReportSources};
     let file = file.unwrap_or_else(|| html_report::default_path(env));
     let state_dir = ctx.state_dir();
-    let inputs = Inputs { data_dir: &ctx.data_dir, state_dir: &state_dir, env, config: &ctx.config };
+    let inputs = ReportSources { data_dir: &ctx.data_dir, state_dir: &state_dir, env, config: &ctx.config };
     html_report::write(&inputs, &file)?;
     let file = std::fs::canonicalize(&file).unwrap_or(file);
     if ctx.json {

@@ -22,7 +22,7 @@ pub struct Series<'a> {
 }
 
 /// A vertical mark at an index: its CSS class and what it says on hover.
-pub struct Marker {
+pub struct ChartMarker {
     pub at: usize,
     pub class: &'static str,
     pub title: String,
@@ -37,7 +37,7 @@ pub struct Axes<'a> {
 }
 
 /// A line chart of `series` over the same indices, with `markers`.
-pub fn lines(series: &[Series<'_>], markers: &[Marker], axes: &Axes<'_>) -> String {
+pub fn lines(series: &[Series<'_>], markers: &[ChartMarker], axes: &Axes<'_>) -> String {
     let n = series.iter().map(|s| s.values.len()).max().unwrap_or(0);
     let values = series.iter().flat_map(|s| s.values.iter().copied());
     let (lo, hi) = values.fold((0f64, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));

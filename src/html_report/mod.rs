@@ -31,7 +31,7 @@ const CHARTED: usize = 8;
 const LISTED: usize = 12;
 
 /// Where the report's data is.
-pub struct Inputs<'a> {
+pub struct ReportSources<'a> {
     /// OpenCode's data dir, for the replays.
     pub data_dir: &'a Path,
     /// dcp's state dir in it.
@@ -71,12 +71,12 @@ pub struct StrategyRow {
 pub struct SessionView {
     pub stats: SessionStats,
     pub points: Vec<Point>,
-    pub source: Source,
+    pub source: ChartSource,
 }
 
 /// Where a session's chart comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum ChartSource {
     /// The requests dcp answered, as its state file recorded them.
     State,
     /// A replay of the session's history, for a state file that holds no requests.
@@ -86,7 +86,7 @@ pub enum Source {
 }
 
 /// Reads the data dir for the report.
-pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
+pub fn gather(inputs: &ReportSources<'_>) -> std::io::Result<Report> {
     let cache = inputs.env.cache_dir();
     let all = stats::AllTimeCache::default().all_time(inputs.state_dir, Some(&cache))?;
     let all = all.priced(&stats::money::all_time_sheet(inputs.config));
@@ -109,7 +109,7 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
                 row.in_force += cut.tokens;
             }
         }
-        let source = if state.savings.trail.is_empty() { Source::Missing } else { Source::State };
+        let source = if state.savings.trail.is_empty() { ChartSource::Missing } else { ChartSource::State };
         let points = state.savings.trail.clone();
         let sheet = stats::money::sheet_of(&state, inputs.config);
         measured.extend(stats::trial::measured(&state, &sheet));
@@ -126,9 +126,9 @@ pub fn gather(inputs: &Inputs<'_>) -> std::io::Result<Report> {
     sessions.retain(|s| s.stats.figures.requests > 0 || s.stats.pruned_tokens > 0);
     sessions.truncate(LISTED);
     let data = DataDir::new(inputs.data_dir, inputs.env);
-    for view in sessions.iter_mut().take(CHARTED).filter(|v| v.source == Source::Missing) {
+    for view in sessions.iter_mut().take(CHARTED).filter(|v| v.source == ChartSource::Missing) {
         if let Some(points) = replayed(&data, inputs.config, &view.stats.session_id) {
-            (view.points, view.source) = (points, Source::Replay);
+            (view.points, view.source) = (points, ChartSource::Replay);
         }
     }
     let generated = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -221,7 +221,7 @@ fn replayed(data: &DataDir, config: &Config, id: &str) -> Option<Vec<Point>> {
 }
 
 /// Writes the report of `inputs` to `out`.
-pub fn write(inputs: &Inputs<'_>, out: &Path) -> anyhow::Result<()> {
+pub fn write(inputs: &ReportSources<'_>, out: &Path) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let report =
         gather(inputs).with_context(|| format!("cannot read the state files in {}", inputs.state_dir.display()))?;

@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use super::charts::{self, Axes, Bar, Marker, Series};
-use super::{esc, Report, SessionView, Source};
+use super::charts::{self, Axes, Bar, ChartMarker, Series};
+use super::{esc, ChartSource, Report, SessionView};
 use crate::format;
 use crate::state::savings::Mark;
 use crate::stats::{Direction, Figures, Net, SessionStats};
@@ -295,9 +295,9 @@ fn session(out: &mut String, i: usize, s: &SessionView) {
         let _ = write!(out, "<p>{}</p>", esc(&net_sentence(&s.stats.figures)));
     }
     let note = match s.source {
-        Source::State => "Each request's context as dcp answered it.",
-        Source::Replay => "Replayed from OpenCode's history: its state file holds no requests.",
-        Source::Missing => {
+        ChartSource::State => "Each request's context as dcp answered it.",
+        ChartSource::Replay => "Replayed from OpenCode's history: its state file holds no requests.",
+        ChartSource::Missing => {
             out.push_str("<p class=\"muted\">No requests recorded, and no history to replay.</p>");
             return;
         }
@@ -305,19 +305,19 @@ fn session(out: &mut String, i: usize, s: &SessionView) {
     let without =
         Series { class: "without", name: "without dcp", values: s.points.iter().map(|p| p.without as f64).collect() };
     let with = Series { class: "with", name: "with dcp", values: s.points.iter().map(|p| p.with as f64).collect() };
-    let markers: Vec<Marker> = s
+    let markers: Vec<ChartMarker> = s
         .points
         .iter()
         .enumerate()
         .filter_map(|(at, p)| match p.mark {
             Mark::None => None,
-            Mark::Rewrite => Some(Marker {
+            Mark::Rewrite => Some(ChartMarker {
                 at,
                 class: "rewrite",
                 title: format!("request {}: dcp applied waiting rewrites", at + 1),
             }),
             Mark::Compaction => {
-                Some(Marker { at, class: "compaction", title: format!("request {}: compaction", at + 1) })
+                Some(ChartMarker { at, class: "compaction", title: format!("request {}: compaction", at + 1) })
             }
         })
         .collect();
