@@ -5,7 +5,7 @@
 //! with the session's (`crate::policy`), `dcp replay` bills each session with its own, and the
 //! savings count with it. A sheet holds the cache's prices as shares of the input price
 //! ([`Rates`]: what the policy needs), the money prices per million tokens where they are known
-//! ([`Money`]), the cache's TTL and whether the provider caches at all. A local model pays in
+//! ([`MoneyPrices`]), the cache's TTL and whether the provider caches at all. A local model pays in
 //! prefill, not money ([`Unit::Prefill`]): a token read from its KV cache costs nothing, one it
 //! must prefill costs one.
 //!
@@ -92,7 +92,7 @@ pub enum Unit {
 
 /// Money prices per million tokens.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Money {
+pub struct MoneyPrices {
     pub currency: String,
     pub input: f64,
     /// The output price, where known.
@@ -106,7 +106,7 @@ pub struct Sheet {
     pub name: String,
     pub unit: Unit,
     /// The money prices, where known; the cache's follow from [`Sheet::rates`].
-    pub money: Option<Money>,
+    pub money: Option<MoneyPrices>,
     pub rates: Rates,
     pub ttl: Ttl,
     /// Whether the provider caches at all: without a cache every request is cold.
@@ -251,7 +251,7 @@ impl Override {
         if let Some(input) = self.input {
             let currency = self.currency.clone().or_else(|| sheet.money.as_ref().map(|m| m.currency.clone()));
             let output = sheet.money.as_ref().and_then(|m| m.output);
-            sheet.money = Some(Money { currency: currency.unwrap_or_else(|| "USD".into()), input, output });
+            sheet.money = Some(MoneyPrices { currency: currency.unwrap_or_else(|| "USD".into()), input, output });
         }
         if let (Some(output), Some(money)) = (self.output, sheet.money.as_mut()) {
             money.output = Some(output);

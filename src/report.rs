@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use crate::context::{Analysis, Pruned, Range, RangeStatus, Status};
 use crate::format::{self, Keep, PANE_WIDTH};
 use crate::state::blocks::Origin;
-use crate::stats::money::{self, Money};
+use crate::stats::money::{self, MoneyFigures};
 use crate::stats::{AllTime, Figures, Net, SessionStats};
 
 /// The by-category context report: what the model is sent without pruning, what it is sent
@@ -260,7 +260,7 @@ fn figures(out: &mut String, f: &Figures, prunes: Option<(u64, u64)>) {
 /// The money row: what dcp saved (or added) in money where the sheet has money prices, else
 /// the cost saved in tokens at the input price; and, where the provider's reported bill
 /// contradicts a saving, that instead of a claim.
-fn money(out: &mut String, f: &Figures, m: &Money) {
+fn money(out: &mut String, f: &Figures, m: &MoneyFigures) {
     if f.requests == 0 {
         return;
     }

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::{esc, Report};
 use crate::format;
-use crate::stats::money::{amount, Money};
+use crate::stats::money::{amount, MoneyFigures};
 use crate::stats::trial::{Comparison, Measure, TOO_FEW};
 use crate::stats::Figures;
 
@@ -50,7 +50,7 @@ pub(super) fn money(out: &mut String, r: &Report) {
 
 /// The all-time saving as a figure: money where priced (its value in `data-value`, its
 /// currency in `data-currency`), else tokens at the input price.
-fn figure(id: &str, m: &Money, f: &Figures) -> String {
+fn figure(id: &str, m: &MoneyFigures, f: &Figures) -> String {
     match (&m.currency, m.money_saved) {
         (Some(c), Some(saved)) => format!(
             r#"<span class="big" id="{id}" data-value="{}" data-currency="{}">{}</span>"#,
@@ -68,7 +68,7 @@ fn figure(id: &str, m: &Money, f: &Figures) -> String {
 
 /// A saving as its magnitude, `added` in front when dcp cost more than it saved: no surface
 /// shows a negative saving (`crate::stats::Net`).
-fn signed(m: &Money, f: &Figures) -> String {
+fn signed(m: &MoneyFigures, f: &Figures) -> String {
     let added = if f.cost_saved < 0.0 { "added " } else { "" };
     match (&m.currency, m.money_saved) {
         (Some(c), Some(s)) => format!("{added}{}", amount(s.abs(), c)),
@@ -76,7 +76,7 @@ fn signed(m: &Money, f: &Figures) -> String {
     }
 }
 
-fn note(m: &Money) -> String {
+fn note(m: &MoneyFigures) -> String {
     match (&m.currency, m.money_without) {
         (Some(c), Some(w)) => format!("of {} without dcp, at {} prices", amount(w, c), m.sheet),
         _ => format!("at the input price: {} has no money prices (`prices` in dcp.jsonc)", m.sheet),
@@ -84,7 +84,7 @@ fn note(m: &Money) -> String {
 }
 
 /// A session's saving, or why none is claimed.
-fn saved_text(m: &Money, f: &Figures) -> String {
+fn saved_text(m: &MoneyFigures, f: &Figures) -> String {
     if let Some(c) = m.reported_check.filter(|c| c.contradicted) {
         return esc(&format!(
             "none claimed: the provider's bill ({} tokens' worth) is not below dcp's estimate without pruning ({})",

@@ -11,7 +11,7 @@
 //! zeros for a model it knows no cost of) leaves the table's sheet. `prices` in `dcp.jsonc`
 //! is applied over the result by the caller (`crate::config::Config::sheet`).
 
-use super::{family, for_model, for_provider, Money, Rates, Sheet};
+use super::{family, for_model, for_provider, MoneyPrices, Rates, Sheet};
 
 /// A model's prices per million tokens, as the client gives them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,7 +35,7 @@ pub fn for_client(provider: &str, id: &str, given: Option<&Given>) -> Sheet {
 fn priced(mut base: Sheet, g: &Given) -> Sheet {
     let share = |p: f64| (p.is_finite() && p > 0.0).then(|| p / g.input);
     let currency = base.money.as_ref().map_or_else(|| "USD".to_string(), |m| m.currency.clone());
-    base.money = Some(Money { currency, input: g.input, output: Some(g.output).filter(|o| o.is_finite()) });
+    base.money = Some(MoneyPrices { currency, input: g.input, output: Some(g.output).filter(|o| o.is_finite()) });
     let read = share(g.cache_read);
     // A client that prices reads and not writes bills writes as input (OpenAI's, Gemini's).
     let write = share(g.cache_write).or(read.map(|_| 1.0));
@@ -48,7 +48,7 @@ fn priced(mut base: Sheet, g: &Given) -> Sheet {
 /// Responses, or Chat Completions, which many providers serve (its sheet is the model's, else
 /// the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub enum CacheApi {
     Anthropic,
     OpenAi,
     Chat,
@@ -65,16 +65,16 @@ pub struct Asked {
 
 /// The sheet of a proxied request to `api` for `model`, given what it asks of the cache: the
 /// model's sheet (its money prices) with the TTL and write price the request's cache asks for.
-pub fn for_request(api: Api, model: Option<&str>, asked: Asked) -> Sheet {
+pub fn for_request(api: CacheApi, model: Option<&str>, asked: Asked) -> Sheet {
     let api_family = match api {
-        Api::Anthropic => family("anthropic-5m"),
-        Api::OpenAi => family("openai"),
-        Api::Chat => None,
+        CacheApi::Anthropic => family("anthropic-5m"),
+        CacheApi::OpenAi => family("openai"),
+        CacheApi::Chat => None,
     };
     let base = model.and_then(for_model).or(api_family).unwrap_or_default();
     let longer = match api {
-        Api::Anthropic if asked.one_hour => family("anthropic-1h"),
-        Api::OpenAi | Api::Chat if asked.retention_24h => family("openai-24h"),
+        CacheApi::Anthropic if asked.one_hour => family("anthropic-1h"),
+        CacheApi::OpenAi | CacheApi::Chat if asked.retention_24h => family("openai-24h"),
         _ => None,
     };
     let Some(longer) = longer else { return base };
@@ -108,20 +108,21 @@ mod tests {
 
     #[test]
     fn a_request_s_cache_asks_pick_the_longer_sheets() {
-        let plain = for_request(Api::Anthropic, Some("claude-sonnet-4-5"), Asked::default());
+        let plain = for_request(CacheApi::Anthropic, Some("claude-sonnet-4-5"), Asked::default());
         assert_eq!((plain.rates.write, plain.ttl), (1.25, Ttl::Seconds(300)));
-        let hour = for_request(Api::Anthropic, Some("claude-sonnet-4-5"), Asked { one_hour: true, ..Asked::default() });
+        let hour =
+            for_request(CacheApi::Anthropic, Some("claude-sonnet-4-5"), Asked { one_hour: true, ..Asked::default() });
         assert_eq!((hour.rates, hour.ttl), (Rates { read: 0.1, write: 2.0 }, Ttl::Seconds(3600)));
         assert_eq!(hour.money.as_ref().map(|m| m.input), Some(3.0), "the model's money stays");
-        let unknown = for_request(Api::Anthropic, None, Asked { one_hour: true, ..Asked::default() });
+        let unknown = for_request(CacheApi::Anthropic, None, Asked { one_hour: true, ..Asked::default() });
         assert_eq!(unknown, family("anthropic-1h").unwrap());
-        let day = for_request(Api::OpenAi, Some("gpt-5"), Asked { retention_24h: true, ..Asked::default() });
+        let day = for_request(CacheApi::OpenAi, Some("gpt-5"), Asked { retention_24h: true, ..Asked::default() });
         assert_eq!((day.rates.write, day.ttl), (1.0, Ttl::Seconds(86_400)));
         // A retention asked of Anthropic, or a TTL of OpenAI, is no such cache.
-        let wrong = for_request(Api::OpenAi, Some("gpt-5"), Asked { one_hour: true, ..Asked::default() });
+        let wrong = for_request(CacheApi::OpenAi, Some("gpt-5"), Asked { one_hour: true, ..Asked::default() });
         assert_eq!(wrong.ttl, Ttl::Seconds(300));
         // Chat Completions, which many providers serve, takes the model's sheet, else the default.
-        assert_eq!(for_request(Api::Chat, Some("deepseek-chat"), Asked::default()).name, "deepseek-chat");
-        assert_eq!(for_request(Api::Chat, Some("fake-model"), Asked::default()), Sheet::default());
+        assert_eq!(for_request(CacheApi::Chat, Some("deepseek-chat"), Asked::default()).name, "deepseek-chat");
+        assert_eq!(for_request(CacheApi::Chat, Some("fake-model"), Asked::default()), Sheet::default());
     }
 }

@@ -21,7 +21,7 @@
 //! - Gemini 3 Pro (preview) $2 / $12, cached $0.20, checked against the held-out Gemini runs'
 //!   recorded cost; Gemini 2.5 Pro $1.25 / $10, cached 0.1x (unverified).
 
-use super::{family, Money, Sheet};
+use super::{family, MoneyPrices, Sheet};
 
 /// One known model: the id it starts with, its family, its money prices and, where it differs
 /// from the family's, its cache-read share.
@@ -67,7 +67,7 @@ pub fn for_model(id: &str) -> Option<Sheet> {
     let model = MODELS.iter().filter(|m| bare.starts_with(m.id)).max_by_key(|m| m.id.len())?;
     let mut sheet = family(model.family)?;
     sheet.name = model.id.to_string();
-    sheet.money = Some(Money { currency: "USD".into(), input: model.input, output: Some(model.output) });
+    sheet.money = Some(MoneyPrices { currency: "USD".into(), input: model.input, output: Some(model.output) });
     if let Some(read) = model.read {
         sheet.rates.read = read;
     }

@@ -23,9 +23,9 @@ pub fn sheet_of(api: Api, body: &[u8], raw: &Raw) -> Sheet {
         _ => scan(body, 0, &mut found),
     }
     let api = match api {
-        Api::Anthropic => live::Api::Anthropic,
-        Api::Responses => live::Api::OpenAi,
-        Api::Chat => live::Api::Chat,
+        Api::Anthropic => live::CacheApi::Anthropic,
+        Api::Responses => live::CacheApi::OpenAi,
+        Api::Chat => live::CacheApi::Chat,
     };
     live::for_request(api, found.model.as_deref(), found.asked)
 }

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::state::savings::{Model, Prices};
+use crate::state::savings::{Model, ModelPrices};
 
 /// The model a request went to, and its prices per million tokens when the client knows them.
 #[derive(Debug, Default, Deserialize)]
@@ -33,7 +33,7 @@ impl ModelWire {
         let valid = |p: f64| p.is_finite() && p >= 0.0;
         let prices =
             self.cost.as_ref().filter(|c| [c.input, c.output, c.cache_read, c.cache_write].into_iter().all(valid));
-        let prices = prices.map(|c| Prices {
+        let prices = prices.map(|c| ModelPrices {
             input: c.input,
             output: c.output,
             cache_read: c.cache_read,

@@ -19,7 +19,7 @@
 
 mod usage;
 
-pub use self::usage::{Model, Prices, Reported, Usage};
+pub use self::usage::{Model, ModelPrices, Reported, Usage};
 use crate::prices::Rates;
 
 /// A session's running savings.

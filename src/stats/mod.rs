@@ -46,7 +46,7 @@ pub struct SessionStats {
     pub by_strategy: Vec<StrategyTally>,
     /// What dcp saved in money, where the session's sheet has money prices (see [`money`]).
     #[serde(flatten)]
-    pub money: money::Money,
+    pub money: money::MoneyFigures,
     /// What the provider reported it billed, summed over the requests dcp learned it for, and
     /// each request's figures beside it (see [`reported`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,13 +169,13 @@ pub struct AllTime {
     pub proxied: std::collections::BTreeMap<String, u64>,
     /// What dcp saved in money, priced at the sheet `prices` gives (see [`money`]).
     #[serde(flatten)]
-    pub money: money::Money,
+    pub money: money::MoneyFigures,
 }
 
 impl AllTime {
     /// The same with its money priced at `sheet`.
     pub fn priced(mut self, sheet: &crate::prices::Sheet) -> AllTime {
-        self.money = money::Money::priced(&self.figures, sheet);
+        self.money = money::MoneyFigures::priced(&self.figures, sheet);
         self
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! A saving is never claimed against what the provider reported: when the bill the provider
 //! reported for a session's requests is not below dcp's estimate of what they would have cost
-//! without pruning, [`Check::contradicted`] is set and every surface says so instead of a
-//! saving (see [`Check`]).
+//! without pruning, [`BillCheck::contradicted`] is set and every surface says so instead of a
+//! saving (see [`BillCheck`]).
 
 use serde::Serialize;
 
@@ -24,7 +24,7 @@ use crate::state::SessionState;
 
 /// The money figures of a session, or of all-time.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Money {
+pub struct MoneyFigures {
     /// The sheet the figures are priced at (`anthropic-5m`, `claude-sonnet-4`, `custom`).
     pub sheet: String,
     /// The currency of the money figures; `None` when the sheet has no money prices, and the
@@ -41,7 +41,7 @@ pub struct Money {
     /// The saving held against what the provider reported, when it reported the session's
     /// usage.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reported_check: Option<Check>,
+    pub reported_check: Option<BillCheck>,
 }
 
 /// One model's share of a session's saving.
@@ -65,7 +65,7 @@ pub struct ModelMoney {
 /// pruning. A saving is contradicted when the reported bill is not below the estimate: then
 /// the provider billed at least what dcp says no pruning would have cost.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Check {
+pub struct BillCheck {
     pub requests: u64,
     #[serde(serialize_with = "super::one_place")]
     pub reported: f64,
@@ -74,18 +74,18 @@ pub struct Check {
     pub contradicted: bool,
 }
 
-impl Check {
+impl BillCheck {
     /// The check of `reported` against `estimate_without`, over `requests` requests.
-    pub fn of(requests: u64, reported: f64, estimate_without: f64) -> Check {
-        Check { requests, reported, estimate_without, contradicted: requests > 0 && reported >= estimate_without }
+    pub fn of(requests: u64, reported: f64, estimate_without: f64) -> BillCheck {
+        BillCheck { requests, reported, estimate_without, contradicted: requests > 0 && reported >= estimate_without }
     }
 }
 
-impl Money {
+impl MoneyFigures {
     /// `f` priced at `sheet`: in money where it has money prices, else in tokens only.
-    pub fn priced(f: &Figures, sheet: &Sheet) -> Money {
+    pub fn priced(f: &Figures, sheet: &Sheet) -> MoneyFigures {
         let currency = sheet.money.as_ref().map(|m| m.currency.clone());
-        Money {
+        MoneyFigures {
             sheet: sheet.name.clone(),
             currency,
             money_saved: sheet.money_of(f.cost_saved),
@@ -102,7 +102,7 @@ impl Money {
 
     /// Adds another session's money (all-time): figures in another currency, or with no
     /// money prices, leave the sum in tokens only.
-    pub fn add(&mut self, other: &Money) {
+    pub fn add(&mut self, other: &MoneyFigures) {
         if self.currency != other.currency {
             (self.currency, self.money_saved, self.money_without) = (None, None, None);
             return;
@@ -141,8 +141,8 @@ pub fn all_time_sheet(config: &Config) -> Sheet {
 
 /// The money figures of session `state`, whose figures are `f`, priced at `sheet`: the whole,
 /// and a row per model its requests went to.
-pub fn of_session(state: &SessionState, f: &Figures, sheet: &Sheet) -> Money {
-    let mut money = Money::priced(f, sheet);
+pub fn of_session(state: &SessionState, f: &Figures, sheet: &Sheet) -> MoneyFigures {
+    let mut money = MoneyFigures::priced(f, sheet);
     money.reported_check = check(&state.savings, sheet);
     if state.savings.requests > 0 {
         let named = state.savings.last_model().map(|m| format!("{}/{}", m.provider, m.id));
@@ -160,10 +160,10 @@ pub fn of_session(state: &SessionState, f: &Figures, sheet: &Sheet) -> Money {
 
 /// The saving of `savings` held against what the provider reported of its requests, both
 /// priced at `sheet`; `None` while it reported none.
-fn check(savings: &Savings, sheet: &Sheet) -> Option<Check> {
+fn check(savings: &Savings, sheet: &Sheet) -> Option<BillCheck> {
     let (reported, requests) = super::reported::bill(savings, sheet, Outputs::Left);
     let estimate = super::reported::estimate_without(savings, sheet);
-    (requests > 0).then(|| Check::of(requests, reported, estimate))
+    (requests > 0).then(|| BillCheck::of(requests, reported, estimate))
 }
 
 /// What a notice says the session has saved so far (`saved so far: $0.012`, or in tokens at
@@ -220,9 +220,9 @@ mod tests {
     fn figures_are_priced_at_the_sheet_s_input_price_and_only_where_it_has_one() {
         let f = Figures { cost_saved: 250_000.0, cost_without: 1_000_000.0, ..Figures::default() };
         let sonnet = crate::prices::for_model("claude-sonnet-4-5").unwrap();
-        let m = Money::priced(&f, &sonnet);
+        let m = MoneyFigures::priced(&f, &sonnet);
         assert_eq!((m.currency.as_deref(), m.money_saved, m.money_without), (Some("USD"), Some(0.75), Some(3.0)));
-        let unknown = Money::priced(&f, &Sheet::default());
+        let unknown = MoneyFigures::priced(&f, &Sheet::default());
         assert_eq!((unknown.sheet.as_str(), unknown.currency, unknown.money_saved), ("anthropic-5m", None, None));
     }
 
@@ -230,21 +230,22 @@ mod tests {
     fn sums_in_two_currencies_are_left_in_tokens() {
         let sheet = crate::prices::for_model("gpt-5").unwrap();
         let f = Figures { cost_saved: 1_000_000.0, cost_without: 2_000_000.0, ..Figures::default() };
-        let mut all = Money::priced(&f, &sheet);
-        all.add(&Money::priced(&f, &sheet));
+        let mut all = MoneyFigures::priced(&f, &sheet);
+        all.add(&MoneyFigures::priced(&f, &sheet));
         assert_eq!((all.money_saved, all.money_without), (Some(2.5), Some(5.0)));
         let mut euros = sheet.clone();
         euros.money.as_mut().unwrap().currency = "EUR".into();
-        all.add(&Money::priced(&f, &euros));
+        all.add(&MoneyFigures::priced(&f, &euros));
         assert_eq!((all.currency, all.money_saved), (None, None));
     }
 
     #[test]
     fn a_reported_bill_not_below_the_estimate_without_pruning_contradicts_the_saving() {
-        assert!(!Check::of(3, 900.0, 1_000.0).contradicted);
-        assert!(Check::of(3, 1_000.0, 1_000.0).contradicted);
-        assert!(!Check::of(0, 0.0, 0.0).contradicted, "nothing reported contradicts nothing");
-        let mut m = Money { reported_check: Some(Check::of(2, 1_200.0, 1_000.0)), ..Money::default() };
+        assert!(!BillCheck::of(3, 900.0, 1_000.0).contradicted);
+        assert!(BillCheck::of(3, 1_000.0, 1_000.0).contradicted);
+        assert!(!BillCheck::of(0, 0.0, 0.0).contradicted, "nothing reported contradicts nothing");
+        let mut m =
+            MoneyFigures { reported_check: Some(BillCheck::of(2, 1_200.0, 1_000.0)), ..MoneyFigures::default() };
         assert!(!m.claimable());
         m.reported_check = None;
         assert!(m.claimable());

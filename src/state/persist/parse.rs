@@ -317,7 +317,7 @@ fn parse_model(v: &Value, key: &str) -> Result<crate::state::savings::Model, For
             };
             let (input, output) = (price("input")?, price("output")?);
             let (cache_read, cache_write) = (price("cacheRead")?, price("cacheWrite")?);
-            Some(crate::state::savings::Prices { input, output, cache_read, cache_write })
+            Some(crate::state::savings::ModelPrices { input, output, cache_read, cache_write })
         }
     };
     Ok(crate::state::savings::Model { provider, id, prices, context })

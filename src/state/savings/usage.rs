@@ -88,13 +88,13 @@ impl Reported {
 pub struct Model {
     pub provider: String,
     pub id: String,
-    pub prices: Option<Prices>,
+    pub prices: Option<ModelPrices>,
     pub context: Option<u64>,
 }
 
 /// A model's prices per million tokens, in the client's currency (dollars for models.dev's).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Prices {
+pub struct ModelPrices {
     pub input: f64,
     pub output: f64,
     pub cache_read: f64,
