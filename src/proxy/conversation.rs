@@ -39,7 +39,7 @@ pub struct Conversation {
 /// What a conversation remembers of the bodies it wrote.
 #[derive(Default)]
 pub struct Memory {
-    written: Written,
+    written: RewrittenItems,
     last: Option<Last>,
 }
 
@@ -55,7 +55,7 @@ struct Last {
 
 /// Rewritten items by index: the edits written into each, and its new bytes (`None`: the
 /// edits change nothing in it).
-pub type Written = HashMap<usize, (Vec<Edit>, Option<Bytes>)>;
+pub type RewrittenItems = HashMap<usize, (Vec<Edit>, Option<Bytes>)>;
 
 /// How `raw` was read: past `head`'s known part (whose items it then holds as they were), or
 /// whole.
@@ -148,7 +148,7 @@ fn written_items(
     raw: &Raw,
     builder: &Builder,
     edits: &[Edit],
-    written: &mut Written,
+    written: &mut RewrittenItems,
 ) -> Option<Vec<(usize, Bytes)>> {
     let mut by_item: BTreeMap<usize, Vec<&Edit>> = BTreeMap::new();
     for edit in edits {

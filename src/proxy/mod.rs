@@ -137,7 +137,7 @@ pub fn run(options: ProxyOptions) -> anyhow::Result<()> {
         let saver = Saver::spawn();
         let engine = Engine::start(server_with(&options.sidecar, config, Some(saver.clone()))?);
         let url = format!("http://{}", listener.local_addr()?);
-        let published = restore::Access::publish(&url, restore::access_file(&options.sidecar.env.cache_dir()));
+        let published = restore::PublishedKey::publish(&url, restore::access_file(&options.sidecar.env.cache_dir()));
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             conversations: conversation::Conversations::default()

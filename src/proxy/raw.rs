@@ -20,13 +20,13 @@ use serde_json::{Map, Value};
 use super::convert::Api;
 
 /// Byte ranges in a body.
-pub type Span = (usize, usize);
+pub type ByteSpan = (usize, usize);
 
 /// Where a body's list items and conversation-naming fields are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Raw {
-    fields: BTreeMap<String, Span>,
-    pub spans: Vec<Span>,
+    fields: BTreeMap<String, ByteSpan>,
+    pub spans: Vec<ByteSpan>,
     /// The items that name the conversation (the first system and first user message), by
     /// role, in list order; found once, so that a body read past a known one is looked
     /// through only in its new items.
@@ -194,7 +194,7 @@ impl Cursor<'_> {
     }
 
     /// The span of the JSON value that starts here (after white space), stepped over.
-    fn value_span(&mut self) -> Option<Span> {
+    fn value_span(&mut self) -> Option<ByteSpan> {
         let mut values = serde_json::Deserializer::from_slice(&self.body[self.at..]).into_iter::<&RawValue>();
         let value = values.next()?.ok()?;
         let start = value.get().as_ptr() as usize - self.body.as_ptr() as usize;

@@ -34,29 +34,29 @@ pub fn access_file(cache_dir: &Path) -> PathBuf {
 }
 
 /// The key and address a proxy published, removed when dropped.
-pub struct Access {
+pub struct PublishedKey {
     pub key: String,
     file: Option<PathBuf>,
 }
 
-impl Access {
+impl PublishedKey {
     /// Draws a key and writes it with the address `url` to `file`, readable by this user
     /// alone. A file that cannot be written leaves `dcp restore` unable to reach the proxy,
     /// which is said once on stderr; the proxy works on.
-    pub fn publish(url: &str, file: PathBuf) -> Access {
+    pub fn publish(url: &str, file: PathBuf) -> PublishedKey {
         let key = random_key();
         let text = json!({"url": url, "key": key, "pid": std::process::id()}).to_string();
         match write_private(&file, &text) {
-            Ok(()) => Access { key, file: Some(file) },
+            Ok(()) => PublishedKey { key, file: Some(file) },
             Err(e) => {
                 eprintln!("dcp proxy: cannot write {} ({e}): `dcp restore` will not reach this proxy", file.display());
-                Access { key, file: None }
+                PublishedKey { key, file: None }
             }
         }
     }
 }
 
-impl Drop for Access {
+impl Drop for PublishedKey {
     fn drop(&mut self) {
         if let Some(file) = &self.file {
             // Only this proxy's own file: another proxy started since may have replaced it.
@@ -224,7 +224,7 @@ mod tests {
     fn the_published_file_is_this_user_s_alone_and_goes_with_the_proxy() {
         let dir = tempfile::tempdir().unwrap();
         let file = access_file(dir.path());
-        let access = Access::publish("http://127.0.0.1:9", file.clone());
+        let access = PublishedKey::publish("http://127.0.0.1:9", file.clone());
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(text.contains(&access.key) && access.key.len() == 32, "{text}");
         #[cfg(unix)]

@@ -14,7 +14,7 @@
 //! are taken out of `input` and `output`, so that the kinds add up to what was billed.
 //!
 //! [`tap`] hands the client every frame of the answer as the upstream sent it, when it sent it:
-//! the [`Scanner`] reads copies. It holds at most one event line, or a whole JSON answer, of
+//! the [`UsageScanner`] reads copies. It holds at most one event line, or a whole JSON answer, of
 //! [`MAX_HELD`] bytes; a longer one is skipped, never buffered. What is not JSON, a truncated
 //! stream, an answer without usage: nothing is recorded, and nothing else happens. The usage
 //! is recorded as soon as the frame that completes it is read, before the client has it, so a
@@ -38,7 +38,7 @@ pub const MAX_HELD: usize = 4 << 20;
 
 /// Reads an answer's usage from its bytes, as they come.
 #[derive(Debug)]
-pub struct Scanner {
+pub struct UsageScanner {
     api: Api,
     streamed: bool,
     held: Vec<u8>,
@@ -54,12 +54,12 @@ pub struct Scanner {
     seen: u64,
 }
 
-impl Scanner {
+impl UsageScanner {
     /// A scanner of an answer for `api`: server-sent events when `streamed`, else one JSON
     /// value, of `expected` bytes when known.
-    pub fn new(api: Api, streamed: bool, expected: Option<u64>) -> Scanner {
+    pub fn new(api: Api, streamed: bool, expected: Option<u64>) -> UsageScanner {
         let held = Vec::new();
-        Scanner { api, streamed, held, skipping: false, usage: None, model: None, done: false, expected, seen: 0 }
+        UsageScanner { api, streamed, held, skipping: false, usage: None, model: None, done: false, expected, seen: 0 }
     }
 
     /// Reads `bytes`, the next of the answer.
@@ -226,12 +226,12 @@ impl Scanner {
     }
 }
 
-/// An answer body that hands every frame on unchanged, reading a copy with a [`Scanner`], and
+/// An answer body that hands every frame on unchanged, reading a copy with a [`UsageScanner`], and
 /// calls `report` once with the usage and the model, as soon as it is whole (or when the
 /// answer ends).
 struct Tapped<F: FnOnce(Usage, Option<String>)> {
     inner: Body,
-    scanner: Option<Scanner>,
+    scanner: Option<UsageScanner>,
     report: Option<F>,
 }
 
@@ -299,7 +299,7 @@ pub fn tap(
         return answer;
     }
     let expected = header(hyper::header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
-    let scanner = Some(Scanner::new(api, streamed, expected));
+    let scanner = Some(UsageScanner::new(api, streamed, expected));
     answer.map(|inner| Tapped { inner, scanner, report: Some(report) }.boxed_unsync())
 }
 

@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::proxy::identity::fnv1a;
-use crate::proxy::raw::Span;
+use crate::proxy::raw::ByteSpan;
 
 /// What a conversation has seen: its last request's item count and the chain of their
 /// digests.
@@ -82,7 +82,7 @@ impl Lineage {
     /// conversation whose record its items extend, or a new one. `held` names the
     /// conversation whose last body this one continues, when the proxy holds one. The
     /// request's own record is kept.
-    pub fn resolve(&self, opening: &str, body: &[u8], spans: &[Span], held: Option<&str>) -> String {
+    pub fn resolve(&self, opening: &str, body: &[u8], spans: &[ByteSpan], held: Option<&str>) -> String {
         let mut by_opening = self.by_opening.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if by_opening.len() >= OPENINGS && !by_opening.contains_key(opening) {
             by_opening.clear();
@@ -159,7 +159,7 @@ impl Drop for Writer {
 const START: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// The chain after each item of `body`'s list.
-fn chains(body: &[u8], spans: &[Span]) -> Vec<u64> {
+fn chains(body: &[u8], spans: &[ByteSpan]) -> Vec<u64> {
     let mut chain = START;
     spans
         .iter()
@@ -223,7 +223,7 @@ mod tests {
     use super::*;
 
     /// A body of `items` (JSON texts) and their spans.
-    fn body(items: &[&str]) -> (Vec<u8>, Vec<Span>) {
+    fn body(items: &[&str]) -> (Vec<u8>, Vec<ByteSpan>) {
         let mut out = b"{\"messages\": [".to_vec();
         let mut spans = Vec::new();
         for (i, item) in items.iter().enumerate() {

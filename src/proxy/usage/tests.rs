@@ -56,7 +56,7 @@ fn openai_usage() -> Usage {
 }
 
 fn scan(api: Api, streamed: bool, body: &[u8], chunk: usize) -> (Option<(Usage, Option<String>)>, bool) {
-    let mut scanner = Scanner::new(api, streamed, (!streamed).then_some(body.len() as u64));
+    let mut scanner = UsageScanner::new(api, streamed, (!streamed).then_some(body.len() as u64));
     body.chunks(chunk.max(1)).for_each(|c| scanner.feed(c));
     let done = scanner.done();
     (scanner.finish(), done)
@@ -119,7 +119,7 @@ fn an_event_longer_than_the_bound_is_skipped_and_the_rest_still_read() {
     let big =
         format!("data: {{\"type\":\"content_block_delta\",\"delta\":{{\"text\":\"{}\"}}}}\n\n", "x".repeat(MAX_HELD));
     let body = format!("{big}{ANTHROPIC_EVENTS}");
-    let mut scanner = Scanner::new(Api::Anthropic, true, None);
+    let mut scanner = UsageScanner::new(Api::Anthropic, true, None);
     for c in body.as_bytes().chunks(1 << 16) {
         scanner.feed(c);
         assert!(scanner.held.capacity() <= MAX_HELD + (1 << 16), "held {}", scanner.held.capacity());
