@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use super::engine::EngineError;
+use super::engine::ReplayEngineError;
 use super::steps::{edits_by_message, replaced, AgentTools, Timeline};
 use super::{drive, priced, Mode, RecordedSession, ReplayOptions};
 use crate::session::Message;
@@ -36,7 +36,7 @@ pub fn requests(
     session: &RecordedSession<'_>,
     mode: Mode,
     options: &ReplayOptions,
-) -> Result<Vec<SentRequest>, EngineError> {
+) -> Result<Vec<SentRequest>, ReplayEngineError> {
     let mut out = Vec::new();
     let (_, sheet) = priced(session, &Timeline::new(session.messages, AgentTools::Offered), options);
     drive(session, (mode, &sheet), options, |step| {

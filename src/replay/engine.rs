@@ -52,7 +52,7 @@ impl Drop for Scratch {
 
 /// Why the engine could not replay a session.
 #[derive(Debug, thiserror::Error)]
-pub enum EngineError {
+pub enum ReplayEngineError {
     #[error("cannot set up the replay's scratch dir")]
     Scratch(#[source] std::io::Error),
     #[error("the sidecar engine did not start")]
@@ -100,8 +100,8 @@ pub struct Setup<'a> {
 }
 
 impl ReplayRun {
-    pub fn start(setup: &Setup<'_>) -> Result<ReplayRun, EngineError> {
-        let scratch = Scratch::new().map_err(EngineError::Scratch)?;
+    pub fn start(setup: &Setup<'_>) -> Result<ReplayRun, ReplayEngineError> {
+        let scratch = Scratch::new().map_err(ReplayEngineError::Scratch)?;
         let home = scratch.path().join("home");
         let env = Env {
             home: Some(home.clone()),
@@ -111,7 +111,7 @@ impl ReplayRun {
         };
         let project = setup.project.map(Path::to_path_buf);
         let options = ServeOptions { data_dir: scratch.path().join("data"), env, project };
-        let server = Server::with_config(options, setup.config.clone(), None).map_err(EngineError::Start)?;
+        let server = Server::with_config(options, setup.config.clone(), None).map_err(ReplayEngineError::Start)?;
         let mut engine = ReplayRun {
             server,
             session_id: setup.session_id.to_string(),
@@ -129,10 +129,10 @@ impl ReplayRun {
         Ok(engine)
     }
 
-    fn call(&mut self, method: &'static str, params: Value) -> Result<Value, EngineError> {
+    fn call(&mut self, method: &'static str, params: Value) -> Result<Value, ReplayEngineError> {
         self.next_id += 1;
         let line = json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).to_string();
-        let refused = |message: String| EngineError::Refused { method, message };
+        let refused = |message: String| ReplayEngineError::Refused { method, message };
         let answer = self.server.handle_line(&line).ok_or_else(|| refused("no answer".into()))?;
         let mut answer: Value = serde_json::from_str(&answer).map_err(|e| refused(e.to_string()))?;
         if let Some(error) = answer.get("error") {
@@ -143,7 +143,7 @@ impl ReplayRun {
 
     /// What the engine adds to the system prompt, and the definitions of the tools it offers
     /// (descriptions and arguments), on the requests that carry them ([`ReplayRun::turn`]).
-    pub fn additions(&mut self) -> Result<Vec<String>, EngineError> {
+    pub fn additions(&mut self) -> Result<Vec<String>, ReplayEngineError> {
         // Asked for no session: the head a session gets once it is offered the tools.
         let system = self.call("system", json!({}))?;
         let init = &self.initialized;
@@ -162,13 +162,13 @@ impl ReplayRun {
     }
 
     /// A user turn starts before request `r`: whether its requests carry dcp's head.
-    pub fn turn(&mut self, r: &RecordedRequest) -> Result<bool, EngineError> {
+    pub fn turn(&mut self, r: &RecordedRequest) -> Result<bool, ReplayEngineError> {
         let params = json!({"sessionID": self.session_id, "parentID": self.parent_id, "now": r.time});
         Ok(self.call("turn", params)?["offer"] == Value::Bool(true))
     }
 
     /// Sends request `r`'s history and returns the engine's answer.
-    pub fn transform(&mut self, timeline: &Timeline, r: &RecordedRequest) -> Result<Answer<'_>, EngineError> {
+    pub fn transform(&mut self, timeline: &Timeline, r: &RecordedRequest) -> Result<Answer<'_>, ReplayEngineError> {
         let range = timeline.range(r);
         let now: Vec<(String, usize)> =
             range.clone().map(|i| (timeline.messages()[i].id().to_string(), timeline.version(i, r.time))).collect();
@@ -228,7 +228,7 @@ impl ReplayRun {
     }
 
     /// Runs an agent's `discard`/`extract` call; returns what the agent is told.
-    pub fn agent_call(&mut self, call: &AgentCall) -> Result<String, EngineError> {
+    pub fn agent_call(&mut self, call: &AgentCall) -> Result<String, ReplayEngineError> {
         let params = json!({"sessionID": self.session_id, "name": call.tool, "args": call.args});
         let answer = self.call("tool", params)?;
         Ok(answer.get("output").and_then(Value::as_str).unwrap_or("").to_string())

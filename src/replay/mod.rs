@@ -32,7 +32,7 @@ use serde::Serialize;
 use self::calibrate::Calibration;
 use self::cost::{Bill, Biller, Piece, Totals, Ttl};
 pub use self::dump::{requests, SentRequest};
-use self::engine::{EngineError, ReplayRun, Setup};
+use self::engine::{ReplayEngineError, ReplayRun, Setup};
 use self::misses::{Checked, Miss, Misses, QuoteIndex};
 use self::pieces::Pieces;
 use self::steps::{edits_by_message, replaced, AgentTools, Recorded, RecordedRequest, Step, Timeline};
@@ -239,7 +239,7 @@ pub struct SessionReplay {
 }
 
 /// Replays `session` in every mode of `options`, `none` and `dcp` first.
-pub fn replay(session: &RecordedSession<'_>, options: &ReplayOptions) -> Result<SessionReplay, EngineError> {
+pub fn replay(session: &RecordedSession<'_>, options: &ReplayOptions) -> Result<SessionReplay, ReplayEngineError> {
     let pieces = Pieces::new(TokenCounter::new(options.estimator));
     let plain = Timeline::new(session.messages, AgentTools::Offered);
     let (recorded, sheet) = priced(session, &plain, options);
@@ -282,7 +282,7 @@ fn drive(
     (mode, sheet): (Mode, &Sheet),
     options: &ReplayOptions,
     mut visit: impl FnMut(&Step<'_>),
-) -> Result<(Vec<String>, (u64, u64), u64), EngineError> {
+) -> Result<(Vec<String>, (u64, u64), u64), ReplayEngineError> {
     let config = mode.config(&options.config, sheet);
     let offered =
         mode != Mode::None && config.enabled && (config.tools.discard.enabled || config.tools.extract.enabled);
@@ -389,7 +389,7 @@ fn run(
     mode: Mode,
     options: &ReplayOptions,
     shared: &mut Shared,
-) -> Result<Run, EngineError> {
+) -> Result<Run, ReplayEngineError> {
     let Shared { pieces, index, sheet } = shared;
     let (mut meter, rates) = (Biller::new(sheet), sheet.rates);
     let mut per_request = Vec::new();
