@@ -12,7 +12,7 @@
 
 use super::edits::sent::EditsSent;
 use super::mirror::Mirror;
-use super::pending::waiting::Pending;
+use super::pending::waiting::WaitingRequest;
 use super::ranges::spans::SpanCache;
 use super::totals::PolicyTotals;
 use super::{describe, in_force, refetch, saving_cache, savings};
@@ -40,7 +40,7 @@ pub(super) struct LiveSession {
     /// What counting the next request's savings needs of this one (see [`savings`]).
     pub savings: savings::Meter,
     /// The last request, when it is counted once its answer is known (see [`super::pending`]).
-    pub pending: Option<Pending>,
+    pub pending: Option<WaitingRequest>,
 }
 
 impl LiveSession {

@@ -6,7 +6,7 @@
 //! request count) and to its savings figures. `dcp serve` counts it at once ([`Count::Now`]):
 //! the plugin never learns whether the model answered. The proxy does, so its engine
 //! transforms with [`Count::Later`]: the figures as they were before the request are kept
-//! with it ([`Pending`]), and its savings are counted when [`Server::settle`] is told that the
+//! with it ([`WaitingRequest`]), and its savings are counted when [`Server::settle`] is told that the
 //! upstream answered it, or when the session's next request comes first (the history the
 //! count needs is still the mirror's then). Told that it failed (no answer, or an error
 //! status), the figures are put back: nothing reached the model. Only the price of a rewrite
@@ -16,7 +16,7 @@
 
 pub(super) mod waiting;
 
-use self::waiting::{Figures, Pending};
+use self::waiting::{FiguresBefore, WaitingRequest};
 use super::laps::Laps;
 use super::live::LiveSession;
 use super::mirror::Mirror;
@@ -46,7 +46,7 @@ pub(super) struct After<'r> {
     pub changed: bool,
     pub facts: RequestFacts,
     pub count: Count,
-    pub before: Figures,
+    pub before: FiguresBefore,
 }
 
 impl Server {
@@ -76,7 +76,7 @@ impl Server {
             Count::Later(number) => {
                 let count = answer.map(|a| (after.facts, a.clone()));
                 let (before, carried) = (after.before, session.totals.carried());
-                session.pending = Some(Pending { number, before, count, carried });
+                session.pending = Some(WaitingRequest { number, before, count, carried });
             }
         }
         laps.lap("savings");
@@ -124,7 +124,7 @@ impl Server {
     }
 
     /// Puts back the figures a request that never reached the model changed.
-    fn take_back(&mut self, session: &mut LiveSession, sid: &str, pending: &Pending) {
+    fn take_back(&mut self, session: &mut LiveSession, sid: &str, pending: &WaitingRequest) {
         let before = pending.before;
         // What the last request's rewrite costs the next stays charged.
         session.totals.put_back(before.totals);

@@ -29,7 +29,7 @@ use crate::texts::restore::Via;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// A call, the fields of it dcp hid, and whether the model is sent them hidden now.
-    Call { call_id: String, fields: Fields, hidden: bool },
+    Call { call_id: String, fields: RestoredFields, hidden: bool },
     /// An agent's compressed range: its messages, by id.
     Range { block: u32, messages: Vec<String>, hidden: bool },
 }
@@ -45,7 +45,7 @@ impl Target {
 
 /// Which fields of a call a restore brings back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fields {
+pub enum RestoredFields {
     Output,
     /// The text arguments masking or supersede-writes replaced.
     Inputs,
@@ -85,14 +85,14 @@ fn range(block: u32, b: &Block) -> Target {
 fn call(state: &SessionState, call_id: String) -> Target {
     if let Some(record) = state.pruned.get(&call_id) {
         let fields = match record.action {
-            Action::MaskInputs | Action::WriteContent => Fields::Inputs,
-            Action::ErrorInputs => Fields::AllInputs,
-            _ => Fields::Output,
+            Action::MaskInputs | Action::WriteContent => RestoredFields::Inputs,
+            Action::ErrorInputs => RestoredFields::AllInputs,
+            _ => RestoredFields::Output,
         };
         return Target::Call { hidden: record.applied, fields, call_id };
     }
     let ranged = state.blocks.active().any(|b| b.applied && b.effective_tools.iter().any(|t| *t == call_id));
-    Target::Call { call_id, fields: Fields::Output, hidden: ranged }
+    Target::Call { call_id, fields: RestoredFields::Output, hidden: ranged }
 }
 
 /// The part of the call `call_id` in `messages`.
@@ -103,12 +103,14 @@ fn part_of<'m>(messages: &'m [Message], call_id: &str) -> Option<&'m Node> {
 }
 
 /// The strings of a call `fields` names, by key (`output` for the output).
-fn strings<'m>(part: &'m Node, fields: Fields) -> Vec<(&'m str, &'m str)> {
+fn strings<'m>(part: &'m Node, fields: RestoredFields) -> Vec<(&'m str, &'m str)> {
     let state = part.get("state");
     let input = state.and_then(|s| s.get("input")).and_then(Node::as_object);
     match fields {
-        Fields::Output => state.and_then(|s| str_field(s, "output")).map(|o| vec![("output", o)]).unwrap_or_default(),
-        Fields::Inputs => {
+        RestoredFields::Output => {
+            state.and_then(|s| str_field(s, "output")).map(|o| vec![("output", o)]).unwrap_or_default()
+        }
+        RestoredFields::Inputs => {
             let tool = str_field(part, "tool").unwrap_or("");
             let keys: Vec<&str> = match tool {
                 "edit" | "write" => masking::masked_inputs(tool, input).map(|(k, _)| k).collect(),
@@ -117,7 +119,7 @@ fn strings<'m>(part: &'m Node, fields: Fields) -> Vec<(&'m str, &'m str)> {
             let value = |k: &str| input.and_then(|i| i.get(k)).and_then(Node::as_str);
             keys.into_iter().filter_map(|k| Some((k, value(k)?))).collect()
         }
-        Fields::AllInputs => input.into_iter().flatten().filter_map(|(k, v)| Some((k, v.as_str()?))).collect(),
+        RestoredFields::AllInputs => input.into_iter().flatten().filter_map(|(k, v)| Some((k, v.as_str()?))).collect(),
     }
 }
 

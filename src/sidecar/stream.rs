@@ -16,7 +16,7 @@ use std::io::BufRead;
 
 use serde_json::Value;
 
-use self::scanner::Scanner;
+use self::scanner::LineScanner;
 pub use self::scanner::{slim_message, Streamed};
 use super::protocol::{Request, RpcError, MAX_LINE_BYTES};
 
@@ -138,7 +138,7 @@ pub(super) fn read_request_line<R: BufRead>(reader: &mut R, limits: LineLimits) 
 /// Reads the rest of a long line whose first bytes are `head`, as a stream, refusing it
 /// past `max` bytes. The line ends at its newline, or at the end of the input.
 pub fn read_rest<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize) -> std::io::Result<Streamed> {
-    let mut scanner = Scanner::new();
+    let mut scanner = LineScanner::new();
     let mut total = head.len();
     scanner.scan(&head);
     drop(head);

@@ -18,7 +18,7 @@ use super::holdout;
 use super::in_force::Sources;
 use super::laps::Laps;
 use super::mirror::Mirror;
-use super::pending::waiting::Figures;
+use super::pending::waiting::FiguresBefore;
 use super::pending::{After, Count, UpstreamOutcome};
 use super::protocol::{
     AppliedRewrites, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams,
@@ -85,7 +85,7 @@ impl Server {
         // The policy's ledger is the state's: a session dcp leaves alone keeps none.
         let skips = self.skips(Some(session));
         let mut ledger = if skips { None } else { self.store.slot(&sid).ok().map(|slot| slot.ledger_mut()) };
-        let before = Figures::of(session.totals, ledger.as_deref());
+        let before = FiguresBefore::of(session.totals, ledger.as_deref());
         let idle_seconds = ledger.as_ref().and_then(|l| l.idle_seconds(now));
         session.totals.request();
         session.saves.request();

@@ -90,7 +90,7 @@ struct Frame {
 }
 
 /// The scanner's state over one line.
-pub(super) struct Scanner {
+pub(super) struct LineScanner {
     stack: Vec<Frame>,
     in_string: bool,
     escaped: bool,
@@ -122,9 +122,9 @@ pub(super) struct Scanner {
     counter: TokenCounter,
 }
 
-impl Scanner {
-    pub(super) fn new() -> Scanner {
-        Scanner {
+impl LineScanner {
+    pub(super) fn new() -> LineScanner {
+        LineScanner {
             stack: Vec::new(),
             in_string: false,
             escaped: false,
