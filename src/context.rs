@@ -21,7 +21,7 @@ use crate::tokens::TokenCounter;
 
 /// One step of the report: the context after a strategy has run.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Step {
+pub struct StrategyStep {
     /// `in force` or `waiting` (the decisions already in the state file, applied or not), or
     /// a strategy name (its proposals).
     pub step: &'static str,
@@ -41,25 +41,25 @@ pub struct Pruned {
     pub tokens: u64,
     /// Already in the session's state file, rather than proposed now.
     pub recorded: bool,
-    pub status: Status,
+    pub status: PruneStatus,
 }
 
 /// Where a prune stands: requests carry it, it waits for the policy, or a strategy proposes
 /// it now.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum Status {
+pub enum PruneStatus {
     InForce,
     Waiting,
     Proposed,
 }
 
-impl Status {
+impl PruneStatus {
     pub fn name(self) -> &'static str {
         match self {
-            Status::InForce => "in force",
-            Status::Waiting => "waiting",
-            Status::Proposed => "proposed",
+            PruneStatus::InForce => "in force",
+            PruneStatus::Waiting => "waiting",
+            PruneStatus::Proposed => "proposed",
         }
     }
 }
@@ -118,7 +118,7 @@ pub struct Analysis {
     pub in_force: Breakdown,
     /// With every prune applied: in force, waiting and proposed.
     pub after: Breakdown,
-    pub steps: Vec<Step>,
+    pub steps: Vec<StrategyStep>,
     pub pruned: Vec<Pruned>,
     /// The active ranges and those the user restored, in history order (ranges a newer one
     /// took in are part of it, and not listed).
@@ -151,13 +151,18 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
     let mut previous = before.total;
     let in_force = measure(&rewritten(messages, &in_force_only(&scratch)), counter);
     if !scratch.pruned.is_empty() || scratch.blocks.active().next().is_some() {
-        for status in [Status::InForce, Status::Waiting] {
-            let applied = status == Status::InForce;
+        for status in [PruneStatus::InForce, PruneStatus::Waiting] {
+            let applied = status == PruneStatus::InForce;
             let upto = if applied { in_force_only(&scratch) } else { scratch.clone() };
             let after = measure(&rewritten(messages, &upto), counter).total;
             let of: Vec<_> = scratch.pruned.iter().filter(|(_, r)| r.applied == applied).collect();
             let tools = of.len() as u64 + ranged_in(&history, &scratch, status);
-            steps.push(Step { step: status.name(), tokens: after, saved: previous.saturating_sub(after), tools });
+            steps.push(StrategyStep {
+                step: status.name(),
+                tokens: after,
+                saved: previous.saturating_sub(after),
+                tools,
+            });
             previous = after;
             pruned.extend(of.into_iter().map(|(id, record)| describe(calls, id, record, status)));
         }
@@ -171,10 +176,10 @@ pub fn analyse(messages: &[Message], state: &SessionState, rules: &Rules, counte
         }
         for d in &found {
             scratch.pruned.insert(d.call_id.clone(), d.record.clone());
-            pruned.push(describe(calls, &d.call_id, &d.record, Status::Proposed));
+            pruned.push(describe(calls, &d.call_id, &d.record, PruneStatus::Proposed));
         }
         let after = if found.is_empty() { previous } else { measure(&rewritten(messages, &scratch), counter).total };
-        steps.push(Step {
+        steps.push(StrategyStep {
             step: strategy.name(),
             tokens: after,
             saved: previous.saturating_sub(after),
@@ -240,8 +245,8 @@ fn ranges(messages: &[Message], state: &SessionState) -> Vec<Range> {
 /// `status` says) stand for. `/dcp stats` counts them among the tools pruned, besides the
 /// prunes recorded one by one (a call pruned, then taken into a range, counts in both), and so
 /// does the report's Tools column.
-fn ranged_in(history: &History<'_>, state: &SessionState, status: Status) -> u64 {
-    let applied = status == Status::InForce;
+fn ranged_in(history: &History<'_>, state: &SessionState, status: PruneStatus) -> u64 {
+    let applied = status == PruneStatus::InForce;
     let blocks = state.blocks.active().filter(|b| b.applied == applied);
     let ids: std::collections::HashSet<&str> =
         blocks.flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect();
@@ -257,7 +262,7 @@ fn in_force_only(state: &SessionState) -> SessionState {
 }
 
 /// The report line of a pruned call, found among `calls` when it is still in the history.
-fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, status: Status) -> Pruned {
+fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, status: PruneStatus) -> Pruned {
     let call = calls.iter().find(|c| c.call_id == call_id);
     Pruned {
         call_id: call_id.to_string(),
@@ -266,7 +271,7 @@ fn describe(calls: &[ToolCall<'_>], call_id: &str, record: &PruneRecord, status:
         strategy: record.strategy.name(),
         action: action_name(&record.action),
         tokens: record.tokens,
-        recorded: status != Status::Proposed,
+        recorded: status != PruneStatus::Proposed,
         status,
     }
 }

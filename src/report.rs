@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::context::{Analysis, Pruned, Range, RangeStatus, Status};
+use crate::context::{Analysis, PruneStatus, Pruned, Range, RangeStatus};
 use crate::format::{self, Keep, PANE_WIDTH};
 use crate::state::blocks::Origin;
 use crate::stats::money::{self, MoneyFigures};
@@ -51,13 +51,13 @@ pub fn context(header: &str, analysis: &Analysis) -> String {
         }
         return out;
     }
-    let of = |status: Status| analysis.pruned.iter().filter(|p| p.status == status).count();
+    let of = |status: PruneStatus| analysis.pruned.iter().filter(|p| p.status == status).count();
     let _ = writeln!(
         out,
         "Pruned ({} in force, {} waiting for the policy, {} proposed now)",
-        of(Status::InForce),
-        of(Status::Waiting),
-        of(Status::Proposed)
+        of(PruneStatus::InForce),
+        of(PruneStatus::Waiting),
+        of(PruneStatus::Proposed)
     );
     for p in &analysis.pruned {
         let prefix = format!(
@@ -329,7 +329,7 @@ mod tests {
             action: "output",
             tokens: 12_345_678,
             recorded: true,
-            status: Status::Waiting,
+            status: PruneStatus::Waiting,
         };
         let mut wide = range(123_456, Origin::Agent);
         (wide.from, wide.topic) = (Some("m1000000".into()), format!("\u{1b}[31m{}", long("topic ")));
