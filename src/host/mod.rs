@@ -49,7 +49,7 @@ pub struct SessionInfo {
 /// OpenCode, the run's totals in a database `dcp-testkit import` wrote from a log that records
 /// only those.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Usage {
+pub struct SessionUsage {
     pub input: u64,
     pub output: u64,
     pub cache_read: u64,
@@ -156,7 +156,7 @@ impl DataDir {
 
     /// The usage session `id`'s row holds (in `opencode.db` only); `None` when it holds none
     /// or the database has no such columns.
-    pub fn usage(&self, id: &str) -> Result<Option<Usage>, HostError> {
+    pub fn usage(&self, id: &str) -> Result<Option<SessionUsage>, HostError> {
         if !self.has_db() {
             return Ok(None);
         }

@@ -100,13 +100,13 @@ impl Db {
 
     /// The usage session `id`'s row holds, `None` when it holds none (or the row or its
     /// columns are not there: an older schema).
-    pub fn usage(&self, id: &str) -> Option<super::Usage> {
+    pub fn usage(&self, id: &str) -> Option<super::SessionUsage> {
         let sql = "SELECT tokens_input, tokens_output, tokens_cache_read, tokens_cache_write, cost FROM session \
                    WHERE id = ?1";
         let row = |r: &rusqlite::Row<'_>| {
             let n = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0).max(0) as u64);
             let cost = r.get::<_, Option<f64>>(4)?.unwrap_or(0.0);
-            Ok(super::Usage { input: n(0)?, output: n(1)?, cache_read: n(2)?, cache_write: n(3)?, cost })
+            Ok(super::SessionUsage { input: n(0)?, output: n(1)?, cache_read: n(2)?, cache_write: n(3)?, cost })
         };
         let usage = self.conn.query_row(sql, [id], row).ok()?;
         (usage.input + usage.cache_read + usage.cache_write > 0).then_some(usage)
