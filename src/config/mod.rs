@@ -190,7 +190,7 @@ pub struct Masking {
     pub keep_tokens: u32,
     /// The narrower window a rewrite masks down to when it goes anyway (see
     /// `crate::strategies::masking`, "Deeper when the prompt is written again").
-    pub on_rewrite: Window,
+    pub on_rewrite: OutputWindow,
     /// The latest read of a file edited or written within this many of the most recent tool
     /// calls, in the current user turn, is the agent's working material: masking leaves it
     /// whole (0: no working set; see `crate::strategies::masking`, "The working set").
@@ -223,7 +223,7 @@ pub struct Masking {
 /// A window of recent outputs masking leaves whole, beside `keepUserTurns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct Window {
+pub struct OutputWindow {
     /// The most recent tool outputs kept.
     pub keep_last: u32,
     /// Approximate tokens (characters / 4) of the kept outputs (0: no budget).
@@ -373,7 +373,7 @@ impl Default for Masking {
             keep_last: KEEP_LAST,
             keep_user_turns: 1,
             keep_tokens: KEEP_TOKENS,
-            on_rewrite: Window::default(),
+            on_rewrite: OutputWindow::default(),
             working_calls: 10,
             working_files: WORKING_FILES,
             keep_named: KEEP_NAMED,
@@ -386,9 +386,9 @@ impl Default for Masking {
     }
 }
 
-impl Default for Window {
+impl Default for OutputWindow {
     fn default() -> Self {
-        Window { keep_last: 4, keep_tokens: 3_000 }
+        OutputWindow { keep_last: 4, keep_tokens: 3_000 }
     }
 }
 
