@@ -19,8 +19,9 @@ pub enum Changes {
     Unknown,
 }
 
-#[cfg(target_os = "linux")]
+/// A watch on a directory's entries: inotify's on Linux; elsewhere none is ever set up.
 pub struct Watch {
+    #[cfg(target_os = "linux")]
     inotify: inotify::Inotify,
 }
 
@@ -68,9 +69,6 @@ impl Watch {
         }
     }
 }
-
-#[cfg(not(target_os = "linux"))]
-pub struct Watch;
 
 #[cfg(not(target_os = "linux"))]
 impl Watch {
