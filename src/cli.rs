@@ -327,7 +327,8 @@ fn context_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<
     let mut store = ctx.store();
     store.observe(&id, &messages)?;
     let slot = store.slot(&id)?;
-    let analysis = context::analyse(&messages, &slot.state, &rules, &mut slot.tokens);
+    let (state, tokens) = slot.state_and_tokens();
+    let analysis = context::analyse(&messages, state, &rules, tokens);
     if ctx.json {
         return print_json(out, &ContextJson { session: &loaded.info, analysis: &analysis });
     }
@@ -369,7 +370,8 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, mode: SweepMode, out: &mut dy
     let mut store = ctx.store();
     store.observe(id, &messages)?;
     let slot = store.slot(id)?;
-    let decisions = strategies::sweep::decide(&messages, &slot.state, &rules, last, &mut slot.tokens);
+    let (state, tokens) = slot.state_and_tokens();
+    let decisions = strategies::sweep::decide(&messages, state, &rules, last, tokens);
     let tokens: u64 = decisions.iter().map(|d| d.record.tokens).sum();
     let items: Vec<SweepItem> = decisions
         .iter()
@@ -385,8 +387,8 @@ fn sweep(ctx: &Ctx, id: &str, last: Option<usize>, mode: SweepMode, out: &mut dy
         .collect();
     let mut state_file = None;
     if !dry_run && !decisions.is_empty() {
-        if slot.state.session_name.is_none() && !loaded.info.title.is_empty() {
-            slot.state.session_name = Some(loaded.info.title.clone());
+        if !loaded.info.title.is_empty() {
+            slot.name_if_unnamed(Some(&loaded.info.title));
         }
         for d in decisions {
             slot.record(&d.call_id, d.record);
@@ -432,7 +434,7 @@ fn stats_cmd(ctx: &Ctx, session: Option<&str>, out: &mut dyn Write) -> Result<()
             known_session(ctx, id)?;
             let mut store = ctx.store();
             let slot = store.slot(id)?;
-            Some(stats::session(id, &slot.state).priced(&slot.state, &ctx.config))
+            Some(stats::session(id, slot.state()).priced(slot.state(), &ctx.config))
         }
         None => None,
     };

@@ -73,7 +73,7 @@ impl Server {
         self.save_unsaved();
         self.store.refresh(sid).map_err(internal)?;
         let slot = self.store.slot(sid).map_err(internal)?;
-        let mut session = crate::stats::session(sid, &slot.state).priced(&slot.state, self.rules.config());
+        let mut session = crate::stats::session(sid, slot.state()).priced(slot.state(), self.rules.config());
         session.title = session.title.or(title);
         let cache_dir = self.options.env.cache_dir();
         let dir = self.store.dir();
@@ -87,11 +87,10 @@ impl Server {
     fn context(&mut self, sid: &str) -> Result<String, RpcError> {
         let header = texts::context_title(sid, self.title(sid).as_deref());
         let history = self.history(sid)?;
-        let analysis = self
-            .store
-            .slot(sid)
-            .map_err(internal)
-            .map(|slot| crate::context::analyse(history.messages(), &slot.state, &self.rules, &mut slot.tokens));
+        let analysis = self.store.slot(sid).map_err(internal).map(|slot| {
+            let (state, tokens) = slot.state_and_tokens();
+            crate::context::analyse(history.messages(), state, &self.rules, tokens)
+        });
         self.put_history(sid, history);
         Ok(crate::report::context(&header, &analysis?))
     }
@@ -130,7 +129,7 @@ impl Server {
     /// last.
     fn list_blocks(&mut self, sid: &str) -> Result<String, RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
-        Ok(texts::blocks(&slot.state.blocks))
+        Ok(texts::blocks(&slot.state().blocks))
     }
 
     /// `/dcp decompress ID`: the range's messages are sent again from the next request on,
@@ -139,7 +138,7 @@ impl Server {
         let slot = self.store.slot(sid).map_err(internal)?;
         let n = id.trim().trim_start_matches(['b', 'B']).parse::<u32>().ok();
         let Some(restored) = n.and_then(|n| slot.decompress(n)) else {
-            return Ok(texts::not_a_range(id, &slot.state.blocks));
+            return Ok(texts::not_a_range(id, &slot.state().blocks));
         };
         self.save_now(sid);
         Ok(texts::decompressed(n.unwrap_or(0), &restored))
@@ -192,7 +191,8 @@ impl Server {
 
     fn sweep_history(&mut self, sid: &str, last: Option<usize>, messages: &[Message]) -> Result<String, RpcError> {
         let slot = self.store.slot(sid).map_err(internal)?;
-        let decisions = strategies::sweep::decide(messages, &slot.state, &self.rules, last, &mut slot.tokens);
+        let (state, tokens) = slot.state_and_tokens();
+        let decisions = strategies::sweep::decide(messages, state, &self.rules, last, tokens);
         if decisions.is_empty() {
             return Ok(texts::NOTHING_TO_SWEEP.to_string());
         }

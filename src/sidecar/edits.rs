@@ -30,7 +30,7 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let sent = &mut session.edits;
     let follows = have == Some(sent.seq)
         && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via && mirror.kept() >= b.messages);
-    session.about.present = super::describe::Tags::present(tags, messages.len(), &slot.state.blocks);
+    session.about.present = super::describe::Tags::present(tags, messages.len(), &slot.state().blocks);
     let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
     let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
     let new_tags = tags_from < messages.len();
@@ -43,9 +43,9 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let index = &session.history.index;
     let position = |id: &str| index.position(id);
     // Following the last answer, only what was put in force since can add edits.
-    let pruned = &slot.state.pruned;
+    let pruned = &slot.state().pruned;
     let since = (follows && cx.views == Views::Kept).then(|| slot.changes_since(sent.changes)).flatten();
-    let handles = Handles { state: &slot.state, via: cx.restore };
+    let handles = Handles { state: slot.state(), via: cx.restore };
     let mut edits = match since {
         Some(changes) => {
             let changed = changes.iter().filter_map(|id| pruned.get_key_value(id.as_str()));

@@ -20,12 +20,12 @@ impl Server {
         }
         let holdout = self.rules.config().holdout;
         let Ok(slot) = self.store.slot(sid) else { return None };
-        if slot.state.trial.is_none() && holdout > 0.0 && slot.state.savings.requests == 0 {
+        if slot.state().trial.is_none() && holdout > 0.0 && slot.state().savings.requests == 0 {
             let arm = Arm::drawn(holdout, trial::draw());
             tracing::debug!(session = sid, arm = arm.key(), "control group: arm drawn");
             slot.join_trial(Trial { arm, prompts: 0 });
         }
-        let arm = slot.state.trial.map(|t| t.arm);
+        let arm = slot.state().trial.map(|t| t.arm);
         session.about.arm = Some(arm);
         arm
     }
@@ -33,15 +33,17 @@ impl Server {
 
 /// Notes the user prompts the history has, for the comparison's requests per prompt.
 pub(super) fn note_prompts(cx: &mut RequestContext) {
-    let Some(trial) = cx.slot.state.trial.as_mut() else { return };
+    if cx.slot.state().trial.is_none() {
+        return;
+    }
     let prompts = cx.mirror.messages().iter().filter(|m| m.role() == Role::User).count() as u64;
-    trial.prompts = trial.prompts.max(prompts);
+    cx.slot.note_prompts(prompts);
 }
 
 /// The answer to a request of the unpruned arm: what the plugin holds of the edits (none,
 /// unless the person swept by hand), nothing added.
 pub(super) fn answer(cx: &mut RequestContext) -> Transformed {
-    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.about.title.clone());
+    cx.slot.name_if_unnamed(cx.session.about.title.as_deref());
     let (seq, edits) = answer_edits(cx, None);
     Transformed { seq: Some(seq), edits, replace: Vec::new(), append: Vec::new(), notify: None, applied: None }
 }

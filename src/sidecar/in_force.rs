@@ -102,7 +102,7 @@ impl InForce {
     /// Takes in the calls new to the index and the prunes changed since `before`.
     fn advance(&mut self, before: Basis, from: &mut Sources<'_>) {
         let (slot, index) = (from.slot, from.index);
-        let pruned = &slot.state.pruned;
+        let pruned = &slot.state().pruned;
         for at in before.calls..index.calls() {
             let Some(id) = index.call_id(at) else { continue };
             if let Some(record) = pruned.get(id).filter(|r| r.applied) {
@@ -120,7 +120,7 @@ impl InForce {
     fn rebuild(&mut self, from: &mut Sources<'_>) {
         *self = InForce::default();
         let slot = from.slot;
-        for (id, record) in &slot.state.pruned {
+        for (id, record) in &slot.state().pruned {
             self.take(id, record, from);
         }
     }
@@ -159,7 +159,7 @@ pub(super) struct AgentPrunes {
 impl AgentPrunes {
     /// How many prunes and ranges of `slot` the agent made.
     pub fn count(&mut self, slot: &Slot, views: Views) -> usize {
-        let pruned = &slot.state.pruned;
+        let pruned = &slot.state().pruned;
         let agent = |r: &PruneRecord| matches!(r.strategy, Strategy::Discard | Strategy::Extract);
         match self.mark.filter(|_| views == Views::Kept).and_then(|mark| slot.changes_since(mark)) {
             Some(changes) => {
@@ -171,7 +171,7 @@ impl AgentPrunes {
             None => self.calls = pruned.iter().filter(|(_, r)| agent(r)).map(|(id, _)| id.clone()).collect(),
         }
         self.mark = Some(slot.changes_mark());
-        self.calls.len() + slot.state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
+        self.calls.len() + slot.state().blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
     }
 }
 
@@ -196,7 +196,7 @@ mod tests {
 
     /// The agent's prunes counted from every prune, as each request once did.
     fn counted_again(slot: &Slot) -> usize {
-        let state = &slot.state;
+        let state = slot.state();
         let manual = state.pruned.values().filter(|r| matches!(r.strategy, Strategy::Discard | Strategy::Extract));
         manual.count() + state.blocks.by_id.values().filter(|b| b.origin == Origin::Agent).count()
     }
@@ -221,7 +221,7 @@ mod tests {
             }
             if i % 17 == 16 {
                 // A prune taken back without a reset.
-                slot.state.pruned.remove(&format!("call_{}", i - 3));
+                slot.state_mut().pruned.remove(&format!("call_{}", i - 3));
             }
             if i == 60 {
                 // A newer compaction clears the prunes: a reset.

@@ -24,12 +24,13 @@ pub(super) fn mask_pending(cx: &mut RequestContext) -> Vec<((usize, usize), Stri
     let (rules, slot, mirror) = (cx.rules, &mut *cx.slot, cx.mirror);
     let (index, sizes) = (&mut cx.session.history.index, &mut cx.session.caches.sizes);
     let messages = mirror.messages();
-    let candidates = index.mask_candidates(messages, &slot.state, rules, &mut slot.tokens).to_vec();
+    let (state, tokens) = slot.state_and_tokens();
+    let candidates = index.mask_candidates(messages, state, rules, tokens).to_vec();
     let riders = match rules.config().rewrite.mode {
-        RewriteMode::Batched => index.mask_riders(messages, &slot.state, rules, &mut slot.tokens),
+        RewriteMode::Batched => index.mask_riders(messages, state, rules, tokens),
         RewriteMode::Immediate => Vec::new(),
     };
-    let ranged: rustc_hash::FxHashSet<&str> = slot.state.blocks.active_calls().collect();
+    let ranged: rustc_hash::FxHashSet<&str> = slot.state().blocks.active_calls().collect();
     let flagged = candidates.iter().map(|c| (c, false)).chain(riders.iter().map(|c| (c, true)));
     flagged
         .filter(|(c, _)| ranged.is_empty() || !ranged.contains(index.candidate(c).0))

@@ -427,10 +427,10 @@ impl Server {
         let level = if self.backed_off.is_empty() {
             0
         } else {
-            crate::policy::backoff_level(slot.state.misses.refetches, slot.state.misses.restores)
+            crate::policy::backoff_level(slot.state().misses.refetches, slot.state().misses.restores)
         };
         if level != session.about.backoff {
-            tracing::debug!(session = sid, level, misses = slot.state.misses.total(), "backing off");
+            tracing::debug!(session = sid, level, misses = slot.state().misses.total(), "backing off");
             session.about.backoff = level;
             session.history.index = crate::strategies::incremental::Index::default();
             session.caches.in_force = in_force::InForce::default();

@@ -19,7 +19,7 @@ use super::request::RequestContext;
 use crate::policy;
 use crate::session::Message;
 use crate::state::blocks::Blocks;
-use crate::state::SessionState;
+use crate::state::store::Slot;
 use crate::strategies::compress::{Span, TurnTag};
 use crate::strategies::{compress, masking, turns, Rules};
 use crate::texts;
@@ -41,14 +41,14 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
     let (messages, slot) = (cx.mirror.messages(), &mut *cx.slot);
     let (index, rules) = (&cx.session.history.index, cx.rules);
     let named = |c: &crate::session::ToolCall<'_>| index.keeps_named(c.call_id, rules);
-    let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state.blocks, rules, &named);
+    let runs = turns::finished_turn(messages, cx.mirror.sizes(), &slot.state().blocks, rules, &named);
     for turn in &runs {
-        let restorable = cx.restore.map(|via| restorable_line(&messages[turn.from..=turn.to], &mut slot.state, via));
+        let restorable = cx.restore.map(|via| restorable_line(&messages[turn.from..=turn.to], slot, via));
         let summary = restorable.as_deref().unwrap_or(&turn.summary);
         let (range, line) = ((turn.from, turn.to), (summary, tag));
-        let id =
-            compress::turn_block(messages, &mut slot.state, range, line, super::protocol::now_ms(), &mut slot.tokens);
-        let block = &slot.state.blocks.by_id[&id];
+        let (state, tokens) = slot.state_for_strategies();
+        let id = compress::turn_block(messages, state, range, line, super::protocol::now_ms(), tokens);
+        let block = &slot.state().blocks.by_id[&id];
         let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
         slot.record_block(id, &tools, tokens);
     }
@@ -58,9 +58,9 @@ pub(super) fn collapse_turn(cx: &mut RequestContext) -> bool {
 /// The line of a finished turn's `steps` whose outputs the agent can restore `via` this:
 /// each call with its agent-facing id (assigned now), the first [`turns::NAMED`] with their
 /// tool and key argument.
-fn restorable_line(steps: &[Message], state: &mut SessionState, via: Via) -> String {
+fn restorable_line(steps: &[Message], slot: &mut Slot, via: Via) -> String {
     let calls = crate::session::tool_calls(steps);
-    let mut ids = calls.iter().map(|c| state.id_for(c.call_id));
+    let mut ids = calls.iter().map(|c| slot.id_for(c.call_id));
     let named: Vec<(u32, String)> = calls
         .iter()
         .take(turns::NAMED)
@@ -102,7 +102,7 @@ pub(super) fn tag_edits(messages: &[Message], from: usize) -> Vec<Edit> {
 
 /// The applied ranges of a request: each replaces its messages with its summary.
 pub(super) fn applied(cx: &mut RequestContext) -> Vec<Replace> {
-    let (blocks, resets) = (&cx.slot.state.blocks, cx.slot.resets());
+    let (blocks, resets) = (&cx.slot.state().blocks, cx.slot.resets());
     let spans = cx.session.caches.spans.spans(cx.mirror, (blocks, resets), cx.views, |b| b.applied);
     replacements(cx.sid, cx.mirror.messages(), blocks, spans)
 }

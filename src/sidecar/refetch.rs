@@ -149,7 +149,7 @@ pub(super) fn backed_off_rules(rules: &Rules) -> Result<Vec<Rules>, crate::strat
 /// Reads the new calls of a session's history (`messages`, its `index`) for re-fetches and
 /// counts them in its state (`slot`); returns how many.
 pub(super) fn observe(refetches: &mut Refetches, index: &Index, slot: &mut Slot, messages: &[Message]) -> u64 {
-    let found = refetches.observe(index, messages, &slot.state);
+    let found = refetches.observe(index, messages, slot.state());
     slot.count_refetches(found);
     found
 }

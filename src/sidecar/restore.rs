@@ -202,7 +202,7 @@ impl Server {
     /// `kept`; or why it cannot be given. A restore of what the model is sent hidden is
     /// counted (see `crate::state::misses`).
     pub(super) fn restore(&mut self, sid: &str, raw: &str, kept: &[Message]) -> Result<String, RpcError> {
-        let target = match target(&self.store.slot(sid).map_err(internal)?.state, raw) {
+        let target = match target(self.store.slot(sid).map_err(internal)?.state(), raw) {
             Ok(target) => target,
             Err(refusal) => return Ok(escaped(&refusal)),
         };
@@ -226,7 +226,7 @@ impl Server {
 
     /// The misses session `sid` saw live so far: its re-fetches and restores.
     pub fn misses(&mut self, sid: &str) -> crate::state::misses::MissCounts {
-        self.store.slot(sid).map(|slot| slot.state.misses).unwrap_or_default()
+        self.store.slot(sid).map(|slot| slot.state().misses).unwrap_or_default()
     }
 
     /// Counts a restore of what session `sid`'s model is sent hidden, and saves it.
@@ -249,7 +249,7 @@ impl Server {
         sids.sort_by_key(|sid| std::cmp::Reverse(last(sid)));
         for sid in sids {
             let Ok(slot) = self.store.slot(sid) else { continue };
-            match target(&slot.state, raw) {
+            match target(slot.state(), raw) {
                 Ok(t) if t.hidden() => {
                     let _ = self.count_restore(sid);
                     return Ok((sid.clone(), t));

@@ -28,11 +28,11 @@ pub(super) fn sync(cx: &mut RequestContext) {
     if !before.iter().any(|id| index.position(id).is_none()) {
         return;
     }
-    let stale = rewind::stale_prunes(&History::new(messages), &slot.state, rules);
+    let stale = rewind::stale_prunes(&History::new(messages), slot.state(), rules);
     for id in &stale {
         slot.drop_prune(id);
     }
-    let ranges = rewind::stale_blocks(messages, &slot.state.blocks);
+    let ranges = rewind::stale_blocks(messages, &slot.state().blocks);
     for id in &ranges {
         slot.drop_block(*id);
     }

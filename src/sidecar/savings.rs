@@ -103,9 +103,9 @@ impl Meter {
         if self.offered.is_some() || self.seeded {
             return;
         }
-        let pruned = slot.state.pruned.iter().filter(|(_, r)| r.applied);
+        let pruned = slot.state().pruned.iter().filter(|(_, r)| r.applied);
         self.applied = pruned.map(|(id, _)| id.clone()).collect();
-        self.blocks = slot.state.blocks.active().filter(|b| b.applied).map(|b| b.id).collect();
+        self.blocks = slot.state().blocks.active().filter(|b| b.applied).map(|b| b.id).collect();
         (self.revision, self.changes, self.seeded) = (slot.revision(), Some(slot.changes_mark()), true);
     }
 }
@@ -155,10 +155,10 @@ pub(super) fn record(c: Counting<'_>, answer: &Transformed) {
     if let Some(last) = meter.last.take() {
         let step = messages.get(last.history..).and_then(|rest| rest.iter().find(|m| m.role() == Role::Assistant));
         if step.is_some_and(agent_only) {
-            slot.state.savings.unmade(&last.unmade);
+            slot.savings_mut().unmade(&last.unmade);
         }
     }
-    let spans = spans.spans(mirror, (&slot.state.blocks, slot.resets()), views, |b| b.applied);
+    let spans = spans.spans(mirror, (&slot.state().blocks, slot.resets()), views, |b| b.applied);
     let put_in_force = first_applied_now(meter, index, slot, &spans, views);
     let rewritten = [put_in_force, ranges_changed.filter(|_| seen)].into_iter().flatten().min();
     // A message OpenCode changed (an output it cleared, a compaction) is sent anew from there on.
@@ -179,12 +179,12 @@ pub(super) fn record(c: Counting<'_>, answer: &Transformed) {
         time: slot.ledger().last_request.unwrap_or_default(),
         rates: request.rates,
     };
-    let request = meter.figures(&slot.state.savings, &facts, Changed { rewritten, host, within });
-    let context_before = slot.state.savings.last_context;
-    let billed = slot.state.savings.add(&request);
+    let request = meter.figures(&slot.state().savings, &facts, Changed { rewritten, host, within });
+    let context_before = slot.state().savings.last_context;
+    let billed = slot.savings_mut().add(&request);
     // The steps new to this request say what the provider billed for the ones before.
-    super::usage::steps::from_history(&mut slot.state.savings, &messages[kept.min(messages.len())..]);
-    let unmade = Unmade { request: slot.state.savings.requests, without: request.without, billed, context_before };
+    super::usage::steps::from_history(slot.savings_mut(), &messages[kept.min(messages.len())..]);
+    let unmade = Unmade { request: slot.state().savings.requests, without: request.without, billed, context_before };
     meter.last = Some(Last { history: messages.len(), unmade });
     (meter.offered, meter.compaction) = (Some(offered), mirror.newest_compaction());
     // The figures ride along with the session's next save, as the policy's ledger does;
@@ -390,7 +390,7 @@ fn first_applied_now(meter: &mut Meter, index: &Index, slot: &Slot, ranges: &[Sp
     // the prunes were reset between: then every prune in force is looked at.
     let since = meter.changes.filter(|_| views == Views::Kept).and_then(|mark| slot.changes_since(mark));
     meter.changes = Some(slot.changes_mark());
-    let pruned = &slot.state.pruned;
+    let pruned = &slot.state().pruned;
     match since {
         Some(changes) => changes.iter().filter(|id| pruned.get(*id).is_some_and(|r| r.applied)).for_each(&mut note),
         None => pruned.iter().filter(|(_, r)| r.applied).for_each(|(id, _)| note(id)),

@@ -73,7 +73,7 @@ impl Server {
     /// the config's sheet.
     fn remembered_model(&mut self, sid: &str, messages: &[Node]) -> Option<Model> {
         let prompted = messages.iter().rev().find_map(prompt_model);
-        let savings = &self.store.slot(sid).ok()?.state.savings;
+        let savings = &self.store.slot(sid).ok()?.state().savings;
         let model = match prompted {
             Some((provider, id)) => savings.known_model(provider, id),
             None => savings.last_model(),

@@ -74,16 +74,17 @@ impl Server {
         let sid = &p.session_id;
         let slot = self.store.slot(sid).map_err(internal)?;
         let history = History::new(messages);
-        let ctx = manual::Ctx { history: &history, state: &slot.state, rules: &self.rules };
+        let (state, tokens) = slot.state_and_tokens();
+        let ctx = manual::Ctx { history: &history, state, rules: &self.rules };
         let (ids, distillation) = (strings(&p.args, "ids"), strings(&p.args, "distillation"));
         // DCP 1.2's reason, first in `ids`, is no id; it changes nothing (nor does `reason`).
         let ids = if p.name == "discard" { manual::without_reason(&ids) } else { &ids };
         // A discard with a distillation is an extract, recorded and answered as one; a
         // distillation of empty strings alone is no distillation.
         let (applied, verb) = if p.name == "extract" || distillation.iter().any(|d| !d.trim().is_empty()) {
-            (manual::extract(&ctx, ids, &distillation, &mut slot.tokens), "Extracted")
+            (manual::extract(&ctx, ids, &distillation, tokens), "Extracted")
         } else {
-            (manual::discard(&ctx, ids, &mut slot.tokens), "Discarded")
+            (manual::discard(&ctx, ids, tokens), "Discarded")
         };
         let tokens = applied.decisions.iter().map(|d| d.record.tokens).sum();
         let text =
@@ -113,13 +114,14 @@ impl Server {
             now: super::now_ms(),
             restore,
         };
-        let outcome = compress::compress(messages, &mut slot.state, &request, &ranges, &mut slot.tokens);
+        let (state, tokens) = slot.state_for_strategies();
+        let outcome = compress::compress(messages, state, &request, &ranges, tokens);
         for id in &outcome.made {
-            let block = &slot.state.blocks.by_id[id];
+            let block = &slot.state().blocks.by_id[id];
             let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
             slot.record_block(*id, &tools, tokens);
         }
-        let text = texts::compress_answer(&slot.state, &outcome);
+        let text = texts::compress_answer(slot.state(), &outcome);
         if !outcome.made.is_empty() {
             self.save_now(sid);
         }

@@ -135,10 +135,10 @@ impl Server {
         let positions: HashMap<&str, (usize, usize)> =
             History::new(messages).calls.iter().map(|c| (c.call_id, (c.message, c.part))).collect();
         let position = |id: &str| positions.get(id).copied();
-        let handles = Handles { state: &slot.state, via };
-        let edits = edits_for(messages, position, slot.state.pruned.iter(), handles, &mut HashSet::default());
-        let spans = compress::spans(messages, &slot.state.blocks, |b| b.applied);
-        let replace = ranges::replacements(sid, messages, &slot.state.blocks, spans);
+        let handles = Handles { state: slot.state(), via };
+        let edits = edits_for(messages, position, slot.state().pruned.iter(), handles, &mut HashSet::default());
+        let spans = compress::spans(messages, &slot.state().blocks, |b| b.applied);
+        let replace = ranges::replacements(sid, messages, &slot.state().blocks, spans);
         Ok(Transformed {
             seq: None,
             edits: EditsAnswer::Full(edits),
@@ -171,7 +171,7 @@ impl Server {
         holdout::note_prompts(&mut cx);
         if arm == Some(Arm::Unpruned) {
             // Its first request saves the arm it was just given.
-            let first = cx.slot.state.savings.requests == 0;
+            let first = cx.slot.state().savings.requests == 0;
             return Ok((holdout::answer(&mut cx), if first { Changed::Yes } else { Changed::No }));
         }
         Ok(answer_request(&mut cx, observed.compacted))
@@ -198,13 +198,14 @@ pub(super) fn params(params: serde_json::Value, messages: Option<Vec<Node>>) -> 
 /// for a newer compaction.
 fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Changed) {
     let mut laps = Laps::start();
-    cx.slot.state.session_name = cx.slot.state.session_name.take().or_else(|| cx.session.about.title.clone());
+    cx.slot.name_if_unnamed(cx.session.about.title.as_deref());
     // The index reads only what is new since the last request, and hands over the calls
     // that became prunable.
     rewind::sync(cx);
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.history.index;
-    let decided = index.decisions(messages, &slot.state, rules, &mut slot.tokens).into_iter();
+    let (state, tokens) = slot.state_and_tokens();
+    let decided = index.decisions(messages, state, rules, tokens).into_iter();
     let recorded_now: Vec<String> =
         decided.filter_map(|d| slot.record(&d.call_id, d.record).then_some(d.call_id)).collect();
     laps.lap("decisions");
@@ -280,7 +281,7 @@ fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> 
     }
     let listing = prunable::Listing { project: cx.project, min_tokens: tools.settings.min_tokens.into() };
     let index = &mut session.history.index;
-    let Some(list) = index.prunable(messages, recorded, &mut cx.slot.state, rules, &listing) else {
+    let Some(list) = index.prunable(messages, recorded, cx.slot.state_for_strategies().0, rules, &listing) else {
         return Vec::new();
     };
     let mut text = list.to_string();
@@ -340,14 +341,14 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         .in_force
         .waiting()
         .filter_map(|id| {
-            let (at, record) = (index.position(id)?, slot.state.pruned.get(id)?);
+            let (at, record) = (index.position(id)?, slot.state().pruned.get(id)?);
             let tokens = sizes.approx_saving(mirror, id, at, &record.action);
             let pending = policy::Pending { tokens, tail: mirror.tail(at.0), ..Default::default() };
             Some((at, Target::Call(id.to_string()), pending))
         })
         .collect();
-    let waiting = session.caches.spans.spans(mirror, (&slot.state.blocks, slot.resets()), cx.views, |b| !b.applied);
-    let blocks = ranges::pending(waiting, &slot.state.blocks, mirror);
+    let waiting = session.caches.spans.spans(mirror, (&slot.state().blocks, slot.resets()), cx.views, |b| !b.applied);
+    let blocks = ranges::pending(waiting, &slot.state().blocks, mirror);
     pending.extend(blocks.into_iter().map(|(from, id, p)| ((from, 0), Target::Block(id), p)));
     pending.extend(masking.into_iter().map(|(at, id, record, p)| (at, Target::Mask(id, record), p)));
     pending.sort_by_key(|(at, _, _)| *at);
@@ -418,26 +419,26 @@ fn notification(cx: &RequestContext, applied_now: Option<&AppliedNow>, recorded_
     if level == Notification::Off {
         return None;
     }
-    let pruned = &slot.state.pruned;
+    let pruned = &slot.state().pruned;
     let records = |ids: &[String]| -> Vec<(&str, &PruneRecord)> {
         ids.iter().filter_map(|id| pruned.get_key_value(id).map(|(k, r)| (k.as_str(), r))).collect()
     };
     let blocks = applied_now.map(|a| a.blocks.as_slice()).unwrap_or_default();
     let mut notice = texts::Notice {
         applied: applied_now.map(|a| records(&a.calls)).unwrap_or_default(),
-        ranges: blocks.iter().filter_map(|id| slot.state.blocks.by_id.get(id).cloned()).collect(),
+        ranges: blocks.iter().filter_map(|id| slot.state().blocks.by_id.get(id).cloned()).collect(),
         waiting: records(recorded_now).into_iter().filter(|(_, r)| !r.applied).collect(),
         ..texts::Notice::default()
     };
     if notice.applied.is_empty() && notice.ranges.is_empty() && notice.waiting.is_empty() {
         return None;
     }
-    notice.older_waiting = slot.state.pruned.values().filter(|r| !r.applied).count() - notice.waiting.len()
-        + slot.state.blocks.active().filter(|b| !b.applied).count();
+    notice.older_waiting = slot.state().pruned.values().filter(|r| !r.applied).count() - notice.waiting.len()
+        + slot.state().blocks.active().filter(|b| !b.applied).count();
     if level == Notification::Detailed {
         notice.keys = agent_keys(cx, &notice);
     }
-    notice.so_far = crate::stats::money::so_far(&slot.state, cx.rules.config());
+    notice.so_far = crate::stats::money::so_far(slot.state(), cx.rules.config());
     Some(texts::notification(level, &notice))
 }
 

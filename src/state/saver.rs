@@ -114,7 +114,7 @@ impl SaveTiming {
 pub fn hand_out(saver: Option<&Saver>, store: &mut SessionStore, id: &str, timing: &mut SaveTiming) {
     timing.waiting = false;
     timing.requests = 0;
-    timing.records = store.slot(id).map_or(0, |s| s.state.pruned.len() + s.state.blocks.by_id.len());
+    timing.records = store.slot(id).map_or(0, |s| s.state().pruned.len() + s.state().blocks.by_id.len());
     match store.save_job(id) {
         Ok(job) => match saver {
             Some(saver) => {
@@ -306,7 +306,7 @@ mod tests {
 
         // The policy's ledger moved (a request): the session has something to save, and the
         // save writes it.
-        store.slot(id).unwrap().state.ledger.warm += 1;
+        store.slot(id).unwrap().ledger_mut().warm += 1;
         assert_eq!(store.dirty(), [id]);
         let after = save(&rt, &saver, &mut store, id);
         assert_ne!(after, first);

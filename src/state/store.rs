@@ -21,11 +21,13 @@
 //! the CLI uses it as the sidecar does. A change the next save must write is noted by the
 //! slot's own operations, never by their callers: a prune recorded or put in force, a range
 //! made, put in force, undone or dropped ([`blocks`]), the ledger's decisions ([`ledger`]), the
-//! arm, the misses and the usage reported ([`records`]). What only a live session in `dcp
-//! serve` needs (the mirror of the history, the index of tool calls, the policy's running
-//! totals, the lists, the caches, what the plugin holds of the edits, when its next save is
-//! due) is the sidecar's `LiveSession` (`crate::sidecar`'s `live`), keyed by the same id; the
-//! store never sees it.
+//! arm, the misses and the usage reported ([`records`]). The state itself is private: read
+//! through [`Slot::state`], changed through those operations; the strategies that make a range
+//! or hand out agent-facing ids as they decide take it through [`Slot::state_for_strategies`].
+//! What only a live session in `dcp serve` needs (the mirror of the history, the index of tool
+//! calls, the policy's running totals, the lists, the caches, what the plugin holds of the
+//! edits, when its next save is due) is the sidecar's `LiveSession` (`crate::sidecar`'s
+//! `live`), keyed by the same id; the store never sees it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +49,7 @@ pub use mailbox::{Mailbox, SaveNews};
 /// One live session.
 #[derive(Debug)]
 pub struct Slot {
-    pub state: SessionState,
+    state: SessionState,
     pub tokens: TokenCounter,
     /// The unreadable state file found at load; the first save sets it aside.
     pub corrupt: Option<PathBuf>,
@@ -80,6 +82,33 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// The session's state, to read: the slot's own operations change it, each noting what
+    /// the next save must write.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// The session's state to read, with the token counter that the strategies reading it
+    /// count with.
+    pub fn state_and_tokens(&mut self) -> (&SessionState, &mut TokenCounter) {
+        (&self.state, &mut self.tokens)
+    }
+
+    /// The session's state, with the token counter, for the strategies that change it as they
+    /// decide: those that make a compressed range (`crate::strategies::compress`, whose caller
+    /// then records it with [`Slot::record_block`]) and the prunable list, which hands out
+    /// agent-facing ids. The last writers outside the slot's operations (issue 39); nothing
+    /// else takes it.
+    pub fn state_for_strategies(&mut self) -> (&mut SessionState, &mut TokenCounter) {
+        (&mut self.state, &mut self.tokens)
+    }
+
+    /// The session's state, for a test that plants what no operation makes.
+    #[cfg(test)]
+    pub(crate) fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.state
+    }
+
     /// The number that changes whenever the rewrites in force may have changed: edits computed
     /// at the same revision (and [`Slot::resets`]) still hold.
     pub fn revision(&self) -> u64 {

@@ -23,7 +23,7 @@ fn one_saved_prune(dir: &Path, session: &str, tokens: u64) -> (SessionStore, Vec
     m.observe(session, &messages).unwrap();
     let slot = m.slot(session).unwrap();
     slot.record("c1", record(tokens));
-    slot.state.id_for("c1");
+    slot.id_for("c1");
     m.save_now(session).unwrap();
     (m, messages)
 }
@@ -44,13 +44,13 @@ fn each_session_keeps_its_own_state_across_switches() {
     // Switching to b loads b's file; a's state is untouched by it.
     let seen = m.observe("ses_b", &a).unwrap();
     assert!(seen.first_seen && !seen.compacted);
-    let b = &m.slot("ses_b").unwrap().state;
+    let b = &m.slot("ses_b").unwrap().state();
     assert_eq!(b.pruned.keys().collect::<Vec<_>>(), ["old_1"]);
     assert_eq!(b.stats.tokens(), 40);
 
     // And back: a is as we left it, and not re-read from disk.
     assert!(!m.observe("ses_a", &a).unwrap().first_seen);
-    let a_state = &m.slot("ses_a").unwrap().state;
+    let a_state = &m.slot("ses_a").unwrap().state();
     assert_eq!(a_state.pruned.keys().collect::<Vec<_>>(), ["call_a"]);
     assert_eq!(a_state.stats.tokens(), 10);
     m.save_now("ses_a").unwrap();
@@ -69,9 +69,9 @@ fn a_compaction_clears_the_prune_list_and_keeps_the_stats() {
     assert!(seen.compacted);
     assert_eq!(m.dirty(), ["ses_c"]);
     let slot = m.slot("ses_c").unwrap();
-    assert!(slot.state.pruned.is_empty());
-    assert_eq!(slot.state.stats.tokens(), 25);
-    assert_eq!(slot.state.stats.tools(), 1);
+    assert!(slot.state().pruned.is_empty());
+    assert_eq!(slot.state().stats.tokens(), 25);
+    assert_eq!(slot.state().stats.tools(), 1);
     m.save_now("ses_c").unwrap();
 
     // The same compaction is not handled twice, also after a restart.
@@ -94,7 +94,7 @@ fn a_compaction_that_happened_while_dcp_was_away_is_noticed_at_load() {
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_d", &after).unwrap();
     assert!(seen.first_seen && seen.compacted);
-    assert!(m.slot("ses_d").unwrap().state.pruned.is_empty());
+    assert!(m.slot("ses_d").unwrap().state().pruned.is_empty());
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn a_file_from_the_published_dcp_takes_the_newest_compaction_as_its_baseline() {
     let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let seen = m.observe("ses_e", &messages).unwrap();
     assert!(!seen.compacted, "the pruning may well postdate that compaction");
-    assert_eq!(m.slot("ses_e").unwrap().state.pruned.len(), 1);
+    assert_eq!(m.slot("ses_e").unwrap().state().pruned.len(), 1);
 }
 
 #[test]
@@ -155,6 +155,6 @@ fn a_save_after_a_merge_still_in_flight_keeps_the_other_process_changes() {
     // And this process takes them in.
     a.refresh(id).unwrap();
     let slot = a.slot(id).unwrap();
-    assert_eq!(slot.state.pruned.len(), 4);
-    assert_eq!(slot.state.stats.tokens(), 10);
+    assert_eq!(slot.state().pruned.len(), 4);
+    assert_eq!(slot.state().stats.tokens(), 10);
 }

@@ -25,7 +25,7 @@ use dcp::tokens::EstimatorChoice;
 pub fn save_loop(data_dir: &Path, id: &str, count: u64, prefix: &str) -> anyhow::Result<()> {
     let mut store = SessionStore::new(&paths::state_dir(data_dir), EstimatorChoice::Auto);
     let slot = store.slot(id)?;
-    let first: u64 = (1..).find(|i| !slot.state.pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
+    let first: u64 = (1..).find(|i| !slot.state().pruned.contains_key(&format!("{prefix}{i}"))).unwrap_or(1);
     for i in first..first.saturating_add(count) {
         let slot = store.slot(id)?;
         let record = PruneRecord {
