@@ -471,8 +471,6 @@ mod lists;
 pub use lists::{list_affordable, list_pays, Spent, LIST_BOUND};
 
 mod payback;
-mod units;
-pub use units::Tokenized;
 #[cfg(test)]
 mod sheet_tests;
 #[cfg(test)]

@@ -111,12 +111,6 @@ impl Meter {
 }
 
 impl Meter {
-    /// The tokenizer's count of each message of the last request, as dcp sent it and as the
-    /// host sent it: what the policy prices a rewrite's tail in (`crate::policy::Tokenized`).
-    pub(super) fn counted(&self) -> (&[u64], &[u64]) {
-        (&self.sent, &self.whole)
-    }
-
     /// A request that never reached the model (its upstream failed): nothing of it counts, but
     /// the edits its `answer` gave for a history of `messages` are held, as the client holds
     /// them, and every message is counted anew with the next request (this one may have

@@ -306,14 +306,9 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         added: session.totals.added(),
         ..request.inputs()
     };
-    let (sent, whole) = session.savings.counted();
-    let known = mirror.kept().min(sent.len()).min(whole.len());
-    let units = policy::Tokenized::new(&sent[..known], &whole[..known], mirror.sizes());
-    let costs: Vec<policy::Pending> =
-        pending.iter().map(|(at, target, p)| priced(&units, slot, at.0, target, p)).collect();
+    let costs: Vec<policy::Pending> = pending.iter().map(|(_, _, p)| *p).collect();
     let (cut, reason) = policy::choose(&rules.config().rewrite, &base, &costs)?;
-    let chosen = || pending[cut..].iter().map(|(_, _, p)| p).filter(|p| policy::takes(reason, p));
-    let tokens = chosen().map(|p| p.tokens).sum::<u64>();
+    let tokens = costs[cut..].iter().filter(|p| policy::takes(reason, p)).map(|p| p.tokens).sum::<u64>();
     tracing::debug!(
         session = cx.sid,
         ?reason,
@@ -328,24 +323,11 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
         added = base.added,
         "applying pending rewrites"
     );
-    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail: pending[cut].2.tail };
+    let mut applied = AppliedNow { reason, calls: Vec::new(), blocks: Vec::new(), tokens, tail: costs[cut].tail };
     for (_, target, _) in pending[cut..].iter().filter(|(_, _, p)| policy::takes(reason, p)) {
         mark_applied(slot, target, &mut applied);
     }
     Some(applied)
-}
-
-/// A pending rewrite as the policy weighs it: in the tokenizer's unit (`policy::Tokenized`),
-/// its tail as the last request sent it and its saving as its record counts it (a range's
-/// is the tokenizer's already; a record without a count at the tail's ratio).
-fn priced(units: &policy::Tokenized, slot: &Slot, at: usize, target: &Target, p: &policy::Pending) -> policy::Pending {
-    let recorded = match target {
-        Target::Call(id) => slot.state.pruned.get(id).map_or(0, |r| r.tokens),
-        Target::Mask(_, record) => record.tokens,
-        Target::Block(_) => p.tokens,
-    };
-    let tokens = if recorded > 0 { recorded } else { (units.ratio(at) * p.tokens as f64).round() as u64 };
-    policy::Pending { tokens, tail: units.tail(at), ..*p }
 }
 
 /// Marks one pending rewrite applied, and adds it to what this request applied.
