@@ -73,7 +73,11 @@
 //! cache is cold anyway: an agent told about its tools has them when it needs them. The
 //! `<prunable-tools>` list goes only when it pays ([`list_pays`]): it is written uncached with
 //! every request that carries it, so what it names anew must be worth more per request than
-//! the list itself, and more again for every list the agent has left unanswered.
+//! the list itself, and more again for every list the agent has left unanswered. Once the
+//! agent has left one unanswered, a list goes only within the session's budget
+//! ([`list_affordable`]): with it paid for, the session stays within 1% of no pruning by the
+//! meter's count (the replay's), so a run of a few requests pays for dcp's head and one list,
+//! not a list for every output it makes.
 //! With `offer = "paid"` a session starts without them, and they come at the start of a user
 //! turn (OpenCode decides a turn's tools when its user message is created) on a cold cache,
 //! once the ledger has banked their cost: `1.25 x head`, plus `0.1 x head` over the horizon
@@ -438,21 +442,6 @@ pub fn offer(config: &Rewrite, turn: &Turn) -> bool {
     turn.cold && turn.banked >= offer_cost(config, turn)
 }
 
-/// Whether a `<prunable-tools>` list of `list` tokens is worth sending under prices `p`, when
-/// what it names that the last list sent did not weighs `listed` tokens: it is written uncached, and pruning
-/// those outputs saves a cached read of them on every later request. What an earlier list
-/// named, the agent has seen already. That saving comes only if the agent acts on the list:
-/// each list sent since the agent last discarded, extracted or compressed (`unanswered`)
-/// doubles what the next must name, so an agent that ignores the lists gets them ever more
-/// rarely, and one that uses them keeps them.
-pub fn list_pays(p: Rates, listed: u64, list: u64, unanswered: u32) -> bool {
-    let margin = f64::from(1u32 << unanswered.min(MAX_UNANSWERED));
-    p.read * listed as f64 >= margin * p.write * list as f64
-}
-
-/// Unanswered lists beyond this many raise the bar no further ([`list_pays`]).
-const MAX_UNANSWERED: u32 = 16;
-
 /// The verdict on the pending rewrites as one: why they are applied on this request, or
 /// `None` when they wait.
 pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
@@ -477,6 +466,9 @@ pub fn rewrite_trigger(config: &Rewrite, inputs: &Inputs) -> Option<Trigger> {
 
 mod backoff;
 pub use backoff::{backed_off, backoff_level, MAX_LEVEL as MAX_BACKOFF};
+
+mod lists;
+pub use lists::{list_affordable, list_pays, Spent, LIST_BOUND};
 
 mod payback;
 #[cfg(test)]

@@ -67,3 +67,39 @@ fn a_rewrite_counted_as_removing_more_than_its_tail_gains_nothing_under_a_local_
     let rewrite = Charges { applied: 4_783, tail: 4_412, rates: family("local").unwrap().rates, ..Charges::default() };
     assert_eq!(balance(&rewrite), 0.0);
 }
+
+/// What a session has cost by the meter after a few requests whose agent never pruned: dcp's
+/// head and the lists it sent, each at `rates`, beside `without`.
+fn spent_on_additions(rates: Rates, without: f64, head: f64, lists: &[f64]) -> Spent {
+    let added = rates.write * head + rates.read * head * 3.0 + lists.iter().map(|l| rates.write * l).sum::<f64>();
+    Spent { without, saved: -added }
+}
+
+#[test]
+fn a_short_run_whose_agent_never_prunes_gets_one_list_not_one_for_every_output() {
+    // `cc-lokal-grant` (10 requests, about 20,000 tokens without dcp): dcp's head of 185
+    // tokens and lists of 102, 171 and 309 tokens took it to 1.025 of no pruning under the
+    // OpenAI-style sheets. The first list goes under every sheet; the agent left it unanswered,
+    // and the second would take the session past the bound, whatever the sheet.
+    for name in FAMILIES {
+        let rates = family(name).unwrap().rates;
+        let fresh = spent_on_additions(rates, 20_000.0, 185.0, &[]);
+        assert!(list_affordable(rates, 102, 0, fresh), "{name}: the first list");
+        let one = spent_on_additions(rates, 20_000.0, 185.0, &[102.0]);
+        assert!(!list_affordable(rates, 171, 1, one), "{name}: a second, unanswered");
+    }
+}
+
+#[test]
+fn an_agent_that_answers_its_lists_keeps_them_and_a_session_that_banked_pays_for_them() {
+    let rates = family("anthropic-5m").unwrap().rates;
+    let young = Spent { without: 10_000.0, saved: -600.0 };
+    assert!(list_affordable(rates, 300, 0, young), "its last list answered: the next goes");
+    assert!(!list_affordable(rates, 300, 2, young), "two left unanswered, nothing banked");
+    let banked = Spent { without: 100_000.0, saved: 2_000.0 };
+    assert!(list_affordable(rates, 300, 5, banked), "pruning has saved more than the lists cost");
+    // The bound: 1% of what the session has cost without dcp, beyond what it saved.
+    let edge = Spent { without: 100_000.0, saved: -625.0 };
+    assert!(list_affordable(rates, 300, 1, edge), "625 + 375 is 1%");
+    assert!(!list_affordable(rates, 301, 1, edge));
+}

@@ -26,6 +26,7 @@ mod head;
 mod holdout;
 mod in_force;
 mod laps;
+mod list;
 mod live;
 mod masking_candidates;
 pub mod mirror;

@@ -4,11 +4,11 @@
 //! strategies' decisions, applies pending rewrites (masking's: [`masking_candidates`]) when the
 //! cache-aware [`policy`] says they pay, answers with the edits the plugin lacks
 //! ([`edits`](super::edits); the message id tags among them, see [`ranges`]), and appends the
-//! `<prunable-tools>` list (and a nudge when due) when what it names anew pays for it. A
-//! compaction's copy gets the edits in force. The per-request functions take the request's
-//! one [`RequestContext`]. What follows the answer (the save of what changed, the request's
-//! savings) runs after it is handed out, off the caller's path; the stages are timed in the
-//! debug log ([`super::laps`]).
+//! `<prunable-tools>` list (and a nudge when due) when what it names anew pays for it and the
+//! session's budget allows ([`list`]). A compaction's copy gets the edits in force. The
+//! per-request functions take the request's one [`RequestContext`]. What follows the answer
+//! (the save of what changed, the request's savings) runs after it is handed out, off the
+//! caller's path; the stages are timed in the debug log ([`super::laps`]).
 
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::HashMap;
@@ -20,17 +20,14 @@ use super::laps::Laps;
 use super::mirror::Mirror;
 use super::pending::waiting::FiguresBefore;
 use super::pending::{After, Count, UpstreamOutcome};
-use super::protocol::{
-    AppliedRewrites, Created, EditsAnswer, RpcError, Synthetic, SyntheticInfo, SyntheticPart, TransformParams,
-    Transformed,
-};
+use super::protocol::{AppliedRewrites, EditsAnswer, RpcError, TransformParams, Transformed};
 use super::request::{RequestContext, RequestFacts};
 use super::totals::PolicyTotals;
 use super::{internal, masking_candidates, now_ms, validate_session_id, LiveSession, Server};
-use super::{ranges, rewind};
+use super::{list, ranges, rewind};
 use crate::config::Notification;
 use crate::policy;
-use crate::session::{History, Message, Node, Role};
+use crate::session::{History, Node};
 use crate::state::store::Slot;
 use crate::state::trial::Arm;
 use crate::state::{Ledger, PruneRecord, Strategy};
@@ -233,7 +230,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     laps.lap("edits");
     let replace = ranges::applied(cx);
     let recorded = cx.slot.take_recorded();
-    let append = if offered { tail_message(cx, &recorded) } else { Vec::new() };
+    let append = if offered { list::tail_message(cx, &recorded) } else { Vec::new() };
     laps.lap("tail");
     let balance = policy::Charges {
         in_force,
@@ -268,55 +265,6 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 fn charge(totals: &mut PolicyTotals, ledger: &mut Ledger, request: &policy::Charges) {
     ledger.banked += policy::balance(request);
     totals.charge(request);
-}
-
-/// The synthetic message appended after the history of a session offered dcp's head: the
-/// prunable list and any nudge. `recorded`: the calls recorded since the last request, which
-/// the list drops.
-fn tail_message(cx: &mut RequestContext, recorded: &[String]) -> Vec<Synthetic> {
-    let (rules, messages, session) = (cx.rules, cx.mirror.messages(), &mut *cx.session);
-    let tools = &rules.config().tools;
-    if !tools.discard.enabled && !tools.extract.enabled {
-        return Vec::new();
-    }
-    let listing = prunable::Listing { project: cx.project, min_tokens: tools.settings.min_tokens.into() };
-    let index = &mut session.history.index;
-    let Some(list) = index.prunable(messages, recorded, cx.slot.state_for_strategies().0, rules, &listing) else {
-        return Vec::new();
-    };
-    let mut text = list.to_string();
-    // The list is written uncached with every request that carries it: it goes only when the
-    // calls it names that the last list sent did not would gain more, discarded, than the
-    // list itself costs, and more again for each list the agent left unanswered
-    // (`policy::list_pays`). What an earlier list named, the agent has seen (and can name
-    // by call id). `minTokens` 0 asks for every output on every request, whatever it is worth.
-    let (fresh, last) = index.listed_after(session.lists.shown);
-    let answered = session.caches.agent_prunes.count(cx.slot, cx.views);
-    if answered > session.lists.answered {
-        (session.lists.answered, session.lists.unanswered) = (answered, 0);
-    }
-    let small_too = tools.settings.min_tokens == 0;
-    let (list, unanswered) = (text.len().div_ceil(4) as u64, session.lists.unanswered);
-    if !small_too && !policy::list_pays(cx.facts.rates, fresh, list, unanswered) {
-        return Vec::new();
-    }
-    session.lists.shown = last;
-    session.lists.unanswered = session.lists.unanswered.saturating_add(1);
-    let calls = index.calls();
-    if session.lists.calls_at_nudge > calls {
-        session.lists.calls_at_nudge = 0;
-    }
-    let settings = &tools.settings;
-    if settings.nudge_enabled
-        && settings.nudge_frequency > 0
-        && calls - session.lists.calls_at_nudge >= settings.nudge_frequency as usize
-    {
-        session.lists.calls_at_nudge = calls;
-        let (listed, tokens) = index.listed();
-        text.push('\n');
-        text.push_str(&texts::nudge(listed, tokens));
-    }
-    vec![synthetic_message(cx.sid, messages, text)]
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.
@@ -456,29 +404,4 @@ fn agent_keys<'a>(cx: &RequestContext<'a>, notice: &texts::Notice<'a>) -> HashMa
         Some(prunable::shown_key(key, cx.project))
     };
     chosen.filter_map(|(id, _)| Some((*id, key(id)?))).collect()
-}
-
-/// The user message that carries `text` after the history, with the agent and model of the
-/// last user message.
-fn synthetic_message(sid: &str, messages: &[Message], text: String) -> Synthetic {
-    const MESSAGE_ID: &str = "msg_dcp_prunable_tools";
-    let last_user = messages.iter().rev().find(|m| m.role() == Role::User);
-    let field = |key: &str| last_user.and_then(|m| m.info.get(key)).map(Node::to_value);
-    let info = SyntheticInfo {
-        id: MESSAGE_ID,
-        session_id: sid.to_string(),
-        role: "user",
-        time: Created { created: messages.last().map_or(0, Message::time_created) },
-        agent: field("agent"),
-        model: field("model"),
-    };
-    let part = SyntheticPart {
-        id: "prt_dcp_prunable_tools",
-        session_id: sid.to_string(),
-        message_id: MESSAGE_ID,
-        kind: "text",
-        text,
-        synthetic: true,
-    };
-    Synthetic { info, parts: vec![part] }
 }
