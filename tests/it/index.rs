@@ -95,6 +95,32 @@ fn unfinished(message: &Message, step: usize) -> Message {
     serde_json::from_value(v).unwrap()
 }
 
+/// Syncs `index` at `step` with the first `kept` of the `indexed` messages it read unchanged
+/// (all but the last but one at a `restart`), and checks how it read them again; whether it
+/// went back to the last message.
+fn sync(
+    index: &mut Index,
+    messages: &[Message],
+    (kept, indexed): (usize, usize),
+    restart: bool,
+    step: usize,
+    rules: &Rules,
+) -> bool {
+    let (rebuilds, rewinds) = (index.rebuilds(), index.rewinds());
+    let rebuilt = index.sync(messages, kept, 0, rules);
+    assert_eq!(rebuilt, restart || kept < indexed, "step {step}: read again");
+    let went_back = index.rewinds() > rewinds;
+    assert_eq!(index.rebuilds() - rebuilds, u64::from(rebuilt), "step {step}: rebuilds");
+    assert!(!went_back || !restart, "step {step}: went back past the last message");
+    // A message OpenCode finished only gained: going back to it always holds. The other forms
+    // may leave a call behind a masking window, and rebuild.
+    let opencode = step >= 2 && (step - 1) % 3 == 0;
+    if !restart && kept < indexed && opencode {
+        assert!(went_back, "step {step}: rebuilt for a message that only gained");
+    }
+    went_back
+}
+
 /// [`side_by_side_over`], each step's messages arriving as `arrival` says.
 fn side_by_side_arriving(session: &GeneratedSession, config: &Config, restart_at: &[usize], arrival: Arrival) -> usize {
     let rules = Rules::new(config.clone()).unwrap();
@@ -121,19 +147,7 @@ fn side_by_side_arriving(session: &GeneratedSession, config: &Config, restart_at
         }
         let restart = restart_at.contains(&step) && step > 0;
         let kept = if restart { indexed.saturating_sub(3) } else { kept };
-        let (rebuilds, rewinds) = (index.rebuilds(), index.rewinds());
-        let rebuilt = index.sync(&messages, kept, 0, &rules);
-        assert_eq!(rebuilt, restart || kept < indexed, "step {step}: read again");
-        let went_back = index.rewinds() > rewinds;
-        assert_eq!(index.rebuilds() - rebuilds, u64::from(rebuilt), "step {step}: rebuilds");
-        assert!(!went_back || !restart, "step {step}: went back past the last message");
-        // A message OpenCode finished only gained: going back to it always holds. The other
-        // forms may leave a call behind a masking window, and rebuild.
-        let opencode = step >= 2 && (step - 1) % 3 == 0;
-        if !restart && kept < indexed && opencode {
-            assert!(went_back, "step {step}: rebuilt for a message that only gained");
-        }
-        went_back_steps += usize::from(went_back);
+        went_back_steps += usize::from(sync(&mut index, &messages, (kept, indexed), restart, step, &rules));
         indexed = messages.len();
 
         let history = History::new(&messages);
