@@ -147,7 +147,7 @@ pub struct Index {
     rewinds: u64,
     /// Where the index stood before it read the last message, and what reading that message
     /// overwrote since ([`rewind`]).
-    mark: Option<rewind::Mark>,
+    mark: Option<rewind::IndexMark>,
     journal: Vec<rewind::Undo>,
 }
 

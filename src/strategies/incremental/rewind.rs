@@ -4,7 +4,7 @@
 //! OpenCode changes the newest message of a history between two requests (an assistant
 //! message gains its tool results, its finish and its tokens), so the index is told nearly on
 //! every request that the last message it read changed. Before it reads the last message of a
-//! history, the index takes a [`Mark`]: its counts, the signals' state and the working files,
+//! history, the index takes an [`IndexMark`]: its counts, the signals' state and the working files,
 //! which are small; while it reads that message it journals what it overwrites in its maps
 //! ([`Undo`]). Going back is then the journal undone in reverse, the calls of the message cut
 //! off and the mark restored, in proportion to the message, not to the history. A change
@@ -18,7 +18,7 @@ use crate::strategies::{keep, masking, Rules};
 
 /// Where the index stood before it read the last message of the history.
 #[derive(Debug)]
-pub(super) struct Mark {
+pub(super) struct IndexMark {
     /// Messages read before it: the message the mark goes back to.
     messages: usize,
     calls: usize,
@@ -77,7 +77,7 @@ impl Index {
     /// journalled from here on undoes reading it.
     pub(super) fn mark_before(&mut self, at: usize) {
         self.journal.clear();
-        self.mark = Some(Mark {
+        self.mark = Some(IndexMark {
             messages: at,
             calls: self.calls.len(),
             current: self.current,
