@@ -12,6 +12,11 @@
 //! request, counting ahead), and a digest of every answer: two builds that answer alike
 //! print the same digest.
 //!
+//! With `--unfinished` (`cargo bench --bench steps -- 2000 --unfinished`) each step's last
+//! message first arrives as OpenCode sends it while it is being written (its calls running,
+//! without output, no finish) and arrives finished with the next step, so that every step
+//! changes a message the sidecar has read, as in OpenCode.
+//!
 //! For instruction counts, which do not drift with the machine's load, run the built bench
 //! under callgrind and read the inclusive cost of the three stages:
 //!
@@ -66,12 +71,33 @@ impl Plugin {
         json!({"jsonrpc": "2.0", "id": self.next_id, "method": "transform", "params": params}).to_string()
     }
 
+    /// The last message the sidecar has changed: it is sent again.
+    fn changed_last(&mut self) {
+        self.held = self.held.saturating_sub(1);
+    }
+
     fn answered(&mut self, answer: &str) {
         let answer: Value = serde_json::from_str(answer).unwrap_or(Value::Null);
         if let Some(seq) = answer["result"]["seq"].as_u64() {
             self.seq = Some(seq);
         }
     }
+}
+
+/// `message` as OpenCode sends it while it is being written: its calls running, without
+/// output, and no finish.
+fn unfinished(message: &Value) -> Value {
+    let mut m = message.clone();
+    for p in m["parts"].as_array_mut().into_iter().flatten().filter(|p| p["type"] == "tool") {
+        p["state"]["status"] = "running".into();
+        if let Some(state) = p["state"].as_object_mut() {
+            state.remove("output");
+        }
+    }
+    if let Some(info) = m["info"].as_object_mut() {
+        info.remove("finish");
+    }
+    m
 }
 
 /// The first request: a line of the whole history, read as a stream.
@@ -132,6 +158,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let size = numbers.first().copied().unwrap_or(2_000);
     let steps = numbers.get(1).copied().unwrap_or(if size <= 5_000 { 200 } else { 50 });
+    let unfinished_last = std::env::args().any(|a| a == "--unfinished");
     let dir = tempfile::tempdir()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let (mut server, saver) = serve(dir.path(), &runtime)?;
@@ -151,10 +178,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first_ahead = cpu_ms() - t;
 
     let (mut requests, mut ahead) = (Vec::new(), Vec::new());
+    let mut finishing: Option<Value> = None;
     for (i, new) in session.steps.iter().enumerate() {
+        if let (Some(finished), Some(last)) = (finishing.take(), history.last_mut()) {
+            *last = finished;
+            plugin.changed_last();
+        }
         for m in new {
             history.push(serde_json::to_value(m)?);
         }
+        finishing =
+            history.last_mut().filter(|_| unfinished_last).map(|last| std::mem::replace(last, unfinished(last)));
         let line = plugin.line(&sid, &history, CLOCK + GAP_MS * (i as i64 + 1));
         let t = cpu_ms();
         let answer = step(&mut server, &line);
@@ -169,7 +203,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let (request_mean, ahead_mean) = (mean(&requests), mean(&ahead));
     requests.sort_by(f64::total_cmp);
-    println!("{size} messages, {steps} steps (CPU ms of the server's thread)");
+    let arriving = if unfinished_last { ", the last message finished a step later" } else { "" };
+    println!("{size} messages, {steps} steps{arriving} (CPU ms of the server's thread)");
     println!("first request {first:.1}, counting ahead after it {first_ahead:.1}");
     println!(
         "steady request p50 {:.3}, mean {request_mean:.3}, max {:.3}; counting ahead mean {ahead_mean:.3}",

@@ -13,14 +13,9 @@ use crate::strategies::rewind;
 pub(super) fn sync(cx: &mut RequestContext) {
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.history.index;
-    // Only a history changed at or before its last call's message can have lost a call.
-    let last = index.calls().checked_sub(1).and_then(|at| index.position(index.call_id(at)?));
-    let before: Vec<String> = match last {
-        Some((m, _)) if cx.mirror.kept() <= m => {
-            (0..index.calls()).filter_map(|at| index.call_id(at).map(str::to_string)).collect()
-        }
-        _ => Vec::new(),
-    };
+    // Only the calls of the messages that changed can have been lost: those before are read
+    // again as they were.
+    let before = index.call_ids_from(cx.mirror.kept());
     if !index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
         return;
     }

@@ -12,10 +12,12 @@
 //! * the list grows at its end as calls leave turn protection, loses a line when its call is
 //!   pruned, and is rendered again only when it changed.
 //!
-//! The index reads messages only once. It is rebuilt from scratch when messages it read have
-//! changed (OpenCode marked old outputs compacted, a revert) or when the state was reset (a
-//! compaction, a merge with another process's file), so it always agrees with the batch
-//! functions; `tests/it/index.rs` runs both side by side over generated sessions.
+//! The index reads messages only once. When the last message it read changed (OpenCode adds
+//! an assistant message's results and finish to it between requests), it goes back to before
+//! that message and reads it again ([`rewind`]). It is rebuilt from scratch when messages
+//! before that changed (OpenCode marked old outputs compacted, a revert) or when the state was
+//! reset (a compaction, a merge with another process's file), so it always agrees with the
+//! batch functions; `tests/it/index.rs` runs both side by side over generated sessions.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -29,6 +31,7 @@ use crate::strategies::{dedup, keep, masking, purge_errors, supersede_writes, De
 use crate::texts;
 use crate::tokens::{Field, TokenCounter};
 
+mod rewind;
 mod working;
 
 /// One tool call of the history, as read when its message arrived.
@@ -130,27 +133,53 @@ pub struct Index {
     newest: HashMap<u64, usize>,
     /// Completed writes of each path that no later read covers yet.
     writes: HashMap<String, Vec<usize>>,
-    /// Candidates by the model step from which they may be pruned.
-    waiting: BinaryHeap<Reverse<(u32, usize, Strategy)>>,
+    /// Candidates by the model step from which they may be pruned, each with the call that
+    /// made it one (to go back past that call).
+    waiting: BinaryHeap<Reverse<(u32, usize, Strategy, usize)>>,
     /// Calls before this one were considered for the prunable list.
     cursor: usize,
     listed: Vec<Listed>,
     /// The rendered list, while it is current.
     text: Option<String>,
-    /// How often the index was rebuilt from scratch (for logs and tests).
+    /// How often the index read again messages it had read, rebuilt from scratch or gone back
+    /// to the last message (for its readers, logs and tests), and how often it went back.
     rebuilds: u64,
+    rewinds: u64,
+    /// Where the index stood before it read the last message, and what reading that message
+    /// overwrote since ([`rewind`]).
+    mark: Option<rewind::IndexMark>,
+    journal: Vec<rewind::Undo>,
 }
 
 impl Index {
     /// Brings the index up to `messages`, of which the first `kept` are unchanged since the
-    /// last call; `resets` is the slot's reset count. Returns whether it was rebuilt.
+    /// last call; `resets` is the slot's reset count. Returns whether messages it had read
+    /// were read again: it went back to the last one, or was rebuilt.
     pub fn sync(&mut self, messages: &[Message], kept: usize, resets: u64, rules: &Rules) -> bool {
-        let stale = resets != self.resets || kept < self.messages || messages.len() < self.messages;
-        if stale {
-            let rebuilds = self.rebuilds + 1;
-            *self = Index { resets, rebuilds, ..Index::default() };
+        let kept = kept.min(messages.len());
+        let (reset, changed) = (resets != self.resets, kept < self.messages);
+        let rewound = (changed && !reset).then(|| self.rewind(kept)).flatten();
+        if reset || (changed && rewound.is_none()) {
+            self.start_over(resets);
         }
+        self.read(messages, rules);
+        if let Some(before) = rewound {
+            if self.rewind_holds(before, rules) {
+                (self.rebuilds, self.rewinds) = (self.rebuilds + 1, self.rewinds + 1);
+            } else {
+                self.start_over(resets);
+                self.read(messages, rules);
+            }
+        }
+        reset || changed
+    }
+
+    /// Reads the messages after those read so far.
+    fn read(&mut self, messages: &[Message], rules: &Rules) {
         for (mi, message) in messages.iter().enumerate().skip(self.messages) {
+            if mi + 1 == messages.len() {
+                self.mark_before(mi);
+            }
             if message.role() == Role::Assistant {
                 self.current += 1;
             }
@@ -166,17 +195,12 @@ impl Index {
                 let weight = masking::weight(&call, rules);
                 self.window.kept_weight += weight;
                 self.deep.kept_weight += weight;
-                self.by_call_id.insert(facts.call_id.clone(), at);
+                let old = self.by_call_id.insert(facts.call_id.clone(), at);
+                self.note(|| rewind::Undo::CallId(facts.call_id.clone(), old));
                 self.calls.push(Call { facts, message: mi, turn: self.current, prompts: self.prompts, weight });
             }
         }
         self.messages = messages.len();
-        stale
-    }
-
-    /// How many times the index was rebuilt because what it had read changed.
-    pub fn rebuilds(&self) -> u64 {
-        self.rebuilds
     }
 
     /// Notes what call `at` makes prunable.
@@ -187,20 +211,27 @@ impl Index {
             ToolStatus::Completed => {
                 if s.deduplication.enabled && dedup::eligible(call, rules) {
                     let sig = dedup::signature_hash(call.tool, call.input());
-                    if let Some(older) = self.newest.insert(sig, at) {
+                    let older = self.newest.insert(sig, at);
+                    self.note(|| rewind::Undo::Newest(sig, older));
+                    if let Some(older) = older {
                         let ready = self.calls[older].turn.saturating_add(turns);
-                        self.waiting.push(Reverse((ready, older, Strategy::Deduplication)));
+                        self.waiting.push(Reverse((ready, older, Strategy::Deduplication, at)));
                     }
                 }
                 if s.supersede_writes.enabled {
                     if let Some(path) = call.file_path() {
                         match call.tool {
-                            "write" => self.writes.entry(path.to_string()).or_default().push(at),
+                            "write" => {
+                                self.writes.entry(path.to_string()).or_default().push(at);
+                                self.note(|| rewind::Undo::Write(path.to_string()));
+                            }
                             "read" => {
-                                for write in self.writes.remove(path).unwrap_or_default() {
+                                let Some(writes) = self.writes.remove(path) else { return };
+                                for &write in &writes {
                                     let ready = self.calls[write].turn.saturating_add(turns);
-                                    self.waiting.push(Reverse((ready, write, Strategy::SupersedeWrites)));
+                                    self.waiting.push(Reverse((ready, write, Strategy::SupersedeWrites, at)));
                                 }
+                                self.note(|| rewind::Undo::Covered(path.to_string(), writes));
                             }
                             _ => {}
                         }
@@ -209,7 +240,7 @@ impl Index {
             }
             ToolStatus::Error if s.purge_errors.enabled => {
                 let ready = purge_errors::ready_at(call, rules);
-                self.waiting.push(Reverse((ready, at, Strategy::PurgeErrors)));
+                self.waiting.push(Reverse((ready, at, Strategy::PurgeErrors, at)));
             }
             _ => {}
         }
@@ -225,7 +256,7 @@ impl Index {
         counter: &mut TokenCounter,
     ) -> Vec<Decision> {
         let mut ready = Vec::new();
-        while let Some(Reverse((at_turn, at, strategy))) = self.waiting.peek().copied() {
+        while let Some(Reverse((at_turn, at, strategy, _))) = self.waiting.peek().copied() {
             if at_turn > self.current {
                 break;
             }

@@ -238,7 +238,7 @@ fn windows(chars: &[char], mut each: impl FnMut(u32)) {
 }
 
 /// What one call says for the rules of this module.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Tracked {
     /// The latest step that quoted the call's text as its newest source (0: none).
     used: u32,
@@ -261,6 +261,17 @@ pub struct Signals {
     prompt_step: u32,
     named: Names,
     calls: Vec<Tracked>,
+}
+
+/// Where [`Signals`] stood when [`Signals::mark`] was taken.
+#[derive(Debug)]
+pub struct SignalsMark {
+    step: u32,
+    prompts: u32,
+    prompt_step: u32,
+    named: Names,
+    calls: usize,
+    tail: Vec<Tracked>,
 }
 
 impl Signals {
@@ -301,6 +312,24 @@ impl Signals {
     /// session's first prompt only by a path, [`Names::by_path`]).
     pub fn named(&self, path: &str, within: u32) -> bool {
         self.prompts >= 1 && self.step - self.prompt_step < within && self.named.names(path)
+    }
+
+    /// Where the signals stand now, to go back to ([`Signals::rewind`]): what reading more
+    /// messages and calls changes, which is the counts, the latest prompt's names and the last
+    /// [`TRACK`] calls (an older call's entry is never changed again).
+    pub fn mark(&self) -> SignalsMark {
+        let tail = self.calls[self.calls.len().saturating_sub(TRACK)..].to_vec();
+        let (step, prompts, prompt_step) = (self.step, self.prompts, self.prompt_step);
+        SignalsMark { step, prompts, prompt_step, named: self.named.clone(), calls: self.calls.len(), tail }
+    }
+
+    /// Goes back to where `mark` was taken, forgetting the messages and calls read since.
+    pub fn rewind(&mut self, mark: SignalsMark) {
+        self.calls.truncate(mark.calls);
+        let from = mark.calls - mark.tail.len();
+        self.calls.splice(from.., mark.tail);
+        (self.step, self.prompts, self.prompt_step, self.named) =
+            (mark.step, mark.prompts, mark.prompt_step, mark.named);
     }
 
     /// Marks the calls the step `message` quoted, each quote going to its newest source.

@@ -3,6 +3,7 @@
 //! (`crate::strategies::keep`: the views of files the latest follow-up prompt names, and the
 //! outputs in use).
 
+use super::rewind::Undo;
 use super::Index;
 use crate::session::{ToolCall, ToolStatus};
 use crate::strategies::{masking, Rules};
@@ -11,15 +12,18 @@ impl Index {
     /// Notes the file call `at` read or changed, for the working set.
     pub(super) fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
         if let Some(key) = call.key_argument().filter(|_| call.status == ToolStatus::Completed) {
-            self.latest_view.insert((call.tool.to_string(), key.to_string()), at);
+            let old = self.latest_view.insert((call.tool.to_string(), key.to_string()), at);
+            self.note(|| Undo::LatestView((call.tool.to_string(), key.to_string()), old));
         }
         let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
         if call.tool == "read" || call.tool == "write" {
             let view = masking::FileView::after(self.file_views.get(path), at, call);
-            self.file_views.insert(path.to_string(), view);
+            let old = self.file_views.insert(path.to_string(), view);
+            self.note(|| Undo::FileView(path.to_string(), old));
         }
         if masking::EDIT_TOOLS.contains(&call.tool) {
-            self.last_edit.insert(path.to_string(), at);
+            let old = self.last_edit.insert(path.to_string(), at);
+            self.note(|| Undo::LastEdit(path.to_string(), old));
         } else if call.tool != "read" {
             return;
         }
