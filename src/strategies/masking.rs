@@ -290,23 +290,40 @@ pub fn is_view(tool: &str) -> bool {
     VIEW_TOOLS.contains(&tool)
 }
 
+/// Where a call stands among the user turns, for the rules that act once the person has
+/// prompted again ([`rides`], [`writing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnOf {
+    /// The call was made in the current user turn.
+    pub current: bool,
+    /// The user prompts the session has had (`crate::session::starts_turn`).
+    pub prompts: u32,
+}
+
+impl TurnOf {
+    /// Whether the call was made in the current turn of a session the person has prompted
+    /// more than once.
+    fn current_after_a_follow_up(self) -> bool {
+        self.current && self.prompts >= 2
+    }
+}
+
 /// Whether an output of `tool` inside the kept window but beyond the narrower one may ride a
 /// rewrite that goes anyway (see the module header, "Views of the current turn"): all but a
-/// view of files made in the current user turn (`in_current_turn`) of a session with
-/// `prompts` of two or more.
-pub fn rides(tool: &str, in_current_turn: bool, prompts: u32) -> bool {
-    !(is_view(tool) && in_current_turn && prompts >= 2)
+/// view of files made in the current turn of a session prompted more than once.
+pub fn rides(tool: &str, turn: TurnOf) -> bool {
+    !(is_view(tool) && turn.current_after_a_follow_up())
 }
 
 /// How many of the latest calls a `write` of the current user turn keeps its text in, once the
 /// person has prompted again ([`working`]; see the module header, "What the agent is writing").
 pub const WRITING_CALLS: usize = 8;
 
-/// Whether a call of `tool`, at `at` of `calls` calls, made in the current user turn
-/// (`in_current_turn`) of a session with `prompts`, is a file the agent is writing (see the
-/// module header, "What the agent is writing").
-pub fn writing(tool: &str, at: usize, calls: usize, in_current_turn: bool, prompts: u32) -> bool {
-    tool == "write" && in_current_turn && prompts >= 2 && at + WRITING_CALLS >= calls
+/// Whether a call of `tool`, at `at` of `calls` calls, is a file the agent is writing (see the
+/// module header, "What the agent is writing"): a `write` among the last [`WRITING_CALLS`], in
+/// the current turn of a session prompted more than once.
+pub fn writing(tool: &str, at: usize, calls: usize, turn: TurnOf) -> bool {
+    tool == "write" && turn.current_after_a_follow_up() && at + WRITING_CALLS >= calls
 }
 
 /// Tools whose calls change a file, for the working set ([`working`]).
@@ -349,7 +366,7 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     }
     let prompts = prompts_from(history.messages)[0];
     for (at, call) in calls.iter().enumerate() {
-        out[at] |= writing(call.tool, at, calls.len(), call.message > turn_start, prompts);
+        out[at] |= writing(call.tool, at, calls.len(), TurnOf { current: call.message > turn_start, prompts });
     }
     out
 }

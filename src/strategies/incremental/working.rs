@@ -36,8 +36,8 @@ impl Index {
         if self.signals.in_use(at, &facts.tool, m.keep_quoted) || self.named_view(at, rules) {
             return true;
         }
-        let in_current_turn = self.calls[at].prompts == self.prompts;
-        if masking::writing(&facts.tool, at, self.calls.len(), in_current_turn, self.prompts) {
+        let turn = masking::TurnOf { current: self.calls[at].prompts == self.prompts, prompts: self.prompts };
+        if masking::writing(&facts.tool, at, self.calls.len(), turn) {
             return true;
         }
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
