@@ -393,3 +393,41 @@ fn the_index_keeps_what_the_next_steps_need_as_the_batch_masking_does() {
         .sum();
     assert!(ever + needed > 5, "the rules kept almost nothing: {ever}");
 }
+
+/// A session whose agent writes /p/hook.ts after `prompts` prompts, then makes `greps` searches.
+fn write_then_searches(prompts: usize, greps: usize) -> crate::support::SessionBuilder {
+    let mut b = crate::support::SessionBuilder::new();
+    for i in 1..prompts {
+        b = b.user(&format!("task {i}")).text("done");
+    }
+    let content = "export function useHook(id: string) {\n  return fetchShares(id, 10);\n}\n".repeat(12);
+    let write = serde_json::json!({"filePath": "/p/hook.ts", "content": content});
+    b = b.user("write the hook").tool("w", "write", write, "Wrote file successfully.");
+    for i in 0..greps {
+        let hits = format!("src/g{i}.ts:3: fn g{i}() {{ return {i}; }}\n").repeat(4);
+        b = b.tool(&format!("g{i}"), "grep", serde_json::json!({"pattern": format!("fn g{i}")}), &hits);
+    }
+    b
+}
+
+#[test]
+fn a_file_written_after_a_follow_up_prompt_keeps_its_text_for_the_next_calls_in_the_index_and_the_batch() {
+    let rules = Rules::new(Config::default()).unwrap();
+    let masked_by_both = |messages: &[Message]| {
+        let mut index = Index::default();
+        index.sync(messages, 0, 0, &rules);
+        let (mut batch, mut incremental) = (Side::new(), Side::new());
+        let (got, _) = masks(&mut index, messages, &mut incremental, &rules);
+        let (expected, _) = batch_masks(&History::new(messages), &mut batch, &rules);
+        assert_eq!(got, expected, "the index and the batch masking differ");
+        got.contains(&"w".to_string())
+    };
+    // A run of one prompt masks the write's text once it is beyond the window, as before.
+    assert!(masked_by_both(&write_then_searches(1, 7).build()));
+    // Once the person has prompted again, the write keeps its text for the next seven calls.
+    assert!(!masked_by_both(&write_then_searches(2, 7).build()));
+    assert!(masked_by_both(&write_then_searches(2, 8).build()));
+    // A new prompt ends the turn that wrote it.
+    let next = write_then_searches(2, 6).text("done").user("next task");
+    assert!(masked_by_both(&next.tool("n", "grep", serde_json::json!({"pattern": "fn n"}), "hit").build()));
+}
