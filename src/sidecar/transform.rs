@@ -87,6 +87,7 @@ impl Server {
         let mut ledger = if skips { None } else { self.store.slot(&sid).ok().map(|slot| slot.ledger_mut()) };
         let before = Figures::of(session.totals, ledger.as_deref());
         let idle_seconds = ledger.as_ref().and_then(|l| l.idle_seconds(now));
+        session.resume(ledger.as_deref());
         session.totals.request();
         session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
@@ -244,6 +245,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     };
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
     charge(&mut cx.session.totals, cx.slot.ledger_mut(), &balance);
+    cx.session.lists.keep(cx.slot.ledger_mut());
     let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
     // What changed was noted by the slot's operations; a file to set aside asks for a save.
@@ -267,6 +269,7 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 fn charge(totals: &mut PolicyTotals, ledger: &mut Ledger, request: &policy::Charges) {
     ledger.banked += policy::balance(request);
     totals.charge(request);
+    totals.keep(ledger);
 }
 
 /// The synthetic message appended after the history of a session offered dcp's head: the
