@@ -360,7 +360,7 @@ mod tests {
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
-            "ledger": super::ledger::render(&state.ledger, None),
+            "ledger": super::super::ledger::render(&state.ledger, None),
         });
         for (k, v) in savings_own(state) {
             own[k] = v;
