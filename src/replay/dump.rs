@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::engine::ReplayEngineError;
 use super::steps::{edits_by_message, replaced, AgentTools, Timeline};
-use super::{drive, priced, Mode, RecordedSession, ReplayOptions};
+use super::{drive, priced, Mode, Processes, RecordedSession, ReplayOptions};
 use crate::session::Message;
 
 /// One request as dcp's transform answered it: `messages` is OpenCode's `{info, parts}` form
@@ -37,9 +37,18 @@ pub fn requests(
     mode: Mode,
     options: &ReplayOptions,
 ) -> Result<Vec<SentRequest>, ReplayEngineError> {
+    requests_in(session, (mode, Processes::One), options)
+}
+
+/// [`requests`], through as many sidecar `processes`.
+pub fn requests_in(
+    session: &RecordedSession<'_>,
+    (mode, processes): (Mode, Processes),
+    options: &ReplayOptions,
+) -> Result<Vec<SentRequest>, ReplayEngineError> {
     let mut out = Vec::new();
     let (_, sheet) = priced(session, &Timeline::new(session.messages, AgentTools::Offered), options);
-    drive(session, (mode, &sheet), options, |step| {
+    drive(session, (mode, &sheet, processes), options, |step| {
         let mut by_message = edits_by_message(step.edits);
         let mut messages: Vec<Message> = Vec::new();
         for (m, i) in step.timeline.range(step.request).enumerate() {

@@ -85,6 +85,9 @@ pub struct ReplayRun {
     next_id: u64,
     /// The answer to `initialize`: which tools the engine offers, and their descriptions.
     initialized: Value,
+    /// The run's server options and config, to start a new server on the same state files.
+    options: ServeOptions,
+    config: Config,
     _scratch: Scratch,
 }
 
@@ -111,7 +114,8 @@ impl ReplayRun {
         };
         let project = setup.project.map(Path::to_path_buf);
         let options = ServeOptions { data_dir: scratch.path().join("data"), env, project };
-        let server = Server::with_config(options, setup.config.clone(), None).map_err(ReplayEngineError::Start)?;
+        let server =
+            Server::with_config(options.clone(), setup.config.clone(), None).map_err(ReplayEngineError::Start)?;
         let mut engine = ReplayRun {
             server,
             session_id: setup.session_id.to_string(),
@@ -122,11 +126,25 @@ impl ReplayRun {
             edits: Vec::new(),
             next_id: 0,
             initialized: Value::Null,
+            options,
+            config: setup.config.clone(),
             _scratch: scratch,
         };
         engine.initialized =
             engine.call("initialize", json!({"protocol": crate::sidecar::protocol::PROTOCOL_VERSION}))?;
         Ok(engine)
+    }
+
+    /// Ends this server as `dcp serve` ends (its sessions saved) and starts a new one on the
+    /// same state files, as a new OpenCode process starts a new sidecar: it holds no messages
+    /// and no edits, and reads each session from its file on its first request.
+    pub fn restart(&mut self) -> Result<(), ReplayEngineError> {
+        self.server.shutdown();
+        self.server =
+            Server::with_config(self.options.clone(), self.config.clone(), None).map_err(ReplayEngineError::Start)?;
+        (self.held, self.seq, self.edits) = (Vec::new(), None, Vec::new());
+        self.initialized = self.call("initialize", json!({"protocol": crate::sidecar::protocol::PROTOCOL_VERSION}))?;
+        Ok(())
     }
 
     fn call(&mut self, method: &'static str, params: Value) -> Result<Value, ReplayEngineError> {

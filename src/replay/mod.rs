@@ -31,7 +31,7 @@ use serde::Serialize;
 
 use self::calibrate::Calibration;
 use self::cost::{Bill, Biller, Piece, Totals, Ttl};
-pub use self::dump::{requests, SentRequest};
+pub use self::dump::{requests, requests_in, SentRequest};
 use self::engine::{ReplayEngineError, ReplayRun, Setup};
 use self::misses::{Checked, Miss, Misses, QuoteIndex};
 use self::pieces::Pieces;
@@ -273,13 +273,23 @@ fn priced(session: &RecordedSession<'_>, plain: &Timeline, options: &ReplayOptio
     (recorded, options.prices.sheet(&options.config, own))
 }
 
+/// How many sidecar processes a replayed run goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processes {
+    /// One for the whole session, as `dcp replay` runs it.
+    One,
+    /// A new one at each prompt, as each `opencode run` of the lab starts one: it reads the
+    /// session from the state file the last one saved, and must decide as one process does.
+    PerPrompt,
+}
+
 /// Runs every request of `session` in `mode` through the engine (none for [`Mode::None`]),
 /// handing each to `visit`, and replays the agent's tool calls after it. Returns what the
 /// engine adds to the system prompt and tool definitions, and the agent calls' outcome
 /// (replayed, answered as recorded).
 fn drive(
     session: &RecordedSession<'_>,
-    (mode, sheet): (Mode, &Sheet),
+    (mode, sheet, processes): (Mode, &Sheet, Processes),
     options: &ReplayOptions,
     mut visit: impl FnMut(&Step<'_>),
 ) -> Result<(Vec<String>, (u64, u64), u64), ReplayEngineError> {
@@ -303,7 +313,7 @@ fn drive(
     let (mut offered, mut after) = (false, None);
     for request in timeline.requests() {
         if turn_starts(&timeline, after, request) {
-            offered = engine.turn(request)?;
+            offered = start_turn(&mut engine, processes, after.is_none(), request)?;
         }
         after = Some(request.message);
         let answer = engine.transform(&timeline, request)?;
@@ -334,6 +344,20 @@ fn drive(
         }
     }
     Ok((additions, calls, engine.misses().refetches))
+}
+
+/// Starts a user turn before `request` (in a new process when each prompt has one, but the
+/// first): whether its requests carry dcp's head.
+fn start_turn(
+    engine: &mut ReplayRun,
+    processes: Processes,
+    first: bool,
+    request: &RecordedRequest,
+) -> Result<bool, ReplayEngineError> {
+    if !first && processes == Processes::PerPrompt {
+        engine.restart()?;
+    }
+    engine.turn(request)
 }
 
 /// Hands every request of `timeline` to `visit` as sent without dcp.
@@ -398,20 +422,30 @@ fn run(
     // after the first request is visited: it is added to every request afterwards.
     let mut counted: Vec<Counted> = Vec::new();
     let mut misses = Misses::new(index);
-    let (additions, (agent_calls, agent_calls_same), refetches) = drive(session, (mode, sheet), options, |step| {
-        let mut request = Vec::new();
-        let history = count_history(step, pieces, &mut request);
-        for m in step.append {
-            pieces.message(m, &[], &mut request);
-        }
-        let id = step.timeline.messages()[step.request.message].id().to_string();
-        let applied = step.applied.map(str::to_string);
-        let offered = step.offered;
-        let carried = misses.carried();
-        let checked = misses.check(step, pieces);
-        let time = step.request.time;
-        counted.push(Counted { time, pieces: request, history, message_id: id, applied, offered, checked, carried });
-    })?;
+    let (additions, (agent_calls, agent_calls_same), refetches) =
+        drive(session, (mode, sheet, Processes::One), options, |step| {
+            let mut request = Vec::new();
+            let history = count_history(step, pieces, &mut request);
+            for m in step.append {
+                pieces.message(m, &[], &mut request);
+            }
+            let id = step.timeline.messages()[step.request.message].id().to_string();
+            let applied = step.applied.map(str::to_string);
+            let offered = step.offered;
+            let carried = misses.carried();
+            let checked = misses.check(step, pieces);
+            let time = step.request.time;
+            counted.push(Counted {
+                time,
+                pieces: request,
+                history,
+                message_id: id,
+                applied,
+                offered,
+                checked,
+                carried,
+            });
+        })?;
     let opencode = pieces.fixed("opencode", options.overhead);
     // The system paragraph and each tool's definition, its argument schema included.
     let dcp: u64 = additions.iter().map(|t| pieces.count(t)).sum();

@@ -44,6 +44,15 @@ pub(super) struct LiveSession {
 }
 
 impl LiveSession {
+    /// Before a process's first request of the session: goes on from the figures its state
+    /// file keeps (`ledger`, when dcp keeps one), the policy's costs so far and the lists sent,
+    /// so that it decides as a process that had answered every request would.
+    pub fn resume(&mut self, ledger: Option<&Ledger>) {
+        let Some(ledger) = ledger.filter(|_| self.totals.requests() == 0) else { return };
+        self.totals.resume(ledger);
+        self.lists.resume(ledger);
+    }
+
     /// Whether messages are left whose outputs were not counted ahead.
     pub fn uncounted(&self) -> bool {
         self.history.precounted < self.history.mirror.messages().len()
@@ -83,6 +92,25 @@ pub(super) struct Lists {
     pub answered: usize,
     /// Lists sent since the agent last pruned (`crate::policy::list_pays`).
     pub unanswered: u32,
+}
+
+impl Lists {
+    /// Goes on from the lists `ledger` says were sent.
+    fn resume(&mut self, ledger: &Ledger) {
+        let l = &ledger.lists;
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        self.calls_at_nudge = count(l.calls_at_nudge);
+        self.shown = l.shown.map(count);
+        (self.answered, self.unanswered) = (count(l.answered), l.unanswered);
+    }
+
+    /// Writes the lists sent into `ledger`, which the next save keeps.
+    pub fn keep(&self, ledger: &mut Ledger) {
+        let l = &mut ledger.lists;
+        l.calls_at_nudge = self.calls_at_nudge as u64;
+        l.shown = self.shown.map(|s| s as u64);
+        (l.answered, l.unanswered) = (self.answered as u64, self.unanswered);
+    }
 }
 
 /// What a request of the session reads again unless it is kept: the rewrite sizes, the

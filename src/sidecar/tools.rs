@@ -120,6 +120,11 @@ impl Server {
             let block = &slot.state().blocks.by_id[id];
             let (tools, tokens) = (block.direct_tools.clone(), block.net_tokens());
             slot.record_block(*id, &tools, tokens);
+            // A range that took a block in force in its place is in force now: the calls it
+            // hides leave the prunable list, and the edits sent before miss it.
+            if slot.state().blocks.by_id[id].applied {
+                slot.apply_block(*id);
+            }
         }
         let text = texts::compress_answer(slot.state(), &outcome);
         if !outcome.made.is_empty() {

@@ -1,21 +1,25 @@
 //! The policy's running totals of a live session besides its ledger (which the state file
-//! keeps: `crate::state::Ledger`): the requests, what the session has cost without pruning
-//! and what dcp's own additions have cost since this process first saw it, and what the last
+//! keeps: `crate::state::Ledger`): the requests since this process first saw it, what the
+//! session has cost without pruning and what dcp's own additions have cost, and what the last
 //! request's rewrite costs the next if it never reached the model. A request adds to them
-//! (`transform`), and one that failed puts them back (`pending`).
+//! (`transform`), and one that failed puts them back (`pending`). The costs go on from the
+//! ledger's in a new process ([`PolicyTotals::resume`], at its first request) and go back to it with each request
+//! ([`PolicyTotals::keep`]): a new OpenCode process, so a new sidecar, decides as one that had
+//! answered every request would, and as `dcp replay` does.
 
 use crate::policy;
 use crate::prices::Rates;
+use crate::state::Ledger;
 
 /// A live session's running totals.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct PolicyTotals {
     requests: u32,
-    /// What the session has cost without pruning since this process first saw it, and the
-    /// size of its last request without pruning (see `crate::policy::unpruned_cost`).
+    /// What the session has cost without pruning, and the size of its last request without
+    /// pruning (see `crate::policy::unpruned_cost`).
     baseline: f64,
     unpruned: Option<u64>,
-    /// What dcp's head and lists have cost the session since this process first saw it.
+    /// What dcp's head and lists have cost the session.
     added: f64,
     /// What the last request's rewrite costs the next if it never reached the model
     /// (`policy::carried`).
@@ -42,6 +46,16 @@ impl PolicyTotals {
     /// Counts a request.
     pub fn request(&mut self) {
         self.requests += 1;
+    }
+
+    /// Goes on from the costs `ledger` holds.
+    pub fn resume(&mut self, ledger: &Ledger) {
+        (self.baseline, self.unpruned, self.added) = (ledger.baseline, ledger.unpruned, ledger.added);
+    }
+
+    /// Writes the costs into `ledger`, which the next save keeps.
+    pub fn keep(&self, ledger: &mut Ledger) {
+        (ledger.baseline, ledger.unpruned, ledger.added) = (self.baseline, self.unpruned, self.added);
     }
 
     /// Adds what a request of `unpruned` tokens would cost without pruning to the baseline,

@@ -22,7 +22,6 @@ use super::pending::waiting::FiguresBefore;
 use super::pending::{After, Count, UpstreamOutcome};
 use super::protocol::{AppliedRewrites, EditsAnswer, RpcError, TransformParams, Transformed};
 use super::request::{RequestContext, RequestFacts};
-use super::totals::PolicyTotals;
 use super::{internal, masking_candidates, now_ms, validate_session_id, LiveSession, Server};
 use super::{list, ranges, rewind};
 use crate::config::Notification;
@@ -84,6 +83,7 @@ impl Server {
         let mut ledger = if skips { None } else { self.store.slot(&sid).ok().map(|slot| slot.ledger_mut()) };
         let before = FiguresBefore::of(session.totals, ledger.as_deref());
         let idle_seconds = ledger.as_ref().and_then(|l| l.idle_seconds(now));
+        session.resume(ledger.as_deref());
         session.totals.request();
         session.saves.request();
         let mut facts = RequestFacts::new(&self.rules, session.priced_by(&self.rules), idle_seconds);
@@ -241,7 +241,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
         ..cx.facts.request()
     };
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
-    charge(&mut cx.session.totals, cx.slot.ledger_mut(), &balance);
+    charge(cx.session, cx.slot.ledger_mut(), &balance);
     let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
     // What changed was noted by the slot's operations; a file to set aside asks for a save.
@@ -261,10 +261,13 @@ fn count_unpruned(session: &mut LiveSession, mirror: &Mirror, facts: &RequestFac
 }
 
 /// Adds one request's balance against no pruning to the session's, and the price of dcp's
-/// own additions to what they have cost (`crate::policy::additions`).
-fn charge(totals: &mut PolicyTotals, ledger: &mut Ledger, request: &policy::Charges) {
+/// own additions to what they have cost (`crate::policy::additions`); the ledger keeps the
+/// totals and the lists sent, which a new sidecar goes on from.
+fn charge(session: &mut LiveSession, ledger: &mut Ledger, request: &policy::Charges) {
     ledger.banked += policy::balance(request);
-    totals.charge(request);
+    session.totals.charge(request);
+    session.totals.keep(ledger);
+    session.lists.keep(ledger);
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.

@@ -237,6 +237,27 @@ pub struct Ledger {
     pub last_request: Option<i64>,
     /// Whether the session's requests carry the agent tools (`crate::policy::offer`).
     pub offered: bool,
+    /// What the session has cost without pruning so far (the loss bound is a share of it),
+    /// the size of its last request without pruning, and what dcp's own additions have cost
+    /// so far (`crate::policy::unpruned_cost`, `crate::policy::additions`): a new process
+    /// goes on from them, as one that had answered every request would.
+    pub baseline: f64,
+    pub unpruned: Option<u64>,
+    pub added: f64,
+    /// The `<prunable-tools>` lists sent so far.
+    pub lists: ListsSent,
+}
+
+/// The `<prunable-tools>` lists sent to a session, as the state file keeps them: the last call
+/// the last list named (its position among the history's calls), the agent's own prunes when
+/// last counted, the lists sent since it last pruned (`crate::policy::list_pays`), and the
+/// calls in the history when it was last nudged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListsSent {
+    pub shown: Option<u64>,
+    pub answered: u64,
+    pub unanswered: u32,
+    pub calls_at_nudge: u64,
 }
 
 impl Ledger {

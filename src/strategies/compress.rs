@@ -228,8 +228,8 @@ fn parse_ref(raw: &str) -> Option<Named> {
 }
 
 /// Applies the agent's ranges to `state.blocks`, each on its own: the valid ones become
-/// blocks (held back for the policy: `applied: false`), the others are named in
-/// [`Outcome::problems`]. `messages` is the history the agent saw.
+/// blocks (held back for the policy: `applied: false`, but for one that takes in a block in
+/// force, which takes its place at once), the others are named in [`Outcome::problems`]. `messages` is the history the agent saw.
 pub fn compress(
     messages: &[Message],
     state: &mut SessionState,
@@ -416,7 +416,8 @@ fn range_tokens(messages: &[Message], state: &SessionState, r: &Resolved, counte
     direct + inner.iter().map(|s| counter.count(&state.blocks.by_id[&s.block].summary)).sum::<u64>()
 }
 
-/// Makes `messages[r.from..=r.to]` a block for `made`, waiting for the policy. Returns its id.
+/// Makes `messages[r.from..=r.to]` a block for `made`, waiting for the policy unless it takes
+/// in a block in force. Returns its id.
 fn make_block(
     messages: &[Message],
     state: &mut SessionState,
@@ -445,13 +446,16 @@ fn make_block(
         let summary = &state.blocks.by_id[&s.block].summary;
         compressed += counter.count(summary);
     }
+    // A range over a block in force takes its place in force at once: were it to wait, the
+    // consumed block's messages would be sent whole again until the policy applied it.
+    let applied = r.consumed.iter().any(|b| state.blocks.by_id.get(b).is_some_and(|b| b.active && b.applied));
     let (id, run_id) = state.blocks.allocate();
     let made = made.block(id, request, r);
     let effective_tools = tool_calls(covered).iter().map(|c| c.call_id.to_string()).collect();
     let block = Block {
         run_id,
         active: true,
-        applied: false,
+        applied,
         compressed_tokens: compressed,
         summary_tokens: counter.count(&made.summary),
         topic: request.topic.trim().to_string(),

@@ -148,13 +148,10 @@ fn a_newer_range_consumes_older_blocks_and_decompress_brings_them_back() {
 }
 
 /// The lab's failing scenario: the agent compressed a range over a finished turn's collapsed
-/// block, the new range waited for the policy, and the turn's outputs were sent again whole on
-/// every later request. Known and not yet fixed: putting the range in force at once (in
-/// `Blocks::insert`) makes the live meter count later requests as rewritten where the
-/// provider reported them cached (`e2e::meter`'s failing session, cost share 0.037 from
-/// replay's), so the fix waits for the meter's.
+/// block, in force; the new range waited for the policy while the block it took in left at
+/// once, so the turn's outputs were sent whole again on every later request (3,143 tokens on
+/// each of 29). The range now takes the block's place in force at once.
 #[test]
-#[ignore = "known bug: a range over a block in force waits for the policy and its block's messages are sent again"]
 fn a_range_over_a_block_in_force_is_in_force_at_once_and_its_messages_are_not_sent_again() {
     let messages = session();
     let mut state = SessionState::default();

@@ -244,3 +244,37 @@ fn replay_requests_writes_one_line_per_request_with_what_serve_answers() {
     // Nothing else was left in the directory.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
 }
+
+/// The bug: the lab runs each prompt in a new OpenCode process, so a new sidecar, and that
+/// sidecar's first request decided with none of the session's costs so far (what it cost
+/// without pruning, what dcp's additions cost: the loss bound's share and the bank's credit
+/// started again from nothing), so it held back a rewrite one process applied (the `shared`
+/// scenario sent turn 2 whole five requests longer than replay). A sidecar started at each
+/// prompt on the state file the last one saved now sends every request as one sidecar does,
+/// on every lab session, with dcp's defaults and with the agent's tools offered throughout.
+#[test]
+fn a_new_sidecar_at_each_prompt_sends_what_one_sidecar_sends_for_the_whole_session() {
+    use dcp::replay::Processes;
+    for name in LAB_RUNS {
+        let (info, messages) = lab_session(name);
+        let config = if name.ends_with("-always") { r#"{"tools": {"settings": {"offer": "always"}}}"# } else { "{}" };
+        let options = ReplayOptions { context_limit: Some(128_000), ..options(config) };
+        let directory = std::path::Path::new(&info.directory);
+        let session = RecordedSession {
+            id: &info.id,
+            parent_id: None,
+            directory: Some(directory),
+            messages: &messages,
+            totals: None,
+        };
+        let sent = |processes| {
+            let requests = replay::requests_in(&session, (Mode::Dcp, processes), &options).unwrap();
+            requests.into_iter().map(|r| serde_json::to_value(&r.messages).unwrap()).collect::<Vec<Value>>()
+        };
+        let (one, per_prompt) = (sent(Processes::One), sent(Processes::PerPrompt));
+        assert_eq!(one.len(), per_prompt.len(), "{name}");
+        for (i, (a, b)) in one.iter().zip(&per_prompt).enumerate() {
+            assert!(a == b, "{name}: request {i} differs when each prompt has its own sidecar");
+        }
+    }
+}

@@ -18,6 +18,7 @@
 mod cause;
 mod fs;
 mod layout;
+mod ledger;
 mod merge;
 mod parse;
 mod paths;
@@ -46,7 +47,19 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 pub const FORMAT_VERSION: u64 = 1;
 
 /// The fields of `dcp.ledger` that [`render`] writes from the state.
-const LEDGER_KEYS: [&str; 4] = ["banked", "warm", "lastRequest", "offered"];
+const LEDGER_KEYS: [&str; 11] = [
+    "banked",
+    "warm",
+    "lastRequest",
+    "offered",
+    "baseline",
+    "unpruned",
+    "added",
+    "listShown",
+    "listAnswered",
+    "listUnanswered",
+    "nudgedAtCalls",
+];
 
 /// The keys of the `dcp` section that [`render`] writes from the state; others, a newer
 /// dcp's, are kept as read.

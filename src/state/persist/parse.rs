@@ -385,22 +385,27 @@ fn parse_own(own: &Value, state: &mut SessionState) -> Result<(), FormatError> {
 
 /// The policy's ledger under `dcp.ledger`.
 fn parse_ledger(own: &Map<String, Value>, state: &mut SessionState) -> Result<(), FormatError> {
-    if let Some(ledger) = own.get("ledger") {
-        let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
-        if let Some(v) = number("banked") {
-            state.ledger.banked = v.as_f64().ok_or_else(|| type_error("dcp.ledger.banked", "a number", v))?;
-        }
-        if let Some(v) = number("warm") {
-            state.ledger.warm = u32::try_from(count(v, "dcp.ledger.warm")?).unwrap_or(u32::MAX);
-        }
-        if let Some(v) = number("lastRequest") {
-            let t = v.as_i64().ok_or_else(|| type_error("dcp.ledger.lastRequest", "a number", v))?;
-            state.ledger.last_request = Some(t);
-        }
-        if let Some(v) = number("offered") {
-            state.ledger.offered = v.as_bool().ok_or_else(|| type_error("dcp.ledger.offered", "true or false", v))?;
-        }
+    let Some(ledger) = own.get("ledger") else { return Ok(()) };
+    let number = |key: &str| ledger.get(key).filter(|v| !v.is_null());
+    let key = |key: &str| format!("dcp.ledger.{key}");
+    let float = |k: &str| number(k).map(|v| v.as_f64().ok_or_else(|| type_error(&key(k), "a number", v))).transpose();
+    let counted = |k: &str| number(k).map(|v| count(v, &key(k))).transpose();
+    let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let l = &mut state.ledger;
+    l.banked = float("banked")?.unwrap_or(l.banked);
+    l.warm = counted("warm")?.map_or(l.warm, narrow);
+    if let Some(v) = number("lastRequest") {
+        l.last_request = Some(v.as_i64().ok_or_else(|| type_error("dcp.ledger.lastRequest", "a number", v))?);
     }
+    if let Some(v) = number("offered") {
+        l.offered = v.as_bool().ok_or_else(|| type_error("dcp.ledger.offered", "true or false", v))?;
+    }
+    (l.baseline, l.added, l.unpruned) =
+        (float("baseline")?.unwrap_or(0.0), float("added")?.unwrap_or(0.0), counted("unpruned")?);
+    l.lists.shown = counted("listShown")?;
+    (l.lists.answered, l.lists.calls_at_nudge) =
+        (counted("listAnswered")?.unwrap_or(0), counted("nudgedAtCalls")?.unwrap_or(0));
+    l.lists.unanswered = counted("listUnanswered")?.map_or(0, narrow);
     Ok(())
 }
 

@@ -60,7 +60,7 @@ pub fn render(state: &SessionState, last_updated: &str) -> Vec<u8> {
         // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
         ("nextId", Out::Owned(json!(state.next_id.max(1)))),
         ("lastCompaction", Out::Owned(json!(state.last_compaction))),
-        ("ledger", Out::Owned(ledger(&state.ledger, own_added(state, "ledger")))),
+        ("ledger", Out::Owned(super::ledger::render(&state.ledger, own_added(state, "ledger")))),
     ];
     for (key, value) in savings_own(state).into_iter().chain(state.trial.map(|t| ("holdout", t.to_value()))) {
         dcp.push((key, Out::Owned(value)));
@@ -255,20 +255,6 @@ fn model(m: &crate::state::savings::Model) -> Value {
     out
 }
 
-/// The policy's ledger as the state file holds it, followed by what a newer dcp `added`.
-fn ledger(l: &crate::state::Ledger, added: Option<&Map<String, Value>>) -> Value {
-    let mut out = json!({
-        "banked": (l.banked * 10.0).round() / 10.0,
-        "warm": l.warm,
-        "lastRequest": l.last_request,
-        "offered": l.offered,
-    });
-    if let (Value::Object(out), Some(added)) = (&mut out, added) {
-        out.extend(added.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
-    out
-}
-
 /// What a newer dcp added to `key` of the `dcp` section, as parsing kept it.
 fn own_added<'a>(state: &'a SessionState, key: &str) -> Option<&'a Map<String, Value>> {
     state.raw.get("dcp")?.get(key)?.as_object()
@@ -374,7 +360,7 @@ mod tests {
             // 0 means no id was handed out yet; ids start at 1, as a parsed file's do.
             "nextId": state.next_id.max(1),
             "lastCompaction": state.last_compaction,
-            "ledger": ledger(&state.ledger, None),
+            "ledger": super::super::ledger::render(&state.ledger, None),
         });
         for (k, v) in savings_own(state) {
             own[k] = v;
@@ -413,8 +399,9 @@ mod tests {
             state.next_id = 8;
             state.last_compaction = 1_790_000_000_000;
             state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
+            let last_request = Some(1_790_000_001_000);
             state.ledger =
-                crate::state::Ledger { banked: 1234.5, warm: 9, last_request: Some(1_790_000_001_000), offered: true };
+                crate::state::Ledger { banked: 1234.5, warm: 9, last_request, offered: true, ..Default::default() };
             assert_eq!(
                 render(&state, "2026-11-22T00:00:00.000Z"),
                 render_via_value(&state, "2026-11-22T00:00:00.000Z")
@@ -427,8 +414,14 @@ mod tests {
         let mut state = SessionState::default();
         state.record("call_m", PruneRecord { action: Action::Mask, ..rec(Strategy::Masking, 40, true) });
         state.record("call_i", PruneRecord { action: Action::MaskInputs, ..rec(Strategy::Masking, 7, true) });
+        let last_request = Some(1_790_000_001_000);
         state.ledger =
-            crate::state::Ledger { banked: -12.5, warm: 3, last_request: Some(1_790_000_001_000), offered: false };
+            crate::state::Ledger { banked: -12.5, warm: 3, last_request, offered: false, ..Default::default() };
+        // The bug: a new sidecar started the costs so far and the lists sent from nothing, so
+        // its first request decided otherwise than one process would (`tests/it/replay.rs`).
+        (state.ledger.baseline, state.ledger.unpruned, state.ledger.added) =
+            (52_492.000_000_000_01, Some(14_070), 1.25);
+        state.ledger.lists = crate::state::ListsSent { shown: Some(11), answered: 2, unanswered: 1, calls_at_nudge: 9 };
         let back = parse(&render(&state, "2026-11-22T00:00:00.000Z")).unwrap();
         assert_eq!(back.ledger, state.ledger);
         assert_eq!(back.pruned["call_m"], state.pruned["call_m"]);
