@@ -11,7 +11,6 @@ use super::request::RequestContext;
 use crate::config::RewriteMode;
 use crate::policy;
 use crate::state::{Action, PruneRecord, Strategy};
-use crate::strategies::incremental::MaskCandidate;
 use crate::strategies::masking;
 
 /// The calls masking would take now, with where they are, the record to make when one is
@@ -33,11 +32,7 @@ pub(super) fn mask_pending(cx: &mut RequestContext) -> Vec<((usize, usize), Stri
     };
     let ranged: rustc_hash::FxHashSet<&str> = slot.state().blocks.active_calls().collect();
     let flagged = candidates.iter().map(|c| (c, false)).chain(riders.iter().map(|c| (c, true)));
-    // Once the person has prompted again, the current turn's views ride no rewrite.
-    let turn = |c: &MaskCandidate| masking::TurnOf { current: index.in_current_turn(c), prompts: index.prompts() };
-    let rides = |c: &MaskCandidate| c.volatile || masking::rides(index.candidate(c).1, turn(c));
     flagged
-        .filter(|(c, rider)| !rider || rides(c))
         .filter(|(c, _)| ranged.is_empty() || !ranged.contains(index.candidate(c).0))
         .map(|(c, rider)| {
             let (id, tool, at) = index.candidate(c);

@@ -47,14 +47,6 @@
 //! Everything else (earlier views of a file, searches, listings, command outputs) leaves at
 //! the window's edge, which lets the window itself be narrow.
 //!
-//! **What the agent is writing, once the person has prompted again.** In a session whose person
-//! has sent a prompt after the first (an interactive one), the agent that writes files builds
-//! the next ones from those it just wrote (a hook, then the component that calls it), and the
-//! next prompt often asks for more of the same. So there a `write` of the current user turn
-//! among the last [`WRITING_CALLS`] calls keeps its text whatever the window: on the corpus it
-//! is what the interactive misses quoted most (docs/results/misses.md). In a session of one
-//! prompt (a continuous run, where the current turn is the whole run) nothing changes.
-//!
 //! **What the next steps need** ([`needed`], `crate::strategies::keep`). Two more signals keep
 //! an output whole whatever its age: for `strategies.masking.keepNamed` steps after a
 //! prompt, the latest views of the files it names (a file's latest whole read or write, and
@@ -73,10 +65,6 @@
 //! person's latest prompt are what it edits and answers from next ([`VIEW_TOOLS`]): a rewrite
 //! that spends the bank leaves them (`crate::policy`, "Spending the bank"), while one that
 //! pays or a cold cache takes them like any other output.
-//!
-//! Once the person has prompted again, the current turn's views ride no rewrite either
-//! ([`rides`]): they leave only beyond the kept window, not with a rewrite that goes anyway
-//! from the narrower one; in a session of one prompt they ride as before.
 //!
 //! **A call OpenCode could not run** (its `invalid` stand-in: a tool that was not offered,
 //! arguments it refused) says nothing once the model has moved on, and its input repeats the
@@ -290,42 +278,6 @@ pub fn is_view(tool: &str) -> bool {
     VIEW_TOOLS.contains(&tool)
 }
 
-/// Where a call stands among the user turns, for the rules that act once the person has
-/// prompted again ([`rides`], [`writing`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TurnOf {
-    /// The call was made in the current user turn.
-    pub current: bool,
-    /// The user prompts the session has had (`crate::session::starts_turn`).
-    pub prompts: u32,
-}
-
-impl TurnOf {
-    /// Whether the call was made in the current turn of a session the person has prompted
-    /// more than once.
-    fn current_after_a_follow_up(self) -> bool {
-        self.current && self.prompts >= 2
-    }
-}
-
-/// Whether an output of `tool` inside the kept window but beyond the narrower one may ride a
-/// rewrite that goes anyway (see the module header, "Views of the current turn"): all but a
-/// view of files made in the current turn of a session prompted more than once.
-pub fn rides(tool: &str, turn: TurnOf) -> bool {
-    !(is_view(tool) && turn.current_after_a_follow_up())
-}
-
-/// How many of the latest calls a `write` of the current user turn keeps its text in, once the
-/// person has prompted again ([`working`]; see the module header, "What the agent is writing").
-pub const WRITING_CALLS: usize = 8;
-
-/// Whether a call of `tool`, at `at` of `calls` calls, is a file the agent is writing (see the
-/// module header, "What the agent is writing"): a `write` among the last [`WRITING_CALLS`], in
-/// the current turn of a session prompted more than once.
-pub fn writing(tool: &str, at: usize, calls: usize, turn: TurnOf) -> bool {
-    tool == "write" && turn.current_after_a_follow_up() && at + WRITING_CALLS >= calls
-}
-
 /// Tools whose calls change a file, for the working set ([`working`]).
 pub const EDIT_TOOLS: &[&str] = &["edit", "write", "multiedit", "patch"];
 
@@ -363,10 +315,6 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     for (path, view) in views(calls) {
         let working = edited.contains(path) || latest_files.contains(&path);
         out[view.at] |= calls[view.at].tool == "read" && working;
-    }
-    let prompts = prompts_from(history.messages)[0];
-    for (at, call) in calls.iter().enumerate() {
-        out[at] |= writing(call.tool, at, calls.len(), TurnOf { current: call.message > turn_start, prompts });
     }
     out
 }

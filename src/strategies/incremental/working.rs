@@ -40,10 +40,6 @@ impl Index {
         if self.signals.in_use(at, &facts.tool, m.keep_quoted) || self.named_view(at, rules) {
             return true;
         }
-        let turn = masking::TurnOf { current: self.calls[at].prompts == self.prompts, prompts: self.prompts };
-        if masking::writing(&facts.tool, at, self.calls.len(), turn) {
-            return true;
-        }
         let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
         let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
         self.file_views.get(path).is_some_and(|view| view.at == at)

@@ -96,13 +96,3 @@ fn a_write_after_a_read_is_its_file_s_view_and_the_read_leaves_the_working_set()
     // the read is no working material, and goes with the other old outputs.
     assert_eq!(taken(&session(&calls)), ["read", "write", "g0", "g1"]);
 }
-
-#[test]
-fn once_the_person_has_prompted_again_a_view_of_the_current_turn_rides_no_rewrite() {
-    let turn = |current, prompts| TurnOf { current, prompts };
-    assert!(!rides("read", turn(true, 2)), "a read of the current turn, after a second prompt");
-    assert!(!rides("grep", turn(true, 3)), "a search of the current turn");
-    assert!(rides("read", turn(true, 1)), "a run of one prompt: its reads ride as before");
-    assert!(rides("read", turn(false, 2)), "a read of an earlier turn");
-    assert!(rides("bash", turn(true, 2)), "a command's output is no view");
-}
