@@ -9,59 +9,12 @@
 // reads src/ it checks itself on planted files (a duplicate in two files, one in a nested
 // visibility, a name in a comment or a string that is no definition) and fails if it is wrong
 // on one. Run it from anywhere: `node .ci/names.mjs`. `.ci/run` runs it.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import { code, rustFiles } from "./rust-source.mjs";
 
 const root = join(fileURLToPath(import.meta.url), "..", "..");
-
-function* rustFiles(dir) {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) yield* rustFiles(path);
-    else if (path.endsWith(".rs")) yield path;
-  }
-}
-
-// The text with comments and string literals blanked (newlines kept, so lines still count).
-function code(t) {
-  let out = "";
-  let i = 0;
-  const skipTo = (j) => {
-    out += t.slice(i, j).replace(/[^\n]/g, " ");
-    i = j;
-  };
-  while (i < t.length) {
-    const c = t[i];
-    const n = t[i + 1];
-    if (c === "/" && n === "/") {
-      const j = t.indexOf("\n", i);
-      skipTo(j < 0 ? t.length : j);
-    } else if (c === "/" && n === "*") {
-      const j = t.indexOf("*/", i + 2);
-      skipTo(j < 0 ? t.length : j + 2);
-    } else if (c === "r" && /[#"]/.test(n) && !/\w/.test(t[i - 1] || "")) {
-      let j = i + 1;
-      let hashes = "";
-      while (t[j] === "#") (hashes += "#"), j++;
-      if (t[j] !== '"') {
-        out += c;
-        i++;
-        continue;
-      }
-      const end = t.indexOf('"' + hashes, j + 1);
-      skipTo(end < 0 ? t.length : end + 1 + hashes.length);
-    } else if (c === '"') {
-      let j = i + 1;
-      while (j < t.length && t[j] !== '"') j += t[j] === "\\" ? 2 : 1;
-      skipTo(j + 1);
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
-}
 
 const DEFINITION = /^[ \t]*pub(?:\([^)]*\))?[ \t]+(?:struct|enum|union|type|trait)[ \t]+([A-Za-z_][A-Za-z0-9_]*)/gm;
 
