@@ -23,6 +23,12 @@ fn lab_session(name: &str) -> (dcp::host::SessionInfo, Vec<dcp::session::Message
     (info, messages)
 }
 
+/// A lab session as replay reads it, in the directory it ran in.
+fn recorded<'a>(info: &'a dcp::host::SessionInfo, messages: &'a [dcp::session::Message]) -> RecordedSession<'a> {
+    let directory = Some(std::path::Path::new(&info.directory));
+    RecordedSession { id: &info.id, parent_id: None, directory, messages, totals: None }
+}
+
 #[test]
 fn replay_agrees_with_the_lab_within_three_hundredths() {
     for name in LAB_RUNS {
@@ -53,14 +59,7 @@ fn replay_agrees_with_the_lab_within_three_hundredths() {
             config,
             estimator: dcp::tokens::EstimatorChoice::CharsDiv4,
         };
-        let directory = std::path::Path::new(&info.directory);
-        let session = RecordedSession {
-            id: &info.id,
-            parent_id: None,
-            directory: Some(directory),
-            messages: &messages,
-            totals: None,
-        };
+        let session = recorded(&info, &messages);
         let replayed = replay::replay(&session, &options).unwrap();
         let run = |mode: Mode| &replayed.runs.iter().find(|(m, _)| *m == mode).unwrap().1;
         let (none, dcp) = (&run(Mode::None).totals, &run(Mode::Dcp).totals);
@@ -259,14 +258,7 @@ fn a_new_sidecar_at_each_prompt_sends_what_one_sidecar_sends_for_the_whole_sessi
         let (info, messages) = lab_session(name);
         let config = if name.ends_with("-always") { r#"{"tools": {"settings": {"offer": "always"}}}"# } else { "{}" };
         let options = ReplayOptions { context_limit: Some(128_000), ..options(config) };
-        let directory = std::path::Path::new(&info.directory);
-        let session = RecordedSession {
-            id: &info.id,
-            parent_id: None,
-            directory: Some(directory),
-            messages: &messages,
-            totals: None,
-        };
+        let session = recorded(&info, &messages);
         let sent = |processes| {
             let requests = replay::requests_in(&session, (Mode::Dcp, processes), &options).unwrap();
             requests.into_iter().map(|r| serde_json::to_value(&r.messages).unwrap()).collect::<Vec<Value>>()
