@@ -14,7 +14,11 @@
 //! The tracker reads each call once. When the index of calls was rebuilt (a history changed
 //! before its end, a compaction, a merge) it reads the history again, counting only the calls
 //! it had not read; on a session's first request in this process it counts nothing: what came
-//! before was counted by whoever saw it happen.
+//! before was counted by whoever saw it happen. When the index only went back to the last
+//! message (OpenCode finished it between two requests, [`Index::rewinds`]), the tracker goes
+//! back with it: before it reads the calls of a history's last message it takes a [`Mark`]
+//! and journals what reading them overwrites, and undoes that, so it reads again only that
+//! message's calls and answers as reading the history again does.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -33,7 +37,7 @@ pub const WINDOW: u32 = 40;
 const OWN_TOOLS: &[&str] = &["discard", "extract", "compress", "restore"];
 
 /// A call as the tracker remembers it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Seen {
     /// Its index among the session's calls, and the model step it was made in.
     at: usize,
@@ -47,8 +51,9 @@ pub(super) struct Refetches {
     /// The calls read, and whether reading counts (not on the first read of a history).
     read: usize,
     counting: bool,
-    /// The index's rebuilds when the tracker last read it.
+    /// The index's rebuilds and rewinds when the tracker last read it.
     rebuilds: u64,
+    rewinds: u64,
     /// Every call read, by id: a history read again counts none of them twice.
     seen: HashSet<String>,
     /// Model steps before message `messages`.
@@ -59,19 +64,49 @@ pub(super) struct Refetches {
     /// The last edit or write of each file, and of any, by call index.
     edited: HashMap<String, usize>,
     last_edit: Option<usize>,
+    /// Where the tracker stood before it read the calls of the history's last message, and
+    /// what reading them overwrote since.
+    mark: Option<Mark>,
+    journal: Vec<Undo>,
+}
+
+/// Where a tracker stood before it read the calls of message `message`, the last of the
+/// history: `read` calls read, the steps counted and the last edit.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    message: usize,
+    read: usize,
+    steps: u32,
+    messages: usize,
+    last_edit: Option<usize>,
+}
+
+/// What remembering a call overwrote in one of the tracker's maps, to put back.
+#[derive(Debug)]
+enum Undo {
+    Signature(u64, Option<Seen>),
+    File(String, Option<Seen>),
+    Edited(String, Option<usize>),
 }
 
 impl Refetches {
     /// Reads the calls `index` holds that are new since the last request and returns how many
     /// of them fetch again what `state` hides.
     pub fn observe(&mut self, index: &Index, messages: &[Message], state: &SessionState) -> u64 {
+        if self.went_back_with(index) {
+            self.go_back();
+        }
         if index.rebuilds() != self.rebuilds || index.calls() < self.read || self.messages > messages.len() {
             let (seen, counting) = (std::mem::take(&mut self.seen), self.counting);
-            *self = Refetches { rebuilds: index.rebuilds(), seen, counting, ..Refetches::default() };
+            *self = Refetches { seen, counting, ..Refetches::default() };
         }
+        (self.rebuilds, self.rewinds) = (index.rebuilds(), index.rewinds());
+        let last = messages.len().saturating_sub(1);
+        let before_last = index.calls_before(last);
         let mut found = 0;
         let mut ranged: Option<HashSet<&str>> = None;
         for at in self.read..index.calls() {
+            self.mark_at(at, (last, before_last));
             let Some(call) = call_at(index, messages, at) else { continue };
             let step = self.step_of(messages, call.message);
             let new = self.seen.insert(call.call_id.to_string());
@@ -85,9 +120,43 @@ impl Refetches {
             }
             self.remember(&call, at, step);
         }
+        self.mark_at(index.calls(), (last, before_last));
         self.read = index.calls();
         self.counting = true;
         found
+    }
+
+    /// Whether the only reading again the index did since the tracker last read it went back
+    /// to where the tracker's mark stands: the message it read last, with the calls before it.
+    fn went_back_with(&self, index: &Index) -> bool {
+        let once = index.rebuilds() == self.rebuilds + 1 && index.rewinds() == self.rewinds + 1;
+        once && self.mark.is_some_and(|m| index.rewound_to() == (m.message, m.read))
+    }
+
+    /// Goes back to the mark: undoes what reading the calls since overwrote.
+    fn go_back(&mut self) {
+        let Some(mark) = self.mark.take() else { return };
+        for undo in std::mem::take(&mut self.journal).into_iter().rev() {
+            match undo {
+                Undo::Signature(key, old) => restore(&mut self.by_signature, key, old),
+                Undo::File(key, old) => restore(&mut self.by_file, key, old),
+                Undo::Edited(key, old) => restore(&mut self.edited, key, old),
+            }
+        }
+        (self.read, self.steps, self.messages, self.last_edit) = (mark.read, mark.steps, mark.messages, mark.last_edit);
+        self.rebuilds += 1;
+        self.rewinds += 1;
+    }
+
+    /// Takes the mark before call `at` is read, if it is the first call of message `last`,
+    /// the last of the history (`before_last` calls come before it), and no mark stands there.
+    fn mark_at(&mut self, at: usize, (last, before_last): (usize, usize)) {
+        if at != before_last || self.mark.is_some_and(|m| m.message == last && m.read == at) {
+            return;
+        }
+        self.journal.clear();
+        let (steps, messages, last_edit) = (self.steps, self.messages, self.last_edit);
+        self.mark = Some(Mark { message: last, read: at, steps, messages, last_edit });
     }
 
     /// The model step of message `m`, counting the assistant messages before it.
@@ -118,16 +187,28 @@ impl Refetches {
 
     fn remember(&mut self, call: &ToolCall<'_>, at: usize, step: u32) {
         let seen = Seen { at, step, call_id: call.call_id.to_string() };
+        let journal = self.mark.is_some_and(|m| at >= m.read);
         if masking::EDIT_TOOLS.contains(&call.tool) {
             self.last_edit = Some(at);
             if let Some(f) = call.file_path() {
-                self.edited.insert(f.to_string(), at);
+                let old = self.edited.insert(f.to_string(), at);
+                self.note(journal, || Undo::Edited(f.to_string(), old));
             }
         }
         if let Some(f) = call.file_path().filter(|_| call.tool == "read") {
-            self.by_file.insert(f.to_string(), seen.clone());
+            let old = self.by_file.insert(f.to_string(), seen.clone());
+            self.note(journal, || Undo::File(f.to_string(), old));
         }
-        self.by_signature.insert(dedup::signature_hash(call.tool, call.input()), seen);
+        let signature = dedup::signature_hash(call.tool, call.input());
+        let old = self.by_signature.insert(signature, seen);
+        self.note(journal, || Undo::Signature(signature, old));
+    }
+
+    /// Journals `undo` when `journal` says a mark stands before the call read.
+    fn note(&mut self, journal: bool, undo: impl FnOnce() -> Undo) {
+        if journal {
+            self.journal.push(undo());
+        }
     }
 }
 
@@ -160,6 +241,14 @@ fn call_at<'m>(index: &Index, messages: &'m [Message], at: usize) -> Option<Tool
     ToolCall::from_part(m, p, messages.get(m)?.parts.get(p)?, 0)
 }
 
+/// Puts `old` back as `key`'s value in `map`, or takes `key` out when it had none.
+fn restore<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, key: K, old: Option<V>) {
+    match old {
+        Some(v) => map.insert(key, v),
+        None => map.remove(&key),
+    };
+}
+
 /// The calls of the ranges in force.
 fn applied_ranges(state: &SessionState) -> HashSet<&str> {
     state.blocks.active().filter(|b| b.applied).flat_map(|b| b.effective_tools.iter().map(String::as_str)).collect()
@@ -173,4 +262,110 @@ fn hides(state: &SessionState, ranged: &HashSet<&str>, call_id: &str) -> bool {
         .get(call_id)
         .is_some_and(|r| r.applied && matches!(r.action, Action::Output | Action::Mask | Action::Distill { .. }));
     pruned || ranged.contains(call_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::state::{PruneRecord, Strategy};
+    use dcp_testkit::gen::{self, SessionSpec};
+
+    /// The test kit's messages are its own build of the crate's type: they cross as JSON.
+    fn ours(messages: &impl serde::Serialize) -> Vec<Message> {
+        serde_json::from_value(serde_json::to_value(messages).unwrap()).unwrap()
+    }
+
+    /// `message` as it is sent while it is written, in one of three forms by `step`: its calls
+    /// running with no output (OpenCode's), in the other order, or with other calls (each
+    /// read an edit, of another file; each command another).
+    fn unfinished(message: &Message, step: usize) -> Message {
+        let mut v = serde_json::to_value(message).unwrap();
+        let parts = v["parts"].as_array_mut().unwrap();
+        for p in parts.iter_mut().filter(|p| p["type"] == "tool") {
+            if step % 3 == 2 && p["tool"] == "read" {
+                p["tool"] = "edit".into();
+            }
+            let state = p["state"].as_object_mut().unwrap();
+            match step % 3 {
+                0 => {
+                    state.insert("status".into(), "running".into());
+                    state.remove("output");
+                }
+                1 => {}
+                _ => {
+                    let input = state.get_mut("input").and_then(|i| i.as_object_mut()).unwrap();
+                    for key in ["filePath", "command"] {
+                        if let Some(serde_json::Value::String(s)) = input.get_mut(key) {
+                            s.push_str(".partial");
+                        }
+                    }
+                }
+            }
+        }
+        if step % 3 == 1 {
+            parts.reverse();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Puts in force a prune of the output of every other call of `messages`.
+    fn hide_every_other(messages: &[Message], state: &mut SessionState) {
+        for (m, message) in messages.iter().enumerate() {
+            for (p, part) in message.parts.iter().enumerate().filter(|(p, _)| (m + p) % 2 == 0) {
+                let Some(call) = ToolCall::from_part(m, p, part, 0) else { continue };
+                let tool = call.tool.to_string();
+                let record = PruneRecord {
+                    strategy: Strategy::Masking,
+                    action: Action::Output,
+                    tokens: 10,
+                    tool,
+                    applied: true,
+                };
+                state.pruned.entry(call.call_id.to_string()).or_insert(record);
+            }
+        }
+    }
+
+    fn assert_same(kept: &Refetches, rebuilt: &Refetches, step: usize) {
+        let counts = |r: &Refetches| (r.read, r.steps, r.messages, r.last_edit, r.counting);
+        assert_eq!(counts(kept), counts(rebuilt), "step {step}: counts");
+        assert_eq!(kept.by_signature, rebuilt.by_signature, "step {step}: calls by signature");
+        assert_eq!(kept.by_file, rebuilt.by_file, "step {step}: reads by file");
+        assert_eq!(kept.edited, rebuilt.edited, "step {step}: edits");
+        assert_eq!(kept.seen, rebuilt.seen, "step {step}: calls seen");
+    }
+
+    #[test]
+    fn a_tracker_that_goes_back_with_the_index_counts_as_one_that_reads_the_history_again() {
+        let session = gen::session(&SessionSpec { messages: 200, steps: 120, seed: 7 });
+        let rules = Rules::new(Config::default()).unwrap();
+        let mut messages = ours(&session.messages);
+        let (mut index, mut state) = (Index::default(), SessionState::default());
+        let (mut kept, mut rebuilt) = (Refetches::default(), Refetches::default());
+        let (mut finishing, mut indexed, mut found, mut went_back) = (None, 0, 0, 0);
+        for (step, new) in session.steps.iter().enumerate() {
+            let mut unchanged = indexed;
+            if let Some(finished) = finishing.take() {
+                *messages.last_mut().unwrap() = finished;
+                unchanged -= 1;
+            }
+            messages.extend(ours(new));
+            let last = messages.last_mut().unwrap();
+            finishing = Some(std::mem::replace(last, unfinished(last, step)));
+            let rewinds = index.rewinds();
+            index.sync(&messages, unchanged, 0, &rules);
+            went_back += usize::from(index.rewinds() > rewinds);
+            indexed = messages.len();
+            hide_every_other(&messages, &mut state);
+            // One rebuild the tracker did not see: it reads the history again.
+            rebuilt.rebuilds = index.rebuilds() + 1;
+            let expected = rebuilt.observe(&index, &messages, &state);
+            assert_eq!(kept.observe(&index, &messages, &state), expected, "step {step}: re-fetches");
+            assert_same(&kept, &rebuilt, step);
+            found += expected;
+        }
+        assert!(went_back * 2 > session.steps.len(), "went back at only {went_back} steps");
+        assert!(found > 5, "only {found} re-fetches");
+    }
 }

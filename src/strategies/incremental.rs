@@ -145,6 +145,8 @@ pub struct Index {
     /// to the last message (for its readers, logs and tests), and how often it went back.
     rebuilds: u64,
     rewinds: u64,
+    /// Where the latest going back went to: the message read again, and the calls before it.
+    rewound_to: (usize, usize),
     /// Where the index stood before it read the last message, and what reading that message
     /// overwrote since ([`rewind`]).
     mark: Option<rewind::IndexMark>,

@@ -67,6 +67,17 @@ impl Index {
         self.rewinds
     }
 
+    /// Where the latest of [`Index::rewinds`] went back to: the message it read again and the
+    /// number of calls before it, which it kept.
+    pub fn rewound_to(&self) -> (usize, usize) {
+        self.rewound_to
+    }
+
+    /// The number of calls read before message `message`.
+    pub fn calls_before(&self, message: usize) -> usize {
+        self.calls.partition_point(|c| c.message < message)
+    }
+
     /// The ids of the calls of message `message` and those after it.
     pub fn call_ids_from(&self, message: usize) -> Vec<String> {
         let from = self.calls.partition_point(|c| c.message < message);
@@ -103,6 +114,7 @@ impl Index {
             return None;
         }
         let mark = self.mark.take()?;
+        self.rewound_to = (mark.messages, cut);
         let before = Before { current: self.current };
         for undo in std::mem::take(&mut self.journal).into_iter().rev() {
             self.undo(undo);
