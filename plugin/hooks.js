@@ -199,8 +199,8 @@ function agentTools(ctx, init) {
 }
 
 /** `tool.definition`: OpenCode makes every argument of a JSON-Schema plugin tool required;
- * the sidecar's `required` lists (`initialize`) leave the others optional (`discard`'s
- * `distillation`) in the definition sent to the model. A replaced `jsonSchema` is the one
+ * the sidecar's `required` lists (`initialize`) leave the others optional in the definition
+ * sent to the model (none of the default tools' arguments is). A replaced `jsonSchema` is the one
  * OpenCode sends. Without a list (an older binary), every argument stays required.
  * `compress`'s description names only the id tags the session's requests carry: OpenCode
  * resolves a request's tools before it transforms the messages, and the hook is not told the

@@ -22,12 +22,16 @@ pub mod restore;
 pub use notice::{notification, Notice};
 
 /// The agent tools' descriptions. They are dcp's whole head (no line is added to the system
-/// prompt): what each tool does, what it takes and, in `discard`'s, when to call it, each in
-/// one clear sentence and as few tokens as say it, for they are in every request.
-/// It names no `<prunable-tools>` id: the list rides only on the requests it pays on, and names
-/// its own lines' ids.
-pub const DISCARD_DESCRIPTION: &str =
-    "Drop unneeded tool outputs by id alongside your next tool call; distillation[i] keeps your summary of ids[i].";
+/// prompt): what each tool does and, in `discard`'s, when to call it, each in one clear
+/// sentence and as few tokens as say it, for they are in every request; what a tool takes its
+/// schema names (`ids`, `range`, `id`). It names no `<prunable-tools>` id: the list rides only
+/// on the requests it pays on, and names its own lines' ids.
+///
+/// `discard` shows no `distillation`: at 26 tokens in every request it was the head's most
+/// costly part, and `compress` keeps a summary of what it replaces. A discard still reads one
+/// (an extract), for models that know the published DCP's `extract`, which
+/// `tools.extract.enabled` offers as a tool of its own.
+pub const DISCARD_DESCRIPTION: &str = "Drop unneeded tool outputs alongside your next tool call.";
 
 /// `extract`, registered only with `tools.extract.enabled` (for agents told of it): `discard`
 /// with a `distillation` does the same.
@@ -42,7 +46,7 @@ pub const AGENT_TOOLS: [&str; 4] = ["discard", "extract", "compress", "restore"]
 /// `<bN>` at the end of a compressed range.
 pub fn compress_description(messages: bool, ranges: bool) -> &'static str {
     match (messages, ranges) {
-        (false, false) => "Replace finished messages from..to (tool call ids in them) with your summary.",
+        (false, false) => COMPRESS_DESCRIPTION,
         (true, false) => "Replace finished messages from..to (tool call ids, or the <mN> ending a message) with your summary.",
         (false, true) => "Replace finished messages from..to (tool call ids, or a range's <bN>) with your summary.",
         (true, true) => {
@@ -52,7 +56,7 @@ pub fn compress_description(messages: bool, ranges: bool) -> &'static str {
 }
 
 /// `compress`'s description before the session's requests carry any id tag.
-pub const COMPRESS_DESCRIPTION: &str = "Replace finished messages from..to (tool call ids in them) with your summary.";
+pub const COMPRESS_DESCRIPTION: &str = "Replace finished messages from..to (tool call ids) with your summary.";
 
 /// The agent tools' arguments, in the JSON-Schema form the plugin registers them with (one
 /// schema per argument). As small as the tools allow: they are in every request (`compress`
@@ -64,7 +68,7 @@ pub fn tool_args() -> serde_json::Value {
     let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
     let string = serde_json::json!({"type": "string"});
     serde_json::json!({
-        "discard": {"ids": strings, "distillation": strings},
+        "discard": {"ids": strings},
         "extract": {"ids": strings, "distillation": strings},
         "compress": {"range": string, "summary": string},
         "restore": {"id": string},
@@ -331,10 +335,10 @@ mod tests {
     fn each_tool_description_is_one_sentence_naming_what_the_tool_takes() {
         // The descriptions are the only instructions the model has: each says what to pass.
         let described = [
-            (DISCARD_DESCRIPTION, ["by id", "alongside your next tool call", "distillation[i]"]),
-            (EXTRACT_DESCRIPTION, ["distillation[i]", "ids[i]", "summary"]),
-            (COMPRESS_DESCRIPTION, ["from..to", "tool call ids", "summary"]),
-            (compress_description(true, true), ["<mN>", "<bN>", "summary"]),
+            (DISCARD_DESCRIPTION, &["unneeded tool outputs", "alongside your next tool call"][..]),
+            (EXTRACT_DESCRIPTION, &["distillation[i]", "ids[i]", "summary"]),
+            (COMPRESS_DESCRIPTION, &["from..to", "tool call ids", "summary"]),
+            (compress_description(true, true), &["<mN>", "<bN>", "summary"]),
         ];
         for (description, says) in described {
             assert!(says.iter().all(|s| description.contains(s)), "{description}");
@@ -342,28 +346,28 @@ mod tests {
             assert!(description.ends_with('.'), "{description}");
         }
         let args = tool_args();
-        // `compress` takes the `from..to` its description names as one argument.
+        // `compress` takes the `from..to` its description names as one argument; `discard`'s
+        // schema names what it takes (ids) and no more.
         assert_eq!(args["compress"].as_object().unwrap().keys().collect::<Vec<_>>(), ["range", "summary"]);
+        assert_eq!(args["discard"].as_object().unwrap().keys().collect::<Vec<_>>(), ["ids"]);
     }
 
     #[test]
-    fn discard_requires_only_its_ids_and_a_definition_without_a_list_requires_every_argument() {
-        // `distillation` is optional in discard's definition, as the plugin has OpenCode send it.
+    fn extract_requires_both_its_arguments_and_a_definition_without_a_list_requires_every_argument() {
+        // The lists the plugin has OpenCode send: `discard` requires its ids.
         let (args, required) = (tool_args(), tool_required());
-        let sent: serde_json::Value = serde_json::from_str(&tool_definition(
-            "discard",
-            DISCARD_DESCRIPTION,
-            &args["discard"],
-            &required["discard"],
-        ))
-        .unwrap();
-        let parameters = &sent["function"]["parameters"];
-        assert_eq!(parameters["required"], serde_json::json!(["ids"]));
-        assert!(parameters["properties"]["distillation"].is_object(), "{sent}");
+        let sent = |name: &str, required: &serde_json::Value| -> serde_json::Value {
+            serde_json::from_str(&tool_definition(name, "", &args[name], required)).unwrap()
+        };
+        assert_eq!(
+            sent("discard", &required["discard"])["function"]["parameters"]["required"],
+            serde_json::json!(["ids"])
+        );
+        let extract = sent("extract", &required["extract"]);
+        assert_eq!(extract["function"]["parameters"]["required"], serde_json::json!(["ids", "distillation"]));
         // Without a list (an older binary's answer), OpenCode marks every argument required.
-        let sent: serde_json::Value =
-            serde_json::from_str(&tool_definition("discard", "", &args["discard"], &serde_json::Value::Null)).unwrap();
-        assert_eq!(sent["function"]["parameters"]["required"], serde_json::json!(["ids", "distillation"]));
+        let compress = sent("compress", &serde_json::Value::Null);
+        assert_eq!(compress["function"]["parameters"]["required"], serde_json::json!(["range", "summary"]));
     }
 }
 

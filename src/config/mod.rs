@@ -156,8 +156,8 @@ pub struct Compress {
 }
 
 /// `extract` as a tool of its own: off by default, for `discard` with a `distillation` does
-/// what it does at fewer tokens of head. On, it is registered for agents whose instructions
-/// name it.
+/// what it does (its schema does not show one: `compress` keeps a summary at no extra head).
+/// On, it is registered for agents whose instructions name it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Extract {

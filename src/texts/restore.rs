@@ -85,7 +85,7 @@ pub fn summary_head(head: &str, block: u32, via: Option<Via>) -> String {
 /// The `restore` tool's description: what it gives, in as few words as say it, for it is in
 /// every request of a session offered the tools; what it takes (the number a placeholder
 /// names, `restore 12`) each placeholder says where it is needed.
-pub const DESCRIPTION: &str = "Show the text a placeholder hid.";
+pub const DESCRIPTION: &str = "Show what a placeholder hid.";
 
 /// What `restore` answers when the handle names nothing it can bring back.
 pub fn unknown(handle: &str) -> String {
