@@ -75,10 +75,11 @@ impl Tokenizer {
         self.pieces(text).map(|piece| super::merge::count(piece.as_bytes(), &mut scratch)).sum()
     }
 
-    /// The pieces the pre-tokenizer splits `text` into.
-    /// This one searches with the regex's own shared state: [`Tokenizer::count`] keeps its
-    /// own per thread, and the tests check that the two split alike.
-    pub fn pieces<'t>(&'t self, text: &'t str) -> impl Iterator<Item = &'t str> + 't {
+    /// The pieces the pre-tokenizer splits `text` into, searched for with the regex's own
+    /// shared state: [`Tokenizer::count`] keeps its own per thread, and the tests check that
+    /// the two split alike.
+    #[cfg(test)]
+    fn pieces<'t>(&'t self, text: &'t str) -> impl Iterator<Item = &'t str> + 't {
         let mut at = 0;
         std::iter::from_fn(move || {
             let rest = &text[at..];
