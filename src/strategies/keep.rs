@@ -13,7 +13,10 @@
 //! a continuous run it is the whole task, and its bare names and directories name most of what
 //! the agent will read, which kept costs more than the misses it saves (docs/results/keep.md);
 //! but a task that gives a file's path (a subagent told which files to change) sends the agent
-//! back to that file's text for its first steps (docs/results/misses.md).
+//! back to that file's text for its first steps (docs/results/misses.md). A follow-up prompt
+//! that invokes a slash command (`/build-with-claude ...`) names the files of that skill
+//! (`skills/build-with-claude/...`) that an earlier turn read ([`Signals::named_call`]): the
+//! agent goes back to the references it read when the skill last ran.
 //!
 //! **In use.** An output that one of the agent's last `strategies.masking.keepQuoted` steps
 //! quoted (an edit's `oldString` taken from a read, a path taken from a listing, a file built
@@ -22,7 +25,11 @@
 //! source (a newer read of the same lines is what the agent copied from), and an argument an
 //! earlier call passed as its key argument (a path read again, a command run again) quotes no
 //! output: the request carries it in that call's arguments, which are never masked. A command's output (`masking::COMMAND_TOOLS`) is
-//! read once and acted on, and is run again for a fresh one, so it is never kept in use.
+//! read once and acted on, and is run again for a fresh one, so it is never kept in use. A
+//! read is kept in use only in the current turn of a session the person has prompted again
+//! ([`Signals::in_use`]): there the agent builds the next files from the one it just read (a
+//! new component from the app it replaces), while in a run of one prompt a read kept while
+//! quoted costs more than it saves (docs/results/keep.md).
 //!
 //! How quotes are found. Each text is normalised as `dcp replay` does for its misses (no
 //! line-number prefixes, whitespace runs as one space), cut into [`WINDOW`]-character windows
@@ -72,6 +79,9 @@ const DCP_TOOLS: &[&str] = &["discard", "extract", "compress"];
 pub struct Names {
     files: Vec<String>,
     dirs: Vec<String>,
+    /// The skill directories of the slash commands it invokes (`/build-with-claude`:
+    /// `skills/build-with-claude`), which name only files of earlier turns ([`Signals::named_call`]).
+    skills: Vec<String>,
 }
 
 impl Names {
@@ -91,10 +101,12 @@ impl Names {
                 (&mut names.files, lower)
             } else {
                 let dir = lower.trim_matches('/').to_string();
-                if !dir.contains('/') {
-                    continue;
+                match (dir.contains('/'), lower.starts_with('/') && !dir.is_empty()) {
+                    (true, _) => (&mut names.dirs, dir),
+                    // A slash command (`/build-with-claude`) names its skill's files.
+                    (false, true) => (&mut names.skills, format!("skills/{dir}")),
+                    (false, _) => continue,
                 }
-                (&mut names.dirs, dir)
             };
             if !list.contains(&name) {
                 list.push(name);
@@ -108,6 +120,7 @@ impl Names {
     pub fn by_path(mut self) -> Names {
         self.files.retain(|f| f.contains('/'));
         self.dirs.clear();
+        self.skills.clear();
         self
     }
 
@@ -120,8 +133,15 @@ impl Names {
         self.files.iter().any(|n| ends(n)) || self.dirs.iter().any(|d| under(&path, d))
     }
 
+    /// Whether `path` is a file of a skill the prompt invokes, at most [`DIR_DEPTH`] levels
+    /// below its directory.
+    pub fn in_skill(&self, path: &str) -> bool {
+        let path = path.to_lowercase().replace('\\', "/");
+        self.skills.iter().any(|d| under(&path, d))
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.dirs.is_empty()
+        self.files.is_empty() && self.dirs.is_empty() && self.skills.is_empty()
     }
 }
 
@@ -244,6 +264,8 @@ struct Tracked {
     used: u32,
     /// Its output's prints (an edit's or write's text arguments), while among the last [`TRACK`].
     prints: Option<Prints>,
+    /// The user prompts the session had had when the call was made: its user turn.
+    prompts: u32,
     /// A hash of its key argument (a path, a command): in every request, so a step that
     /// passes it again uses no output.
     key: Option<u64>,
@@ -295,23 +317,35 @@ impl Signals {
     pub fn call(&mut self, key: Option<&str>, text: Option<&str>) {
         let at = self.calls.len();
         if let Some(old) = at.checked_sub(TRACK).and_then(|old| self.calls.get_mut(old)) {
-            *old = Tracked { used: old.used, ..Tracked::default() };
+            *old = Tracked { used: old.used, prompts: old.prompts, ..Tracked::default() };
         }
         let prints = text.map(Prints::of).filter(|p| !p.is_empty());
-        self.calls.push(Tracked { used: 0, prints, key: key.map(hash) });
+        self.calls.push(Tracked { used: 0, prints, prompts: self.prompts, key: key.map(hash) });
     }
 
     /// Whether call `at`, of `tool`, is in use: one of the last `within` steps quoted it, and
-    /// it is of [`IN_USE_TOOLS`].
+    /// it is of [`IN_USE_TOOLS`], or a read of the current turn once the person has prompted
+    /// again (see the module header, "In use").
     pub fn in_use(&self, at: usize, tool: &str, within: u32) -> bool {
-        let used = self.calls.get(at).map_or(0, |c| c.used);
-        used > 0 && self.step - used < within && IN_USE_TOOLS.contains(&tool)
+        let Some(call) = self.calls.get(at) else { return false };
+        let used = call.used > 0 && self.step - call.used < within;
+        used && (IN_USE_TOOLS.contains(&tool) || tool == "read" && self.prompts >= 2 && call.prompts == self.prompts)
     }
 
     /// Whether the latest prompt, sent fewer than `within` steps ago, names `path` (the
     /// session's first prompt only by a path, [`Names::by_path`]).
     pub fn named(&self, path: &str, within: u32) -> bool {
         self.prompts >= 1 && self.step - self.prompt_step < within && self.named.names(path)
+    }
+
+    /// Whether the latest prompt names `path`, shown by call `at` ([`Signals::named`]), or,
+    /// invoking a slash command, names the file of its skill that an earlier turn read: the
+    /// agent goes back to the skill's references it read then (docs/results/misses.md), while
+    /// those it reads in this turn are fresh anyway.
+    pub fn named_call(&self, at: usize, path: &str, within: u32) -> bool {
+        let earlier = || self.calls.get(at).is_some_and(|c| c.prompts < self.prompts);
+        self.named(path, within)
+            || self.prompts >= 2 && self.step - self.prompt_step < within && self.named.in_skill(path) && earlier()
     }
 
     /// Where the signals stand now, to go back to ([`Signals::rewind`]): what reading more

@@ -334,7 +334,7 @@ pub fn needed(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     }
     let views = views(&history.calls);
     let named = |c: &ToolCall<'_>, at| {
-        c.file_path().is_some_and(|p| signals.named(p, m.keep_named) && shows_file(views.get(p), at, c.tool))
+        c.file_path().is_some_and(|p| signals.named_call(at, p, m.keep_named) && shows_file(views.get(p), at, c.tool))
     };
     let calls = history.calls.iter().enumerate();
     calls.map(|(at, c)| named(c, at) || signals.in_use(at, c.tool, m.keep_quoted)).collect()

@@ -58,7 +58,7 @@ impl Index {
     fn named_view(&self, at: usize, rules: &Rules) -> bool {
         let facts = &self.calls[at].facts;
         let Some(path) = facts.file_path.as_deref() else { return false };
-        self.signals.named(path, rules.config().strategies.masking.keep_named)
+        self.signals.named_call(at, path, rules.config().strategies.masking.keep_named)
             && masking::shows_file(self.file_views.get(path), at, &facts.tool)
     }
 

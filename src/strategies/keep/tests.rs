@@ -134,3 +134,44 @@ fn a_prompt_names_only_for_its_first_steps_and_the_first_only_by_path() {
     assert!(!signals.named("/p/parser.py", 8), "eight steps on, the prompt's names are done");
     assert!(!signals.named("/p/parser.py", 0), "0 turns the rule off");
 }
+
+#[test]
+fn a_follow_up_slash_command_keeps_the_skill_files_an_earlier_turn_read() {
+    let reference = "/home/me/.claude/skills/build-with-claude/references/solana-dev-patterns.md";
+    let mut signals = Signals::default();
+    signals.message(&prompt("/build-with-claude write the program"));
+    call(&mut signals, "read", reference, "the skill's patterns");
+    assert!(!signals.named_call(0, reference, 8), "the first prompt is the task: its command names nothing");
+    signals.message(&prompt("claude \"/build-with-claude Wire the frontend to the program\""));
+    assert!(signals.named_call(0, reference, 8), "the command ran again: the reference its last run read");
+    assert!(!signals.named_call(0, "/home/me/.claude/skills/other/references/a.md", 8));
+    call(&mut signals, "read", reference, "the skill's patterns");
+    assert!(!signals.named_call(1, reference, 8), "a read of this turn is fresh: the command names it not");
+    signals.message(&prompt("now the tests"));
+    assert!(!signals.named_call(0, reference, 8), "a prompt without the command");
+}
+
+#[test]
+fn a_read_quoted_in_the_current_turn_of_a_session_prompted_again_stays_in_use() {
+    let app = format!("export default function App() {{ return <main className=\"{}\" /> }}", "hero grid".repeat(12));
+    let run = |prompts: usize, read_in_earlier_turn: bool| {
+        let mut signals = Signals::default();
+        for i in 0..prompts - 1 {
+            signals.message(&prompt(&format!("task {i}")));
+        }
+        if !read_in_earlier_turn {
+            signals.message(&prompt("build the components"));
+        }
+        call(&mut signals, "read", &path("App.jsx"), &app);
+        if read_in_earlier_turn {
+            signals.message(&prompt("build the components"));
+        }
+        // The next step writes a component from the app it read.
+        let content = format!("// from App.jsx\n{app}");
+        signals.message(&step("write", json!({"filePath": path("Navbar.tsx"), "content": content})));
+        signals.in_use(0, "read", 3)
+    };
+    assert!(run(2, false), "a follow-up's turn: the read the agent builds from stays");
+    assert!(!run(1, false), "a run of one prompt: a read is never kept in use");
+    assert!(!run(2, true), "a read of an earlier turn is not kept in use");
+}
