@@ -5,9 +5,9 @@
 //! grows as the run goes on. But a continuous agent run does not last for ever: it goes on for
 //! 30 to 100 steps, and the further past 30 it is, the nearer its end may be. A bet that needs
 //! more than six requests to come back (a batch that makes only part of the tail it re-bills,
-//! with nothing banked) was won early in a run and lost late: on main's replays of the corpus,
-//! the held-out set and the generated suite, every session with such a bet past request 30
-//! ended above 1.004 of no pruning (`Convert ... to Jest` at request 93 of 94 under the
+//! with nothing banked) was won early in a run and lost late: of the corpus, the held-out set
+//! and the generated suite, every session in which this bound changes a decision had ended at
+//! 1.004 of no pruning or more without it (`Convert ... to Jest` at request 93 of 94 under the
 //! OpenAI-style sheets, 1.043; `django__django-11964` at 46 of 47, 1.021; `Port a Python
 //! project to Rust` at 33 of 39 under the 1-hour sheet, 1.036), while before request 30 such
 //! bets won down to 0.976 (docs/results/bets.md). A quick bet ([`super::QUICK_BOUND`]) is not
