@@ -43,11 +43,11 @@ fn a_batch_deep_in_a_long_continuous_run_pays_over_half_the_run_not_eight_reques
     // Request 40 of a run with no idle gap: a batch removes 20,000 of the 36,000 tokens it
     // re-bills. It costs 1.15 x 36,000 - 1.25 x 20,000 = 16,400 at once and saves 2,000 on
     // every later request: it pays back in 9 requests, well inside the 20 that half the run
-    // promises, and it is within the loss bound of what the run has cost so far. The 4,000
-    // the run has banked cover part of it; the rest, 12,400, comes back within the 8 requests
-    // a bet counts on.
-    let run = Inputs { context: 46_000, tail: 36_000, pending: 20_000, warm: 40, banked: 4_000.0, ..Inputs::default() };
-    let run = Inputs { baseline: 12_400.0 / batched().loss_bound, ..run };
+    // promises, and it is within the loss bound of what the run has cost so far. The 4,500
+    // the run has banked cover part of it; the rest, 11,900, comes back within the 6 requests
+    // a bet this late in a run counts on (`late_bet_cap`).
+    let run = Inputs { context: 46_000, tail: 36_000, pending: 20_000, warm: 40, banked: 4_500.0, ..Inputs::default() };
+    let run = Inputs { baseline: 12_000.0 / batched().loss_bound, ..run };
     assert_eq!(horizon(&batched(), &run), 20.0);
     assert_eq!(rewrite_trigger(&batched(), &run), Some(Trigger::Pays));
     // Counted eight requests ahead, it would not pay: the run would carry those tokens to its end.
@@ -370,23 +370,23 @@ fn a_late_bet_must_earn_back_what_the_bank_does_not_cover_within_the_expected_re
     // 1.15 x 4,600 - 1.25 x 1,600 = 3,290 at once and 160 a request after. It would pay back
     // in 21 requests, within the 22 that half the run promises, and the loss bound covers it;
     // but the run may not have 21 more requests, and with nothing banked the loss would be the
-    // session's. Within the 8 requests a rewrite is expected to serve it earns back 1,280.
+    // session's. Within the 6 requests a bet this late in a run counts on it earns back 960.
     let base = Inputs { context: 30_000, warm: 44, baseline: 120_000.0, ..Inputs::default() };
     let batch = [Pending { tokens: 1_600, tail: 4_600, ..Pending::default() }];
     assert_eq!(horizon(&batched(), &base), 22.0);
-    assert_eq!(bet_horizon(&batched(), &base), 8.0);
+    assert_eq!((bet_horizon(&batched(), &base), late_bet_cap(base.warm)), (8.0, 6.0));
     assert_eq!(choose(&batched(), &base, &batch), None);
-    // What the bank covers is not at stake: 2,010 banked leaves a bet of 1,280, earned back.
-    let banked = Inputs { banked: 2_010.0, ..base };
+    // What the bank covers is not at stake: 2,340 banked leaves a bet of 950, earned back.
+    let banked = Inputs { banked: 2_340.0, ..base };
     assert_eq!(choose(&batched(), &banked, &batch), Some((0, Trigger::Pays)));
-    assert_eq!(choose(&batched(), &Inputs { banked: 2_000.0, ..base }, &batch), None);
+    assert_eq!(choose(&batched(), &Inputs { banked: 2_320.0, ..base }, &batch), None);
     // A batch that makes most of its tail is a small bet, soon repaid: it goes.
     let near = [Pending { tokens: 3_800, tail: 4_600, ..Pending::default() }];
     assert_eq!(choose(&batched(), &base, &near), Some((0, Trigger::Pays)));
     // The whole set's verdict weighs the bet the same way.
     let whole = Inputs { tail: 4_600, pending: 1_600, ..base };
     assert_eq!(rewrite_trigger(&batched(), &whole), None);
-    assert_eq!(rewrite_trigger(&batched(), &Inputs { banked: 2_010.0, ..whole }), Some(Trigger::Pays));
+    assert_eq!(rewrite_trigger(&batched(), &Inputs { banked: 2_340.0, ..whole }), Some(Trigger::Pays));
 }
 
 #[test]
@@ -412,7 +412,7 @@ fn a_bet_earned_back_within_half_its_horizon_goes_beyond_the_loss_bound() {
     assert_eq!(choose(&batched(), &base, &slower), None);
     // Early in the run half the bet horizon is a request and a half: the same batch waits.
     assert_eq!(choose(&batched(), &Inputs { warm: 6, ..base }, &quick), None);
-    // And a quick bet stakes at most `QUICK_BOUND` times the loss bound: 2,250 here.
+    // And a quick bet stakes at most `QUICK_BOUND` times the loss bound: 1,875 here.
     assert_eq!(choose(&batched(), &Inputs { baseline: 15_000.0, ..base }, &quick), None);
 }
 
