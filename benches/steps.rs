@@ -9,8 +9,9 @@
 //! seconds of the request's clock (`now`). Between requests it counts ahead as an idle
 //! sidecar does, and hands out the saves that fall due to a saver thread, as `dcp serve`
 //! does. It prints the CPU time of the first request and of each stage of a step (the
-//! request, counting ahead), and a digest of every answer: two builds that answer alike
-//! print the same digest.
+//! request, counting ahead), and a digest of every answer as the plugin applies it (the edits
+//! it holds then, in one order, whether they came whole or added to): two builds that answer
+//! alike print the same digest.
 //!
 //! With `--unfinished` (`cargo bench --bench steps -- 2000 --unfinished`) each step's last
 //! message first arrives as OpenCode sends it while it is being written (its calls running,
@@ -52,6 +53,8 @@ struct Plugin {
     held: usize,
     seq: Option<u64>,
     next_id: u64,
+    /// The edits the plugin holds.
+    edits: Vec<Value>,
 }
 
 impl Plugin {
@@ -76,11 +79,33 @@ impl Plugin {
         self.held = self.held.saturating_sub(1);
     }
 
-    fn answered(&mut self, answer: &str) {
-        let answer: Value = serde_json::from_str(answer).unwrap_or(Value::Null);
+    /// Keeps the answer's number and edits as the plugin does; returns the answer as the
+    /// plugin applies it: every edit it then holds, in one order, in place of how they came.
+    fn answered(&mut self, answer: &str) -> String {
+        let mut answer: Value = serde_json::from_str(answer).unwrap_or(Value::Null);
         if let Some(seq) = answer["result"]["seq"].as_u64() {
             self.seq = Some(seq);
         }
+        let Some(result) = answer["result"].as_object_mut() else { return answer.to_string() };
+        let before = result.remove("keepEditsBefore").and_then(|k| k.as_u64());
+        result.remove("sameEdits");
+        result.remove("seq");
+        match (result.remove("addEdits"), result.remove("edits")) {
+            (Some(Value::Array(added)), _) => {
+                if let Some(before) = before {
+                    self.edits.retain(|e| e["m"].as_u64().is_some_and(|m| m < before));
+                }
+                self.edits.extend(added);
+            }
+            (None, Some(Value::Array(all))) => self.edits = all,
+            _ => {}
+        }
+        let mut held: Vec<String> = self.edits.iter().map(Value::to_string).collect();
+        held.sort_unstable();
+        result.insert("held".into(), json!(held));
+        // In one order of keys, whichever came.
+        let result: std::collections::BTreeMap<&String, &Value> = result.iter().collect();
+        json!(result).to_string()
     }
 }
 
@@ -171,8 +196,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = cpu_ms();
     let answer = first_request(&mut server, line.into_bytes());
     let first = cpu_ms() - t;
-    answer.hash(&mut digest);
-    plugin.answered(&answer);
+    plugin.answered(&answer).hash(&mut digest);
     let t = cpu_ms();
     count_ahead(&mut server);
     let first_ahead = cpu_ms() - t;
@@ -193,8 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = cpu_ms();
         let answer = step(&mut server, &line);
         requests.push(cpu_ms() - t);
-        answer.hash(&mut digest);
-        plugin.answered(&answer);
+        plugin.answered(&answer).hash(&mut digest);
         let t = cpu_ms();
         count_ahead(&mut server);
         ahead.push(cpu_ms() - t);

@@ -1,6 +1,7 @@
 // Edit application: what the sidecar answers to a transform, applied to OpenCode's messages.
-// An answer carries its edits in full (`edits`), as additions to the last ones (`addEdits`),
-// or says the last ones still hold (`sameEdits`); `resolveEdits` turns each into the full list.
+// An answer carries its edits in full (`edits`), as additions to the last ones (`addEdits`;
+// with `keepEditsBefore`, to those of the messages before it), or says the last ones still
+// hold (`sameEdits`); `resolveEdits` turns each into the full list.
 //
 // OpenCode hands fresh messages on every request, so every edit in force is applied again on
 // every request. The held edits are therefore planned once, as they come (`Plan`): each
@@ -16,9 +17,14 @@ export function resolveEdits(cache, answer) {
   // Edits already sent are not sent again: the last ones hold, plus any new ones.
   if (answer?.sameEdits) answer.edits = cache.edits;
   else if (answer?.addEdits) {
-    cache.edits = cache.edits.concat(answer.addEdits);
+    // `keepEditsBefore`: the messages from there on changed, and their edits come anew.
+    const before = answer.keepEditsBefore;
+    const cut = Number.isInteger(before);
+    const kept = cut ? cache.edits.filter((e) => e?.m < before) : cache.edits;
+    cache.edits = kept.concat(answer.addEdits);
     cache.seq = answer.seq;
     answer.edits = cache.edits;
+    if (cache.plan && cut) cache.plan = cache.plan.cut(before) ?? new Plan(kept);
     if (cache.plan) cache.plan.add(answer.addEdits);
   } else if (answer?.seq !== undefined) {
     cache.seq = answer.seq;
@@ -74,15 +80,34 @@ export class Plan {
           this.parents.add(parent);
         }
         if (!this.ok) break;
-        field = { m: e.m, p: e.p, path, holder: holderOf(path), key: path[path.length - 1], value: undefined, tags: "", write: undefined };
+        field = { m: e.m, p: e.p, path, holder: holderOf(path), key: path[path.length - 1], value: undefined, tags: "", write: undefined, edits: 0 };
         this.byKey.set(key, field);
         this.fields.push(field);
       }
+      field.edits++;
       if (isValue) field.value = e.value;
       else field.tags += e.append;
       // The string a value edit writes, built once here rather than on every request.
       if (field.value !== undefined) field.write = field.tags ? field.value + field.tags : field.value;
     }
+  }
+
+  /** Drops the fields of the messages from `before` on, as if their edits had never been
+   * added: OpenCode changed those messages. Returns the plan, or undefined when it cannot say
+   * (a plan that gave up keeps no fields to drop). */
+  cut(before) {
+    if (!this.ok) return undefined;
+    let dropped = 0;
+    const fields = this.fields.filter((f) => {
+      if (f.m < before) return true;
+      dropped += f.edits;
+      this.byKey.delete(`${f.m}\u0000${f.p}\u0000${f.path.join("\u0000")}`);
+      for (let i = 1; i < f.path.length; i++) this.parents.delete(`${f.m}\u0000${f.p}\u0000${f.path.slice(0, i).join("\u0000")}`);
+      return false;
+    });
+    this.fields = fields;
+    this.count -= dropped;
+    return this;
   }
 
   /** Applies the plan to `messages`, as `applyEditsInOrder` would apply its edits. */

@@ -155,3 +155,42 @@ test("the planned edits and ranges give what applying them one by one gives", ()
   }
   assert.ok(planned > 50, `the plan was used (${planned} of 300)`);
 });
+
+test("edits kept before a changed message, then added to, apply as the full list they stand for", () => {
+  let cut = 0;
+  for (let seed = 1; seed <= 200; seed++) {
+    const pick = rng(seed);
+    const n = 5 + pick(40);
+    const base = history(n, pick);
+    const cache = { seq: null, edits: [] };
+    let expected = Array.from({ length: pick(30) }, () => edit(pick, n));
+    resolveEdits(cache, { seq: 1, edits: expected });
+    for (let step = 2; step < 12; step++) {
+      const added = Array.from({ length: pick(6) }, () => edit(pick, n));
+      // As the sidecar answers: mostly the messages from one near the end changed, at times
+      // only new edits, now and then the whole list.
+      const kind = pick(6);
+      let answer;
+      if (kind === 0) {
+        expected = added;
+        answer = { seq: step, edits: added };
+      } else if (kind === 1) {
+        expected = expected.concat(added);
+        answer = { seq: step, addEdits: added };
+      } else {
+        const before = n - pick(6);
+        expected = expected.filter((e) => e.m < before).concat(added);
+        answer = { seq: step, keepEditsBefore: before, addEdits: added };
+      }
+      const result = resolveEdits(cache, answer);
+      assert.deepEqual(result.edits, expected, `seed ${seed}, step ${step}`);
+      const a = structuredClone(base);
+      const b = structuredClone(base);
+      applyEdits(a, result);
+      applyEditsOneByOne(b, { edits: expected });
+      assert.deepEqual(a, b, `seed ${seed}, step ${step}`);
+      cut += kind > 1 && result.plan?.ok && result.plan.count === expected.length ? 1 : 0;
+    }
+  }
+  assert.ok(cut > 200, `a plan kept across a cut was used ${cut} times`);
+});

@@ -389,6 +389,11 @@ fn answered(before: &mut Sent, result: &Result<Transformed, RpcError>) -> Result
         }
         protocol::EditsAnswer::Add(added) if !added.is_empty() => before.add(added),
         protocol::EditsAnswer::Add(_) | protocol::EditsAnswer::Same => {}
+        protocol::EditsAnswer::Keep { before: from, add } => {
+            let kept = before.edits.iter().filter(|e| e.m < *from);
+            before.edits = Edits::new(kept.chain(add).cloned().collect());
+            before.older = Edits::default();
+        }
     }
     before.seq = answer.seq;
     Ok(Edits::clone(&before.edits))

@@ -225,14 +225,17 @@ impl ReplayRun {
         Ok(Answer { edits: &self.edits, replace, append, applied })
     }
 
-    /// Keeps the answer's edits as the plugin does: the same as last time, those plus new
-    /// ones, or a new list.
+    /// Keeps the answer's edits as the plugin does: the same as last time, those (or those of
+    /// the messages before `keepEditsBefore`) plus new ones, or a new list.
     fn take_edits(&mut self, answer: &mut Value) {
         let parse = |v: Value| -> Vec<Edit> { serde_json::from_value(v).unwrap_or_default() };
         if answer.get("sameEdits") == Some(&Value::Bool(true)) {
             return;
         }
         if let Some(added) = answer.get_mut("addEdits").map(Value::take) {
+            if let Some(before) = answer.get("keepEditsBefore").and_then(Value::as_u64) {
+                self.edits.retain(|e| (e.m as u64) < before);
+            }
             self.edits.extend(parse(added));
         } else {
             self.edits = answer.get_mut("edits").map(Value::take).map(parse).unwrap_or_default();

@@ -2,7 +2,10 @@
 //! edits, and what an answer sends of them. The plugin keeps the edits of the last answer it
 //! got; an answer that follows it sends only the edits of the prunes put in force since (read
 //! from the slot's changes, [`crate::state::store::Slot::changes`]), or none, and any other
-//! sends every edit in force. The message id tags ([`ranges`]) are sent once per message.
+//! sends every edit in force. When OpenCode sent again messages the plugin's edits point at
+//! (on every request: the message being written), the plugin keeps the edits of the messages
+//! before them and theirs are sent anew, so that an answer costs what changed, not the
+//! history. The message id tags ([`ranges`]) are sent once per message.
 
 use rustc_hash::FxHashSet as HashSet;
 
@@ -19,28 +22,35 @@ use crate::strategies;
 use crate::texts::restore::Via;
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
-/// it got. If it has those of the last answer sent, no prune was dropped since and the
-/// messages they point at were kept, only new edits are sent, or none. With `tags` (the first
-/// message to tag, [`ranges::tags`]), every message from it on gets its id tag, once.
+/// it got. If it has those of the last answer sent and no prune was dropped since, only new
+/// edits are sent, or none; when OpenCode changed messages those edits point at (it re-sends
+/// the message being written), the plugin keeps those of the messages before and the changed
+/// messages' edits come anew ([`EditsAnswer::Keep`]). With `tags` (the first message to tag,
+/// [`ranges::tags`]), every message from it on gets its id tag, once.
 pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64, EditsAnswer) {
     let (session, slot, mirror, have) = (&mut *cx.session, &*cx.slot, cx.mirror, cx.facts.have);
     let messages = mirror.messages();
     let basis =
         EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len(), via: cx.restore };
     let sent = &mut session.edits;
-    let follows = have == Some(sent.seq)
-        && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via && mirror.kept() >= b.messages);
+    let follows = have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via);
+    // The messages from `kept` on changed since the edits the plugin holds were sent.
+    let kept = mirror.kept();
+    let cut = sent.basis.filter(|b| follows && kept < b.messages).map(|_| kept);
     session.about.present = super::describe::Tags::present(tags, messages.len(), &slot.state().blocks);
-    let sent_tags = if follows { sent.tags.min(messages.len()) } else { 0 };
+    let sent_tags = if follows { sent.tags.min(cut.unwrap_or(messages.len())) } else { 0 };
     let tags_from = tags.map_or(messages.len(), |first| sent_tags.max(first));
     let new_tags = tags_from < messages.len();
-    if follows && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
+    if follows && cut.is_none() && !new_tags && sent.basis.is_some_and(|b| b.revision == basis.revision) {
         return (sent.seq, EditsAnswer::Same);
     }
+    let index = &session.history.index;
     if !follows {
         sent.calls.clear();
     }
-    let index = &session.history.index;
+    // The calls of the changed messages have their edits found again.
+    let changed_calls = cut.map(|from| index.call_ids_from(from)).unwrap_or_default();
+    changed_calls.iter().for_each(|id| _ = sent.calls.remove(id.as_str()));
     let position = |id: &str| index.position(id);
     // Following the last answer, only what was put in force since can add edits.
     let pruned = &slot.state().pruned;
@@ -48,7 +58,8 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let handles = Handles { state: slot.state(), via: cx.restore };
     let mut edits = match since {
         Some(changes) => {
-            let changed = changes.iter().filter_map(|id| pruned.get_key_value(id.as_str()));
+            let ids = changes.iter().chain(&changed_calls);
+            let changed = ids.filter_map(|id| pruned.get_key_value(id.as_str()));
             edits_for(messages, position, changed, handles, &mut sent.calls)
         }
         None => edits_for(messages, position, pruned.iter(), handles, &mut sent.calls),
@@ -60,7 +71,12 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     }
     sent.seq += 1;
     sent.basis = Some(basis);
-    (sent.seq, if follows { EditsAnswer::Add(edits) } else { EditsAnswer::Full(edits) })
+    let answer = match (follows, cut) {
+        (false, _) => EditsAnswer::Full(edits),
+        (true, None) => EditsAnswer::Add(edits),
+        (true, Some(before)) => EditsAnswer::Keep { before, add: edits },
+    };
+    (sent.seq, answer)
 }
 
 /// Where the placeholders of a session's edits take their handles from: the agent-facing ids

@@ -337,6 +337,10 @@ impl Serialize for Transformed {
         match &self.edits {
             EditsAnswer::Same => map.serialize_entry("sameEdits", &true)?,
             EditsAnswer::Add(edits) => map.serialize_entry("addEdits", edits)?,
+            EditsAnswer::Keep { before, add } => {
+                map.serialize_entry("keepEditsBefore", before)?;
+                map.serialize_entry("addEdits", add)?;
+            }
             EditsAnswer::Full(edits) => map.serialize_entry("edits", edits)?,
         }
         if !self.replace.is_empty() {
@@ -358,6 +362,9 @@ pub enum EditsAnswer {
     Same,
     /// The plugin's edits, plus these (`addEdits`).
     Add(Vec<Edit>),
+    /// The plugin's edits of the messages before `before`, plus these (`keepEditsBefore` and
+    /// `addEdits`): OpenCode changed the messages from `before` on, and their edits come anew.
+    Keep { before: usize, add: Vec<Edit> },
     /// Every edit in force (`edits`).
     Full(Vec<Edit>),
 }

@@ -10,7 +10,8 @@
 //!   next request shows that step, it is taken out of the figures without dcp
 //!   ([`Savings::unmade`](crate::state::savings::Savings::unmade));
 //! - as sent, what was sent, counted: each message with the edits the plugin holds applied
-//!   (the answer's, kept as the plugin keeps them: the same, added to, or all anew), each
+//!   (the answer's, kept as the plugin keeps them: the same, added to, kept before a changed
+//!   message and added to, or all anew), each
 //!   compressed range as its summary message, then dcp's head and what it appended. Not what
 //!   the prunes were recorded to save: a range whose summary is longer than its messages, the
 //!   frames of the messages a range takes, the message id tags, all count as they were sent.
@@ -277,10 +278,11 @@ impl Meter {
         self.edits.resize_with(n, Vec::new);
         let edited: Vec<usize> = match edits {
             EditsAnswer::Same => Vec::new(),
-            EditsAnswer::Add(new) => {
-                let mut edited: Vec<usize> = new.iter().filter(|e| e.m < n).map(|e| e.m).collect();
-                edited.sort_unstable();
-                edited.dedup();
+            EditsAnswer::Add(new) => edited_by(new, n),
+            EditsAnswer::Keep { before, add } => {
+                let before = (*before).min(n);
+                let mut edited = edited_by(add, before);
+                edited.extend((before..n).filter(|&m| !self.edits[m].is_empty() || add.iter().any(|e| e.m == m)));
                 edited
             }
             EditsAnswer::Full(all) => {
@@ -293,6 +295,10 @@ impl Meter {
         match edits {
             EditsAnswer::Same => {}
             EditsAnswer::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone())),
+            EditsAnswer::Keep { before, add } => {
+                self.edits.iter_mut().skip(*before).for_each(Vec::clear);
+                add.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
+            }
             EditsAnswer::Full(all) => {
                 self.edits.iter_mut().for_each(Vec::clear);
                 all.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
@@ -349,6 +355,14 @@ impl Meter {
         }
         total
     }
+}
+
+/// The messages of a history of `n` that `edits` point at, each once, in order.
+fn edited_by(edits: &[Edit], n: usize) -> Vec<usize> {
+    let mut edited: Vec<usize> = edits.iter().filter(|e| e.m < n).map(|e| e.m).collect();
+    edited.sort_unstable();
+    edited.dedup();
+    edited
 }
 
 /// The bytes of a summary message's texts and the texts, as the model is sent them.

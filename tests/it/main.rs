@@ -12,6 +12,7 @@ mod context_text;
 mod crash;
 mod doctor;
 mod e2e;
+mod edits_kept;
 mod engine;
 mod first_half_hour;
 mod gen;
