@@ -167,7 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     server.handle_line(
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocol": 1}}).to_string(),
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocol": 2}}).to_string(),
     );
     println!("{size} messages, a line of {:.1} MB\n", line.len() as f64 / MB);
     let held = chunk(line.capacity());

@@ -174,7 +174,7 @@ fn serve(
         Saver::spawn()
     };
     let mut server = Server::new(options, Some(saver.clone()))?;
-    let init = json!({"protocol": 1, "directory": project});
+    let init = json!({"protocol": 2, "directory": project});
     server.handle_line(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).to_string());
     Ok((server, saver))
 }

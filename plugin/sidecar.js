@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { findBinary, PLUGIN_VERSION } from "./binary.js";
 
-export const PROTOCOL = 1;
+export const PROTOCOL = 2;
 const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
 // A sidecar that fails to start, or dies before its first answer, is not retried for this
 // long; one that dies after answering is restarted on the next request.

@@ -145,7 +145,7 @@ pub(crate) fn tools_rows(rows: &mut Vec<Row>) {
         let line = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         server.handle_line(&line)
     };
-    ask(0, "initialize", serde_json::json!({"protocol": 1}));
+    ask(0, "initialize", serde_json::json!({"protocol": 2}));
     ask(1, "transform", serde_json::json!({"sessionID": session.session_id, "messages": session.messages}));
     let mut times = Vec::new();
     for i in 0..5 {

@@ -21,6 +21,16 @@ use crate::state::{PruneRecord, SessionState};
 use crate::strategies;
 use crate::texts::restore::Via;
 
+/// How a plugin takes an answer when OpenCode sent again messages its edits point at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResentEdits {
+    /// It keeps its edits of the messages before them (`keepEditsBefore`, protocol 2).
+    #[default]
+    KeepBefore,
+    /// It knows only whole and added answers (protocol 1), so it is sent its edits whole.
+    Whole,
+}
+
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent and no prune was dropped since, only new
 /// edits are sent, or none; when OpenCode changed messages those edits point at (it re-sends
@@ -33,9 +43,12 @@ pub(super) fn answer_edits(cx: &mut RequestContext, tags: Option<usize>) -> (u64
     let basis =
         EditsBasis { revision: slot.revision(), resets: slot.resets(), messages: messages.len(), via: cx.restore };
     let sent = &mut session.edits;
-    let follows = have == Some(sent.seq) && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via);
     // The messages from `kept` on changed since the edits the plugin holds were sent.
     let kept = mirror.kept();
+    // A plugin of protocol 1 cannot keep part of its edits: it is sent them whole.
+    let keeps = |b: &EditsBasis| cx.resent == ResentEdits::KeepBefore || kept >= b.messages;
+    let follows = have == Some(sent.seq)
+        && sent.basis.is_some_and(|b| b.resets == basis.resets && b.via == basis.via && keeps(&b));
     let cut = sent.basis.filter(|b| follows && kept < b.messages).map(|_| kept);
     session.about.present = super::describe::Tags::present(tags, messages.len(), &slot.state().blocks);
     let sent_tags = if follows { sent.tags.min(cut.unwrap_or(messages.len())) } else { 0 };

@@ -13,6 +13,7 @@
 //! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
 //! to leave dcp's out.
 
+use super::edits::ResentEdits;
 use super::protocol::{
     self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
     TurnAnswer, TurnParams,
@@ -30,14 +31,17 @@ impl Server {
     /// `initialize`: the protocol's version, and the agent tools dcp offers, with their
     /// descriptions and arguments (its head).
     pub(super) fn initialize(&mut self, p: InitializeParams) -> Result<Initialized, RpcError> {
-        if let Some(v) = p.protocol {
-            if v != protocol::PROTOCOL_VERSION {
+        self.resent = match p.protocol {
+            None => ResentEdits::default(),
+            Some(1) => ResentEdits::Whole,
+            Some(v) if v == protocol::PROTOCOL_VERSION => ResentEdits::KeepBefore,
+            Some(v) => {
                 return Err(RpcError::new(
                     code::INVALID_REQUEST,
-                    format!("protocol {v} is not supported; this sidecar speaks {}", protocol::PROTOCOL_VERSION),
-                ));
+                    format!("protocol {v} is not supported; this sidecar speaks 1 and {}", protocol::PROTOCOL_VERSION),
+                ))
             }
-        }
+        };
         if let Some(plugin) = p.plugin_version.as_deref().filter(|v| *v != env!("CARGO_PKG_VERSION")) {
             // The plugin tells the user; this line is for the log.
             tracing::warn!("the plugin is {plugin} but this binary is {}", env!("CARGO_PKG_VERSION"));

@@ -54,6 +54,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use self::edits::ResentEdits;
 use self::live::LiveSession;
 use self::mirror::Mirror;
 use self::protocol::{code, now_ms, Empty, MethodAnswer, Request, RpcError};
@@ -107,6 +108,9 @@ pub struct Server {
     /// The rules of a session backed off 1, 2, 3 steps for the misses it saw (see
     /// `crate::policy::backed_off`); none with `strategies.masking.backoff` off.
     backed_off: Vec<Rules>,
+    /// How the plugin takes an answer after OpenCode sent again messages its edits point at
+    /// (its protocol, told at `initialize`).
+    resent: ResentEdits,
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -145,6 +149,7 @@ impl Server {
             head: None,
             all_time: AllTimeCache::default(),
             views: Views::Kept,
+            resent: ResentEdits::default(),
             config_warnings: Vec::new(),
             restore: Via::Tool,
             backed_off,
@@ -416,6 +421,7 @@ impl Server {
             mirror,
             facts,
             views: self.views,
+            resent: self.resent,
             restore,
             head: &mut self.head,
         })

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::session::Node;
 
 /// The protocol version this sidecar speaks.
-pub const PROTOCOL_VERSION: u64 = 1;
+pub const PROTOCOL_VERSION: u64 = 2;
 
 /// Lines longer than this are refused (and skipped) rather than buffered.
 pub const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;

@@ -99,12 +99,17 @@ impl Plugin {
 /// last message first being written and finished with the next step (every fifth step appends
 /// only, every thirteenth changes an older message too). With `claim`, each request says which
 /// answer's edits the plugin holds (`have`); without, it holds none. Returns each answer as
-/// applied, with how its edits came.
-fn run(server: &mut Server, (messages, steps, seed): (usize, usize, u64), claim: bool) -> Vec<(Sent, String)> {
+/// applied, with how its edits came. `protocol` is the one the plugin says it speaks.
+fn run(
+    server: &mut Server,
+    (messages, steps, seed): (usize, usize, u64),
+    claim: bool,
+    protocol: u64,
+) -> Vec<(Sent, String)> {
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages, steps, seed });
     let sid = session.session_id.clone();
     let mut history: Vec<Value> = serde_json::from_value(serde_json::to_value(&session.messages).unwrap()).unwrap();
-    server.handle_line(&line(0, "initialize", json!({"protocol": 1}))).unwrap();
+    server.handle_line(&line(0, "initialize", json!({"protocol": protocol}))).unwrap();
     let mut plugin = Plugin::default();
     let first = json!({"sessionID": sid, "now": NOW, "messages": history});
     let mut answers = vec![plugin.answered(&server.handle_line(&line(1, "transform", first)).unwrap())];
@@ -138,8 +143,8 @@ fn run(server: &mut Server, (messages, steps, seed): (usize, usize, u64), claim:
 fn edits_kept_by_the_plugin_across_resent_messages_equal_edits_sent_whole() {
     for scenario in [(400, 90, 3), (900, 60, 8)] {
         let (held_box, whole_box) = (Sandbox::new(), Sandbox::new());
-        let held = run(&mut server(&held_box), scenario, true);
-        let whole = run(&mut server(&whole_box), scenario, false);
+        let held = run(&mut server(&held_box), scenario, true, 2);
+        let whole = run(&mut server(&whole_box), scenario, false, 2);
         assert_eq!(held.len(), whole.len());
         for (i, ((_, a), (sent, b))) in held.iter().zip(&whole).enumerate() {
             assert_eq!(*sent, Sent::Whole, "a plugin that holds no edits is sent them whole");
@@ -155,6 +160,24 @@ fn edits_kept_by_the_plugin_across_resent_messages_equal_edits_sent_whole() {
         let tagged = held.iter().filter(|(_, a)| a.contains("\\\"append\\\"")).count();
         let pruned = held.iter().filter(|(_, a)| a.contains("\\\"value\\\"")).count();
         assert!(tagged > 3 && pruned > held.len() / 2, "{tagged} answers held tags, {pruned} held prunes");
+    }
+}
+
+/// A plugin of protocol 1 does not know `keepEditsBefore`: had it been sent one, it would
+/// have applied it as `addEdits` and kept stale edits of the message sent again. It is sent
+/// its edits whole instead, and holds what a plugin that holds none is sent.
+#[test]
+fn a_plugin_of_protocol_1_is_never_sent_keep_edits_before() {
+    let scenario = (400, 90, 3);
+    let (old_box, whole_box) = (Sandbox::new(), Sandbox::new());
+    let old = run(&mut server(&old_box), scenario, true, 1);
+    let whole = run(&mut server(&whole_box), scenario, false, 2);
+    assert!(old.iter().all(|(sent, _)| *sent != Sent::Kept), "a protocol 1 plugin was sent keepEditsBefore");
+    assert!(old.iter().any(|(sent, _)| *sent == Sent::Added), "it still gets added answers");
+    for (i, ((_, a), (_, b))) in old.iter().zip(&whole).enumerate() {
+        if a != b {
+            panic!("answer {i}:\n{}", difference(a, b));
+        }
     }
 }
 

@@ -191,7 +191,7 @@ fn the_dcp_help_answer_names_a_mistyped_config_key() {
     let s = Sandbox::new();
     let mut sidecar = crate::support::Sidecar::spawn(&s, r#"{"pruneNotificaton": "off"}"#);
     let project = s.dir.path().join("project");
-    sidecar.result("initialize", serde_json::json!({"protocol": 1, "directory": project}));
+    sidecar.result("initialize", serde_json::json!({"protocol": 2, "directory": project}));
     let help = sidecar.result("command", serde_json::json!({"sessionID": "ses_a", "arguments": "help"}));
     let text = help["text"].as_str().unwrap().replace(&s.dir.path().display().to_string(), "[SANDBOX]");
     sidecar.shutdown();

@@ -74,7 +74,7 @@ fn by_default_the_tools_are_offered_from_a_sessions_first_request_without_tags_o
     let sandbox = Sandbox::new();
     let _ = std::fs::remove_file(sandbox.state_dir().join(format!("{DB_SESSION}.json")));
     let mut sidecar = Sidecar::spawn(&sandbox, "{}");
-    let init = sidecar.result("initialize", json!({"protocol": 1}));
+    let init = sidecar.result("initialize", json!({"protocol": 2}));
     let strings = json!({"type": "array", "items": {"type": "string"}});
     // A distillation is not in discard's schema (`compress` keeps a summary), but it is read.
     assert_eq!(init["args"]["discard"], json!({"ids": strings}), "{init}");

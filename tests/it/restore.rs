@@ -32,7 +32,7 @@ fn server(sandbox: &Sandbox, config: &str) -> Server {
     let env = Env { home: Some(home.clone()), xdg_config_home: Some(home.join(".config")), ..Env::default() };
     let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let mut server = Server::new(options, None).unwrap();
-    call(&mut server, "initialize", json!({"protocol": 1}));
+    call(&mut server, "initialize", json!({"protocol": 2}));
     server
 }
 

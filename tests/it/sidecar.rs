@@ -269,7 +269,7 @@ fn an_enabled_extract_is_answered_and_a_discard_with_blank_distillations_only_di
     let config =
         r#"{"rewrite": {"mode": "immediate"}, "tools": {"settings": {"minTokens": 0}, "extract": {"enabled": true}}}"#;
     let mut sidecar = Sidecar::spawn(&s, config);
-    let init = sidecar.result("initialize", json!({"protocol": 1}));
+    let init = sidecar.result("initialize", json!({"protocol": 2}));
     assert_eq!(init["tools"]["extract"], true, "{init}");
     assert_eq!(init["required"]["discard"], json!(["ids"]), "{init}");
     let messages = recorded_messages(&s);
@@ -322,8 +322,8 @@ fn malformed_lines_get_errors_and_the_sidecar_goes_on() {
     assert!(missing["error"]["message"].as_str().unwrap().contains("sessionID"), "{missing}");
     let bad_id = sidecar.call("transform", json!({"sessionID": "../../x", "messages": []}));
     assert!(bad_id["error"]["message"].as_str().unwrap().starts_with("invalid session id"), "{bad_id}");
-    let init = sidecar.result("initialize", json!({"protocol": 1}));
-    assert_eq!(init["protocol"], 1);
+    let init = sidecar.result("initialize", json!({"protocol": 2}));
+    assert_eq!(init["protocol"], 2);
     sidecar.shutdown();
 }
 
@@ -433,7 +433,7 @@ fn run_in_process(ahead: bool) -> (Vec<Value>, Value) {
         assert!(answer.get("error").is_none(), "{answer}");
         answer["result"].clone()
     };
-    ask(&mut server, 0, "initialize", json!({"protocol": 1}));
+    ask(&mut server, 0, "initialize", json!({"protocol": 2}));
     let mut messages = session.messages.clone();
     let mut answers = Vec::new();
     for step in 0..=session.steps.len() {

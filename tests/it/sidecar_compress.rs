@@ -286,7 +286,7 @@ fn a_tool_description_names_no_id_the_request_lacks() {
     // A short session: its requests carry no id tag (the history is far below tagsFrom).
     let s = Sandbox::new();
     let mut sidecar = Sidecar::spawn(&s, "{}");
-    let init = sidecar.result("initialize", json!({"protocol": 1}));
+    let init = sidecar.result("initialize", json!({"protocol": 2}));
     let registered = init["descriptions"]["compress"].as_str().unwrap();
     assert!(!names_a_tag(registered), "{registered}");
     let messages = recorded_messages(&s);

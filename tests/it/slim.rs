@@ -24,13 +24,13 @@ fn line(id: usize, method: &str, params: Value) -> String {
 fn session_lines(messages: usize, steps: usize) -> (String, Vec<String>) {
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages, steps, seed: 11 });
     let sid = session.session_id.clone();
-    let mut lines = vec![line(0, "initialize", json!({"protocol": 1}))];
+    let mut lines = vec![line(0, "initialize", json!({"protocol": 2}))];
     lines.push(line(1, "transform", json!({"sessionID": sid, "now": NOW, "messages": session.messages})));
     let mut base = session.messages.len();
     for (i, step) in session.steps.iter().enumerate() {
         if i == steps / 2 {
             // New rules: the index is rebuilt from what the mirror holds, slimmed or not.
-            lines.push(line(800, "initialize", json!({"protocol": 1, "directory": "/nonexistent/dcp-slim-project"})));
+            lines.push(line(800, "initialize", json!({"protocol": 2, "directory": "/nonexistent/dcp-slim-project"})));
         }
         let params = json!({"sessionID": sid, "now": NOW + 1000 * (i as i64 + 1), "base": base, "messages": step});
         lines.push(line(i + 2, "transform", params));
@@ -94,7 +94,7 @@ fn big_output_session(precount: bool) -> (Vec<String>, usize, usize) {
     ]);
     let mut answers = Vec::new();
     let mut send = |server: &mut dcp::sidecar::Server, l: String| answers.push(server.handle_line(&l).unwrap());
-    send(&mut server, line(0, "initialize", json!({"protocol": 1})));
+    send(&mut server, line(0, "initialize", json!({"protocol": 2})));
     send(&mut server, line(1, "transform", json!({"sessionID": "ses_big", "now": NOW, "messages": messages})));
     let before = server.mirror_bytes("ses_big").unwrap();
     if precount {
@@ -173,7 +173,7 @@ fn a_tool_output_that_looks_like_a_slim_marker_is_counted_as_text() {
     for slim in [false, true] {
         let sandbox = Sandbox::new();
         let mut server = dcp::sidecar::Server::new(options(&sandbox), None).unwrap();
-        server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+        server.handle_line(&line(0, "initialize", json!({"protocol": 2})));
         server.handle_line(&line(1, "transform", json!({"sessionID": "ses_forge", "now": NOW, "messages": messages})));
         if slim {
             server.precount(|| true);
@@ -273,7 +273,7 @@ fn counting_ahead_leaves_a_session_dcp_skips_alone() {
          "parts": [{"id": "prt_2", "type": "tool", "tool": "bash", "callID": "call_1",
                     "state": {"status": "completed", "input": {"command": "cat log"}, "output": output}}]},
     ]);
-    server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+    server.handle_line(&line(0, "initialize", json!({"protocol": 2})));
     let params = json!({"sessionID": "ses_sub", "parentID": "ses_parent", "now": NOW, "messages": messages});
     let answer = server.handle_line(&line(1, "transform", params)).unwrap();
     assert!(answer.contains("\"edits\":[]"), "{answer}");

@@ -87,7 +87,7 @@ fn state_file_after(sandbox: &Sandbox, requests: &[Request], saver: bool) -> Str
     let line = |id: usize, method: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
     };
-    server.handle_line(&line(0, "initialize", json!({"protocol": 1})));
+    server.handle_line(&line(0, "initialize", json!({"protocol": 2})));
     let mut sid = String::new();
     for (i, r) in requests.iter().enumerate() {
         sid = r.history[0]["info"]["sessionID"].as_str().unwrap().to_string();

@@ -108,7 +108,7 @@ fn sidecar(sandbox: &Sandbox, sid: &str, visible: &[Message], steps: &[Vec<Messa
     };
     let options = dcp::sidecar::ServeOptions { data_dir: sandbox.data(), env, project: None };
     let server = &mut dcp::sidecar::Server::new(options, None).unwrap();
-    ask(server, &line(0, "initialize", json!({"protocol": 1})));
+    ask(server, &line(0, "initialize", json!({"protocol": 2})));
     let mut last =
         ask(server, &line(1, "transform", json!({"sessionID": sid, "now": NOW, "messages": values(visible)})));
     let mut base = visible.len();

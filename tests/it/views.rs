@@ -61,7 +61,7 @@ fn run(server: &mut Server, messages: usize, steps: usize, seed: u64) -> Vec<Str
     let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages, steps, seed });
     let sid = session.session_id.clone();
     let mut history: Vec<Value> = serde_json::from_value(serde_json::to_value(&session.messages).unwrap()).unwrap();
-    let mut answers = vec![server.handle_line(&line(0, "initialize", json!({"protocol": 1}))).unwrap()];
+    let mut answers = vec![server.handle_line(&line(0, "initialize", json!({"protocol": 2}))).unwrap()];
     let first = json!({"sessionID": sid, "now": NOW, "messages": history});
     answers.push(server.handle_line(&line(1, "transform", first)).unwrap());
     for (i, step) in session.steps.iter().enumerate() {
@@ -72,7 +72,7 @@ fn run(server: &mut Server, messages: usize, steps: usize, seed: u64) -> Vec<Str
             answers.push(server.handle_line(&line(700, "command", sweep)).unwrap());
         }
         if i == steps / 2 {
-            let project = json!({"protocol": 1, "directory": "/nonexistent/dcp-views-project"});
+            let project = json!({"protocol": 2, "directory": "/nonexistent/dcp-views-project"});
             answers.push(server.handle_line(&line(800, "initialize", project)).unwrap());
         }
         if i == 2 * steps / 3 {
