@@ -113,7 +113,8 @@
 //! what a continuous run's first rewrite needs: a batch that makes most of the tail it
 //! re-bills, whose extra the bound of a young session does not yet cover, and which otherwise
 //! waits until the batch has grown deep into a prompt whose tail it no longer makes. Its stake
-//! is bounded all the same, at [`QUICK_BOUND`] times the loss bound.
+//! is bounded all the same, at [`QUICK_BOUND`] times the loss bound ([`QUICK_BOUND_UNMARKED`]
+//! where writes carry no premium).
 //!
 //! **Spending the bank.** A rewrite deep in the prompt rarely pays back: outputs that left the
 //! window early in a long session (a file read three prompts ago) wait there for a cold cache
@@ -373,7 +374,8 @@ fn affordable(config: &Rewrite, saved: f64, tail: f64, inputs: &Inputs) -> bool 
 /// likely, and stakes at most what the bank and [`QUICK_BOUND`] times the loss bound cover
 /// (see the module header, "Quick bets").
 fn quick(config: &Rewrite, saved: f64, extra: f64, inputs: &Inputs) -> bool {
-    let wider = pruning_balance(inputs) + QUICK_BOUND * config.loss_bound * inputs.baseline.max(0.0);
+    let bound = if inputs.rates.write > 1.0 { QUICK_BOUND } else { QUICK_BOUND_UNMARKED };
+    let wider = pruning_balance(inputs) + bound * config.loss_bound * inputs.baseline.max(0.0);
     inputs.rates.read * saved * bet_horizon(config, inputs) / 2.0 >= extra && extra <= wider
 }
 
@@ -383,6 +385,14 @@ fn quick(config: &Rewrite, saved: f64, extra: f64, inputs: &Inputs) -> bool {
 /// OpenAI-style sheets); at 2.5 no session of the corpus or the held-out set changes, and the
 /// suite's totals fall (docs/results/bets.md).
 pub const QUICK_BOUND: f64 = 2.5;
+
+/// [`QUICK_BOUND`] under a sheet whose cache writes cost no more than uncached input (the
+/// OpenAI-style sheets): 2, a tenth of what the session has cost so far. A measured split,
+/// not a derived one: at 2.5 the suite's 13-request explore session staked 11% at request
+/// 11 and lost (1.024 of no pruning); at 2 every session that changes under these sheets
+/// falls, while under Anthropic's, whose writes carry a premium, bets of that size at
+/// requests 13 to 15 won and 2 would cost three sessions (docs/results/suite.md).
+pub const QUICK_BOUND_UNMARKED: f64 = 2.0;
 
 /// What a rewrite may cost beyond what it saves on its own request: what the session has
 /// banked, plus `lossBound` of what it has cost without pruning so far (see the module

@@ -81,6 +81,22 @@ mod tests {
     }
 
     #[test]
+    fn without_a_write_premium_a_quick_bet_stakes_at_most_a_tenth_of_what_the_session_has_cost() {
+        // Request 30 with nothing banked, under the OpenAI-style sheets (writes at the base
+        // price): a batch removes 10,000 of the 13,000 tokens it re-bills, 1,700 at once and
+        // 1,000 a request after. The suite's 13-request explore session lost such a bet at
+        // request 11, staking 11% of its cost (1.024 of no pruning).
+        let openai = crate::prices::family("openai").unwrap().rates;
+        let quick = [Pending { tokens: 10_000, tail: 13_000, ..Pending::default() }];
+        let after = |baseline: f64| {
+            let base = Inputs { context: 40_000, warm: 30, baseline, rates: openai, ..Inputs::default() };
+            choose(&Rewrite::default(), &base, &quick)
+        };
+        assert_eq!(after(17_000.0), Some((0, Trigger::Pays)), "1,700 is a tenth of 17,000");
+        assert_eq!(after(16_000.0), None, "1,700 is more than a tenth of 16,000, within an eighth");
+    }
+
+    #[test]
     fn the_late_cap_bounds_nothing_before_the_thirtieth_request() {
         assert_eq!(late_bet_cap(1), f64::INFINITY);
         assert_eq!(late_bet_cap(LATE_RUN), f64::INFINITY);
