@@ -11,7 +11,7 @@ use rustc_hash::FxHashSet as HashSet;
 
 pub(super) mod sent;
 
-use self::sent::EditsBasis;
+use self::sent::{EditsBasis, ResentEdits};
 use super::in_force::Views;
 use super::protocol::{Edit, EditsAnswer};
 use super::ranges;
@@ -20,16 +20,6 @@ use crate::session::Message;
 use crate::state::{PruneRecord, SessionState};
 use crate::strategies;
 use crate::texts::restore::Via;
-
-/// How a plugin takes an answer when OpenCode sent again messages its edits point at.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ResentEdits {
-    /// It keeps its edits of the messages before them (`keepEditsBefore`, protocol 2).
-    #[default]
-    KeepBefore,
-    /// It knows only whole and added answers (protocol 1), so it is sent its edits whole.
-    Whole,
-}
 
 /// The edits of this answer, and its number. The plugin keeps the edits of the last answer
 /// it got. If it has those of the last answer sent and no prune was dropped since, only new

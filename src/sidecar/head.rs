@@ -13,7 +13,7 @@
 //! user message is created: the plugin asks `turn` then, and sets the message's `tools` map
 //! to leave dcp's out.
 
-use super::edits::ResentEdits;
+use super::edits::sent::ResentEdits;
 use super::protocol::{
     self, code, Described, Descriptions, InitializeParams, Initialized, RpcError, SessionParams, System, ToolsOffered,
     TurnAnswer, TurnParams,

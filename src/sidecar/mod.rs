@@ -54,7 +54,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use self::edits::ResentEdits;
+use self::edits::sent::ResentEdits;
 use self::live::LiveSession;
 use self::mirror::Mirror;
 use self::protocol::{code, now_ms, Empty, MethodAnswer, Request, RpcError};

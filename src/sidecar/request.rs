@@ -28,7 +28,7 @@ pub(super) struct RequestContext<'a> {
     /// How the session's view of its prunes is brought up to date.
     pub views: Views,
     /// How the plugin takes the edits of messages OpenCode sent again.
-    pub resent: super::edits::ResentEdits,
+    pub resent: super::edits::sent::ResentEdits,
     /// How the agent restores what dcp hid, as the placeholders say it (none: they say nothing).
     pub restore: Option<Via>,
     /// Tokens of dcp's head, once counted (the server's, shared by its sessions).

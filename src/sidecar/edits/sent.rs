@@ -29,3 +29,13 @@ pub(super) struct EditsBasis {
     /// How the placeholders said to restore: another way rewrites them all.
     pub(super) via: Option<Via>,
 }
+
+/// How a plugin takes an answer when OpenCode sent again messages its edits point at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(in crate::sidecar) enum ResentEdits {
+    /// It keeps its edits of the messages before them (`keepEditsBefore`, protocol 2).
+    #[default]
+    KeepBefore,
+    /// It knows only whole and added answers (protocol 1), so it is sent its edits whole.
+    Whole,
+}
