@@ -109,22 +109,6 @@ impl Plugin {
     }
 }
 
-/// `message` as OpenCode sends it while it is being written: its calls running, without
-/// output, and no finish.
-fn unfinished(message: &Value) -> Value {
-    let mut m = message.clone();
-    for p in m["parts"].as_array_mut().into_iter().flatten().filter(|p| p["type"] == "tool") {
-        p["state"]["status"] = "running".into();
-        if let Some(state) = p["state"].as_object_mut() {
-            state.remove("output");
-        }
-    }
-    if let Some(info) = m["info"].as_object_mut() {
-        info.remove("finish");
-    }
-    m
-}
-
 /// The first request: a line of the whole history, read as a stream.
 #[inline(never)]
 fn first_request(server: &mut Server, line: Vec<u8>) -> String {
@@ -211,8 +195,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for m in new {
             history.push(serde_json::to_value(m)?);
         }
-        finishing =
-            history.last_mut().filter(|_| unfinished_last).map(|last| std::mem::replace(last, unfinished(last)));
+        finishing = history
+            .last_mut()
+            .filter(|_| unfinished_last)
+            .map(|last| std::mem::replace(last, dcp_testkit::gen::unfinished(last)));
         let line = plugin.line(&sid, &history, CLOCK + GAP_MS * (i as i64 + 1));
         let t = cpu_ms();
         let answer = step(&mut server, &line);

@@ -23,22 +23,6 @@ fn line(id: usize, method: &str, params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
 }
 
-/// `message` as OpenCode sends it while it is being written: its calls running, without
-/// output, and no finish.
-fn unfinished(message: &Value) -> Value {
-    let mut m = message.clone();
-    for p in m["parts"].as_array_mut().into_iter().flatten().filter(|p| p["type"] == "tool") {
-        p["state"]["status"] = "running".into();
-        if let Some(state) = p["state"].as_object_mut() {
-            state.remove("output");
-        }
-    }
-    if let Some(info) = m["info"].as_object_mut() {
-        info.remove("finish");
-    }
-    m
-}
-
 /// What the plugin holds: the last answer's number and the edits in force.
 #[derive(Default)]
 struct Plugin {
@@ -128,7 +112,7 @@ fn run(
         history.extend(serde_json::from_value::<Vec<Value>>(serde_json::to_value(step).unwrap()).unwrap());
         if i % 5 != 4 {
             let last = history.last_mut().unwrap();
-            finishing = Some(std::mem::replace(last, unfinished(last)));
+            finishing = Some(std::mem::replace(last, dcp_testkit::gen::unfinished(last)));
         }
         let have = plugin.seq.filter(|_| claim);
         let now = NOW + 2_000 * (i as i64 + 1);

@@ -20,7 +20,7 @@ mod session;
 pub mod states;
 pub mod text;
 
-pub use session::{session, write_session, GeneratedSession, SessionSpec};
+pub use session::{session, unfinished, write_session, GeneratedSession, SessionSpec};
 pub use states::{write_states, StatesSummary};
 
 /// splitmix64: tiny, fast, and good enough for synthetic data. Not for anything secret.

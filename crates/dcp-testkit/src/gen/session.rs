@@ -100,6 +100,22 @@ pub fn session(spec: &SessionSpec) -> GeneratedSession {
     GeneratedSession { session_id: g.session_id.clone(), messages, steps }
 }
 
+/// `message` as OpenCode sends it while it is being written (it sends it again on every
+/// request until it is finished): its calls running, without output, and no finish.
+pub fn unfinished(message: &Value) -> Value {
+    let mut m = message.clone();
+    for p in m["parts"].as_array_mut().into_iter().flatten().filter(|p| p["type"] == "tool") {
+        p["state"]["status"] = "running".into();
+        if let Some(state) = p["state"].as_object_mut() {
+            state.remove("output");
+        }
+    }
+    if let Some(info) = m["info"].as_object_mut() {
+        info.remove("finish");
+    }
+    m
+}
+
 /// Writes a generated session to `path`.
 pub fn write_session(session: &GeneratedSession, path: &Path) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
