@@ -218,7 +218,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     let applied_now = apply_pending(cx);
     laps.lap("apply");
     // An unreadable state file is set aside by the save a change brings.
-    let corrupt = cx.slot.corrupt.is_some();
+    let corrupt = cx.slot.corrupt().is_some();
     let changed = corrupt || compacted || collapsed || refetched || !recorded_now.is_empty() || applied_now.is_some();
     let applied = applied_now.as_ref().map(|a| AppliedRewrites {
         reason: a.reason,
@@ -242,7 +242,7 @@ fn answer_request(cx: &mut RequestContext, compacted: bool) -> (Transformed, Cha
     };
     // The ledger goes to the state file with the next save (see `Server::save_dirty`).
     charge(cx.session, cx.slot.ledger_mut(), &balance);
-    let told = texts::notice::state_file(cx.slot.corrupt.as_deref(), cx.slot.save_news.take().as_ref());
+    let told = texts::notice::state_file(cx.slot.file_news());
     let notify = texts::notice::joined(told, notification(cx, applied_now.as_ref(), &recorded_now));
     // What changed was noted by the slot's operations; a file to set aside asks for a save.
     cx.slot.set_aside_due();

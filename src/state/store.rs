@@ -52,9 +52,9 @@ pub struct Slot {
     state: SessionState,
     pub tokens: TokenCounter,
     /// The unreadable state file found at load; the first save sets it aside.
-    pub corrupt: Option<PathBuf>,
+    corrupt: Option<PathBuf>,
     /// What the person is to be told of the session's saves with the next answer.
-    pub save_news: Option<SaveNews>,
+    save_news: Option<SaveNews>,
     /// Whether the state changed since it was last handed out for saving. The policy's
     /// ledger, which moves with every request, does not count: see [`Slot::unsaved`].
     dirty: bool,
@@ -107,6 +107,17 @@ impl Slot {
     #[cfg(test)]
     pub(crate) fn state_mut(&mut self) -> &mut SessionState {
         &mut self.state
+    }
+
+    /// The unreadable state file found at load or since, until a save sets it aside.
+    pub fn corrupt(&self) -> Option<&Path> {
+        self.corrupt.as_deref()
+    }
+
+    /// What the person is to be told of the session's state file with an answer: the
+    /// unreadable file to set aside, and the news of its saves (taken, so told once).
+    pub fn file_news(&mut self) -> (Option<&Path>, Option<SaveNews>) {
+        (self.corrupt.as_deref(), self.save_news.take())
     }
 
     /// The number that changes whenever the rewrites in force may have changed: edits computed
@@ -340,7 +351,7 @@ impl SessionStore {
     }
 
     /// Takes in what happened to session `id`'s file since the state was last synced: the
-    /// outcome of this process's last save (and [`Slot::save_news`]), or another process's
+    /// outcome of this process's last save (and [`Slot::file_news`]), or another process's
     /// write. While a save of this process is still in flight nothing is read: that save
     /// merges, and its outcome is taken in next time.
     pub fn refresh(&mut self, id: &str) -> Result<(), StateError> {

@@ -152,11 +152,12 @@ pub fn corrupt_state(path: &Path) -> String {
     )
 }
 
-/// What the user is told with this answer of the session's state file, if anything: that the
-/// file at `corrupt` could not be read ([`corrupt_state`]), and what became of its saves since
-/// the last answer (`news`, [`save_news`]).
-pub fn state_file(corrupt: Option<&Path>, news: Option<&SaveNews>) -> Option<String> {
-    joined(corrupt.map(corrupt_state), news.map(save_news))
+/// What the user is told with this answer of the session's state file, if anything, from
+/// the slot's news of it (`crate::state::store::Slot::file_news`): that the file at `corrupt`
+/// could not be read ([`corrupt_state`]), and what became of its saves since the last answer
+/// (`news`, [`save_news`]).
+pub fn state_file((corrupt, news): (Option<&Path>, Option<SaveNews>)) -> Option<String> {
+    joined(corrupt.map(corrupt_state), news.as_ref().map(save_news))
 }
 
 /// What the user is told when the session's saves start to fail, or work again after they

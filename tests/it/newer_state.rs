@@ -97,7 +97,7 @@ fn a_state_file_with_a_strategy_this_version_does_not_know_loads_and_keeps_its_p
     // The store takes it as the session's state, and its save sets nothing aside.
     let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
     let slot = store.slot(ID).unwrap();
-    assert!(slot.corrupt.is_none());
+    assert!(slot.corrupt().is_none());
     assert_eq!(slot.state().pruned.len(), 3);
     slot.ledger_mut().warm = 1;
     assert_eq!(store.save_now(ID).unwrap(), None);

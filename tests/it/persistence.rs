@@ -131,7 +131,7 @@ fn a_corrupt_file_is_reported_by_name_and_set_aside_before_a_write() {
         }
         let mut m = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
         let slot = m.slot(id).unwrap();
-        assert!(slot.corrupt.is_some());
+        assert!(slot.corrupt().is_some());
         slot.record(
             "c1",
             PruneRecord {
