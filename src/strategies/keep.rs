@@ -95,7 +95,7 @@ impl Names {
             if word.len() < 3 || word.contains("://") {
                 continue;
             }
-            let lower = word.to_lowercase().replace('\\', "/");
+            let lower = comparable(word);
             let last = lower.rsplit('/').next().unwrap_or("");
             let (list, name) = if has_extension(last) {
                 (&mut names.files, lower)
@@ -128,7 +128,7 @@ impl Names {
     /// alone names a file of that name anywhere), a named directory holds it at most
     /// [`DIR_DEPTH`] levels down.
     pub fn names(&self, path: &str) -> bool {
-        let path = path.to_lowercase().replace('\\', "/");
+        let path = comparable(path);
         let ends = |n: &str| path == n || path.ends_with(&format!("/{n}"));
         self.files.iter().any(|n| ends(n)) || self.dirs.iter().any(|d| under(&path, d))
     }
@@ -136,13 +136,18 @@ impl Names {
     /// Whether `path` is a file of a skill the prompt invokes, at most [`DIR_DEPTH`] levels
     /// below its directory.
     pub fn in_skill(&self, path: &str) -> bool {
-        let path = path.to_lowercase().replace('\\', "/");
+        let path = comparable(path);
         self.skills.iter().any(|d| under(&path, d))
     }
 
     pub fn is_empty(&self) -> bool {
         self.files.is_empty() && self.dirs.is_empty() && self.skills.is_empty()
     }
+}
+
+/// `path` as names are compared with it: lower case, with `/` between its components.
+fn comparable(path: &str) -> String {
+    path.to_lowercase().replace('\\', "/")
 }
 
 /// Whether `path` lies in directory `dir` (whole components) at most [`DIR_DEPTH`] levels down.
