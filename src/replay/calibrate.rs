@@ -240,13 +240,14 @@ fn cached(cache: Cache, row: &Row<'_>, t: f64, shared: f64) -> f64 {
 }
 
 /// Each request's size and the prefix it shares with the previous one that the cache holds:
-/// at most up to the previous request's last breakpoint (its size less its `tail`).
+/// at most up to the previous request's last breakpoint (its size less its `tail`), where its
+/// usage showed one.
 fn sizes<'r, 'a>(rows: &'r [Row<'a>], k: f64) -> impl Iterator<Item = (&'r Row<'a>, f64, f64)> + 'r {
     let mut breakpoint = f64::INFINITY;
     rows.iter().map(move |row| {
         let t = (row.p + k * row.h).max(0.0);
         let shared = (row.p + k * row.s).clamp(0.0, t).min(breakpoint);
-        breakpoint = t - row.tail.min(t);
+        breakpoint = if row.tail > 0.0 { t - row.tail.min(t) } else { f64::INFINITY };
         (row, t, shared)
     })
 }
