@@ -16,9 +16,12 @@
 //! * **The cache**, by the sheet ([`own_sheet`]: the model's, or what the usage says: writes
 //!   mostly to the 1-hour cache make it `anthropic-1h`, no cache reads or writes at all from a
 //!   known provider make it `none`). An explicit cache (a write premium: Anthropic's) reads
-//!   the prefix shared with the previous request, except on a request the usage shows cold (it
-//!   read less than half of that prefix): then it read only what it reported, at most `P` (the
-//!   client's prefix, cached by its other sessions). An implicit cache (no write premium:
+//!   the prefix shared with the previous request up to that request's last breakpoint, except
+//!   on a request the usage shows cold (it read less than half of that prefix): then it read
+//!   only what it reported, at most `P` (the client's prefix, cached by its other sessions).
+//!   The `input` a request reported is what it sent after its last breakpoint: uncached, at
+//!   the input price, and written by the next request (a few tokens where the client marks
+//!   the request's end; Claude Code once marked an earlier block and sent 7,366 so). An implicit cache (no write premium:
 //!   OpenAI, Gemini, DeepSeek) hits a share of the shared prefix, `hit_share`, the reads it
 //!   reported over the prefixes it shared. The first request reads at most `P`, as reported.
 //! * **Totals only**: a log that keeps only the run's totals (`codex exec --json`, SWE-agent's
@@ -157,6 +160,9 @@ struct Row<'a> {
     /// The fixed prefix of the request's segment (set once fitted).
     p: f64,
     cold: bool,
+    /// What an explicit cache's request reported it sent uncached: the prompt after its last
+    /// breakpoint, which the next request cannot read (set once the cache is known).
+    tail: f64,
 }
 
 /// One run's requests: the assistant message each produced, and its bill.
@@ -177,7 +183,7 @@ fn rows<'a>(fit: &Fit<'_>, run: &Bills<'a>) -> (Vec<Row<'a>>, Vec<usize>) {
         let (usage, segment) = by_id.get(id).copied().unwrap_or((None, 0));
         let h = (bill.tokens as f64 - o).max(0.0);
         let s = (bill.shared as f64 - o).max(0.0);
-        rows.push(Row { id, h, s, first: i == 0, usage, p: 0.0, cold: bill.cold });
+        rows.push(Row { id, h, s, first: i == 0, usage, p: 0.0, cold: bill.cold, tail: 0.0 });
         segments.push(segment);
     }
     (rows, segments)
@@ -233,14 +239,27 @@ fn cached(cache: Cache, row: &Row<'_>, t: f64, shared: f64) -> f64 {
     c.clamp(0.0, t)
 }
 
-/// The bill of `rows` by the fitted model: the requests' sizes, what each read from the cache.
+/// Each request's size and the prefix it shares with the previous one that the cache holds:
+/// at most up to the previous request's last breakpoint (its size less its `tail`), where its
+/// usage showed one.
+fn sizes<'r, 'a>(rows: &'r [Row<'a>], k: f64) -> impl Iterator<Item = (&'r Row<'a>, f64, f64)> + 'r {
+    let mut breakpoint = f64::INFINITY;
+    rows.iter().map(move |row| {
+        let t = (row.p + k * row.h).max(0.0);
+        let shared = (row.p + k * row.s).clamp(0.0, t).min(breakpoint);
+        breakpoint = if row.tail > 0.0 { t - row.tail.min(t) } else { f64::INFINITY };
+        (row, t, shared)
+    })
+}
+
+/// The bill of `rows` by the fitted model: the requests' sizes, what each read from the cache,
+/// and what it sent uncached after its last breakpoint (at the input price, not written).
 fn bill(rows: &[Row<'_>], k: f64, cache: Cache, sheet: &Sheet, only_usage: bool) -> f64 {
     let mut sum = 0.0;
-    for row in rows.iter().filter(|r| !only_usage || r.usage.is_some()) {
-        let t = (row.p + k * row.h).max(0.0);
-        let shared = (row.p + k * row.s).clamp(0.0, t);
+    for (row, t, shared) in sizes(rows, k).filter(|(r, ..)| !only_usage || r.usage.is_some()) {
         let c = cached(cache, row, t, shared);
-        sum += sheet.rates.read * c + sheet.rates.write * (t - c);
+        let uncached = row.tail.min(t - c);
+        sum += sheet.rates.read * c + uncached + sheet.rates.write * (t - c - uncached);
     }
     sum
 }
@@ -278,6 +297,7 @@ pub fn calibrate(fit: &Fit<'_>, messages: &[Message], (none, dcp): (&Bills<'_>, 
     };
     assign_prefixes(&mut rows, &segments, &prefixes);
     let cache = cache_of(fit, &rows, k, basis);
+    observe_tails(&mut rows, cache);
     observe_cold(&mut rows, cache, k);
     let only_usage = basis == Basis::Requests;
     let modelled = bill(&rows, k, cache, fit.sheet, only_usage);
@@ -327,9 +347,22 @@ fn cache_of(fit: &Fit<'_>, rows: &[Row<'_>], k: f64, basis: Basis) -> Cache {
 /// Marks the requests whose usage shows the explicit cache cold: they read less than half of
 /// the prefix they shared with the previous request. Without usage, the meter's clock says.
 fn observe_cold(rows: &mut [Row<'_>], cache: Cache, k: f64) {
-    for row in rows.iter_mut().filter(|r| !r.first) {
+    let shared: Vec<f64> = sizes(rows, k).map(|(_, _, shared)| shared).collect();
+    for (row, shared) in rows.iter_mut().zip(shared).filter(|(r, _)| !r.first) {
         let Some(u) = row.usage else { continue };
-        row.cold = cache == Cache::Explicit && (u.cache_read as f64) < 0.5 * (row.p + k * row.s);
+        row.cold = cache == Cache::Explicit && (u.cache_read as f64) < 0.5 * shared;
+    }
+}
+
+/// Sets each request's uncached tail from its usage: an explicit cache bills `input` as the
+/// part after the request's last breakpoint (a few tokens when the client marks its end, the
+/// new content when it marks an earlier block), and the next request writes it again.
+fn observe_tails(rows: &mut [Row<'_>], cache: Cache) {
+    for row in rows.iter_mut() {
+        row.tail = match (cache, row.usage) {
+            (Cache::Explicit, Some(u)) => u.input as f64,
+            _ => 0.0,
+        };
     }
 }
 
@@ -338,6 +371,10 @@ fn observe_cold(rows: &mut [Row<'_>], cache: Cache, k: f64) {
 fn dcp_rows<'a>(fit: &Fit<'_>, dcp: &Bills<'a>, none: &[Row<'_>], prefixes: &FxHashMap<usize, f64>) -> Vec<Row<'a>> {
     let (mut rows, segments) = rows(fit, dcp);
     assign_prefixes(&mut rows, &segments, prefixes);
+    let tails: FxHashMap<&str, f64> = none.iter().map(|r| (r.id, r.tail)).collect();
+    for row in rows.iter_mut() {
+        row.tail = tails.get(row.id).copied().unwrap_or(0.0);
+    }
     let cold: FxHashMap<&str, bool> = none.iter().map(|r| (r.id, r.cold)).collect();
     for row in rows.iter_mut() {
         row.cold = cold.get(row.id).copied().unwrap_or(row.cold);

@@ -151,3 +151,19 @@ fn a_run_that_reports_no_cache_is_billed_without_one() {
     assert_eq!((c["basis"].as_str(), c["reported"].as_f64()), (Some("totals"), Some(7000.0)));
     assert_eq!(c["error"].as_f64(), Some(0.0));
 }
+
+#[test]
+fn a_request_that_sent_its_new_content_uncached_leaves_the_next_to_write_it_again() {
+    // Claude Code's issue-58 planning run: its fourth request reported 7,366 tokens of input
+    // after its last breakpoint (uncached, at the input price), and the fifth wrote them to the
+    // cache. A model that caches the whole shared prefix missed that by 5.8%.
+    let dir = tempfile::tempdir().unwrap();
+    let source = corpus("cc-issue58-planning-execute.jsonl.gz");
+    import("claude-stream-json", &source, dir.path()).unwrap();
+    let replay = dcp_json(&["replay", "--all"], dir.path());
+    let c = &replay["sessions"][0]["calibration"];
+    let reported = c["reported"].as_f64().unwrap();
+    assert!((reported - billed(&gunzip(&source))).abs() <= 1.0, "{c}");
+    let error = c["error"].as_f64().unwrap();
+    assert!(error.abs() < 0.01, "calibration error {error}");
+}
