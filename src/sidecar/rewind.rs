@@ -6,17 +6,22 @@
 
 use super::request::RequestContext;
 use crate::session::History;
+use crate::strategies::keep::PromptCache;
 use crate::strategies::rewind;
 
-/// Brings the session's index up to the request's history; when the history lost calls the
-/// index had read, drops what no longer has its reason in it.
+/// Brings the session's index up to the request's history and its price sheet (whether its
+/// provider caches the prompt, which the keep rules ask: `crate::strategies::keep`); when the
+/// history lost calls the index had read, drops what no longer has its reason in it.
 pub(super) fn sync(cx: &mut RequestContext) {
+    let cache = PromptCache::of(cx.session.priced_by(cx.rules));
     let (rules, messages, slot) = (cx.rules, cx.mirror.messages(), &mut *cx.slot);
     let index = &mut cx.session.history.index;
     // Only the calls of the messages that changed can have been lost: those before are read
     // again as they were.
     let before = index.call_ids_from(cx.mirror.kept());
-    if !index.sync(messages, cx.mirror.kept(), slot.resets(), rules) {
+    let synced = index.sync(messages, cx.mirror.kept(), slot.resets(), rules);
+    index.set_prompt_cache(cache);
+    if !synced {
         return;
     }
     tracing::debug!(session = cx.sid, rebuilds = index.rebuilds(), "index rebuilt: what it had read changed");

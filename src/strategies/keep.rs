@@ -27,9 +27,17 @@
 //! output: the request carries it in that call's arguments, which are never masked. A command's output (`masking::COMMAND_TOOLS`) is
 //! read once and acted on, and is run again for a fresh one, so it is never kept in use. A
 //! read is kept in use only in the current turn of a session the person has prompted again
-//! ([`Signals::in_use`]): there the agent builds the next files from the one it just read (a
-//! new component from the app it replaces), while in a run of one prompt a read kept while
-//! quoted costs more than it saves (docs/results/keep.md).
+//! ([`Signals::in_use`]), and there from the first step that quotes it to the end of the turn:
+//! the agent builds the next files from the one it just read (a new component, then the pages,
+//! from the app they replace), with steps between that quote it not, while in a run of one
+//! prompt a read kept while quoted costs more than it saves (docs/results/keep.md).
+//!
+//! **Without a prompt cache** ([`PromptCache::Off`]: a provider that re-bills every request
+//! whole) the two rules that keep a text longest, a read in use to the end of its turn and a
+//! follow-up slash command's skill files (which a finished turn's line then leaves out for
+//! good), are off: there a kept text costs its whole size on every request and taking it
+//! costs nothing, so keeping it pays only if it is quoted on the very next steps
+//! (docs/results/misses.md).
 //!
 //! How quotes are found. Each text is normalised as `dcp replay` does for its misses (no
 //! line-number prefixes, whitespace runs as one space), cut into [`WINDOW`]-character windows
@@ -262,6 +270,26 @@ fn windows(chars: &[char], mut each: impl FnMut(u32)) {
     super::windows::windows(chars, |h| each((h ^ (h >> 32)) as u32));
 }
 
+/// Whether the session's provider caches the prompt (`crate::prices::Sheet::caches`), for the
+/// rules that keep a text for long (see the module header, "Without a prompt cache").
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum PromptCache {
+    #[default]
+    On,
+    Off,
+}
+
+impl PromptCache {
+    /// The prompt cache of a session priced by `sheet`.
+    pub fn of(sheet: &crate::prices::Sheet) -> PromptCache {
+        if sheet.caches {
+            PromptCache::On
+        } else {
+            PromptCache::Off
+        }
+    }
+}
+
 /// What one call says for the rules of this module.
 #[derive(Debug, Default, Clone)]
 struct Tracked {
@@ -288,6 +316,8 @@ pub struct Signals {
     prompt_step: u32,
     named: Names,
     calls: Vec<Tracked>,
+    /// Set by the session's price sheet, not by its messages: a rewind leaves it.
+    cache: PromptCache,
 }
 
 /// Where [`Signals`] stood when [`Signals::mark`] was taken.
@@ -328,13 +358,24 @@ impl Signals {
         self.calls.push(Tracked { used: 0, prints, prompts: self.prompts, key: key.map(hash) });
     }
 
-    /// Whether call `at`, of `tool`, is in use: one of the last `within` steps quoted it, and
-    /// it is of [`IN_USE_TOOLS`], or a read of the current turn once the person has prompted
-    /// again (see the module header, "In use").
+    /// Sets the prompt cache of the session's provider (see the module header, "Without a
+    /// prompt cache").
+    pub fn set_cache(&mut self, cache: PromptCache) {
+        self.cache = cache;
+    }
+
+    /// Whether call `at`, of `tool`, is in use: it is of [`IN_USE_TOOLS`] and one of the last
+    /// `within` steps quoted it, or it is a read of the current turn, once the person has
+    /// prompted again, that a step of the turn quoted (see the module header, "In use");
+    /// `within` 0 turns both off.
     pub fn in_use(&self, at: usize, tool: &str, within: u32) -> bool {
         let Some(call) = self.calls.get(at) else { return false };
-        let used = call.used > 0 && self.step - call.used < within;
-        used && (IN_USE_TOOLS.contains(&tool) || tool == "read" && self.prompts >= 2 && call.prompts == self.prompts)
+        let quoted = call.used > 0 && within > 0;
+        if IN_USE_TOOLS.contains(&tool) {
+            return quoted && self.step - call.used < within;
+        }
+        let this_turn = self.prompts >= 2 && call.prompts == self.prompts;
+        quoted && tool == "read" && this_turn && self.cache == PromptCache::On
     }
 
     /// Whether the latest prompt, sent fewer than `within` steps ago, names `path` (the
@@ -346,11 +387,11 @@ impl Signals {
     /// Whether the latest prompt names `path`, shown by call `at` ([`Signals::named`]), or,
     /// invoking a slash command, names the file of its skill that an earlier turn read: the
     /// agent goes back to the skill's references it read then (docs/results/misses.md), while
-    /// those it reads in this turn are fresh anyway.
+    /// those it reads in this turn are fresh anyway; not without a prompt cache.
     pub fn named_call(&self, at: usize, path: &str, within: u32) -> bool {
         let earlier = || self.calls.get(at).is_some_and(|c| c.prompts < self.prompts);
-        self.named(path, within)
-            || self.prompts >= 2 && self.step - self.prompt_step < within && self.named.in_skill(path) && earlier()
+        let follow_up = self.prompts >= 2 && self.step - self.prompt_step < within && self.cache == PromptCache::On;
+        self.named(path, within) || follow_up && self.named.in_skill(path) && earlier()
     }
 
     /// Where the signals stand now, to go back to ([`Signals::rewind`]): what reading more

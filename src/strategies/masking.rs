@@ -325,6 +325,7 @@ pub fn working(history: &History<'_>, rules: &Rules) -> Vec<bool> {
 pub fn needed(history: &History<'_>, rules: &Rules) -> Vec<bool> {
     let m = &rules.config().strategies.masking;
     let mut signals = keep::Signals::default();
+    signals.set_cache(keep::PromptCache::of(rules.sheet()));
     let mut calls = history.calls.iter().peekable();
     for (mi, message) in history.messages.iter().enumerate() {
         signals.message(message);

@@ -6,9 +6,16 @@
 use super::rewind::Undo;
 use super::Index;
 use crate::session::{ToolCall, ToolStatus};
-use crate::strategies::{masking, Rules};
+use crate::strategies::{keep, masking, Rules};
 
 impl Index {
+    /// Sets the prompt cache of the session's provider, which the rules that keep a text for
+    /// long need (`crate::strategies::keep`, "Without a prompt cache"): each request, after
+    /// [`Index::sync`], since a rebuilt index starts from [`keep::PromptCache::On`].
+    pub fn set_prompt_cache(&mut self, cache: keep::PromptCache) {
+        self.signals.set_cache(cache);
+    }
+
     /// Notes the file call `at` read or changed, for the working set.
     pub(super) fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
         if let Some(key) = call.key_argument().filter(|_| call.status == ToolStatus::Completed) {

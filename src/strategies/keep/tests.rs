@@ -175,3 +175,44 @@ fn a_read_quoted_in_the_current_turn_of_a_session_prompted_again_stays_in_use() 
     assert!(!run(1, false), "a run of one prompt: a read is never kept in use");
     assert!(!run(2, true), "a read of an earlier turn is not kept in use");
 }
+
+/// A follow-up's turn that reads `App.jsx`, then writes a component from it: the signals.
+fn app_read_then_quoted(cache: PromptCache) -> Signals {
+    let app = format!("export default function App() {{ return <main className=\"{}\" /> }}", "hero grid".repeat(12));
+    let mut signals = Signals::default();
+    signals.set_cache(cache);
+    signals.message(&prompt("plan the app"));
+    signals.message(&prompt("build the components"));
+    call(&mut signals, "read", &path("App.jsx"), &app);
+    let content = format!("// from App.jsx\n{app}");
+    signals.message(&step("write", json!({"filePath": path("Navbar.tsx"), "content": content})));
+    signals.call(Some(&path("Navbar.tsx")), Some(&content));
+    signals
+}
+
+#[test]
+fn a_read_quoted_in_a_follow_up_s_turn_stays_in_use_to_the_end_of_the_turn() {
+    let mut signals = app_read_then_quoted(PromptCache::On);
+    // Steps that quote it not: a directory made, pages written from the components.
+    for i in 0..6 {
+        signals.message(&step("bash", json!({"command": format!("mkdir -p src/pages{i}")})));
+    }
+    assert!(signals.in_use(0, "read", 3), "six steps on, the turn goes on from the app it replaces");
+    assert!(!signals.in_use(0, "read", 0), "0 turns the rule off");
+    signals.message(&prompt("now deploy it"));
+    assert!(!signals.in_use(0, "read", 3), "the next prompt ends the turn");
+}
+
+#[test]
+fn without_a_prompt_cache_neither_a_read_in_use_nor_a_follow_up_slash_command_s_skill_files_are_kept() {
+    assert!(!app_read_then_quoted(PromptCache::Off).in_use(0, "read", 3));
+    let reference = "/home/me/.claude/skills/build-with-claude/references/solana-dev-patterns.md";
+    let mut signals = Signals::default();
+    signals.set_cache(PromptCache::Off);
+    signals.message(&prompt("/build-with-claude write the program"));
+    call(&mut signals, "read", reference, "the skill's patterns");
+    signals.message(&prompt("/build-with-claude Wire the frontend to the program"));
+    assert!(!signals.named_call(0, reference, 8));
+    signals.set_cache(PromptCache::On);
+    assert!(signals.named_call(0, reference, 8), "with a cache the command names it");
+}
