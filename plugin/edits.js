@@ -121,6 +121,14 @@ export class Plan {
       // keyed read of each path step costs more than the write.
       let target;
       switch (f.holder) {
+        case OUTPUT: {
+          // Most fields are a tool's output: a named store, which costs less than a keyed one.
+          const state = part.state;
+          if (!state || typeof state !== "object") continue;
+          if (f.write !== undefined) state.output = f.write;
+          else if (typeof state.output === "string") state.output += f.tags;
+          continue;
+        }
         case PART:
           target = part;
           break;
@@ -142,14 +150,16 @@ export class Plan {
 }
 
 /** Where a field's object is inside its part: the part, its `state`, the state's `input`, or
- * elsewhere (the path is walked). */
+ * elsewhere (the path is walked); `OUTPUT` is the field `state.output` itself. */
 const PART = 0;
 const STATE = 1;
 const INPUT = 2;
 const OTHER = 3;
+const OUTPUT = 4;
 
 function holderOf(path) {
   if (path.length === 1) return PART;
+  if (path.length === 2 && path[0] === "state" && path[1] === "output") return OUTPUT;
   if (path.length === 2 && path[0] === "state") return STATE;
   if (path.length === 3 && path[0] === "state" && path[1] === "input") return INPUT;
   return OTHER;

@@ -110,21 +110,28 @@ function quantile(sorted, q) {
 
 const round = (ms) => (ms == null ? null : Math.round(ms * 1000) / 1000);
 
-/** Pids of this process's children whose command line is `… serve`: the dcp sidecars. */
+/** Pids of the dcp sidecars: this process's children whose command line is `… serve`, or,
+ * when `--bin` is a wrapper that runs dcp as its own child (`perf stat -- dcp serve`), that
+ * child, so that the CPU read is dcp's own. */
 function sidecarPids() {
-  const pids = new Set();
+  const serving = new Map();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, "utf8");
       // The command name is in parentheses and may hold spaces: the ppid follows the last ")".
       const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (ppid !== process.pid) continue;
       const argv = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0");
-      if (argv.includes("serve")) pids.add(Number(name));
+      if (argv.includes("serve")) serving.set(Number(name), ppid);
     } catch {
       // The process exited while we looked.
     }
+  }
+  const pids = new Set();
+  for (const [pid, ppid] of serving) {
+    if (ppid !== process.pid) continue;
+    const child = [...serving].find(([, parent]) => parent === pid);
+    pids.add(child ? child[0] : pid);
   }
   return pids;
 }

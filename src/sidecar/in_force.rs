@@ -10,9 +10,11 @@
 //! messages changed before the end of what it had read (an edit, a resync, a resolve it did
 //! not see). What a prune's rewrite removes comes from the session's [`SavingCache`], which
 //! sized it while it waited. The agent's own prunes are counted as they come, from the
-//! slot's changes ([`AgentPrunes`]).
+//! slot's changes ([`AgentPrunes`]). A waiting prune is kept with where its call is and what
+//! its rewrite removes ([`Waiting`]), found when it is taken in, so that the policy weighs
+//! every waiting prune on every request without looking each one up again.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -51,13 +53,23 @@ struct Member {
     approx: u64,
 }
 
+/// A prune waiting for the policy, whose call is in the history: where the call is (where
+/// the index finds its id: the latest call of that id) and what its rewrite would remove, in
+/// the unit of the mirror's sizes ([`SavingCache::approx_saving`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waiting {
+    pub at: (usize, usize),
+    pub approx: u64,
+}
+
 /// The prunes of one session, as of [`InForce::update`].
 #[derive(Debug, Default)]
 pub(super) struct InForce {
     basis: Option<Basis>,
     members: HashMap<String, Member>,
     approx: u64,
-    waiting: BTreeSet<String>,
+    /// The waiting prunes, by id; `None` for one whose call is not in the history (yet).
+    waiting: BTreeMap<String, Option<Waiting>>,
 }
 
 /// What a view reads: a session's prunes, its calls and its history, and the sizes of its
@@ -94,19 +106,22 @@ impl InForce {
         self.approx
     }
 
-    /// The ids of the prunes waiting for the policy, in id order.
-    pub fn waiting(&self) -> impl Iterator<Item = &str> {
-        self.waiting.iter().map(String::as_str)
+    /// The prunes waiting for the policy whose calls are in the history, in id order: each
+    /// one's id, where its call is and what its rewrite would remove.
+    pub fn waiting(&self) -> impl Iterator<Item = (&str, Waiting)> {
+        self.waiting.iter().filter_map(|(id, w)| Some((id.as_str(), (*w)?)))
     }
 
-    /// Takes in the calls new to the index and the prunes changed since `before`.
+    /// Takes in the calls new to the index and the prunes changed since `before`. A new call
+    /// may be the call of a prune taken in before it (recorded by id), or a later call of a
+    /// pruned id, where the index now finds that id: either way its prune is taken in again.
     fn advance(&mut self, before: Basis, from: &mut Sources<'_>) {
         let (slot, index) = (from.slot, from.index);
         let pruned = &slot.state().pruned;
         for at in before.calls..index.calls() {
             let Some(id) = index.call_id(at) else { continue };
-            if let Some(record) = pruned.get(id).filter(|r| r.applied) {
-                self.put(id, record, from);
+            if let Some(record) = pruned.get(id) {
+                self.take(id, record, from);
             }
         }
         for id in &slot.changes()[before.changes..] {
@@ -131,7 +146,10 @@ impl InForce {
             self.waiting.remove(id);
             self.put(id, record, from);
         } else {
-            self.waiting.insert(id.to_string());
+            let at = from.index.position(id);
+            let sized =
+                at.map(|at| Waiting { at, approx: from.sizes.approx_saving(from.mirror, id, at, &record.action) });
+            self.waiting.insert(id.to_string(), sized);
         }
     }
 
@@ -203,6 +221,100 @@ mod tests {
 
     fn record(strategy: Strategy, applied: bool) -> PruneRecord {
         PruneRecord { strategy, action: Action::Output, tokens: 10, tool: "read".into(), applied }
+    }
+
+    /// The test kit's messages are its own build of the crate's type: they cross as JSON.
+    fn ours(messages: &impl serde::Serialize) -> Vec<crate::session::Message> {
+        serde_json::from_value(serde_json::to_value(messages).unwrap()).unwrap()
+    }
+
+    fn wire(messages: &[crate::session::Message]) -> Vec<crate::session::Node> {
+        messages.iter().map(|m| crate::session::Node::from(serde_json::to_value(m).unwrap())).collect()
+    }
+
+    /// Gives the last tool part of `message` the call id `id`, as a later call of a pruned id.
+    fn reuse_id(message: &mut crate::session::Message, id: &str) {
+        let Some(part) = message.parts.iter_mut().rev().find(|p| p.get("callID").is_some()) else { return };
+        let mut value = serde_json::to_value(&*part).unwrap();
+        value["callID"] = serde_json::Value::String(id.to_string());
+        *part = crate::session::Node::from(value);
+    }
+
+    /// Makes the output of the last tool part of `message` longer, as an edit would.
+    fn edit(message: &mut crate::session::Message) {
+        let Some(part) = message.parts.iter_mut().rev().find(|p| p.get("callID").is_some()) else { return };
+        let mut value = serde_json::to_value(&*part).unwrap();
+        if let Some(output) = value.pointer_mut("/state/output") {
+            *output = serde_json::Value::String(format!("{}{}", output.as_str().unwrap_or(""), "edited ".repeat(300)));
+        }
+        *part = crate::session::Node::from(value);
+    }
+
+    /// The waiting prunes and what those in force remove, as a view sees them.
+    fn seen(view: &InForce) -> (Vec<(String, Waiting)>, u64) {
+        (view.waiting().map(|(id, w)| (id.to_string(), w)).collect(), view.approx())
+    }
+
+    #[test]
+    fn waiting_prunes_kept_between_requests_are_where_every_prune_read_again_finds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let rules = crate::strategies::Rules::new(crate::config::Config::default()).unwrap();
+        let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 150, steps: 60, seed: 3 });
+        let mut messages = ours(&session.messages);
+        let (mut mirror, mut index) = (Mirror::default(), Index::default());
+        let (mut kept, mut kept_sizes) = (InForce::default(), SavingCache::default());
+        let (mut pruned, mut waiting_seen) = (0usize, 0usize);
+        let actions = [Action::Mask, Action::Output, Action::MaskInputs];
+        for step in 0..=session.steps.len() {
+            let sent = messages.len();
+            if step > 0 {
+                messages.extend(ours(&session.steps[step - 1]));
+            }
+            let slot = store.slot("ses_waiting").unwrap();
+            // Every eleventh step's new call reuses the id of a waiting prune; every fifth edits
+            // an old message; every ninth resends the whole history.
+            if step % 11 == 10 {
+                if let Some(id) = slot.state().pruned.iter().find(|(_, r)| !r.applied).map(|(id, _)| id.clone()) {
+                    reuse_id(messages.last_mut().unwrap(), &id);
+                }
+            }
+            let base = match step {
+                0 => 0,
+                s if s % 5 == 0 => {
+                    edit(&mut messages[sent - 3]);
+                    sent - 3
+                }
+                s if s % 9 == 0 => 0,
+                _ => sent,
+            };
+            mirror.resolve(base.min(mirror.messages().len()), wire(&messages[base..])).unwrap();
+            index.sync(mirror.messages(), mirror.kept(), slot.resets(), &rules);
+            // Prunes of some of the calls, and one of a call not yet in the history; some put
+            // in force later.
+            for at in 0..index.calls() {
+                let id = index.call_id(at).unwrap().to_string();
+                if (at + step) % 4 == 0 && !slot.state().pruned.contains_key(&id) {
+                    let action = actions[at % actions.len()].clone();
+                    slot.record(&id, PruneRecord { action, ..record(Strategy::Masking, false) });
+                    pruned += 1;
+                } else if (at + step) % 13 == 0 {
+                    slot.apply(&id);
+                }
+            }
+            let next = session.steps.get(step).map(ours).unwrap_or_default();
+            let next_call =
+                next.iter().flat_map(|m| &m.parts).find_map(|p| p.get("callID")?.as_str().map(String::from));
+            slot.record(&next_call.unwrap_or(format!("call_never_{step}")), record(Strategy::Discard, false));
+            let slot = store.slot("ses_waiting").unwrap();
+            kept.update(Sources { slot, index: &index, mirror: &mirror, sizes: &mut kept_sizes }, Views::Kept);
+            let mut again = InForce::default();
+            let sizes = &mut SavingCache::default();
+            again.update(Sources { slot, index: &index, mirror: &mirror, sizes }, Views::Rebuilt);
+            assert_eq!(seen(&kept), seen(&again), "step {step}");
+            waiting_seen += kept.waiting().filter(|(_, w)| w.approx > 0).count();
+        }
+        assert!(pruned > 100 && waiting_seen > 1000, "{pruned} prunes, {waiting_seen} waiting sized");
     }
 
     #[test]

@@ -271,8 +271,8 @@ fn charge(session: &mut LiveSession, ledger: &mut Ledger, request: &policy::Char
 }
 
 /// What a pending rewrite changes: one call's fields, or a range of messages.
-enum Target {
-    Call(String),
+enum Target<'a> {
+    Call(&'a str),
     Block(u32),
     /// A masking, recorded only when it is applied.
     Mask(String, PruneRecord),
@@ -286,16 +286,15 @@ fn apply_pending(cx: &mut RequestContext) -> Option<AppliedNow> {
     // would take, in history order.
     let masking = masking_candidates::mask_pending(cx);
     let (rules, slot, session, request) = (cx.rules, &mut *cx.slot, &mut *cx.session, &cx.facts);
-    let (index, sizes) = (&session.history.index, &mut session.caches.sizes);
+    // Where each waiting prune's call is and what its rewrite removes were found when the
+    // view took it in.
     let mut pending: Vec<((usize, usize), Target, policy::Pending)> = session
         .caches
         .in_force
         .waiting()
-        .filter_map(|id| {
-            let (at, record) = (index.position(id)?, slot.state().pruned.get(id)?);
-            let tokens = sizes.approx_saving(mirror, id, at, &record.action);
-            let pending = policy::Pending { tokens, tail: mirror.tail(at.0), ..Default::default() };
-            Some((at, Target::Call(id.to_string()), pending))
+        .map(|(id, w)| {
+            let pending = policy::Pending { tokens: w.approx, tail: mirror.tail(w.at.0), ..Default::default() };
+            (w.at, Target::Call(id), pending)
         })
         .collect();
     let waiting = session.caches.spans.spans(mirror, (&slot.state().blocks, slot.resets()), cx.views, |b| !b.applied);
@@ -343,7 +342,7 @@ fn mark_applied(slot: &mut Slot, target: &Target, applied: &mut AppliedNow) {
         }
         Target::Call(id) => {
             slot.apply(id);
-            applied.calls.push(id.clone());
+            applied.calls.push(id.to_string());
         }
         Target::Block(id) => {
             slot.apply_block(*id);
