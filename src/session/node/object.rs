@@ -9,7 +9,7 @@ use super::Node;
 
 /// The longest key held inline. Every key of OpenCode's messages fits (`providerID`,
 /// `sessionID`, `compacted`), and at this length a key is 16 bytes and a field 40: a long
-/// history holds close to a million fields, so a third of a field less is megabytes less.
+/// history holds hundreds of thousands of fields, so 8 bytes a field less is megabytes less.
 const INLINE_KEY: usize = 14;
 
 /// An object's key: inline up to [`INLINE_KEY`] bytes, else a string behind one pointer.
