@@ -13,6 +13,8 @@ pub mod slim;
 pub use history::{visible_history, visible_start};
 pub use node::{Kind, Node, Object};
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use self::node::NULL;
@@ -102,17 +104,19 @@ pub struct ToolCall<'a> {
 
 /// What a tool part says about itself, owned, so that it can be kept across requests: a
 /// completed part never changes, so the sidecar reads each part once (see
-/// `crate::strategies::incremental`) instead of on every request.
+/// `crate::strategies::incremental`) instead of on every request. A long session holds tens
+/// of thousands, so each string is held at its length, and those the index also keys its
+/// tables by (the call id, the tool and the key argument) are shared with them, not copied.
 #[derive(Debug, Clone)]
 pub struct CallFacts {
     pub part: usize,
-    pub part_id: String,
-    pub call_id: String,
-    pub tool: String,
+    pub part_id: Box<str>,
+    pub call_id: Arc<str>,
+    pub tool: Arc<str>,
     pub status: ToolStatus,
     pub compacted: bool,
-    pub key: Option<String>,
-    pub file_path: Option<String>,
+    pub key: Option<Arc<str>>,
+    pub file_path: Option<Box<str>>,
 }
 
 impl CallFacts {
@@ -125,13 +129,13 @@ impl CallFacts {
             .filter_map(|(pi, part)| ToolCall::from_part(0, pi, part, 0))
             .map(|c| CallFacts {
                 part: c.part,
-                part_id: c.part_id.to_string(),
-                call_id: c.call_id.to_string(),
-                tool: c.tool.to_string(),
+                part_id: c.part_id.into(),
+                call_id: c.call_id.into(),
+                tool: c.tool.into(),
                 status: c.status,
                 compacted: c.compacted,
-                key: c.key.map(str::to_string),
-                file_path: c.file_path.map(str::to_string),
+                key: c.key.map(Arc::from),
+                file_path: c.file_path.map(Box::from),
             })
             .collect()
     }

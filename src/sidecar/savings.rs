@@ -44,6 +44,8 @@ use crate::strategies::incremental::Index;
 use crate::tokens::TokenCounter;
 
 mod piece;
+#[cfg(test)]
+mod tests;
 
 /// A tool part is sent as a call and its result, each in its frame.
 const FRAME_TOOL: u64 = FRAME_CALL + FRAME_RESULT;
@@ -287,21 +289,20 @@ impl Meter {
             }
             EditsAnswer::Full(all) => {
                 let mut by_message: Vec<Vec<Edit>> = vec![Vec::new(); n];
-                all.iter().filter(|e| e.m < n).for_each(|e| by_message[e.m].push(e.clone()));
-                (0..n).filter(|&m| self.edits[m] != by_message[m]).collect()
+                all.iter().filter(|e| e.m < n).for_each(|e| hold(&mut by_message[e.m], e));
+                let edited: Vec<usize> = (0..n).filter(|&m| self.edits[m] != by_message[m]).collect();
+                let before = std::mem::replace(&mut self.edits, by_message);
+                self.replaced = replaced_of(before, &edited);
+                return edited;
             }
         };
         self.replaced = edited.iter().map(|&m| (m, self.edits[m].clone())).collect();
         match edits {
-            EditsAnswer::Same => {}
-            EditsAnswer::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone())),
+            EditsAnswer::Same | EditsAnswer::Full(_) => {}
+            EditsAnswer::Add(new) => new.iter().filter(|e| e.m < n).for_each(|e| hold(&mut self.edits[e.m], e)),
             EditsAnswer::Keep { before, add } => {
-                self.edits.iter_mut().skip(*before).for_each(Vec::clear);
-                add.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
-            }
-            EditsAnswer::Full(all) => {
-                self.edits.iter_mut().for_each(Vec::clear);
-                all.iter().filter(|e| e.m < n).for_each(|e| self.edits[e.m].push(e.clone()));
+                self.edits.iter_mut().skip(*before).for_each(|held| *held = Vec::new());
+                add.iter().filter(|e| e.m < n).for_each(|e| hold(&mut self.edits[e.m], e));
             }
         }
         edited
@@ -358,6 +359,19 @@ impl Meter {
 }
 
 /// The messages of a history of `n` that `edits` point at, each once, in order.
+/// Adds `edit` to a message's held edits at their exact length: a message holds an edit or
+/// two, and a vector grown by pushes keeps room for four, which over a long history was most
+/// of what the meter held.
+fn hold(held: &mut Vec<Edit>, edit: &Edit) {
+    held.reserve_exact(1);
+    held.push(edit.clone());
+}
+
+/// The edits `before` held of each message of `edited`, taken out of it.
+fn replaced_of(mut before: Vec<Vec<Edit>>, edited: &[usize]) -> Vec<(usize, Vec<Edit>)> {
+    edited.iter().map(|&m| (m, before.get_mut(m).map(std::mem::take).unwrap_or_default())).collect()
+}
+
 fn edited_by(edits: &[Edit], n: usize) -> Vec<usize> {
     let mut edited: Vec<usize> = edits.iter().filter(|e| e.m < n).map(|e| e.m).collect();
     edited.sort_unstable();

@@ -20,7 +20,7 @@
 //! batch functions; `tests/it/index.rs` runs both side by side over generated sessions.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::{collections::BinaryHeap, sync::Arc};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -94,7 +94,7 @@ struct Listed {
 #[derive(Debug, Default)]
 pub struct Index {
     calls: Vec<Call>,
-    by_call_id: HashMap<String, usize>,
+    by_call_id: HashMap<Arc<str>, usize>,
     /// Messages read so far: a prefix of the history.
     messages: usize,
     /// The current model step: the number of assistant messages read.
@@ -124,7 +124,7 @@ pub struct Index {
     /// recent first, at most [`masking::MAX_WORKING_FILES`] ([`masking::working`]).
     recent_files: Vec<String>,
     /// The latest completed call of each tool and key argument ([`masking::volatile`]).
-    latest_view: HashMap<(String, String), usize>,
+    latest_view: HashMap<(Arc<str>, Arc<str>), usize>,
     /// What the latest prompt names and which calls the latest steps quoted ([`keep`]).
     signals: keep::Signals,
     /// The slot's `resets` the index was built against.
@@ -192,7 +192,7 @@ impl Index {
                 let at = self.calls.len();
                 let call = ToolCall::from_facts(mi, &facts, part, self.current);
                 self.add(at, &call, rules);
-                self.note_files(at, &call);
+                self.note_files(at, &call, &facts);
                 self.signals.call(call.key_argument(), masking::given_text(&call).as_deref());
                 let weight = masking::weight(&call, rules);
                 self.window.kept_weight += weight;
@@ -316,7 +316,7 @@ impl Index {
             }
         }
         let calls = &self.calls;
-        self.masking.retain(|c| !state.pruned.contains_key(&calls[c.call].facts.call_id));
+        self.masking.retain(|c| !state.pruned.contains_key(&*calls[c.call].facts.call_id));
         let ready: Vec<MaskCandidate> = self.masking.iter().filter(|c| !self.working(c.call, rules)).copied().collect();
         self.ready = ready;
         &self.ready
@@ -408,7 +408,7 @@ impl Index {
 
     /// The id of the `at`-th tool call of the history.
     pub fn call_id(&self, at: usize) -> Option<&str> {
-        self.calls.get(at).map(|c| c.facts.call_id.as_str())
+        self.calls.get(at).map(|c| &*c.facts.call_id)
     }
 
     /// How many tool calls the history holds.

@@ -2,20 +2,22 @@
 //! which they replaced: random JSON texts and mutations of them parse alike (or fail with the
 //! same error) and print byte for byte alike; generated sessions round-trip; and slimming a
 //! part as a node gives what slimming it as a `Value` gave (the code before nodes, kept here
-//! as the oracle).
+//! as the oracle). A tool part's facts, which the index keeps instead of reading the part
+//! again, give the view the part gives.
 
-use dcp::session::{slim, Message, Node};
+use dcp::session::{slim, CallFacts, Message, Node, ToolCall};
 use dcp::tokens::{EstimatorChoice, Field, TokenCounter};
 use dcp_testkit::gen::Rng;
 use serde_json::{Map, Value};
 
-/// Characters a random string is made of: the edges of inline storage are in the lengths,
+/// Characters a random string is made of: the edges of inline storage (14 bytes for a key,
+/// 22 for a value) are in the lengths,
 /// escapes and multi-byte characters in the text.
 const PIECES: &[&str] =
     &["a", "Z", "0", " ", "é", "日本", "😀", "\\\"", "\\\\", "\\n", "\\u0000", "\\ud83d\\ude00", "/"];
 
 fn string(rng: &mut Rng) -> String {
-    let n = *rng.pick(&[0u64, 1, 5, 21, 22, 23, 24, 40]).unwrap_or(&3);
+    let n = *rng.pick(&[0u64, 1, 5, 13, 14, 15, 21, 22, 23, 24, 40]).unwrap_or(&3);
     let mut out = String::from("\"");
     for _ in 0..n {
         out.push_str(rng.pick(PIECES).unwrap_or(&"a"));
@@ -133,6 +135,40 @@ fn generated_sessions_round_trip_byte_for_byte() {
             assert_eq!(serde_json::to_string(&again).unwrap(), text);
         }
     }
+}
+
+/// Every reading of the tool call view `c`, printed.
+fn readings(c: &ToolCall<'_>) -> String {
+    let head = (c.message, c.part, c.part_id, c.call_id, c.tool, c.status, c.compacted, c.turn);
+    format!("{:?}", (head, c.key_argument(), c.file_path(), c.input().to_string(), c.output(), c.error()))
+}
+
+#[test]
+fn a_tool_part_s_facts_give_the_view_the_part_gives() {
+    let odd = serde_json::json!([
+        {"type": "tool", "id": "prt_1", "callID": "c1", "tool": "read", "state": {"status": "error", "error": "gone",
+            "input": {"path": "/a", "pattern": "x"}, "time": {"compacted": 5}}},
+        {"type": "tool", "callID": "c2", "state": {"status": "odd", "input": {"filePath": "/b", "command": "ls"}}},
+        {"type": "tool", "callID": "c3", "tool": "bash", "state": "no object"},
+    ]);
+    let odd = Message::from_values(serde_json::json!({"role": "assistant"}), odd.as_array().unwrap().clone());
+    let mut calls = 0;
+    for seed in 1..4 {
+        let spec = dcp_testkit::gen::SessionSpec { messages: 300, steps: 5, seed };
+        let session = dcp_testkit::gen::session(&spec);
+        for (mi, message) in session.messages.iter().chain(session.steps.iter().flatten()).chain([&odd]).enumerate() {
+            let facts = CallFacts::of(message);
+            let views: Vec<ToolCall<'_>> =
+                message.parts.iter().enumerate().filter_map(|(pi, p)| ToolCall::from_part(mi, pi, p, 3)).collect();
+            assert_eq!(facts.len(), views.len());
+            for (facts, view) in facts.iter().zip(&views) {
+                let again = ToolCall::from_facts(mi, facts, &message.parts[facts.part], 3);
+                assert_eq!(readings(&again), readings(view));
+                calls += 1;
+            }
+        }
+    }
+    assert!(calls > 300, "{calls} calls");
 }
 
 #[test]

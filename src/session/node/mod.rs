@@ -6,7 +6,7 @@
 //! A [`Node`] is 24 bytes: a string of up to
 //! 22 bytes is held inline (keys, types, statuses, tool names), a longer one as a boxed
 //! string, a list as a boxed slice of nodes and an object as a boxed slice of its fields in
-//! order ([`Object`]), each field 48 bytes with its key inline when short. A parsed object
+//! order ([`Object`]), each field 40 bytes with its key inline when short. A parsed object
 //! costs one allocation and no room for growth.
 //!
 //! A node reads like a `Value` (`get`, `as_str`, `as_i64`, indexing that gives `null` for

@@ -24,9 +24,10 @@ fn same_as_value(text: &str) {
 }
 
 #[test]
-fn a_node_is_24_bytes_and_a_field_48() {
+fn a_node_is_24_bytes_and_a_field_40() {
     assert_eq!(std::mem::size_of::<Node>(), 24);
-    assert_eq!(std::mem::size_of::<(Key, Node)>(), 48);
+    assert_eq!(std::mem::size_of::<Key>(), 16);
+    assert_eq!(std::mem::size_of::<(Key, Node)>(), 40);
 }
 
 #[test]
@@ -54,6 +55,7 @@ fn nodes_print_as_values_print() {
         r#"{"z":1,"y":2,"x":3,"z":4,"w":{}}"#,
         r#"[[],{},[[]],"x"]"#,
         r#"{"a key longer than twenty-two bytes":"and a value longer than twenty-two bytes"}"#,
+        r#"{"fourteen bytes":1,"fifteen bytes!!":2,"thirteen byte":3,"":4,"caf\u00e9 \u00e9t\u00e9 \u00e9":5}"#,
         r#"{"a\"b":"\u00e9"}"#,
         "[1,2",
         r#"{"a":}"#,

@@ -12,6 +12,7 @@
 //! window that left a call of the message behind), rebuilds the index as before.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use super::{Cursor, Index};
 use crate::strategies::{keep, masking, Rules};
@@ -37,7 +38,7 @@ pub(super) struct Before {
 /// What reading a call overwrote in one of the index's maps, to put back.
 #[derive(Debug)]
 pub(super) enum Undo {
-    CallId(String, Option<usize>),
+    CallId(Arc<str>, Option<usize>),
     Newest(u64, Option<usize>),
     /// A write was added to the path's list of writes no read covers yet.
     Write(String),
@@ -45,7 +46,7 @@ pub(super) enum Undo {
     Covered(String, Vec<usize>),
     FileView(String, Option<masking::FileView>),
     LastEdit(String, Option<usize>),
-    LatestView((String, String), Option<usize>),
+    LatestView((Arc<str>, Arc<str>), Option<usize>),
 }
 
 impl Index {
@@ -81,7 +82,7 @@ impl Index {
     /// The ids of the calls of message `message` and those after it.
     pub fn call_ids_from(&self, message: usize) -> Vec<String> {
         let from = self.calls.partition_point(|c| c.message < message);
-        self.calls[from..].iter().map(|c| c.facts.call_id.clone()).collect()
+        self.calls[from..].iter().map(|c| c.facts.call_id.to_string()).collect()
     }
 
     /// Takes the mark before message `at`, the last one of the history, is read: what is

@@ -5,7 +5,7 @@
 
 use super::rewind::Undo;
 use super::Index;
-use crate::session::{ToolCall, ToolStatus};
+use crate::session::{CallFacts, ToolCall, ToolStatus};
 use crate::strategies::{keep, masking, Rules};
 
 impl Index {
@@ -17,10 +17,10 @@ impl Index {
     }
 
     /// Notes the file call `at` read or changed, for the working set.
-    pub(super) fn note_files(&mut self, at: usize, call: &ToolCall<'_>) {
-        if let Some(key) = call.key_argument().filter(|_| call.status == ToolStatus::Completed) {
-            let old = self.latest_view.insert((call.tool.to_string(), key.to_string()), at);
-            self.note(|| Undo::LatestView((call.tool.to_string(), key.to_string()), old));
+    pub(super) fn note_files(&mut self, at: usize, call: &ToolCall<'_>, facts: &CallFacts) {
+        if let Some(key) = facts.key.as_ref().filter(|_| call.status == ToolStatus::Completed) {
+            let old = self.latest_view.insert((facts.tool.clone(), key.clone()), at);
+            self.note(|| Undo::LatestView((facts.tool.clone(), key.clone()), old));
         }
         let Some(path) = call.file_path().filter(|_| call.status == ToolStatus::Completed) else { return };
         if call.tool == "read" || call.tool == "write" {
@@ -47,7 +47,7 @@ impl Index {
         if self.signals.in_use(at, &facts.tool, m.keep_quoted) || self.named_view(at, rules) {
             return true;
         }
-        let Some(path) = facts.file_path.as_deref().filter(|_| facts.tool == "read") else { return false };
+        let Some(path) = facts.file_path.as_deref().filter(|_| &*facts.tool == "read") else { return false };
         let files = (m.working_files as usize).min(masking::MAX_WORKING_FILES);
         self.file_views.get(path).is_some_and(|view| view.at == at)
             && (self.last_edit.get(path).is_some_and(|&e| e >= recent && self.calls[e].prompts == self.prompts)
