@@ -240,10 +240,15 @@ export class Sidecar {
       };
       const envelope = { jsonrpc: "2.0", id, method, params };
       if (hasLazy(params) && !this.streaming) {
+        // A line cut short leaves the sidecar without what the encoder's cache says it sent:
+        // it restarts, and the next request sends the history in full.
         this.stream(child, envelope).catch((e) => {
-          clearTimeout(timer);
-          this.pending.delete(id);
-          reject(e);
+          if (child === this.child) failed(e);
+          else {
+            clearTimeout(timer);
+            this.pending.delete(id);
+            reject(e);
+          }
         });
         return;
       }
@@ -271,7 +276,7 @@ export class Sidecar {
   /** Writes `envelope`'s line to `child` as it is made (`linePieces`), giving way to the event
    * loop between batches, so that the sidecar reads and counts the first messages while the
    * rest are encoded. Other lines wait for its end. If making it fails halfway, the line is
-   * ended as it is (the sidecar answers that it is not JSON, to no one) and the call fails. */
+   * ended as it is and the call fails (and the caller restarts the sidecar). */
   async stream(child, envelope) {
     const streaming = { child, after: [] };
     this.streaming = streaming;

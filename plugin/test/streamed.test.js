@@ -111,3 +111,21 @@ test("lines written while a long line is streamed wait for its end", async (t) =
   sidecar.log = () => {};
   sidecar.child.kill("SIGTERM");
 });
+
+test("a line whose encoding fails halfway fails its call and restarts the sidecar", async (t) => {
+  const out = join(fakeDcp(t, ""), "lines.jsonl");
+  echoingDcp(t, out);
+  const logged = [];
+  const sidecar = new Sidecar((level, text) => logged.push([level, text]), "/proj");
+  sidecar.start();
+  assert.ok(await sidecar.ready);
+  const first = sidecar.child;
+  function* failing() {
+    for (let i = 0; i < 300; i++) yield { id: `m${i}`, text: "y".repeat(3000) };
+    throw new Error("encoding failed");
+  }
+  await assert.rejects(sidecar.call("transform", { sessionID: "s", messages: new Lazy(failing()) }), /encoding failed/);
+  // Its cache says the sidecar has what it never read whole: the next request starts afresh.
+  assert.notEqual(sidecar.child, first);
+  assert.ok(logged.some(([, text]) => text.startsWith("cannot write to the sidecar: encoding failed")), JSON.stringify(logged));
+});
