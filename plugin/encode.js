@@ -3,6 +3,8 @@
 // and parts), and what it sends of a message only what the sidecar reads of it (`wireInfo`,
 // `wirePart`). See PROTOCOL.md for the wire form.
 
+import { Lazy } from "./streamed.js";
+
 /** What was last sent of each session, so unchanged messages and parts are not re-sent. */
 export class SentCache {
   constructor() {
@@ -221,6 +223,19 @@ function wireState(state) {
 /** The history in wire form: `base` leading messages unchanged since the last request are
  * not sent at all; of the rest, unchanged infos and parts go by reference. */
 export function encode(messages, cache) {
+  const base = unchangedBelow(messages, cache);
+  return { base, messages: [...wireMessages(messages, base, cache)] };
+}
+
+/** `encode`, its messages a `Lazy` list encoded as the sidecar's writer reads them: the
+ * sidecar reads the first while the rest are encoded (`streamed.js`). */
+export function encodeEach(messages, cache) {
+  const base = unchangedBelow(messages, cache);
+  return { base, messages: new Lazy(wireMessages(messages, base, cache)) };
+}
+
+/** How many leading messages are unchanged since the last request `cache` holds. */
+function unchangedBelow(messages, cache) {
   let base = 0;
   if (cache) {
     const previous = cache.prints;
@@ -249,18 +264,21 @@ export function encode(messages, cache) {
     while (base < messages.length && base < previous.length && matches(messages[base], previous[base])) base++;
     previous.length = base;
   }
-  const wire = [];
+  return base;
+}
+
+/** The messages from `base` in wire form, one at a time. */
+function* wireMessages(messages, base, cache) {
   for (let i = base; i < messages.length; i++) {
     const m = messages[i];
     if (!cache) {
-      wire.push({ id: m.info?.id, parts: (m.parts ?? []).map(wirePart), info: wireInfo(m.info ?? {}) });
+      yield { id: m.info?.id, parts: (m.parts ?? []).map(wirePart), info: wireInfo(m.info ?? {}) };
       continue;
     }
     const v = version(m);
     cache.prints.push(print(v));
-    wire.push(delta(m, v, cache));
+    yield delta(m, v, cache);
   }
-  return { base, messages: wire };
 }
 
 /** One message in wire form: its info and parts in full, or by reference where `cache`

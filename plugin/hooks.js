@@ -4,7 +4,7 @@
 
 import { Sidecar, RESYNC } from "./sidecar.js";
 import { Notifier, shownPart } from "./notify.js";
-import { SentCache, encode } from "./encode.js";
+import { SentCache, encode, encodeEach } from "./encode.js";
 import { applyEdits, resolveEdits } from "./edits.js";
 import { modelFacts, stepUsage } from "./usage.js";
 
@@ -60,7 +60,8 @@ async function transformRequest(ctx, sessionID, messages, params) {
   if (params.compaction) return sidecar.call("transform", { ...params, ...encode(messages, null) });
   const send = () => {
     const cache = sent.session(sessionID, sidecar.generation);
-    const request = { ...params, ...encode(messages, cache) };
+    // Encoded as it is written: the sidecar reads the first messages while the rest are encoded.
+    const request = { ...params, ...encodeEach(messages, cache) };
     if (cache.seq !== null) request.have = cache.seq;
     return sidecar.call("transform", request).then((answer) => resolveEdits(cache, answer));
   };

@@ -5,6 +5,7 @@
 
 import { spawn } from "node:child_process";
 import { findBinary, PLUGIN_VERSION } from "./binary.js";
+import { hasLazy, linePieces } from "./streamed.js";
 
 export const PROTOCOL = 2;
 const TIMEOUT_MS = Number(process.env.DCP_TIMEOUT_MS) || 3000;
@@ -16,6 +17,10 @@ const CRASHES_TOLD = 3;
 const CRASH_WINDOW_MS = 10 * 60 * 1000;
 /** The error code asking for the full history again (the sidecar was restarted). */
 export const RESYNC = -32001;
+
+/** A line made as it is written (`streamed.js`) is handed to the pipe this much at a time;
+ * between two, the event loop lets the pipe take what it can while the next is made. */
+const STREAM_BATCH_CHARS = 256 * 1024;
 
 /** How a sidecar process ended: it ran and exited, or it could not be started at all. */
 const Ended = Object.freeze({ EXITED: "exited", NOT_STARTED: "not started" });
@@ -62,6 +67,8 @@ export class Sidecar {
     this.buffer = "";
     this.failedAt = 0;
     this.warned = new Set();
+    /** The line being streamed, if one is: its child, and the lines to write after it. */
+    this.streaming = null;
   }
 
   warnOnce(key, message) {
@@ -225,13 +232,30 @@ export class Sidecar {
         reject(new Error("timeout"));
       }, timeout);
       this.pending.set(id, { resolve, reject, timer });
-      try {
-        child.stdin.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
-      } catch (e) {
+      const failed = (e) => {
         clearTimeout(timer);
         this.pending.delete(id);
         this.restart(`cannot write to the sidecar: ${e?.message ?? e}`);
         reject(e);
+      };
+      const envelope = { jsonrpc: "2.0", id, method, params };
+      if (hasLazy(params) && !this.streaming) {
+        // A line cut short leaves the sidecar without what the encoder's cache says it sent:
+        // it restarts, and the next request sends the history in full.
+        this.stream(child, envelope).catch((e) => {
+          if (child === this.child) failed(e);
+          else {
+            clearTimeout(timer);
+            this.pending.delete(id);
+            reject(e);
+          }
+        });
+        return;
+      }
+      try {
+        this.write(child, JSON.stringify(envelope) + "\n");
+      } catch (e) {
+        failed(e);
       }
     });
   }
@@ -239,7 +263,42 @@ export class Sidecar {
   notify(method, params) {
     if (!this.child) return;
     try {
-      this.child.stdin.write(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n");
+      this.write(this.child, JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n");
     } catch {}
+  }
+
+  /** Writes `line` to `child`, after the line being streamed to it if there is one. */
+  write(child, line) {
+    if (this.streaming?.child === child) this.streaming.after.push(line);
+    else child.stdin.write(line);
+  }
+
+  /** Writes `envelope`'s line to `child` as it is made (`linePieces`), giving way to the event
+   * loop between batches, so that the sidecar reads and counts the first messages while the
+   * rest are encoded. Other lines wait for its end. If making it fails halfway, the line is
+   * ended as it is and the call fails (and the caller restarts the sidecar). */
+  async stream(child, envelope) {
+    const streaming = { child, after: [] };
+    this.streaming = streaming;
+    let batch = "";
+    try {
+      for (const piece of linePieces(envelope)) {
+        batch += piece;
+        if (batch.length < STREAM_BATCH_CHARS) continue;
+        child.stdin.write(batch);
+        batch = "";
+        await new Promise((resolve) => setImmediate(resolve));
+        if (child !== this.child) throw new Error("the sidecar exited while a request was written");
+      }
+      child.stdin.write(batch + "\n");
+    } catch (e) {
+      try {
+        if (child === this.child) child.stdin.write(batch + "\n");
+      } catch {}
+      throw e;
+    } finally {
+      this.streaming = null;
+      if (child === this.child) for (const line of streaming.after) child.stdin.write(line);
+    }
   }
 }

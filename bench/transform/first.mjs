@@ -1,9 +1,9 @@
 // Where the plugin's first request goes, phase by phase: the plugin's own pieces (encode.js,
 // sidecar.js, edits.js) driven as hooks.js drives them, on a session made by `dcp-testkit gen
 // session`, against a fresh `dcp serve` in a private temp HOME/XDG tree. Prints one line of
-// milliseconds: encoding, `JSON.stringify` of the request (timed apart: the call does it
-// again), when the pipe took the line's last byte, the answer after that, and resolving and
-// applying the edits. `--line-out FILE` also writes the `initialize` and `transform` lines,
+// milliseconds: the line written (the plugin encodes and writes it message by message, as the
+// sidecar reads it: until the pipe took its last byte), the answer after that, and resolving
+// and applying the edits. `--line-out FILE` also writes the `initialize` and `transform` lines,
 // to feed `dcp serve < FILE` alone, its project the file's folder (under `perf` or `/usr/bin/time -v`).
 //
 //   node --max-old-space-size=8192 first.mjs --session FILE [--bin PATH] [--line-out FILE]
@@ -41,9 +41,9 @@ function sandbox(bin) {
 /** Wraps the child's stdin so that `pipe.done` is when it took the last byte of the last write. */
 function watchPipe(child) {
   const write = child.stdin.write.bind(child.stdin);
-  const pipe = { began: 0, done: 0 };
+  const pipe = { began: 0, done: 0, writes: 0 };
   child.stdin.write = (chunk) => {
-    pipe.began = performance.now();
+    if (!pipe.writes++) pipe.began = performance.now();
     return write(chunk, () => (pipe.done = performance.now()));
   };
   return pipe;
@@ -52,7 +52,7 @@ function watchPipe(child) {
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const root = sandbox(args.bin);
-  const { encode, SentCache } = await import(join(repo, "plugin", "encode.js"));
+  const { encodeEach, SentCache } = await import(join(repo, "plugin", "encode.js"));
   const { Sidecar } = await import(join(repo, "plugin", "sidecar.js"));
   const { applyEdits, resolveEdits } = await import(join(repo, "plugin", "edits.js"));
   const session = JSON.parse(readFileSync(args.session, "utf8"));
@@ -63,9 +63,7 @@ async function main() {
   const pipe = watchPipe(sidecar.child);
   const t = [performance.now()];
   const cache = new SentCache().session(session.sessionID, sidecar.generation);
-  const request = { sessionID: session.sessionID, compaction: false, ...encode(messages, cache) };
-  t.push(performance.now());
-  const line = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "transform", params: request });
+  const request = { sessionID: session.sessionID, compaction: false, ...encodeEach(messages, cache) };
   t.push(performance.now());
   const answer = await sidecar.call("transform", request);
   t.push(performance.now());
@@ -74,15 +72,15 @@ async function main() {
   applyEdits(messages, result);
   t.push(performance.now());
   const ms = (a, b) => Math.round(b - a);
+  const line = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "transform", params: request });
   const phases = {
-    encode_ms: ms(t[0], t[1]),
-    stringify_ms: ms(t[1], t[2]),
-    pipe_took_line_ms: ms(pipe.began, pipe.done),
-    answer_after_line_ms: ms(pipe.done, t[3]),
-    call_ms: ms(t[2], t[3]),
-    resolve_edits_ms: ms(t[3], t[4]),
-    apply_edits_ms: ms(t[4], t[5]),
-    first_request_ms: ms(t[0], t[5]) - ms(t[1], t[2]),
+    line_written_ms: ms(t[0], pipe.done),
+    pipe_writes: pipe.writes,
+    answer_after_line_ms: ms(pipe.done, t[2]),
+    call_ms: ms(t[1], t[2]),
+    resolve_edits_ms: ms(t[2], t[3]),
+    apply_edits_ms: ms(t[3], t[4]),
+    first_request_ms: ms(t[0], t[4]),
     line_bytes: Buffer.byteLength(line),
   };
   if (args.lineOut) {

@@ -10,6 +10,7 @@
 //! UTF-8 is reported as such and skipped; reading goes on.
 
 mod scanner;
+mod slimmers;
 mod utf8;
 
 use std::io::BufRead;
@@ -17,7 +18,9 @@ use std::io::BufRead;
 use serde_json::Value;
 
 use self::scanner::LineScanner;
-pub use self::scanner::{slim_message, Streamed};
+pub use self::scanner::Streamed;
+pub use self::slimmers::slim_message;
+use self::slimmers::Workers;
 use super::protocol::{Request, RpcError, MAX_LINE_BYTES};
 
 /// How long a request line may be, and from what length it is read as a stream.
@@ -138,7 +141,12 @@ pub(super) fn read_request_line<R: BufRead>(reader: &mut R, limits: LineLimits) 
 /// Reads the rest of a long line whose first bytes are `head`, as a stream, refusing it
 /// past `max` bytes. The line ends at its newline, or at the end of the input.
 pub fn read_rest<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize) -> std::io::Result<Streamed> {
-    let mut scanner = LineScanner::new();
+    read_rest_on(head, reader, max, Workers::for_this_machine())
+}
+
+/// [`read_rest`], its messages parsed and slimmed by `workers`.
+fn read_rest_on<R: BufRead>(head: Vec<u8>, reader: &mut R, max: usize, workers: Workers) -> std::io::Result<Streamed> {
+    let mut scanner = LineScanner::new(workers);
     let mut total = head.len();
     scanner.scan(&head);
     drop(head);

@@ -1,10 +1,10 @@
 //! The scanner of a long request line: it cuts the elements of `params.messages` out of the
-//! bytes as they arrive, parses and slims each ([`slim_message`], their big strings counted
-//! here, on the reader's thread), and parses the rest of the line (its *skeleton*: id,
-//! method, the other params) at the end with the messages put back in.
+//! bytes as they arrive, has each parsed and slimmed (`slim_message`, their big strings
+//! counted, on worker threads: [`Slimmers`]), and parses the rest of the line (its
+//! *skeleton*: id, method, the other params) at the end with the messages put back in.
 //!
 //! The answer is the one the line read whole would get ([`protocol::decode`], then
-//! [`slim_message`] on each message): the same request, or an error of the same code. The
+//! `slim_message` on each message): the same request, or an error of the same code. The
 //! scanner tracks strings and nesting, and checks what stands between the messages (one `,`,
 //! JSON whitespace); the parser finds every other JSON error, in a message or in the
 //! skeleton, and its position is given in the line. As a whole read, the last `params` and
@@ -14,10 +14,9 @@
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
+use super::slimmers::{at_column, Slimmers, Workers};
 use super::utf8;
-use crate::session::{slim, Node};
 use crate::sidecar::protocol::{self, Request, RpcError};
-use crate::tokens::{EstimatorChoice, TokenCounter};
 
 /// What a streamed line came to.
 #[derive(Debug, PartialEq)]
@@ -115,15 +114,16 @@ pub(super) struct LineScanner {
     removed: usize,
     cuts: Vec<(usize, usize)>,
     offset: usize,
-    messages: Vec<Node>,
+    /// The messages of the list being streamed, parsed and slimmed as they end.
+    messages: Slimmers,
     /// The first error the scan found, and its line offset; scanning stops there.
     error: Option<(usize, RpcError)>,
     utf8: utf8::Utf8,
-    counter: TokenCounter,
 }
 
 impl LineScanner {
-    pub(super) fn new() -> LineScanner {
+    /// A scanner whose messages are parsed and slimmed by `workers`.
+    pub(super) fn new(workers: Workers) -> LineScanner {
         LineScanner {
             stack: Vec::new(),
             in_string: false,
@@ -141,10 +141,9 @@ impl LineScanner {
             removed: 0,
             cuts: Vec::new(),
             offset: 0,
-            messages: Vec::new(),
+            messages: Slimmers::new(workers),
             error: None,
             utf8: utf8::Utf8::default(),
-            counter: TokenCounter::new(EstimatorChoice::Auto),
         }
     }
 
@@ -252,7 +251,8 @@ impl LineScanner {
                     *mark = i + 1;
                     self.target = Some(self.stack.len());
                     (self.found, self.cut, self.sep) = (true, true, Sep::First);
-                    self.messages.clear();
+                    // A scan alone would have stopped at an error in the earlier list.
+                    self.error = self.messages.restart();
                     self.dest = Dest::Drop;
                 }
             }
@@ -324,25 +324,14 @@ impl LineScanner {
         }
     }
 
-    /// Parses and slims the message just read.
+    /// Hands the message just read to be parsed and slimmed. An error in it is found when
+    /// the line ends; scanning goes on meanwhile, and the first error of the line wins.
     fn end_message(&mut self) {
         self.scalar = false;
         self.dest = Dest::Drop;
         self.sep = Sep::Message;
         let bytes = std::mem::take(&mut self.message);
-        let index = self.messages.len();
-        match serde_json::from_slice::<Node>(&bytes) {
-            Ok(mut message) => {
-                slim_message(&mut message, &mut self.counter);
-                self.counter.clear();
-                self.messages.push(message);
-            }
-            Err(e) => {
-                let at = self.message_at + e.column().saturating_sub(1);
-                let e = protocol::not_json(format!("{} (in params.messages[{index}])", at_column(&e, at + 1)));
-                self.error = Some((at, e));
-            }
-        }
+        self.messages.push(self.message_at, bytes);
     }
 
     /// The line offset of skeleton offset `at`.
@@ -358,6 +347,16 @@ impl LineScanner {
         if self.error.is_none() && self.dest == Dest::Message && self.scalar {
             self.end_message();
         }
+        // A message's error stands before any the scan found after that message.
+        let messages = match self.messages.take() {
+            Ok(messages) => messages,
+            Err((at, e)) => {
+                if self.error.as_ref().is_none_or(|(scanned, _)| at < *scanned) {
+                    self.error = Some((at, e));
+                }
+                Vec::new()
+            }
+        };
         // Cut at ASCII bytes, the skeleton of a UTF-8 line is UTF-8; but a scan stopped by an
         // error may have left the skeleton in the middle of a character.
         let skeleton = match std::str::from_utf8(&self.skeleton) {
@@ -380,7 +379,6 @@ impl LineScanner {
             let column = if e.is_eof() { self.offset } else { self.line_offset(e.column().saturating_sub(1)) + 1 };
             (None, protocol::not_json(at_column(&e, column)))
         });
-        let messages = std::mem::take(&mut self.messages);
         let request = value.and_then(protocol::decode_value).map(|mut request| {
             // The skeleton's list is empty: the messages were cut out of it.
             if self.found && request.messages.is_some() {
@@ -389,22 +387,5 @@ impl LineScanner {
             request
         });
         Streamed::Request(Box::new(request))
-    }
-}
-
-/// Serde's message for `e`, at `column` of line 1 instead of where serde saw it.
-fn at_column(e: &serde_json::Error, column: usize) -> String {
-    let text = e.to_string();
-    let what = text.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&text);
-    format!("{what} at line 1 column {column}")
-}
-
-/// Slims a message as the mirror would keep it: its info and every part.
-pub fn slim_message(message: &mut Node, counter: &mut TokenCounter) {
-    if let Some(info) = message.get_mut("info") {
-        slim::slim_info(info);
-    }
-    for part in message.get_mut("parts").and_then(Node::as_array_mut).into_iter().flatten() {
-        slim::slim_part(part, counter);
     }
 }

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::slimmers::Workers;
 use super::*;
 use crate::session::slim;
 use crate::sidecar::protocol::{self, code};
@@ -9,10 +10,19 @@ use crate::tokens::{EstimatorChoice, TokenCounter};
 
 /// `line` read as a stream: its first `head` bytes, then the rest through a buffer of 7.
 fn stream(line: &str, head: usize, max: usize) -> Streamed {
+    stream_on(line, head, max, Workers::for_this_machine())
+}
+
+/// [`stream`], its messages parsed and slimmed by `workers`.
+fn stream_on(line: &str, head: usize, max: usize, workers: Workers) -> Streamed {
     let bytes = line.as_bytes();
     let mut rest = std::io::BufReader::with_capacity(7, &bytes[head..]);
-    read_rest(bytes[..head].to_vec(), &mut rest, max).unwrap()
+    read_rest_on(bytes[..head].to_vec(), &mut rest, max, workers).unwrap()
 }
+
+/// What the messages of a line can be parsed and slimmed by: the scanner's thread, one
+/// worker, and more workers than messages at times.
+const WORKERS: [Workers; 3] = [Workers::Inline, Workers::Threads(1), Workers::Threads(3)];
 
 /// `line` read whole, as the sidecar reads a short line, its messages slimmed as the stream
 /// slims them.
@@ -32,11 +42,14 @@ fn whole(line: &[u8]) -> Streamed {
     Streamed::Request(Box::new(request))
 }
 
-/// Checks that every split of `line` streams to what a whole read gives.
+/// Checks that every split of `line` streams to what a whole read gives, however many
+/// threads parse and slim its messages.
 fn same_as_whole(line: &str) {
     let expected = whole(line.as_bytes());
-    for head in [0, 1, line.len() / 2, line.len()] {
-        assert_eq!(stream(line, head, 1 << 20), expected, "{line}");
+    for workers in WORKERS {
+        for head in [0, 1, line.len() / 2, line.len()] {
+            assert_eq!(stream_on(line, head, 1 << 20, workers), expected, "{workers:?}: {line}");
+        }
     }
 }
 
@@ -165,4 +178,48 @@ fn over_long_lines_are_skipped_and_reading_goes_on() {
         _ => panic!("expected the next line"),
     }
     assert!(matches!(read_line(&mut reader, 50, 50).unwrap(), Line::Eof));
+}
+
+/// The messages of a long line are parsed and slimmed on several threads: the same messages,
+/// counted the same, in the line's order, and the first bad one is the one reported, as when
+/// the scanner's thread did it all.
+#[test]
+fn messages_slimmed_on_several_threads_are_those_slimmed_on_one() {
+    let outputs = ["fn main() {}\n", "error: something failed here\n", "é, ü and 中文 text\n"];
+    let message = |i: usize| {
+        let output = outputs[i % 3].repeat(40 + i % 97);
+        json!({"info": {"id": format!("msg_{i}"), "role": "assistant"}, "parts": [
+            {"id": format!("prt_{i}"), "type": "tool", "tool": "bash", "callID": format!("c{i}"),
+             "state": {"status": "completed", "input": {"command": "x".repeat(i % 700)}, "output": output}}]})
+        .to_string()
+    };
+    let mut messages: Vec<String> = (0..300).map(message).collect();
+    same_as_whole(&transform(&format!("[{}]", messages.join(","))));
+    // Bad messages: the first of two, the last, and one followed by a scan error. A whole
+    // read's error does not say which message it is in.
+    let same_error = |line: &str, index: usize| {
+        let Streamed::Request(whole) = whole(line.as_bytes()) else { panic!("not a request") };
+        let Err((None, e)) = *whole else { panic!("no error") };
+        let expected = RpcError::new(code::PARSE, format!("{} (in params.messages[{index}])", e.message));
+        for workers in WORKERS {
+            for head in [0, line.len() / 3] {
+                let got = stream_on(line, head, 1 << 20, workers);
+                assert_eq!(got, Streamed::Request(Box::new(Err((None, expected.clone())))), "{workers:?}");
+            }
+        }
+    };
+    messages[250] = r#"{"info":{]}"#.to_string();
+    messages[40] = r#"{"parts":[1,}"#.to_string();
+    same_error(&transform(&format!("[{}]", messages.join(","))), 40);
+    messages[40] = message(40);
+    same_error(&transform(&format!("[{}]", messages.join(","))), 250);
+    messages.truncate(251);
+    same_error(&transform(&format!("[{}]", messages.join(","))), 250);
+    same_error(&transform(&format!("[{},,1]", messages.join(","))), 250);
+    // A bad message in a list a later list stands for.
+    same_error(&transform(&format!(r#"[{}],"messages":[1,2]"#, messages.join(","))), 250);
+    // A scan error before a bad message is the one reported.
+    messages[250] = r#"{"info":{]}"#.to_string();
+    messages[100] = "1,,2".to_string();
+    same_as_whole(&transform(&format!("[{}]", messages.join(","))));
 }
