@@ -324,6 +324,32 @@ mod tests {
     }
 
     #[test]
+    fn the_view_and_the_saving_cache_hold_the_index_s_call_ids_not_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let rules = crate::strategies::Rules::new(crate::config::Config::default()).unwrap();
+        let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 80, steps: 0, seed: 5 });
+        let messages = ours(&session.messages);
+        let (mut mirror, mut index) = (Mirror::default(), Index::default());
+        mirror.resolve(0, wire(&messages)).unwrap();
+        let slot = store.slot("ses_shared").unwrap();
+        index.sync(mirror.messages(), mirror.kept(), slot.resets(), &rules);
+        for at in 0..index.calls() {
+            let id = index.call_id(at).unwrap().to_string();
+            slot.record(&id, PruneRecord { action: Action::Mask, ..record(Strategy::Masking, at % 2 == 0) });
+        }
+        slot.record("call_not_in_the_history", record(Strategy::Discard, false));
+        let (mut view, mut sizes) = (InForce::default(), SavingCache::default());
+        let slot = store.slot("ses_shared").unwrap();
+        view.update(Sources { slot, index: &index, mirror: &mirror, sizes: &mut sizes }, Views::Kept);
+        let shared = |id: &Arc<str>| index.shared_position(id).is_some_and(|(own, _)| Arc::ptr_eq(own, id));
+        let waiting = view.waiting.keys().filter(|id| &***id != "call_not_in_the_history");
+        let held: Vec<&Arc<str>> = view.members.keys().chain(waiting).chain(sizes.keys()).collect();
+        assert!(held.len() > 2 * 20, "too few ids held: {}", held.len());
+        assert!(held.iter().all(|id| shared(id)), "an id held is a copy");
+    }
+
+    #[test]
     fn the_agent_s_prunes_counted_as_they_come_are_those_counted_from_every_prune() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);

@@ -99,6 +99,12 @@ impl SavingCache {
         self.past = self.past.max(at.0 + 1);
         tokens
     }
+
+    /// The call ids the cache holds sizes for.
+    #[cfg(test)]
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.entries.keys()
+    }
 }
 
 #[cfg(test)]
