@@ -406,14 +406,6 @@ impl Index {
         Some((call.message, call.facts.part))
     }
 
-    /// Where call `call_id` is, as [`Index::position`], with the id as the index holds it: a
-    /// holder keyed by call id shares it rather than copying the string.
-    pub fn shared_position(&self, call_id: &str) -> Option<(&Arc<str>, (usize, usize))> {
-        let (shared, &at) = self.by_call_id.get_key_value(call_id)?;
-        let call = &self.calls[at];
-        Some((shared, (call.message, call.facts.part)))
-    }
-
     /// The id of the `at`-th tool call of the history.
     pub fn call_id(&self, at: usize) -> Option<&str> {
         self.calls.get(at).map(|c| &*c.facts.call_id)
