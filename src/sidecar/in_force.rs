@@ -15,6 +15,7 @@
 //! every waiting prune on every request without looking each one up again.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -66,10 +67,11 @@ pub(super) struct Waiting {
 #[derive(Debug, Default)]
 pub(super) struct InForce {
     basis: Option<Basis>,
-    members: HashMap<String, Member>,
+    /// By call id, shared with the index's (as the waiting prunes' and the saving cache's).
+    members: HashMap<Arc<str>, Member>,
     approx: u64,
     /// The waiting prunes, by id; `None` for one whose call is not in the history (yet).
-    waiting: BTreeMap<String, Option<Waiting>>,
+    waiting: BTreeMap<Arc<str>, Option<Waiting>>,
 }
 
 /// What a view reads: a session's prunes, its calls and its history, and the sizes of its
@@ -109,7 +111,7 @@ impl InForce {
     /// The prunes waiting for the policy whose calls are in the history, in id order: each
     /// one's id, where its call is and what its rewrite would remove.
     pub fn waiting(&self) -> impl Iterator<Item = (&str, Waiting)> {
-        self.waiting.iter().filter_map(|(id, w)| Some((id.as_str(), (*w)?)))
+        self.waiting.iter().filter_map(|(id, w)| Some((&**id, (*w)?)))
     }
 
     /// Takes in the calls new to the index and the prunes changed since `before`. A new call
@@ -140,26 +142,30 @@ impl InForce {
         }
     }
 
-    /// Takes in the prune of call `id` as it is now: in force, or waiting.
+    /// Takes in the prune of call `id` as it is now: in force, or waiting. Where the call is
+    /// in the history, its id is kept as the index holds it, not copied.
     fn take(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
+        let found = from.index.shared_position(id).map(|(shared, at)| (Arc::clone(shared), at));
         if record.applied {
             self.waiting.remove(id);
-            self.put(id, record, from);
+            self.put(found, record, from);
         } else {
-            let at = from.index.position(id);
-            let sized =
-                at.map(|at| Waiting { at, approx: from.sizes.approx_saving(from.mirror, id, at, &record.action) });
-            self.waiting.insert(id.to_string(), sized);
+            let size = |(shared, at): &(Arc<str>, (usize, usize))| Waiting {
+                at: *at,
+                approx: from.sizes.approx_saving_shared(from.mirror, shared, *at, &record.action),
+            };
+            let sized = found.as_ref().map(size);
+            self.waiting.insert(found.map_or_else(|| Arc::from(id), |(shared, _)| shared), sized);
         }
     }
 
-    /// Counts the prune in force of call `id`, if its call is in the history (where the
-    /// index finds the id now: the latest call of that id).
-    fn put(&mut self, id: &str, record: &PruneRecord, from: &mut Sources<'_>) {
-        let Some(at) = from.index.position(id) else { return };
-        let approx = from.sizes.approx_saving(from.mirror, id, at, &record.action);
+    /// Counts the prune in force of the call `found` (its id and where the index finds it now:
+    /// the latest call of that id), if its call is in the history.
+    fn put(&mut self, found: Option<(Arc<str>, (usize, usize))>, record: &PruneRecord, from: &mut Sources<'_>) {
+        let Some((id, at)) = found else { return };
+        let approx = from.sizes.approx_saving_shared(from.mirror, &id, at, &record.action);
         let member = Member { approx };
-        if let Some(old) = self.members.insert(id.to_string(), member) {
+        if let Some(old) = self.members.insert(id, member) {
             self.approx -= old.approx;
         }
         self.approx += member.approx;
@@ -315,6 +321,32 @@ mod tests {
             waiting_seen += kept.waiting().filter(|(_, w)| w.approx > 0).count();
         }
         assert!(pruned > 100 && waiting_seen > 1000, "{pruned} prunes, {waiting_seen} waiting sized");
+    }
+
+    #[test]
+    fn the_view_and_the_saving_cache_hold_the_index_s_call_ids_not_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SessionStore::new(dir.path(), EstimatorChoice::CharsDiv4);
+        let rules = crate::strategies::Rules::new(crate::config::Config::default()).unwrap();
+        let session = dcp_testkit::gen::session(&dcp_testkit::gen::SessionSpec { messages: 80, steps: 0, seed: 5 });
+        let messages = ours(&session.messages);
+        let (mut mirror, mut index) = (Mirror::default(), Index::default());
+        mirror.resolve(0, wire(&messages)).unwrap();
+        let slot = store.slot("ses_shared").unwrap();
+        index.sync(mirror.messages(), mirror.kept(), slot.resets(), &rules);
+        for at in 0..index.calls() {
+            let id = index.call_id(at).unwrap().to_string();
+            slot.record(&id, PruneRecord { action: Action::Mask, ..record(Strategy::Masking, at % 2 == 0) });
+        }
+        slot.record("call_not_in_the_history", record(Strategy::Discard, false));
+        let (mut view, mut sizes) = (InForce::default(), SavingCache::default());
+        let slot = store.slot("ses_shared").unwrap();
+        view.update(Sources { slot, index: &index, mirror: &mirror, sizes: &mut sizes }, Views::Kept);
+        let shared = |id: &Arc<str>| index.shared_position(id).is_some_and(|(own, _)| Arc::ptr_eq(own, id));
+        let waiting = view.waiting.keys().filter(|id| &***id != "call_not_in_the_history");
+        let held: Vec<&Arc<str>> = view.members.keys().chain(waiting).chain(sizes.keys()).collect();
+        assert!(held.len() > 2 * 20, "too few ids held: {}", held.len());
+        assert!(held.iter().all(|id| shared(id)), "an id held is a copy");
     }
 
     #[test]

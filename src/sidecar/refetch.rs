@@ -20,6 +20,8 @@
 //! and journals what reading them overwrites, and undoes that, so it reads again only that
 //! message's calls and answers as reading the history again does.
 
+use std::sync::Arc;
+
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::policy;
@@ -42,7 +44,8 @@ struct Seen {
     /// Its index among the session's calls, and the model step it was made in.
     at: usize,
     step: u32,
-    call_id: String,
+    /// Shared with the index, which holds the id (see [`call_at`]).
+    call_id: Arc<str>,
 }
 
 /// What a session's tracker has read of its calls.
@@ -55,7 +58,7 @@ pub(super) struct Refetches {
     rebuilds: u64,
     rewinds: u64,
     /// Every call read, by id: a history read again counts none of them twice.
-    seen: HashSet<String>,
+    seen: HashSet<Arc<str>>,
     /// Model steps before message `messages`.
     steps: u32,
     messages: usize,
@@ -107,9 +110,9 @@ impl Refetches {
         let mut ranged: Option<HashSet<&str>> = None;
         for at in self.read..index.calls() {
             self.mark_at(at, (last, before_last));
-            let Some(call) = call_at(index, messages, at) else { continue };
+            let Some((shared, call)) = call_at(index, messages, at) else { continue };
             let step = self.step_of(messages, call.message);
-            let new = self.seen.insert(call.call_id.to_string());
+            let new = self.seen.insert(Arc::clone(shared));
             if new && self.counting && !OWN_TOOLS.contains(&call.tool) {
                 let earlier = self.earlier(&call, dedup::signature_hash(call.tool, call.input()));
                 let hidden = earlier.filter(|e| step.saturating_sub(e.step) <= WINDOW).is_some_and(|e| {
@@ -118,7 +121,7 @@ impl Refetches {
                 });
                 found += u64::from(hidden);
             }
-            self.remember(&call, at, step);
+            self.remember(&call, shared, (at, step));
         }
         self.mark_at(index.calls(), (last, before_last));
         self.read = index.calls();
@@ -185,8 +188,11 @@ impl Refetches {
         (!stale).then_some(earlier)
     }
 
-    fn remember(&mut self, call: &ToolCall<'_>, at: usize, step: u32) {
-        let seen = Seen { at, step, call_id: call.call_id.to_string() };
+    /// Remembers `call`, whose id is `shared`, made at `when` (its index among the calls,
+    /// and its model step).
+    fn remember(&mut self, call: &ToolCall<'_>, shared: &Arc<str>, when: (usize, u32)) {
+        let (at, step) = when;
+        let seen = Seen { at, step, call_id: Arc::clone(shared) };
         let journal = self.mark.is_some_and(|m| at >= m.read);
         if masking::EDIT_TOOLS.contains(&call.tool) {
             self.last_edit = Some(at);
@@ -235,10 +241,10 @@ pub(super) fn observe(refetches: &mut Refetches, index: &Index, slot: &mut Slot,
     found
 }
 
-/// Call `at` of `index`, as the history holds it.
-fn call_at<'m>(index: &Index, messages: &'m [Message], at: usize) -> Option<ToolCall<'m>> {
-    let (m, p) = index.position(index.call_id(at)?)?;
-    ToolCall::from_part(m, p, messages.get(m)?.parts.get(p)?, 0)
+/// Call `at` of `index`, as the history holds it, and its id as the index holds it.
+fn call_at<'i, 'm>(index: &'i Index, messages: &'m [Message], at: usize) -> Option<(&'i Arc<str>, ToolCall<'m>)> {
+    let (shared, (m, p)) = index.shared_position(index.call_id(at)?)?;
+    Some((shared, ToolCall::from_part(m, p, messages.get(m)?.parts.get(p)?, 0)?))
 }
 
 /// Puts `old` back as `key`'s value in `map`, or takes `key` out when it had none.

@@ -6,6 +6,8 @@
 //! it was weighed at. An entry is dropped when its message leaves the mirror's kept prefix (an
 //! edit, a compaction, a resync) or its prune's action changes.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use super::mirror::Mirror;
@@ -33,6 +35,9 @@ fn chars(v: Option<&str>) -> usize {
     v.map_or(8, crate::session::slim::bytes)
 }
 
+/// Where a part is: its message and its place in it.
+type Part = (usize, usize);
+
 /// One call's rewrite size, and what it was computed from.
 #[derive(Debug)]
 struct Entry {
@@ -45,7 +50,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub(super) struct SavingCache {
     seen: u64,
-    entries: HashMap<String, Entry>,
+    /// By call id, shared with the index's and the prunes' view's where they hold it.
+    entries: HashMap<Arc<str>, Entry>,
     /// No entry sits in a message from this one on: a resolve that kept them all drops none,
     /// without looking at each.
     past: usize,
@@ -71,14 +77,33 @@ impl SavingCache {
     /// [`approx_saving`] of call `id` at `at` by `action`, from the
     /// cache when the part is unchanged since it was computed.
     pub fn approx_saving(&mut self, mirror: &Mirror, id: &str, at: (usize, usize), action: &Action) -> u64 {
+        self.sized(mirror, id, || Arc::from(id), (at, action))
+    }
+
+    /// [`SavingCache::approx_saving`] of call `id`, an id the index holds: a new entry shares
+    /// it rather than copying the string.
+    pub fn approx_saving_shared(&mut self, mirror: &Mirror, id: &Arc<str>, at: (usize, usize), action: &Action) -> u64 {
+        self.sized(mirror, id, || Arc::clone(id), (at, action))
+    }
+
+    /// The size of the rewrite `how` (where, by what) of call `id`; `key` makes the key of a
+    /// new entry.
+    fn sized(&mut self, mirror: &Mirror, id: &str, key: impl FnOnce() -> Arc<str>, how: (Part, &Action)) -> u64 {
+        let (at, action) = how;
         self.sync(mirror);
         if let Some(e) = self.entries.get(id).filter(|e| e.at == at && e.action == *action) {
             return e.tokens;
         }
         let tokens = approx_saving(mirror, at, action);
-        self.entries.insert(id.to_string(), Entry { at, action: action.clone(), tokens });
+        self.entries.insert(key(), Entry { at, action: action.clone(), tokens });
         self.past = self.past.max(at.0 + 1);
         tokens
+    }
+
+    /// The call ids the cache holds sizes for.
+    #[cfg(test)]
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.entries.keys()
     }
 }
 

@@ -85,6 +85,14 @@ impl Index {
         self.calls[from..].iter().map(|c| c.facts.call_id.to_string()).collect()
     }
 
+    /// Where call `call_id` is, as [`Index::position`], with the id as the index holds it: a
+    /// holder keyed by call id shares it rather than copying the string.
+    pub fn shared_position(&self, call_id: &str) -> Option<(&Arc<str>, (usize, usize))> {
+        let (shared, &at) = self.by_call_id.get_key_value(call_id)?;
+        let call = &self.calls[at];
+        Some((shared, (call.message, call.facts.part)))
+    }
+
     /// Takes the mark before message `at`, the last one of the history, is read: what is
     /// journalled from here on undoes reading it.
     pub(super) fn mark_before(&mut self, at: usize) {
