@@ -24,8 +24,9 @@ pub(super) fn mask_pending(cx: &mut RequestContext) -> Vec<((usize, usize), Stri
     let (rules, slot, mirror) = (cx.rules, &mut *cx.slot, cx.mirror);
     let (index, sizes) = (&mut cx.session.history.index, &mut cx.session.caches.sizes);
     let messages = mirror.messages();
+    let seen = slot.changes_mark();
     let (state, tokens) = slot.state_and_tokens();
-    let candidates = index.mask_candidates(messages, state, rules, tokens).to_vec();
+    let candidates = index.mask_candidates(messages, state, Some(seen), rules, tokens).to_vec();
     let riders = match rules.config().rewrite.mode {
         RewriteMode::Batched => index.mask_riders(messages, state, rules, tokens),
         RewriteMode::Immediate => Vec::new(),

@@ -179,7 +179,7 @@ fn side_by_side_arriving(session: &GeneratedSession, config: &Config, restart_at
 
 /// The calls the index would mask now, and those it would take along on a rewrite.
 fn masks(index: &mut Index, messages: &[Message], side: &mut Side, rules: &Rules) -> (Vec<String>, Vec<String>) {
-    let candidates = index.mask_candidates(messages, &side.state, rules, &mut side.counter).to_vec();
+    let candidates = index.mask_candidates(messages, &side.state, None, rules, &mut side.counter).to_vec();
     let riders = index.mask_riders(messages, &side.state, rules, &mut side.counter);
     let ids = |list: &[_]| list.iter().map(|c| index.candidate(c).0.to_string()).collect();
     (ids(&candidates), ids(&riders))

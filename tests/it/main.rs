@@ -21,6 +21,7 @@ mod host;
 mod hostile;
 mod import;
 mod index;
+mod index_masks;
 mod keep;
 mod masking;
 mod money;
