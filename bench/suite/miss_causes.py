@@ -110,8 +110,11 @@ def trace(session, reqdir, db, counts, listing):
                     age, said))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc_string):
+    """The arguments this script and write_quotes.py share: the replay JSON, the request dumps'
+    directory, the database, and the manifest. Returns them with the replay, the sessions' kinds
+    and the database opened."""
+    ap = argparse.ArgumentParser(description=doc_string.split("\n\n")[0])
     ap.add_argument("replay")
     ap.add_argument("requests")
     ap.add_argument("db")
@@ -121,7 +124,11 @@ def main():
     with open(a.replay) as f:
         doc = json.load(f)
     kind = kinds(doc, a.manifest) if a.manifest else {}
-    db = sqlite3.connect(a.db)
+    return a, doc, kind, sqlite3.connect(a.db)
+
+
+def main():
+    a, doc, kind, db = arguments(__doc__)
     groups = collections.defaultdict(lambda: {k: collections.Counter() for k in ("cause", "age", "named", "trigger")})
     for s in doc["sessions"]:
         if s["modes"]["dcp"]["misses"]:

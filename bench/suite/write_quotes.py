@@ -15,14 +15,11 @@ came from (a write's `content`, an edit's `newString` or `oldString`: a 48-chara
 common); whether the latest prompt or the agent's latest text named the file
 (`miss_causes.named`).
 """
-import argparse
 import collections
 import json
 import os
-import sqlite3
 
-from miss_causes import cause, history, named, path_of, texts
-from summary import kinds
+from miss_causes import arguments, cause, history, named, path_of, texts
 
 EDIT_TOOLS = ("edit", "write", "multiedit", "patch")
 RUN = 48
@@ -121,17 +118,7 @@ def trace(session, reqdir, db, counts, listing):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("replay")
-    ap.add_argument("requests")
-    ap.add_argument("db")
-    ap.add_argument("--manifest")
-    ap.add_argument("--list", action="store_true")
-    a = ap.parse_args()
-    with open(a.replay) as f:
-        doc = json.load(f)
-    kind = kinds(doc, a.manifest) if a.manifest else {}
-    db = sqlite3.connect(a.db)
+    a, doc, kind, db = arguments(__doc__)
     groups = collections.defaultdict(lambda: {"steps": 0, "missed": 0, "input_steps": 0,
                                               "parts": collections.Counter()})
     for s in doc["sessions"]:
